@@ -1,0 +1,28 @@
+"""One exception family, so the CLI can turn any of them into a one-line error.
+
+Every message names the input at fault (a file, a node, a model) and what is wrong with it.
+"""
+
+
+class FedmstError(Exception):
+    """Base of every error fedmst raises on purpose."""
+
+
+class TopologyError(FedmstError):
+    """A topology file or graph is malformed, disconnected, or has bad link parameters."""
+
+
+class TaskError(FedmstError):
+    """A task cannot be placed: unknown node, too many local models for the data, ..."""
+
+
+class SchedulerError(FedmstError):
+    """Unknown scheduler, or a scheduler produced an invalid plan."""
+
+
+class ModelError(FedmstError):
+    """Unknown model name, or a model factory that fails or returns a non-module."""
+
+
+class EmulationError(FedmstError):
+    """The emulated network or one of its agents failed."""

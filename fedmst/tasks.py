@@ -1,0 +1,90 @@
+"""FL tasks: where a task's global model G and its local models L1..Lk sit on the network.
+
+A task is pure data; the model it trains and the data shards are resolved elsewhere
+(``fedmst.models``, ``fedmst.data``). Placement is seeded so that ``fedmst compare`` can run
+both schedulers on identical tasks.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Sequence
+
+import networkx as nx
+
+from fedmst.errors import TaskError
+
+
+@dataclass(frozen=True)
+class Task:
+    """One FL task: G on ``global_node``, local model ``i`` on ``local_nodes[i]``.
+
+    ``model_bytes`` is the size of the weights one transfer carries (float32 payload); the
+    schedulers weigh links with it and the Plan predicts link bytes from it.
+    """
+
+    name: str
+    global_node: str
+    local_nodes: tuple[str, ...]
+    model_bytes: int
+
+    @property
+    def k(self) -> int:
+        return len(self.local_nodes)
+
+    def models_at(self, node: str) -> tuple[int, ...]:
+        """Indices of the local models hosted on ``node``."""
+        return tuple(i for i, n in enumerate(self.local_nodes) if n == node)
+
+    @property
+    def terminals(self) -> frozenset[str]:
+        """Nodes a schedule must reach: G's node and every local model's node."""
+        return frozenset((self.global_node, *self.local_nodes))
+
+
+def place_task(
+    graph: nx.Graph,
+    *,
+    name: str,
+    local_models: int,
+    model_bytes: int,
+    seed: int,
+    global_node: str | None = None,
+    local_nodes: Sequence[str] | None = None,
+) -> Task:
+    """Place a task on ``graph``: explicit nodes where given, seeded random ones otherwise.
+
+    Random placement puts G on a random node and the local models on distinct other nodes,
+    drawing again from all other nodes once each has one, so several local models share a
+    node only when k exceeds the number of other nodes.
+
+    >>> g = nx.path_graph(["a", "b", "c"])
+    >>> place_task(g, name="t", local_models=2, model_bytes=8, seed=0, global_node="a").local_nodes
+    ('b', 'c')
+    """
+    if local_models < 1:
+        raise TaskError(f"task {name}: --local-models must be at least 1, got {local_models}")
+    nodes = sorted(graph.nodes, key=str)
+    for node in [global_node, *(local_nodes or [])]:
+        if node is not None and node not in graph:
+            raise TaskError(
+                f"task {name}: node {node!r} is not in topology {graph.graph.get('name', '?')!r}"
+            )
+    rng = random.Random(seed)
+    g = global_node if global_node is not None else rng.choice(nodes)
+    if local_nodes is not None:
+        if len(local_nodes) != local_models:
+            raise TaskError(
+                f"task {name}: {len(local_nodes)} local nodes given for {local_models} local models"
+            )
+        placed = tuple(local_nodes)
+    else:
+        others = [n for n in nodes if n != g] or [g]
+        picks: list[str] = []
+        while len(picks) < local_models:
+            round_ = others[:]
+            rng.shuffle(round_)
+            picks.extend(round_[: local_models - len(picks)])
+        placed = tuple(picks)
+    return Task(name=name, global_node=g, local_nodes=placed, model_bytes=model_bytes)
