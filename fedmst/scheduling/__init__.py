@@ -1,0 +1,63 @@
+"""Schedulers: pure functions of (topology, task, link state) to a :class:`Plan`.
+
+A scheduler is one class with a ``name`` and a ``plan`` method; register it in ``SCHEDULERS``
+(or through the ``fedmst.schedulers`` entry-point group) and every command can use it by name.
+Every scheduler must pass the shared contract in ``tests/test_scheduler_contract.py``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Mapping
+
+import networkx as nx
+
+from fedmst.errors import SchedulerError
+from fedmst.scheduling.plan import LinkDir, Plan, check_plan
+from fedmst.tasks import Task
+
+LinkState = Mapping[LinkDir, float]
+"""Bytes per round already planned on each link direction by tasks scheduled earlier."""
+
+
+class Scheduler(ABC):
+    """Decides how one task's weights travel: which transfers, over which paths."""
+
+    name: str
+
+    @abstractmethod
+    def plan(self, graph: nx.Graph, task: Task, link_state: LinkState | None = None) -> Plan:
+        """Return the plan for ``task`` on ``graph``, given the load already on its links."""
+
+
+def _registry() -> dict[str, type[Scheduler]]:
+    # imported here: the scheduler modules import Scheduler from this package
+    from fedmst.scheduling.mst import MSTScheduler
+    from fedmst.scheduling.spff import SPFFScheduler
+
+    return {"spff": SPFFScheduler, "mst": MSTScheduler}
+
+
+def scheduler_names() -> tuple[str, ...]:
+    """Names of every registered scheduler, sorted (the CLI's choices, the contract's cases)."""
+    return tuple(sorted(_registry()))
+
+
+def get_scheduler(name: str) -> Scheduler:
+    """The scheduler registered as ``name``; an unknown name fails with the valid choices."""
+    try:
+        return _registry()[name]()
+    except KeyError:
+        raise SchedulerError(
+            f"unknown scheduler {name!r}; choose one of: {', '.join(scheduler_names())}"
+        ) from None
+
+
+def schedule(graph: nx.Graph, task: Task, scheduler: str, link_state: LinkState | None = None) -> Plan:
+    """Plan ``task`` with the scheduler named ``scheduler`` and check the plan's contract."""
+    plan = get_scheduler(scheduler).plan(graph, task, link_state)
+    check_plan(plan, graph)
+    return plan
+
+
+__all__ = ["LinkState", "Plan", "Scheduler", "get_scheduler", "schedule", "scheduler_names"]

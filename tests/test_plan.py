@@ -1,0 +1,146 @@
+"""The Plan module on hand-built plans: validation, byte and latency predictions, aggregation."""
+
+from __future__ import annotations
+
+import networkx as nx
+import pytest
+from graphs import DELAY_S, graph_from, line
+
+from fedmst.errors import SchedulerError
+from fedmst.scheduling.plan import (
+    Phase,
+    Plan,
+    Transfer,
+    check_plan,
+    predicted_link_bytes,
+    predicted_phase_seconds,
+)
+from fedmst.tasks import Task
+from fedmst.wire import wire_bytes
+
+M = 100_000
+W = wire_bytes(M)
+LINE = line("a", "b", "c")
+
+
+def tr(phase: Phase, path: str, *models: int) -> Transfer:
+    """Transfer with ``path`` written as a string of one-letter nodes."""
+    return Transfer(phase, tuple(path), frozenset(models))
+
+
+def plan(*transfers: Transfer, local: tuple[str, ...] = ("b", "c"), g: str = "a") -> Plan:
+    return Plan("test", Task("t", g, local, M), transfers)
+
+
+# G=a, L1 at b, L2 at c on a-b-c
+RELAY = plan(
+    tr("broadcast", "ab", 0, 1), tr("broadcast", "bc", 1), tr("upload", "cb", 1), tr("upload", "ba", 0, 1)
+)
+STAR = plan(
+    tr("broadcast", "ab", 0), tr("broadcast", "abc", 1), tr("upload", "ba", 0), tr("upload", "cba", 1)
+)
+AT_G = plan(tr("broadcast", "ab", 1), tr("upload", "ba", 1), local=("a", "b"))
+
+
+@pytest.mark.parametrize("good", [RELAY, STAR, plan(local=("a",)), AT_G])
+def test_valid_plans_pass(good: Plan) -> None:
+    check_plan(good, LINE)
+
+
+@pytest.mark.parametrize(
+    ("bad", "graph", "why"),
+    [
+        (plan(tr("broadcast", "ac", 0), tr("upload", "ca", 0), local=("c",)), LINE, "missing link a-c"),
+        (plan(tr("broadcast", "ab", 0), tr("upload", "ba", 0)), LINE, "model 1 has 0 transfers leaving a"),
+        (
+            plan(tr("broadcast", "ab", 0), tr("upload", "bc", 0), tr("upload", "cb", 0), local=("b",)),
+            LINE,
+            "upload of model 0 loops",
+        ),
+        (
+            plan(tr("broadcast", "ab", 0), tr("broadcast", "bc", 0), tr("upload", "ba", 0), local=("b",)),
+            LINE,
+            "broadcast of model 0 has stray transfers",
+        ),
+        (plan(tr("broadcast", "ab", 0), tr("upload", "ba", 0), local=("a",)), LINE, "model 0 sits at G"),
+        (plan(tr("broadcast", "a", 0), local=("b",)), LINE, "has no hop"),
+        (plan(tr("broadcast", "aba", 0), local=("b",)), LINE, "visits a node twice"),
+        (plan(tr("broadcast", "ab"), local=("b",)), LINE, "serves no local model"),
+        # two routes into c: each model's chain is fine, the overlay is not a tree
+        (
+            plan(
+                tr("broadcast", "ab", 0),
+                tr("broadcast", "bc", 0),
+                tr("broadcast", "ac", 1),
+                tr("upload", "ca", 0, 1),
+                local=("c", "c"),
+            ),
+            graph_from([("a", "b"), ("b", "c"), ("a", "c")]),
+            "broadcast transfers do not form a tree",
+        ),
+    ],
+)
+def test_check_plan_rejects(bad: Plan, graph: nx.Graph, why: str) -> None:
+    with pytest.raises(SchedulerError, match=why):
+        check_plan(bad, graph)
+
+
+def test_predicted_link_bytes() -> None:
+    down = {("a", "b"): W, ("b", "c"): W}
+    assert predicted_link_bytes(RELAY, "broadcast") == down
+    assert predicted_link_bytes(RELAY, "upload") == {(v, u): b for (u, v), b in down.items()}
+    assert predicted_link_bytes(STAR) == {
+        ("a", "b"): 2 * W,
+        ("b", "a"): 2 * W,
+        ("b", "c"): W,
+        ("c", "b"): W,
+    }
+
+
+class TestPhaseSeconds:
+    """a-b at 100 Mbit/s, b-c at 10 Mbit/s, 0.5 ms each; chunks of 16 KiB (12 segments)."""
+
+    g = line("a", "b", "c")
+    g.edges["b", "c"]["capacity_mbps"] = 10.0
+    chunk = 16_384 + 12 * 66
+    fill_ab, fill_bc = chunk * 8 / 100e6, chunk * 8 / 10e6
+
+    @pytest.mark.parametrize("phase", ["broadcast", "upload"])
+    def test_relay_fills_pipeline_over_both_transfers(self, phase: Phase) -> None:
+        # busiest direction: the full model over the 10 Mbit/s link
+        busiest = W * 8 / 10e6
+        fill = self.fill_ab + self.fill_bc
+        for with_delay, delay in ((True, 2 * DELAY_S), (False, 0.0)):
+            got = predicted_phase_seconds(RELAY, self.g, phase, chunk_bytes=16_384, with_delay=with_delay)
+            assert got == pytest.approx(busiest + fill + delay)
+
+    def test_star_serialises_both_models_on_shared_link(self) -> None:
+        # a->b carries two models at 100 Mbit/s (0.0167 s), b->c one at 10 Mbit/s (0.0837 s)
+        got = predicted_phase_seconds(STAR, self.g, "broadcast", chunk_bytes=16_384, with_delay=True)
+        assert got == pytest.approx(W * 8 / 10e6 + self.fill_ab + self.fill_bc + 2 * DELAY_S)
+
+    def test_chunk_larger_than_model_fills_with_whole_model(self) -> None:
+        got = predicted_phase_seconds(RELAY, self.g, "upload", chunk_bytes=10 * M, with_delay=False)
+        assert got == pytest.approx(W * 8 / 10e6 + W * 8 / 100e6 + W * 8 / 10e6)
+
+    def test_no_transfers_take_no_time(self) -> None:
+        idle = plan(local=("a",))
+        assert predicted_phase_seconds(idle, self.g, "broadcast", chunk_bytes=16_384, with_delay=True) == 0.0
+
+
+def test_aggregation_nodes() -> None:
+    assert RELAY.aggregation_nodes == {"a", "b"}
+    assert STAR.aggregation_nodes == {"a"}
+    # one upload carrying two models hosted on b: b sums them
+    shared = plan(tr("broadcast", "ab", 0, 1), tr("upload", "ba", 0, 1), local=("b", "b"))
+    assert shared.aggregation_nodes == {"a", "b"}
+    # a relay forwarding one model while carrying none of its own does not aggregate
+    forward = plan(
+        tr("broadcast", "ab", 0),
+        tr("broadcast", "bc", 0),
+        tr("upload", "cb", 0),
+        tr("upload", "ba", 0),
+        local=("c",),
+    )
+    assert forward.aggregation_nodes == {"a"}
+    assert RELAY.nodes == {"a", "b", "c"}
