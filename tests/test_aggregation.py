@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from fedmst.aggregation import fedavg, flatten, load_flat, sample_weights, weighted_sum
+from fedmst.data import INPUT_SHAPE, NUM_CLASSES, load_digits_dataset, train_test_split_seeded
+from fedmst.models import build_model
+from fedmst.training import accuracy, train_local
+
+
+class WithBuffers(nn.Module):
+    """Float and integer buffers: the float one travels, the counter does not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(3, 2)
+        self.register_buffer("running", torch.arange(4, dtype=torch.float64))
+        self.register_buffer("steps", torch.tensor(5))
+
+
+def test_flatten_is_float32_in_state_dict_order() -> None:
+    model = WithBuffers()
+    flat = flatten(model)
+    assert flat.dtype == torch.float32 and flat.dim() == 1 and flat.is_contiguous()
+    assert list(model.state_dict()) == ["running", "steps", "linear.weight", "linear.bias"]
+    expected = torch.cat(
+        [model.running.float(), model.linear.weight.reshape(-1), model.linear.bias]
+    )
+    assert torch.equal(flat, expected)
+
+
+def test_load_flat_round_trip_is_exact() -> None:
+    torch.manual_seed(0)
+    source = build_model("cnn", NUM_CLASSES, INPUT_SHAPE)
+    target = build_model("cnn", NUM_CLASSES, INPUT_SHAPE)
+    assert not torch.equal(flatten(source), flatten(target))
+    load_flat(target, flatten(source))
+    assert torch.equal(flatten(target), flatten(source))
+    for a, b in zip(source.state_dict().values(), target.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_load_flat_writes_float_buffers_and_keeps_their_dtype() -> None:
+    model = WithBuffers()
+    flat = torch.arange(flatten(model).numel(), dtype=torch.float32)
+    load_flat(model, flat)
+    assert model.running.dtype == torch.float64
+    assert model.running.tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert model.linear.bias.tolist() == [10.0, 11.0]
+    assert model.steps.item() == 5
+
+
+def test_load_flat_size_mismatch_names_both_sizes() -> None:
+    model = WithBuffers()
+    with pytest.raises(ValueError, match="expected 12 elements, received 11"):
+        load_flat(model, torch.zeros(11))
+
+
+def test_weighted_sum_matches_hand_computation() -> None:
+    a, b = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([10.0, 20.0, 30.0])
+    assert torch.allclose(weighted_sum([a, b], [0.25, 0.75]), torch.tensor([7.75, 15.5, 23.25]))
+    with pytest.raises(ValueError, match="one weight per vector"):
+        weighted_sum([a, b], [1.0])
+    with pytest.raises(ValueError, match="shapes"):
+        weighted_sum([a, torch.zeros(2)], [0.5, 0.5])
+
+
+def test_sample_weights() -> None:
+    assert sample_weights([1, 3]) == [0.25, 0.75]
+    with pytest.raises(ValueError):
+        sample_weights([0, 0])
+
+
+def test_fedavg() -> None:
+    v = torch.randn(100)
+    assert torch.allclose(fedavg([v, v.clone(), v.clone()], [5, 17, 30]), v)
+    a, b = torch.zeros(4), torch.ones(4)
+    assert torch.allclose(fedavg([a, b], [30, 10]), torch.full((4,), 0.25))
+
+
+def test_training_lowers_loss_and_beats_chance() -> None:
+    X, y = load_digits_dataset()
+    X_train, y_train, X_test, y_test = train_test_split_seeded(X, y, seed=0)
+    torch.manual_seed(0)
+    model = build_model("mlp", NUM_CLASSES, INPUT_SHAPE)
+    before = accuracy(model, X_test, y_test)
+    first = train_local(model, X_train, y_train, epochs=1, batch_size=32, lr=0.1, seed=0)
+    later = train_local(model, X_train, y_train, epochs=2, batch_size=32, lr=0.1, seed=1)
+    assert later < first
+    after = accuracy(model, X_test, y_test)
+    assert after > 0.5 and after > before
+
+
+def test_training_is_deterministic_by_seed() -> None:
+    X, y = load_digits_dataset()
+
+    def run(seed: int) -> torch.Tensor:
+        torch.manual_seed(0)
+        model = build_model("mlp", NUM_CLASSES, INPUT_SHAPE)
+        train_local(model, X[:200], y[:200], epochs=1, batch_size=16, lr=0.05, seed=seed)
+        return flatten(model)
+
+    assert torch.equal(run(3), run(3))
+    assert not torch.equal(run(3), run(4))
