@@ -1,0 +1,234 @@
+"""A node agent: one process per compute host, inside that host's network namespace.
+
+It holds the models placed on its node (G and/or local models of any number of tasks), trains
+them on their own data shards, and plays its part in each transfer the plans route through it:
+it relays global weights down broadcast transfers and sums updates into upload transfers.
+The coordinator drives it phase by phase over the control channel.
+
+Run as ``python -m fedmst.agent --spec SPEC.json --node NODE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from fedmst import aggregation, control, data, models, training, transport
+
+
+@dataclass
+class Xfer:
+    """A transfer this node takes part in, as written in the agent spec."""
+
+    key: str
+    phase: str
+    src: str
+    dst: str
+    models: frozenset[int]
+    src_addr: str
+    dst_addr: str
+    pair: transport.Pair | None = None
+
+
+@dataclass
+class TaskRole:
+    """Everything one task needs on this node."""
+
+    name: str
+    global_node: str
+    local_nodes: list[str]
+    seed: int
+    transfers: list[Xfer]
+    global_model: torch.nn.Module | None = None
+    test: tuple[torch.Tensor, torch.Tensor] | None = None
+    local: dict[int, tuple[torch.nn.Module, torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    trained: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    def incoming(self, node: str, phase: str) -> list[Xfer]:
+        return [t for t in self.transfers if t.phase == phase and t.dst == node]
+
+    def outgoing(self, node: str, phase: str) -> list[Xfer]:
+        return [t for t in self.transfers if t.phase == phase and t.src == node]
+
+
+class Agent:
+    def __init__(self, spec: dict[str, Any], node: str) -> None:
+        self.spec = spec
+        self.node = node
+        self.chunk_elems = max(1, int(spec["chunk_bytes"]) // 4)
+        self.numel = 0
+        self.roles = [r for r in map(self._role, spec["tasks"]) if r is not None]
+
+    def _role(self, task: dict[str, Any]) -> TaskRole | None:
+        mine = [
+            Xfer(key=t["key"], phase=t["phase"], src=t["path"][0], dst=t["path"][-1],
+                 models=frozenset(t["models"]), src_addr=t["src_addr"], dst_addr=t["dst_addr"])
+            for t in task["transfers"]
+            if self.node in (t["path"][0], t["path"][-1])
+        ]
+        here = self.node == task["global_node"] or self.node in task["local_nodes"]
+        if not mine and not here:
+            return None
+        return TaskRole(task["name"], task["global_node"], list(task["local_nodes"]), int(task["seed"]), mine)
+
+    # phases ------------------------------------------------------------------------------------
+    def setup(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Build models and data, then open every transfer's process group in one global order
+        (sorted keys), so that no two agents can wait on each other in a cycle."""
+        spec = self.spec
+        xtr, ytr, xte, yte = data.train_test_split_seeded(*data.load_digits_dataset(), seed=spec["data_seed"])
+        for role in self.roles:
+            shards = data.dirichlet_shards(ytr, len(role.local_nodes), spec["alpha"], seed=role.seed)
+            if self.node == role.global_node:
+                torch.manual_seed(role.seed)
+                role.global_model = self._build()
+                role.test = (xte, yte)
+            for i, node in enumerate(role.local_nodes):
+                if node == self.node:
+                    idx = torch.as_tensor(shards[i])
+                    role.local[i] = (self._build(), xtr[idx], ytr[idx])
+        self.numel = aggregation.flatten(self._build()).numel()
+        store = Path(spec["store_dir"])
+        xfers = sorted((t for r in self.roles for t in r.transfers), key=lambda t: t.key)
+        for t in xfers:
+            rank = transport.SENDER if t.src == self.node else transport.RECEIVER
+            addr = t.src_addr if rank == transport.SENDER else t.dst_addr
+            t.pair = transport.open_pair(store / t.key, rank=rank, address=addr, timeout_s=spec["timeout_s"])
+        return {"samples": {r.name: {str(i): len(v[2]) for i, v in r.local.items()} for r in self.roles}}
+
+    def _build(self) -> torch.nn.Module:
+        return models.build_model(self.spec["model"], num_classes=10, input_shape=(1, 8, 8))
+
+    def broadcast(self, msg: dict[str, Any]) -> dict[str, Any]:
+        self._each_role(self._broadcast_role)
+        return {}
+
+    def _broadcast_role(self, role: TaskRole) -> None:
+        streams: list[Callable[[], None]] = []
+        if self.node == role.global_node:
+            assert role.global_model is not None
+            flat = aggregation.flatten(role.global_model)
+            feeds = [(flat, None, role.outgoing(self.node, "broadcast"), set(role.local))]
+        else:
+            feeds = []
+            for t_in in role.incoming(self.node, "broadcast"):
+                buf = torch.empty(self.numel)
+                outs = [t for t in role.outgoing(self.node, "broadcast") if t.models <= t_in.models]
+                feeds.append((buf, t_in, outs, {i for i in role.local if i in t_in.models}))
+        for buf, t_in, outs, locals_ in feeds:
+            def stream(buf=buf, t_in=t_in, outs=outs, locals_=locals_) -> None:
+                transport.relay(buf, source=t_in.pair if t_in else None,
+                                sinks=[t.pair for t in outs], chunk_elems=self.chunk_elems)
+                for i in locals_:
+                    aggregation.load_flat(role.local[i][0], buf)
+            streams.append(stream)
+        _run_all(streams)
+
+    def train(self, msg: dict[str, Any]) -> dict[str, Any]:
+        spec, losses = self.spec, {}
+        for role in self.roles:
+            for i, (model, x, y) in sorted(role.local.items()):
+                losses[f"{role.name}/{i}"] = training.train_local(
+                    model, x, y, epochs=spec["epochs"], batch_size=spec["batch_size"], lr=spec["lr"],
+                    seed=role.seed * 1000 + msg["round"] * 100 + i,
+                )
+                role.trained[i] = aggregation.flatten(model)
+        return {"losses": losses}
+
+    def upload(self, msg: dict[str, Any]) -> dict[str, Any]:
+        weights: dict[str, dict[str, float]] = msg["weights"]
+        self._each_role(lambda role: self._upload_role(role, weights[role.name]))
+        return {}
+
+    def _upload_role(self, role: TaskRole, weights: dict[str, float]) -> None:
+        def own(models_: set[int]) -> torch.Tensor:
+            acc = torch.zeros(self.numel)
+            for i in sorted(models_ & role.trained.keys()):
+                acc.add_(role.trained[i], alpha=float(weights[str(i)]))
+            return acc
+
+        incoming = role.incoming(self.node, "upload")
+        if self.node == role.global_node:
+            assert role.global_model is not None
+            acc = own(set(role.trained))
+            transport.aggregate(acc, sources=[t.pair for t in incoming], sink=None, chunk_elems=self.chunk_elems)
+            aggregation.load_flat(role.global_model, acc)
+            return
+        streams = []
+        for t_out in role.outgoing(self.node, "upload"):
+            sources = [t.pair for t in incoming if t.models <= t_out.models]
+            def stream(t_out=t_out, sources=sources) -> None:
+                transport.aggregate(own(set(t_out.models)), sources=sources, sink=t_out.pair,
+                                    chunk_elems=self.chunk_elems)
+            streams.append(stream)
+        _run_all(streams)
+
+    def evaluate(self, msg: dict[str, Any]) -> dict[str, Any]:
+        acc = {}
+        for role in self.roles:
+            if role.global_model is not None and role.test is not None:
+                acc[role.name] = training.accuracy(role.global_model, *role.test)
+        return {"accuracy": acc}
+
+    def save(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Write this node's trained local models and new global models (for exactness checks)."""
+        out = Path(msg["dir"])
+        for role in self.roles:
+            for i, flat in role.trained.items():
+                torch.save(flat, out / f"{role.name}-local{i}.pt")
+            if role.global_model is not None:
+                torch.save(aggregation.flatten(role.global_model), out / f"{role.name}-global.pt")
+        return {}
+
+    # helpers -----------------------------------------------------------------------------------
+    def _each_role(self, fn: Callable[[TaskRole], None]) -> None:
+        _run_all([lambda r=r: fn(r) for r in self.roles])
+
+
+def _run_all(fns: list[Callable[[], None]]) -> None:
+    """Run independent streams concurrently (they block on the network), re-raising failures."""
+    if len(fns) == 1:
+        fns[0]()
+        return
+    with ThreadPoolExecutor(max_workers=max(1, len(fns))) as pool:
+        for fut in [pool.submit(f) for f in fns]:
+            fut.result()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fedmst.agent")
+    parser.add_argument("--spec", required=True)
+    parser.add_argument("--node", required=True)
+    args = parser.parse_args(argv)
+    import json
+
+    spec = json.loads(Path(args.spec).read_text())
+    torch.set_num_threads(1)
+    chan = control.connect(spec["control_socket"], node=args.node, token=os.environ["FEDMST_TOKEN"])
+    agent = Agent(spec, args.node)
+    handlers = {name: getattr(agent, name) for name in ("setup", "broadcast", "train", "upload", "evaluate", "save")}
+    while True:
+        msg = chan.recv()
+        if msg is None or msg.get("cmd") == "stop":
+            return 0
+        start = time.perf_counter()
+        try:
+            reply = handlers[msg["cmd"]](msg)
+            reply.update(ok=True, seconds=time.perf_counter() - start)
+        except Exception as exc:  # noqa: BLE001 - reported to the coordinator, which stops the run
+            traceback.print_exc()
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+        chan.send(reply)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""The ``fedmst`` command: run, compare, clean.
+
+Every :class:`FedmstError` becomes one line on stderr and exit code 1; Ctrl-C and SIGTERM tear
+the emulation down (the ``with`` blocks do it) and exit with 130.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from fedmst.errors import FedmstError
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    from fedmst.models import DEFAULT_MODEL
+
+    opts = [
+        click.option("--topology", default="nsfnet", show_default=True,
+                     help="A file in topologies/, a .json/.graphml path, or a topohub key such as sndlib/polska."),
+        click.option("--local-models", "-k", type=click.IntRange(min=1), default=4, show_default=True,
+                     help="Number of local models of the task."),
+        click.option("--rounds", "-r", type=click.IntRange(min=1), default=2, show_default=True),
+        click.option("--model", default=DEFAULT_MODEL, show_default=True,
+                     help="A registered model name or package.module:factory."),
+        click.option("--seed", type=int, default=1, show_default=True,
+                     help="Seeds task placement, data split and model initialisation."),
+        click.option("--global-node", default=None, help="Node of the global model (default: seeded)."),
+        click.option("--local-nodes", default=None,
+                     help="Comma-separated nodes of the local models (default: seeded)."),
+        click.option("--epochs", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Local training epochs per round."),
+        click.option("--chunk-kb", type=click.IntRange(min=1), default=256, show_default=True,
+                     help="Relays forward weights in chunks of this size (pipelining)."),
+        click.option("--no-delay", is_flag=True, help="Do not apply link propagation delay."),
+        click.option("--save-models", is_flag=True,
+                     help="Write trained local and aggregated global weights to OUT/models."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def _config(out: str, scheduler: str, **kw: Any) -> Any:
+    from fedmst.coordinator import RunConfig
+
+    local_nodes = tuple(n.strip() for n in kw["local_nodes"].split(",")) if kw["local_nodes"] else None
+    return RunConfig(
+        topology=kw["topology"], scheduler=scheduler, local_models=kw["local_models"], rounds=kw["rounds"],
+        model=kw["model"], seed=kw["seed"], out=out, global_node=kw["global_node"], local_nodes=local_nodes,
+        epochs=kw["epochs"], chunk_bytes=kw["chunk_kb"] * 1024, delay=not kw["no_delay"],
+        save_models=kw["save_models"],
+    )
+
+
+def _report(line: str) -> None:
+    console.print(line, markup=False)
+
+
+def _guard(fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` turning fedmst errors into one line and signals into a clean exit."""
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        return fn()
+    except FedmstError as exc:
+        err_console.print(f"fedmst: error: {exc}")
+        sys.exit(1)
+    except KeyboardInterrupt:
+        err_console.print("fedmst: interrupted; the emulated network was torn down")
+        sys.exit(130)
+
+
+@click.group()
+def main() -> None:
+    """fedmst: federated learning over emulated links, MST trees with in-path aggregation vs SPFF."""
+
+
+@main.command()
+@click.option("--scheduler", type=click.Choice(["spff", "mst"]), default="mst", show_default=True)
+@click.option("--out", default="runs/run", show_default=True, help="Run folder to write.")
+@_options
+def run(scheduler: str, out: str, **kw: Any) -> None:
+    """Run one FL task for real in Mininet with one scheduler."""
+    from fedmst.coordinator import run as run_
+
+    summary = _guard(lambda: run_(_config(out, scheduler, **kw), report=_report))
+    console.print(_table({scheduler: summary}))
+    console.print(f"results in {out}/")
+
+
+@main.command()
+@click.option("--out", default="runs/compare", show_default=True, help="Folder for spff/, mst/ and comparison.json.")
+@_options
+def compare(out: str, **kw: Any) -> None:
+    """Run the same task with SPFF and with MST and compare them side by side."""
+    from fedmst.coordinator import prepare, run as run_
+    from fedmst.results import write_json
+
+    def both() -> dict[str, Any]:
+        base = _config(out, "spff", **kw)
+        for s in ("spff", "mst"):  # validate every input before building any network
+            prepare(replace(base, scheduler=s))
+        return {s: run_(replace(base, scheduler=s, out=str(Path(out) / s)), report=_report)
+                for s in ("spff", "mst")}
+
+    summaries = _guard(both)
+    comparison = {
+        "spff": summaries["spff"], "mst": summaries["mst"],
+        "bytes_ratio": summaries["mst"]["link_bytes_measured"] / summaries["spff"]["link_bytes_measured"],
+        "latency_ratio": summaries["mst"]["round_latency_s"] / summaries["spff"]["round_latency_s"],
+    }
+    write_json(Path(out) / "comparison.json", comparison)
+    console.print(_table(summaries, ratios=True))
+    console.print(f"results in {out}/ (spff/, mst/, comparison.json)")
+
+
+@main.command()
+def clean() -> None:
+    """Remove every namespace, interface and process a crashed fedmst run left behind."""
+    from fedmst.cleanup import clean as clean_
+
+    for line in _guard(clean_):
+        console.print(line)
+
+
+def _table(summaries: dict[str, dict[str, Any]], ratios: bool = False) -> Table:
+    """Side-by-side figures: measured beside predicted, and MST/SPFF ratios for a comparison."""
+    names = list(summaries)
+    table = Table(title=f"fedmst on {next(iter(summaries.values()))['topology']}")
+    table.add_column("per round (mean)")
+    for n in names:
+        table.add_column(n.upper(), justify="right")
+    if ratios:
+        table.add_column("MST/SPFF", justify="right")
+
+    def row(label: str, get: Callable[[dict[str, Any]], float], fmt: str) -> None:
+        values = [get(summaries[n]) for n in names]
+        cells = [fmt.format(v) for v in values]
+        if ratios:
+            cells.append(f"{values[1] / values[0]:.2f}" if values[0] else "-")
+        table.add_row(label, *cells)
+
+    rounds = lambda s: s["rounds"]  # noqa: E731
+    row("broadcast (s)", lambda s: s["broadcast_s"], "{:.2f}")
+    row("  predicted (s)", lambda s: s["predicted_broadcast_s"], "{:.2f}")
+    row("train (s)", lambda s: s["train_s"], "{:.2f}")
+    row("upload (s)", lambda s: s["upload_s"], "{:.2f}")
+    row("  predicted (s)", lambda s: s["predicted_upload_s"], "{:.2f}")
+    row("round latency (s)", lambda s: s["round_latency_s"], "{:.2f}")
+    row("link bytes measured (MB)", lambda s: s["link_bytes_measured"] / rounds(s) / 1e6, "{:.2f}")
+    row("  weights (MB)", lambda s: s["weight_bytes_measured"] / rounds(s) / 1e6, "{:.2f}")
+    row("  weights predicted (MB)", lambda s: s["link_bytes_predicted"] / rounds(s) / 1e6, "{:.2f}")
+    row("  ACKs and other (MB)", lambda s: s["ack_bytes_measured"] / rounds(s) / 1e6, "{:.2f}")
+    row("max per-link weight error (%)", lambda s: 100 * s["max_link_bytes_error"], "{:.2f}")
+    row("final accuracy", lambda s: s["final_accuracy"], "{:.3f}")
+    first = next(iter(summaries.values()))
+    table.caption = (f"{first['local_models']} local models, model {first['model']} "
+                     f"({first['model_bytes'] / 1e6:.2f} MB), {first['rounds']} rounds; "
+                     f"delay emulated: {first['emulated']['delay']}")
+    return table

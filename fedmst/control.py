@@ -1,0 +1,133 @@
+"""The control channel between the coordinator and its agents: JSON lines over a Unix socket.
+
+A Unix-domain socket lives on the filesystem, which every Mininet host shares, so control
+traffic (round start, timings, results) never crosses an emulated link and never shows up in the
+link byte counters. Messages are JSON, never pickles. An agent proves it was started by this
+coordinator with a per-run random token.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from fedmst.errors import EmulationError
+
+Message = dict[str, Any]
+
+
+class Channel:
+    """One JSON-lines connection."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._buf = b""
+
+    def send(self, msg: Message) -> None:
+        self.sock.sendall(json.dumps(msg).encode() + b"\n")
+
+    def recv(self) -> Message | None:
+        """The next message, or None when the peer closed the connection."""
+        while b"\n" not in self._buf:
+            data = self.sock.recv(1 << 16)
+            if not data:
+                return None
+            self._buf += data
+        line, self._buf = self._buf.split(b"\n", 1)
+        msg = json.loads(line)
+        if not isinstance(msg, dict):
+            raise EmulationError(f"control channel: expected a JSON object, got {line[:80]!r}")
+        return msg
+
+    def has_message(self) -> bool:
+        return b"\n" in self._buf
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def connect(path: str, *, node: str, token: str) -> Channel:
+    """Agent side: connect and introduce ourselves."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    chan = Channel(sock)
+    chan.send({"hello": node, "token": token})
+    return chan
+
+
+class ControlServer:
+    """Coordinator side: accepts exactly the agents it started and runs commands on all of them."""
+
+    def __init__(self, path: Path, *, token: str) -> None:
+        self.path = path
+        self.token = token
+        self.agents: dict[str, Channel] = {}
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(str(path))
+        self._sock.listen(128)
+
+    def accept(self, nodes: Iterable[str], *, timeout_s: float, check: Callable[[], None]) -> None:
+        """Wait until every node in ``nodes`` has connected with the right token."""
+        expected = set(nodes)
+        deadline = time.monotonic() + timeout_s
+        while expected - self.agents.keys():
+            check()
+            if time.monotonic() > deadline:
+                missing = ", ".join(sorted(expected - self.agents.keys()))
+                raise EmulationError(f"agents on node(s) {missing} did not connect within {timeout_s:.0f} s")
+            ready, _, _ = select.select([self._sock], [], [], 0.5)
+            if not ready:
+                continue
+            conn, _ = self._sock.accept()
+            chan = Channel(conn)
+            conn.settimeout(5)
+            hello = chan.recv()
+            conn.settimeout(None)
+            node = hello.get("hello") if hello else None
+            if not hello or hello.get("token") != self.token or node not in expected or node in self.agents:
+                chan.close()  # not one of ours: refuse it
+                continue
+            self.agents[node] = chan
+
+    def run(self, msg: Message, *, timeout_s: float, check: Callable[[], None]) -> dict[str, Message]:
+        """Send ``msg`` to every agent and collect one reply from each.
+
+        ``check`` is called while waiting and raises if an agent process died, so a dead agent
+        is reported within a second instead of hanging the run. A reply with ``ok: false``
+        becomes an :class:`EmulationError` naming the node.
+        """
+        for chan in self.agents.values():
+            chan.send(msg)
+        replies: dict[str, Message] = {}
+        deadline = time.monotonic() + timeout_s
+        by_sock = {chan.sock: node for node, chan in self.agents.items()}
+        while len(replies) < len(self.agents):
+            waiting = [c.sock for n, c in self.agents.items() if n not in replies]
+            ready = [c.sock for n, c in self.agents.items() if n not in replies and c.has_message()]
+            if not ready:
+                ready, _, _ = select.select(waiting, [], [], 0.5)
+            for sock in ready:
+                node = by_sock[sock]
+                reply = self.agents[node].recv()
+                if reply is None:
+                    check()
+                    raise EmulationError(f"agent on node {node} closed its control connection during {msg.get('cmd')}")
+                if not reply.get("ok", False):
+                    raise EmulationError(f"agent on node {node} failed in {msg.get('cmd')}: {reply.get('error')}")
+                replies[node] = reply
+            if len(replies) < len(self.agents):
+                check()
+                if time.monotonic() > deadline:
+                    late = ", ".join(sorted(set(self.agents) - replies.keys()))
+                    raise EmulationError(f"{msg.get('cmd')} timed out after {timeout_s:.0f} s waiting for node(s) {late}")
+        return replies
+
+    def close(self) -> None:
+        for chan in self.agents.values():
+            chan.close()
+        self._sock.close()
+        self.path.unlink(missing_ok=True)

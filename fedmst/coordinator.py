@@ -1,0 +1,285 @@
+"""The coordinator: topology -> task -> plan -> emulation + agents -> measured rounds -> run folder.
+
+Each round is driven phase by phase (broadcast, train, upload) with a barrier between phases,
+so each phase's wall-clock latency and the bytes each link carried during it are measured on
+their own and shown beside the Plan's prediction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from statistics import mean
+from typing import Any, Callable
+
+from fedmst import aggregation, data, models
+from fedmst.control import ControlServer
+from fedmst.emulation import Emulation
+from fedmst.errors import EmulationError, FedmstError
+from fedmst.results import LINK_FIELDS, ROUND_FIELDS, write_csv, write_json
+from fedmst.scheduling import Plan, schedule
+from fedmst.scheduling.plan import (
+    PHASES,
+    plan_summary,
+    predicted_link_bytes,
+    predicted_phase_seconds,
+)
+from fedmst.tasks import place_task
+from fedmst.topology import load_topology
+
+Report = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Every option of a run, resolved; written to ``config.json``."""
+
+    topology: str = "nsfnet"
+    scheduler: str = "mst"
+    local_models: int = 4
+    rounds: int = 2
+    model: str = models.DEFAULT_MODEL
+    seed: int = 1
+    out: str = "runs/latest"
+    global_node: str | None = None
+    local_nodes: tuple[str, ...] | None = None
+    epochs: int = 1
+    batch_size: int = 32
+    lr: float = 0.05
+    alpha: float = 0.5
+    chunk_bytes: int = 256 * 1024
+    delay: bool = True
+    phase_timeout_s: float = 300.0
+    save_models: bool = False
+
+
+@dataclass
+class RoundResult:
+    round: int
+    seconds: dict[str, float] = field(default_factory=dict)
+    link_bytes: dict[str, dict[tuple[str, str], int]] = field(default_factory=dict)
+    accuracy: float = 0.0
+
+
+def prepare(config: RunConfig) -> tuple[Any, Plan]:
+    """The pure half: load and validate everything, place the task and schedule it (no I/O on the
+    network), so bad input fails before any namespace exists."""
+    graph = load_topology(config.topology)
+    model = models.build_model(config.model, num_classes=10, input_shape=(1, 8, 8))
+    task = place_task(
+        graph, name="task0", local_models=config.local_models, model_bytes=models.model_bytes(model),
+        seed=config.seed, global_node=config.global_node, local_nodes=config.local_nodes,
+    )
+    _, ytr, _, _ = data.train_test_split_seeded(*data.load_digits_dataset(), seed=config.seed)
+    data.dirichlet_shards(ytr, task.k, config.alpha, seed=config.seed)  # fails early if too many models
+    return graph, schedule(graph, task, config.scheduler)
+
+
+def run(config: RunConfig, report: Report = print) -> dict[str, Any]:
+    """Run ``config`` for real and return its summary; the run folder is written as it goes."""
+    graph, plan = prepare(config)
+    out = Path(config.out)
+    _make_run_dir(out)
+    write_json(out / "config.json", asdict(config))
+    task = plan.task
+    report(
+        f"[{config.scheduler}] task: G on node {task.global_node}, local models on "
+        f"{', '.join(task.local_nodes)}; {len(plan.phase('broadcast'))} broadcast and "
+        f"{len(plan.phase('upload'))} upload transfers; aggregation at {', '.join(sorted(plan.aggregation_nodes))}"
+    )
+    scratch = Path(tempfile.mkdtemp(prefix="fedmst-"))
+    started = time.monotonic()
+    try:
+        with Emulation(graph, with_delay=config.delay) as emu:
+            emulated = emu.capabilities.emulated(delay_wanted=config.delay)
+            if not emulated["delay"]:
+                report(f"[{config.scheduler}] note: {emulated['note']}")
+            rounds = _run_rounds(config, graph, plan, emu, out, scratch, report)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    summary = _summary(config, graph, plan, rounds, emulated, time.monotonic() - started)
+    write_json(out / "summary.json", summary)
+    return summary
+
+
+def _make_run_dir(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise FedmstError(f"output folder {out}: cannot write there ({exc.strerror})") from None
+
+
+def _run_rounds(config: RunConfig, graph: Any, plan: Plan, emu: Emulation, out: Path,
+                scratch: Path, report: Report) -> list[RoundResult]:
+    task = plan.task
+    keys = {f"{task.name}-{i:03d}-{t.phase}": t for i, t in enumerate(plan.transfers)}
+    flows = emu.install_flows({k: t.path for k, t in keys.items()})
+    token = secrets.token_hex(16)
+    store = scratch / "store"
+    store.mkdir()
+    spec = {
+        "control_socket": str(scratch / "control.sock"),
+        "store_dir": str(store),
+        "model": config.model, "epochs": config.epochs, "batch_size": config.batch_size, "lr": config.lr,
+        "alpha": config.alpha, "data_seed": config.seed, "chunk_bytes": config.chunk_bytes,
+        "timeout_s": config.phase_timeout_s,
+        "tasks": [{
+            "name": task.name, "global_node": task.global_node, "local_nodes": list(task.local_nodes),
+            "seed": config.seed,
+            "transfers": [
+                {"key": k, "phase": t.phase, "path": list(t.path), "models": sorted(t.models),
+                 "src_addr": flows[k].src_addr, "dst_addr": flows[k].dst_addr}
+                for k, t in keys.items()
+            ],
+        }],
+    }
+    write_json(out / "plan.json", {**plan_summary(plan), "flows": spec["tasks"][0]["transfers"]})
+    spec_file = scratch / "agents.json"
+    spec_file.write_text(json.dumps(spec))
+    logs = out / "agents"
+    logs.mkdir(exist_ok=True)
+    server = ControlServer(Path(spec["control_socket"]), token=token)
+    procs = {}
+    env = {**os.environ, "FEDMST_TOKEN": token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    try:
+        for node in sorted(plan.nodes):
+            log = (logs / f"node-{node}.log").open("w")
+            procs[node] = (emu.popen(node, [sys.executable, "-m", "fedmst.agent", "--spec", str(spec_file),
+                                            "--node", node], env=env, log_file=log), logs / f"node-{node}.log")
+
+        def check() -> None:
+            for node, (proc, log_path) in procs.items():
+                if proc.poll() is not None:
+                    tail = [l for l in log_path.read_text().splitlines() if l.strip()][-1:] or ["(no output)"]
+                    raise EmulationError(f"agent on node {node} exited with code {proc.returncode}: {tail[0]}")
+
+        t = config.phase_timeout_s
+        server.accept(procs, timeout_s=t, check=check)
+        setup = server.run({"cmd": "setup"}, timeout_s=t, check=check)
+        samples = {int(i): n for r in setup.values() for i, n in r["samples"][task.name].items()}
+        weights = {task.name: {str(i): w for i, w in enumerate(aggregation.sample_weights(
+            [samples[i] for i in range(task.k)]))}}
+        report(f"[{config.scheduler}] {len(procs)} agents ready in {max(r['seconds'] for r in setup.values()):.1f} s")
+        results: list[RoundResult] = []
+        for r in range(1, config.rounds + 1):
+            res = RoundResult(round=r)
+            before = emu.counters()
+            for phase, msg in (("broadcast", {}), ("train", {}), ("upload", {"weights": weights})):
+                start = time.perf_counter()
+                server.run({"cmd": phase, "round": r, **msg}, timeout_s=t, check=check)
+                res.seconds[phase] = time.perf_counter() - start
+                after = emu.counters()
+                res.link_bytes[phase] = {hop: after[hop] - before[hop] for hop in after}
+                before = after
+            evaluated = server.run({"cmd": "evaluate", "round": r}, timeout_s=t, check=check)
+            res.accuracy = next(a[task.name] for a in (e["accuracy"] for e in evaluated.values()) if task.name in a)
+            if config.save_models:
+                saved = out / "models" / f"round{r}"
+                saved.mkdir(parents=True, exist_ok=True)
+                server.run({"cmd": "save", "dir": str(saved)}, timeout_s=t, check=check)
+                write_json(saved / "weights.json", weights[task.name])
+            results.append(res)
+            _write_tables(out, graph, plan, config, results, emu.delay_applied)
+            report(
+                f"[{config.scheduler}] round {r}/{config.rounds}: broadcast {res.seconds['broadcast']:.2f} s, "
+                f"train {res.seconds['train']:.2f} s, upload {res.seconds['upload']:.2f} s, "
+                f"{sum(sum(b.values()) for b in res.link_bytes.values()) / 1e6:.1f} MB on links, "
+                f"accuracy {res.accuracy:.3f}"
+            )
+        return results
+    finally:
+        server.close()
+
+
+def _predicted_seconds(plan: Plan, graph: Any, config: RunConfig, delay: bool) -> dict[str, float]:
+    return {p: predicted_phase_seconds(plan, graph, p, chunk_bytes=config.chunk_bytes, with_delay=delay)
+            for p in PHASES}
+
+
+def _link_rows(graph: Any, plan: Plan, res: RoundResult) -> list[dict[str, Any]]:
+    """One row per link direction for one round: predicted weight bytes beside measured bytes.
+
+    Within a phase a link direction either carries planned weights or only the ACKs (and ARP)
+    of transfers going the other way, so measured bytes split cleanly into weight bytes (phases
+    where weights were planned on it) and the rest.
+    """
+    predicted = {p: predicted_link_bytes(plan, p) for p in PHASES}
+    rows = []
+    for u, v in sorted(res.link_bytes["broadcast"], key=lambda h: (sorted(map(_order, h)), _order(h[0]))):
+        hop = (u, v)
+        measured = {p: b[hop] for p, b in res.link_bytes.items()}
+        planned = sum(predicted[p].get(hop, 0) for p in PHASES)
+        weights = sum(measured[p] for p in PHASES if predicted[p].get(hop))
+        rows.append({
+            "round": res.round, "link": "-".join(sorted((u, v), key=_order)), "src": u, "dst": v,
+            "capacity_mbps": graph.edges[u, v]["capacity_mbps"],
+            "predicted_bytes": planned, "measured_bytes": sum(measured.values()),
+            "measured_weight_bytes": weights, "measured_other_bytes": sum(measured.values()) - weights,
+            "error_pct": 100 * (weights - planned) / planned if planned else 0.0,
+            "broadcast_bytes": measured["broadcast"], "upload_bytes": measured["upload"],
+        })
+    return rows
+
+
+def _write_tables(out: Path, graph: Any, plan: Plan, config: RunConfig, rounds: list[RoundResult],
+                  delay: bool) -> None:
+    """Rewrite rounds.csv and links.csv with every finished round (atomically)."""
+    secs = _predicted_seconds(plan, graph, config, delay)
+    round_rows, link_rows = [], []
+    for res in rounds:
+        rows = _link_rows(graph, plan, res)
+        link_rows += rows
+        round_rows.append({
+            "round": res.round, **{f"{p}_s": res.seconds[p] for p in ("broadcast", "train", "upload")},
+            "round_s": sum(res.seconds.values()),
+            "predicted_broadcast_s": secs["broadcast"], "predicted_upload_s": secs["upload"],
+            "bytes_measured": sum(r["measured_bytes"] for r in rows),
+            "bytes_predicted": sum(r["predicted_bytes"] for r in rows),
+            "accuracy": res.accuracy,
+        })
+    write_csv(out / "rounds.csv", ROUND_FIELDS, round_rows)
+    write_csv(out / "links.csv", LINK_FIELDS, link_rows)
+
+
+def _order(node: str) -> tuple[int, int | str]:
+    return (0, int(node)) if node.isdigit() else (1, node)
+
+
+def _summary(config: RunConfig, graph: Any, plan: Plan, rounds: list[RoundResult],
+             emulated: dict[str, object], wall_s: float) -> dict[str, Any]:
+    secs = _predicted_seconds(plan, graph, config, bool(emulated["delay"]))
+    rows = [row for r in rounds for row in _link_rows(graph, plan, r)]
+    return {
+        "scheduler": config.scheduler,
+        "topology": graph.graph["name"],
+        "local_models": config.local_models,
+        "rounds": len(rounds),
+        "model": config.model,
+        "model_bytes": plan.task.model_bytes,
+        "global_node": plan.task.global_node,
+        "local_nodes": list(plan.task.local_nodes),
+        "aggregation_nodes": sorted(plan.aggregation_nodes),
+        "link_bytes_measured": sum(r["measured_bytes"] for r in rows),
+        "link_bytes_predicted": sum(r["predicted_bytes"] for r in rows),
+        "weight_bytes_measured": sum(r["measured_weight_bytes"] for r in rows),
+        "ack_bytes_measured": sum(r["measured_other_bytes"] for r in rows),
+        "max_link_bytes_error": max((abs(r["error_pct"]) / 100 for r in rows if r["predicted_bytes"]), default=0.0),
+        "round_latency_s": mean(sum(r.seconds.values()) for r in rounds),
+        **{f"{p}_s": mean(r.seconds[p] for r in rounds) for p in ("broadcast", "train", "upload")},
+        "predicted_broadcast_s": secs["broadcast"],
+        "predicted_upload_s": secs["upload"],
+        "final_accuracy": rounds[-1].accuracy,
+        "accuracy_per_round": [r.accuracy for r in rounds],
+        "emulated": emulated,
+        "wall_s": wall_s,
+    }

@@ -1,0 +1,297 @@
+"""The emulated network: one Mininet host per topology node, one shaped link per physical link.
+
+Every host both forwards packets (a router) and runs that node's agent. Each overlay transfer
+of a Plan gets its own pair of /32 endpoint addresses, and routes for exactly that pair are
+installed hop by hop along the transfer's planned path (and back along it for ACKs), so every
+transfer follows its physical path whatever else shares the nodes. The endpoint routes carry a
+``src`` hint so that unbound sockets (gloo's connecting side) pick the flow's own address.
+
+Segmentation offloads are off on every interface, so the interface byte counters count real
+frames and match :mod:`fedmst.wire`'s arithmetic. This is the only module that imports mininet.
+:class:`Emulation` is a context manager that always tears everything down.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Iterable, Mapping, Sequence
+
+import networkx as nx
+
+from fedmst.cleanup import RunState
+from fedmst.errors import EmulationError
+from fedmst.scheduling.plan import LinkDir
+
+log = logging.getLogger(__name__)
+
+HOST_PREFIX = "fm"
+"""Every host, and so every emulated interface (``fm3-eth0``), is named with this prefix."""
+LINK_NET = ipaddress.ip_network("10.0.0.0/10")
+FLOW_NET = ipaddress.ip_network("10.128.0.0/9")
+_HARMLESS_TC = ("quantum of class", "Consider r2q change")
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One transfer's route: the physical path and the two endpoint addresses it owns."""
+
+    key: str
+    path: tuple[str, ...]
+    src_addr: str
+    dst_addr: str
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What the kernel can emulate, found by trying, not by reading version numbers."""
+
+    netem: bool
+
+    def emulated(self, *, delay_wanted: bool) -> dict[str, object]:
+        """The ``emulated`` object of summary.json: what was really applied to the links."""
+        delay = self.netem and delay_wanted
+        return {
+            "bandwidth": True,
+            "bandwidth_mechanism": "htb",
+            "delay": delay,
+            "delay_mechanism": "netem" if delay else "none",
+            "loss": False,
+            "note": (
+                "propagation delay applied by netem"
+                if delay
+                else "propagation delay NOT applied: "
+                + ("this kernel has no sch_netem" if not self.netem else "delay disabled")
+            ),
+        }
+
+
+def require_tools() -> None:
+    """Fail early, in one line, when the host lacks what the emulation needs."""
+    import os
+
+    if os.geteuid() != 0:
+        raise EmulationError("fedmst needs root to create network namespaces: run it as root")
+    for tool, package in (("mnexec", "mininet"), ("tc", "iproute2"), ("ethtool", "ethtool")):
+        if shutil.which(tool) is None:
+            raise EmulationError(f"{tool} not found on PATH: install Debian's {package} package")
+
+
+def probe_capabilities() -> Capabilities:
+    """Try netem on a throw-away dummy interface and remove it again."""
+    probe = f"{HOST_PREFIX}probe0"
+    run = lambda *a: subprocess.run(a, capture_output=True, text=True)  # noqa: E731
+    created = run("ip", "link", "add", probe, "type", "dummy").returncode == 0
+    try:
+        ok = created and run("tc", "qdisc", "add", "dev", probe, "root", "netem", "delay", "1ms").returncode == 0
+    finally:
+        if created:
+            run("ip", "link", "del", probe)
+    return Capabilities(netem=ok)
+
+
+def host_name(index: int) -> str:
+    return f"{HOST_PREFIX}{index}"
+
+
+class Emulation:
+    """A running emulated network for ``graph``; use as ``with Emulation(graph) as emu:``.
+
+    ``with_delay`` applies each link's ``delay_s`` through netem where the kernel has it.
+    """
+
+    def __init__(self, graph: nx.Graph, *, with_delay: bool = True) -> None:
+        self.graph = graph
+        self.capabilities = probe_capabilities()
+        self.delay_applied = with_delay and self.capabilities.netem
+        self.nodes: list[str] = sorted(graph.nodes, key=_node_order)
+        self._net = None
+        self._hosts: dict[str, object] = {}
+        self._intf: dict[LinkDir, str] = {}
+        self._peer_ip: dict[LinkDir, str] = {}
+        self._procs: list[subprocess.Popen] = []
+        self._flow_hosts = FLOW_NET.hosts()
+        self._state: RunState | None = None
+
+    # life cycle -----------------------------------------------------------------------------
+    def __enter__(self) -> "Emulation":
+        require_tools()
+        self._state = RunState()
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _build(self) -> None:
+        from mininet.link import TCIntf, TCLink
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+        from mininet.node import Host
+
+        setLogLevel("critical")
+        tc_errors: list[str] = []
+
+        class _Intf(TCIntf):  # type: ignore[misc]
+            """TCIntf that drops htb's harmless quantum warning and keeps real tc errors."""
+
+            def tc(self, cmd: str, tc: str = "tc") -> str:
+                raw = super().tc(cmd, tc)
+                if " show " in cmd:
+                    return raw
+                out = "\n".join(
+                    line for line in raw.splitlines()
+                    if line.strip() and not any(h in line for h in _HARMLESS_TC)
+                )
+                if out:
+                    tc_errors.append(f"{self.name}: {out}")
+                return out
+
+        class _Link(TCLink):  # type: ignore[misc]
+            def __init__(self, *args: object, **kw: object) -> None:
+                kw.setdefault("cls1", _Intf)
+                kw.setdefault("cls2", _Intf)
+                super().__init__(*args, **kw)
+
+        net = Mininet(topo=None, build=False, controller=None, link=_Link, host=Host, autoSetMacs=False)
+        self._net = net
+        for i, node in enumerate(self.nodes):
+            host = net.addHost(host_name(i), ip=None)
+            assert self._state is not None
+            self._state.add(host.shell.pid)
+            # before any interface exists: no IPv6 chatter on the measured links, forward packets
+            host.cmd(
+                "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1"
+                " net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0"
+                "; ip link set lo up"
+            )
+            self._hosts[node] = host
+        subnets = LINK_NET.subnets(new_prefix=30)
+        for u, v in sorted(self.graph.edges, key=lambda e: tuple(sorted(map(_node_order, e)))):
+            attrs = self.graph.edges[u, v]
+            net_ = next(subnets)
+            ip_u, ip_v = (str(a) for a in list(net_.hosts())[:2])
+            params: dict[str, object] = {"bw": float(attrs["capacity_mbps"])}
+            if self.delay_applied and attrs["delay_s"] > 0:
+                params["delay"] = f"{attrs['delay_s'] * 1e3:.3f}ms"
+            link = net.addLink(
+                self._hosts[u], self._hosts[v],
+                params1={"ip": f"{ip_u}/30"}, params2={"ip": f"{ip_v}/30"}, **params,
+            )
+            self._intf[(u, v)], self._intf[(v, u)] = link.intf1.name, link.intf2.name
+            self._peer_ip[(u, v)], self._peer_ip[(v, u)] = ip_v, ip_u
+        net.build()
+        if tc_errors:
+            raise EmulationError("shaping a link failed: " + "; ".join(tc_errors[:3]))
+        for node, host in self._hosts.items():
+            cmds = [f"ethtool -K {intf} tso off gso off gro off 2>&1 >/dev/null" for intf in map(str, host.intfList()) if intf != "lo"]
+            if cmds:
+                host.cmd("; ".join(cmds))
+
+    def close(self) -> None:
+        """Stop every process started in the hosts, then the network. Safe to call twice."""
+        for proc in self._procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self._procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._procs.clear()
+        if self._net is not None:
+            net, self._net = self._net, None
+            try:
+                net.stop()
+            except Exception as exc:  # noqa: BLE001 - teardown must finish; report what failed
+                log.warning("mininet stop failed: %s", exc)
+            for host in self._hosts.values():
+                _reap(host)
+        if self._state is not None:
+            self._state.remove()
+            self._state = None
+
+    # routes --------------------------------------------------------------------------------
+    def install_flows(self, paths: Mapping[str, Sequence[str]]) -> dict[str, Flow]:
+        """Give each keyed path its two endpoint addresses and route it hop by hop."""
+        flows: dict[str, Flow] = {}
+        cmds: dict[str, list[str]] = {n: [] for n in self.nodes}
+        for key, path in paths.items():
+            path = tuple(path)
+            for hop in zip(path, path[1:]):
+                if hop not in self._intf:
+                    raise EmulationError(f"flow {key}: path {path} uses missing link {hop[0]}-{hop[1]}")
+            a, b = str(next(self._flow_hosts)), str(next(self._flow_hosts))
+            flows[key] = Flow(key=key, path=path, src_addr=a, dst_addr=b)
+            cmds[path[0]].append(f"addr add {a}/32 dev lo")
+            cmds[path[-1]].append(f"addr add {b}/32 dev lo")
+            for j, node in enumerate(path):
+                if j + 1 < len(path):
+                    src = f" src {a}" if j == 0 else ""
+                    cmds[node].append(f"route add {b}/32 via {self._peer_ip[(node, path[j + 1])]}{src}")
+                if j > 0:
+                    src = f" src {b}" if j == len(path) - 1 else ""
+                    cmds[node].append(f"route add {a}/32 via {self._peer_ip[(node, path[j - 1])]}{src}")
+        for node, lines in cmds.items():
+            if lines:
+                self._ip_batch(node, lines)
+        return flows
+
+    def _ip_batch(self, node: str, lines: Iterable[str]) -> None:
+        with tempfile.NamedTemporaryFile("w", prefix="fedmst-routes-", suffix=".batch") as batch:
+            batch.write("\n".join(lines) + "\n")
+            batch.flush()
+            out = self._hosts[node].cmd(f"ip -batch {batch.name} 2>&1; echo rc=$?").strip()
+        if not out.endswith("rc=0"):
+            raise EmulationError(f"installing routes on node {node} failed: {out.splitlines()[0]}")
+
+    # measurement -----------------------------------------------------------------------------
+    def counters(self) -> dict[LinkDir, int]:
+        """Bytes each link direction has carried so far: the sender interface's tx counter."""
+        tx: dict[str, int] = {}
+        for host in self._hosts.values():
+            tx.update(_read_tx_bytes(Path(f"/proc/{host.pid}/net/dev")))
+        return {hop: tx[intf] for hop, intf in self._intf.items()}
+
+    # processes ------------------------------------------------------------------------------
+    def popen(self, node: str, argv: Sequence[str], *, env: Mapping[str, str], log_file: IO[str]) -> subprocess.Popen:
+        """Start a process inside ``node``'s host; it is ended by :meth:`close`."""
+        proc = self._hosts[node].popen(list(argv), env=dict(env), stdout=log_file, stderr=subprocess.STDOUT)
+        self._procs.append(proc)
+        assert self._state is not None
+        self._state.add(proc.pid)
+        return proc
+
+    def interfaces(self, node: str) -> list[str]:
+        return [str(i) for i in self._hosts[node].intfList() if str(i) != "lo"]
+
+
+def _node_order(node: str) -> tuple[int, int | str]:
+    """Numeric node names sort numerically, others alphabetically after them."""
+    return (0, int(node)) if str(node).isdigit() else (1, str(node))
+
+
+def _read_tx_bytes(path: Path) -> dict[str, int]:
+    out = {}
+    for line in path.read_text().splitlines()[2:]:
+        name, _, fields = line.partition(":")
+        out[name.strip()] = int(fields.split()[8])
+    return out
+
+
+def _reap(host: object) -> None:
+    """Wait for a stopped Mininet host's shell so no zombie or namespace outlives the run."""
+    shell = getattr(host, "shell", None)
+    if shell is not None and shell.poll() is None:
+        shell.kill()
+        shell.wait()

@@ -1,0 +1,60 @@
+"""Run folders: every file written atomically, so an interrupted run never leaves half a file.
+
+A run folder holds ``config.json`` (resolved options), ``plan.json`` (the Plan and its
+addresses), ``rounds.csv`` (a row per round), ``links.csv`` (a row per link direction and round:
+measured beside predicted bytes) and ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+ROUND_FIELDS = (
+    "round", "broadcast_s", "train_s", "upload_s", "round_s",
+    "predicted_broadcast_s", "predicted_upload_s",
+    "bytes_measured", "bytes_predicted", "accuracy",
+)
+LINK_FIELDS = (
+    "round", "link", "src", "dst", "capacity_mbps", "predicted_bytes", "measured_bytes",
+    "measured_weight_bytes", "measured_other_bytes", "error_pct", "broadcast_bytes", "upload_bytes",
+)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path`` and rename it into place."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, obj: Any) -> None:
+    write_atomic(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def write_csv(path: Path, fields: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> None:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(fields))
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _fmt(row[k]) for k in fields})
+    write_atomic(path, buf.getvalue())
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _fmt(value: Any) -> Any:
+    return f"{value:.6g}" if isinstance(value, float) else value

@@ -1,0 +1,108 @@
+"""Moving weights over the emulated links: gloo, point to point, chunk by chunk.
+
+Each overlay transfer is its own two-rank gloo process group (rank 0 sends, rank 1 receives)
+whose device is bound to the transfer's endpoint address, so its TCP connection follows exactly
+the routes installed for that transfer. Rendezvous goes through a FileStore on the shared
+filesystem, so it never crosses an emulated link. Weights travel as raw float32 tensors; nothing
+received is unpickled. This is the only module that touches ``torch.distributed``.
+
+Relays are pipelined: a chunk is forwarded (or summed and forwarded) as soon as it lands, while
+the next one is already being received.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.distributed as dist
+
+SENDER, RECEIVER = 0, 1
+
+
+@dataclass
+class Pair:
+    """One end of a transfer's process group."""
+
+    group: dist.ProcessGroupGloo
+    rank: int
+
+    @property
+    def peer(self) -> int:
+        return 1 - self.rank
+
+
+def open_pair(store_file: Path, *, rank: int, address: str, timeout_s: float) -> Pair:
+    """Connect this end of a transfer: blocks until the other end has opened it too."""
+    store = dist.FileStore(str(store_file), 2)
+    opts = dist.ProcessGroupGloo._Options()
+    opts._devices = [dist.ProcessGroupGloo.create_device(hostname=address)]
+    opts._timeout = datetime.timedelta(seconds=timeout_s)
+    return Pair(dist.ProcessGroupGloo(store, rank, 2, opts), rank)
+
+
+def chunks(numel: int, chunk_elems: int) -> list[slice]:
+    """Contiguous slices covering ``numel`` elements, ``chunk_elems`` at a time.
+
+    >>> chunks(5, 2)
+    [slice(0, 2, None), slice(2, 4, None), slice(4, 5, None)]
+    """
+    return [slice(s, min(s + chunk_elems, numel)) for s in range(0, numel, chunk_elems)]
+
+
+def relay(
+    buf: torch.Tensor,
+    *,
+    source: Pair | None,
+    sinks: Sequence[Pair],
+    chunk_elems: int,
+) -> torch.Tensor:
+    """Broadcast step at one node: fill ``buf`` from ``source`` (or use it as it is when there is
+    no source) and forward every chunk to each sink as soon as it is complete."""
+    parts = chunks(buf.numel(), chunk_elems)
+    sends = []
+    pending = _recv(source, buf, parts, 0)
+    for i, part in enumerate(parts):
+        if pending is not None:
+            pending.wait()
+            pending = _recv(source, buf, parts, i + 1)
+        sends += [s.group.send([buf[part]], s.peer, i) for s in sinks]
+    for work in sends:
+        work.wait()
+    return buf
+
+
+def aggregate(
+    acc: torch.Tensor,
+    *,
+    sources: Sequence[Pair],
+    sink: Pair | None,
+    chunk_elems: int,
+) -> torch.Tensor:
+    """Upload step at one node: add every source's tensor into ``acc`` chunk by chunk and forward
+    each summed chunk to ``sink`` at once (in-path partial aggregation: one tensor goes up)."""
+    parts = chunks(acc.numel(), chunk_elems)
+    bufs = [torch.empty_like(acc) for _ in sources]
+    pending = [_recv(src, b, parts, 0) for src, b in zip(sources, bufs)]
+    sends = []
+    for i, part in enumerate(parts):
+        for j, work in enumerate(pending):
+            assert work is not None
+            work.wait()
+            pending[j] = _recv(sources[j], bufs[j], parts, i + 1)
+        for b in bufs:
+            acc[part] += b[part]
+        if sink is not None:
+            sends.append(sink.group.send([acc[part]], sink.peer, i))
+    for work in sends:
+        work.wait()
+    return acc
+
+
+def _recv(src: Pair | None, buf: torch.Tensor, parts: list[slice], i: int) -> dist.Work | None:
+    if src is None or i >= len(parts):
+        return None
+    return src.group.recv([buf[parts[i]]], src.peer, i)
