@@ -96,7 +96,12 @@ class Agent:
                 if node == self.node:
                     idx = torch.as_tensor(shards[i])
                     role.local[i] = (self._build(), xtr[idx], ytr[idx])
-        self.numel = aggregation.flatten(self._build()).numel()
+        scratch = self._build()
+        self.numel = aggregation.flatten(scratch).numel()
+        # warm torch up (allocator, kernels) on a throw-away model so round 1's training time is
+        # as representative as the later rounds'
+        training.train_local(scratch, xtr[:64], ytr[:64], epochs=1, batch_size=spec["batch_size"],
+                             lr=spec["lr"], seed=0)
         store = Path(spec["store_dir"])
         xfers = sorted((t for r in self.roles for t in r.transfers), key=lambda t: t.key)
         for t in xfers:

@@ -73,6 +73,8 @@ def _guard(fn: Callable[[], Any]) -> Any:
     try:
         return fn()
     except FedmstError as exc:
+        # one line whatever the message or terminal width: no wrapping, no markup parsing
+        message = " ".join(str(exc).splitlines())
         err_console.print(f"fedmst: error: {exc}")
         sys.exit(1)
     except KeyboardInterrupt:
@@ -86,7 +88,8 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--scheduler", type=click.Choice(["spff", "mst"]), default="mst", show_default=True)
+@click.option("--scheduler", default="mst", show_default=True,
+              help="spff, mst, or a scheduler registered through the fedmst.schedulers entry points.")
 @click.option("--out", default="runs/run", show_default=True, help="Run folder to write.")
 @_options
 def run(scheduler: str, out: str, **kw: Any) -> None:
@@ -143,11 +146,11 @@ def _table(summaries: dict[str, dict[str, Any]], ratios: bool = False) -> Table:
     if ratios:
         table.add_column("MST/SPFF", justify="right")
 
-    def row(label: str, get: Callable[[dict[str, Any]], float], fmt: str) -> None:
+    def row(label: str, get: Callable[[dict[str, Any]], float], fmt: str, ratio: bool = True) -> None:
         values = [get(summaries[n]) for n in names]
         cells = [fmt.format(v) for v in values]
         if ratios:
-            cells.append(f"{values[1] / values[0]:.2f}" if values[0] else "-")
+            cells.append(f"{values[1] / values[0]:.2f}" if ratio and values[0] else "")
         table.add_row(label, *cells)
 
     rounds = lambda s: s["rounds"]  # noqa: E731
@@ -161,8 +164,8 @@ def _table(summaries: dict[str, dict[str, Any]], ratios: bool = False) -> Table:
     row("  weights (MB)", lambda s: s["weight_bytes_measured"] / rounds(s) / 1e6, "{:.2f}")
     row("  weights predicted (MB)", lambda s: s["link_bytes_predicted"] / rounds(s) / 1e6, "{:.2f}")
     row("  ACKs and other (MB)", lambda s: s["ack_bytes_measured"] / rounds(s) / 1e6, "{:.2f}")
-    row("max per-link weight error (%)", lambda s: 100 * s["max_link_bytes_error"], "{:.2f}")
-    row("final accuracy", lambda s: s["final_accuracy"], "{:.3f}")
+    row("max per-link weight error (%)", lambda s: 100 * s["max_link_bytes_error"], "{:.2f}", ratio=False)
+    row("final accuracy", lambda s: s["final_accuracy"], "{:.3f}", ratio=False)
     first = next(iter(summaries.values()))
     table.caption = (f"{first['local_models']} local models, model {first['model']} "
                      f"({first['model_bytes'] / 1e6:.2f} MB), {first['rounds']} rounds; "

@@ -272,8 +272,9 @@ class Emulation:
         self._state.add(proc.pid)
         return proc
 
-    def interfaces(self, node: str) -> list[str]:
-        return [str(i) for i in self._hosts[node].intfList() if str(i) != "lo"]
+    def cmd(self, node: str, command: str) -> str:
+        """Run a shell command inside ``node``'s host and return its output (tests, benchmarks)."""
+        return str(self._hosts[node].cmd(command))
 
 
 def _node_order(node: str) -> tuple[int, int | str]:

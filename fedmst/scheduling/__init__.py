@@ -1,13 +1,16 @@
 """Schedulers: pure functions of (topology, task, link state) to a :class:`Plan`.
 
-A scheduler is one class with a ``name`` and a ``plan`` method; register it in ``SCHEDULERS``
-(or through the ``fedmst.schedulers`` entry-point group) and every command can use it by name.
+A scheduler is one class with a ``name`` and a ``plan`` method. The built-ins are listed in
+``_registry``; another package adds one through the ``fedmst.schedulers`` entry-point group
+(``name = "package.module:Class"``) and every command can then use it by name.
 Every scheduler must pass the shared contract in ``tests/test_scheduler_contract.py``.
 """
 
 from __future__ import annotations
 
+import warnings
 from abc import ABC, abstractmethod
+from importlib.metadata import entry_points
 from typing import Mapping
 
 import networkx as nx
@@ -35,7 +38,16 @@ def _registry() -> dict[str, type[Scheduler]]:
     from fedmst.scheduling.mst import MSTScheduler
     from fedmst.scheduling.spff import SPFFScheduler
 
-    return {"spff": SPFFScheduler, "mst": MSTScheduler}
+    registry: dict[str, type[Scheduler]] = {"spff": SPFFScheduler, "mst": MSTScheduler}
+    for ep in entry_points(group="fedmst.schedulers"):
+        if ep.name in registry:
+            warnings.warn(f"scheduler plugin {ep.name!r} ({ep.value}) clashes with a built-in; skipped", stacklevel=2)
+            continue
+        try:
+            registry[ep.name] = ep.load()
+        except Exception as exc:  # noqa: BLE001 - one broken plugin must not break the others
+            warnings.warn(f"skipping scheduler plugin {ep.name!r} ({ep.value}): {type(exc).__name__}: {exc}", stacklevel=2)
+    return registry
 
 
 def scheduler_names() -> tuple[str, ...]:
