@@ -1,0 +1,34 @@
+"""Shared fixtures: integration tests prove they leave no namespace, interface or process."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from typing import Iterator
+
+import psutil
+import pytest
+
+_OURS = re.compile(r"mininet:fm\d+|fedmst\.agent")
+
+
+def leftovers() -> list[str]:
+    """Emulated interfaces in the root namespace and fedmst processes still alive."""
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    found = [f"interface {m}" for m in re.findall(r"^\d+: (fm[\w-]+)", links, re.M)]
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if _OURS.search(cmdline):
+            found.append(f"process {proc.info['pid']}: {cmdline[:80]}")
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    return found + [f"netns {n}" for n in netns]
+
+
+@pytest.fixture
+def clean_host() -> Iterator[None]:
+    """Fail a test that leaves anything behind (checked even when the test itself fails)."""
+    before = leftovers()
+    assert not before, f"host not clean before the test: {before}"
+    yield
+    after = leftovers()
+    assert not after, f"left behind: {after}"
