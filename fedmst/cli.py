@@ -75,7 +75,7 @@ def _guard(fn: Callable[[], Any]) -> Any:
     except FedmstError as exc:
         # one line whatever the message or terminal width: no wrapping, no markup parsing
         message = " ".join(str(exc).splitlines())
-        err_console.print(f"fedmst: error: {exc}")
+        err_console.print(f"fedmst: error: {message}", markup=False, soft_wrap=True)
         sys.exit(1)
     except KeyboardInterrupt:
         err_console.print("fedmst: interrupted; the emulated network was torn down")

@@ -9,11 +9,14 @@ from typing import Iterator
 import psutil
 import pytest
 
+from fedmst.cleanup import STATE_DIR
+
 _OURS = re.compile(r"mininet:fm\d+|fedmst\.agent")
 
 
 def leftovers() -> list[str]:
-    """Emulated interfaces in the root namespace and fedmst processes still alive."""
+    """Emulated interfaces in the root namespace, fedmst processes still alive, named network
+    namespaces, and clean-up state files of runs that did not finish their teardown."""
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     found = [f"interface {m}" for m in re.findall(r"^\d+: (fm[\w-]+)", links, re.M)]
     for proc in psutil.process_iter(["pid", "cmdline"]):
@@ -21,7 +24,8 @@ def leftovers() -> list[str]:
         if _OURS.search(cmdline):
             found.append(f"process {proc.info['pid']}: {cmdline[:80]}")
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
-    return found + [f"netns {n}" for n in netns]
+    states = sorted(STATE_DIR.glob("*.json")) if STATE_DIR.exists() else []
+    return found + [f"netns {n}" for n in netns] + [f"state file {s}" for s in states]
 
 
 @pytest.fixture

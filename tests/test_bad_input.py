@@ -1,0 +1,168 @@
+"""Bad input through the real ``fedmst`` command: one clear line, exit 1, nothing left behind.
+
+Every case runs the installed console script as a subprocess and checks that it fails with a
+single ``fedmst: error: ...`` line naming the input at fault, and that it leaves no process, no
+emulated interface in the root namespace and no new clean-up state file, and never touches
+results already in the output folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from conftest import leftovers
+
+FEDMST = Path(sys.executable).with_name("fedmst")
+
+
+def fedmst(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the real command in ``tmp_path`` and check that it left nothing behind."""
+    assert not leftovers(), "host not clean before the test"
+    full_env = {**os.environ, "COLUMNS": "60", **(env or {})}  # narrow: a message must not wrap
+    proc = subprocess.run([str(FEDMST), *args], cwd=tmp_path, env=full_env, text=True,
+                          capture_output=True, timeout=120)
+    left = leftovers()
+    assert not left, f"left behind: {left}\nstderr: {proc.stderr}"
+    return proc
+
+
+def error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    """The single stderr line of a fedmst error (exit 1)."""
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 1, f"exit {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}"
+    assert len(lines) == 1, f"expected one stderr line, got {len(lines)}:\n{proc.stderr}"
+    assert lines[0].startswith("fedmst: error: "), lines[0]
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+def _write_topology(tmp_path: Path, name: str, spec: object) -> str:
+    path = tmp_path / name
+    path.write_text(spec if isinstance(spec, str) else json.dumps(spec))
+    return name
+
+
+def _line(capacity: float) -> dict[str, object]:
+    return {"nodes": ["a", "b", "c"],
+            "links": [{"a": "a", "b": "b", "capacity_mbps": 10}, {"a": "b", "b": "c", "capacity_mbps": capacity}]}
+
+
+# Each case: (id, setup(tmp_path) -> (extra args, env), fragments the error line must contain).
+Setup = Callable[[Path], tuple[list[str], dict[str, str]]]
+
+
+def _args(*args: str) -> Setup:
+    return lambda tmp_path: (list(args), {})
+
+
+def _factory_raises(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
+    (tmp_path / "badmodels.py").write_text(
+        "def make(num_classes, input_shape):\n    raise RuntimeError('factory [/is] broken\\non purpose')\n"
+    )
+    return ["--model", "badmodels:make"], {"PYTHONPATH": str(tmp_path)}
+
+
+CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
+    ("unknown-topology", _args("--topology", "no-such-topology"), ("no-such-topology", "unknown topology")),
+    ("malformed-json",
+     lambda p: (["--topology", _write_topology(p, "broken.json", '{"links": [')], {}),
+     ("broken.json", "malformed JSON")),
+    ("disconnected",
+     lambda p: (["--topology", _write_topology(p, "split.json", {
+         "capacity_mbps": 10, "links": [{"a": "a", "b": "b"}, {"a": "c", "b": "d"}]})], {}),
+     ("split.json", "disconnected")),
+    ("zero-capacity",
+     lambda p: (["--topology", _write_topology(p, "zero.json", _line(0))], {}),
+     ("zero.json", "link b-c", "capacity", "not positive")),
+    ("negative-capacity",
+     lambda p: (["--topology", _write_topology(p, "negative.json", _line(-5))], {}),
+     ("negative.json", "link b-c", "capacity", "not positive")),
+    ("unknown-global-node", _args("--topology", "line3", "--global-node", "zz"), ("'zz'", "line3")),
+    ("unknown-local-node", _args("--topology", "line3", "-k", "2", "--local-nodes", "a,qq"), ("'qq'", "line3")),
+    ("local-nodes-count", _args("--topology", "line3", "-k", "3", "--local-nodes", "a,b"),
+     ("2 local nodes", "3 local models")),
+    ("too-many-local-models", _args("--topology", "line3", "-k", "200"), ("200", "local models")),
+    ("unknown-model", _args("--model", "no-such-model"), ("'no-such-model'", "unknown model")),
+    ("factory-raises", _factory_raises, ("badmodels:make", "RuntimeError", "factory [/is] broken on purpose")),
+    ("missing-module", _args("--model", "no_such_pkg.mod:make"), ("no_such_pkg", "cannot import")),
+    ("unwritable-out", _args("--out", "/proc/fedmst-out"), ("/proc/fedmst-out", "cannot write")),
+]
+
+BASE = {"--topology": "line3", "-k": "2", "--rounds": "1", "--model": "mlp", "--seed": "1"}
+
+
+def _command(command: str, extra: list[str], out: str) -> list[str]:
+    given = set(extra[::2])
+    base = [x for k, v in BASE.items() if k not in given for x in (k, v)]
+    if "--out" not in given:
+        base += ["--out", out]
+    return [command, *base, *extra]
+
+
+@pytest.mark.parametrize("setup,fragments", [pytest.param(s, f, id=i) for i, s, f in CASES])
+def test_run_bad_input(tmp_path: Path, setup: Setup, fragments: tuple[str, ...]) -> None:
+    extra, env = setup(tmp_path)
+    line = error_line(fedmst(tmp_path, *_command("run", extra, "out"), env=env))
+    for fragment in fragments:
+        assert fragment in line, f"{fragment!r} missing from {line!r}"
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+COMPARE_CASES = {"unknown-topology", "zero-capacity", "unknown-local-node", "too-many-local-models",
+                 "unknown-model", "factory-raises", "unwritable-out"}
+
+
+@pytest.mark.parametrize("setup,fragments", [pytest.param(s, f, id=i) for i, s, f in CASES if i in COMPARE_CASES])
+def test_compare_bad_input(tmp_path: Path, setup: Setup, fragments: tuple[str, ...]) -> None:
+    extra, env = setup(tmp_path)
+    line = error_line(fedmst(tmp_path, *_command("compare", extra, "cmp"), env=env))
+    for fragment in fragments:
+        assert fragment in line, f"{fragment!r} missing from {line!r}"
+    assert not (tmp_path / "cmp").exists() or not any((tmp_path / "cmp").iterdir())
+
+
+@pytest.mark.parametrize("command", ["run", "compare"])
+def test_zero_local_models_is_a_usage_error(tmp_path: Path, command: str) -> None:
+    proc = fedmst(tmp_path, command, "--topology", "line3", "-k", "0", "--rounds", "1", "--model", "mlp",
+                  "--out", "out")
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, proc.stderr
+    assert "--local-models" in errors[0] and "0" in errors[0]
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command,out,bad", [
+    ("run", "out", ["--model", "no-such-model"]),
+    ("compare", "out", ["--model", "no-such-model"]),
+    ("compare", "out", ["-k", "200"]),
+])
+def test_failing_run_keeps_existing_results(tmp_path: Path, command: str, out: str, bad: list[str]) -> None:
+    folder = tmp_path / out
+    (folder / "spff").mkdir(parents=True)
+    results = {
+        folder / "summary.json": json.dumps({"scheduler": "mst", "final_accuracy": 0.875}) + "\n",
+        folder / "comparison.json": '{"bytes_ratio": 0.5}\n',
+        folder / "spff" / "summary.json": '{"scheduler": "spff"}\n',
+    }
+    for path, text in results.items():
+        path.write_text(text)
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in results}
+
+    line = error_line(fedmst(tmp_path, *_command(command, bad, out)))
+    assert bad[1] in line
+
+    assert sorted(p.relative_to(folder) for p in folder.rglob("*")) == sorted(
+        [Path("spff"), *(p.relative_to(folder) for p in results)]
+    )
+    for path, (mtime, content) in before.items():
+        assert path.read_bytes() == content
+        assert path.stat().st_mtime_ns == mtime
