@@ -56,6 +56,7 @@ def clean() -> list[str]:
             if _end_if_ours(pid):
                 done.append(f"ended process {pid}")
         state.unlink(missing_ok=True)
+        done.append(f"removed the record of dead run {info['coordinator']}")
     for iface in _root_interfaces():
         if subprocess.run(["ip", "link", "del", iface], capture_output=True).returncode == 0:
             done.append(f"deleted interface {iface}")

@@ -142,3 +142,19 @@ def test_ctrl_c_tears_everything_down(tmp_path: Path, clean_host: None) -> None:
     assert proc.returncode == 130, err
     assert "interrupted" in err
     assert len(read_csv(out / "rounds.csv")) >= 1
+
+
+def test_sigkill_then_clean_leaves_nothing(tmp_path: Path, clean_host: None) -> None:
+    """A coordinator killed outright cannot tear down; ``fedmst clean`` finishes the job."""
+    out = tmp_path / "run"
+    proc = _start_run(out)
+    try:
+        _wait_for_round(out, proc)
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    cleaned = subprocess.run([FEDMST, "clean"], capture_output=True, text=True, timeout=120)
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert f"dead run {proc.pid}" in cleaned.stdout
