@@ -18,7 +18,8 @@ from pathlib import Path
 import psutil
 
 STATE_DIR = Path(os.environ.get("FEDMST_STATE_DIR", "/run/fedmst"))
-_OURS = re.compile(r"mininet:fm\d+|fedmst\.agent")
+OURS = re.compile(r"mininet:fm\d+|fedmst\.agent")
+"""Command lines of the processes fedmst starts: Mininet host shells and agents."""
 _IFACE = re.compile(r"^fm(\d+-eth\d+|probe\d+)$")
 
 
@@ -66,7 +67,7 @@ def clean() -> list[str]:
 def _end_if_ours(pid: int) -> bool:
     try:
         proc = psutil.Process(pid)
-        if not _OURS.search(" ".join(proc.cmdline())):
+        if not OURS.search(" ".join(proc.cmdline())):
             return False
         proc.kill()
         proc.wait(timeout=5)

@@ -32,7 +32,7 @@ from fedmst.scheduling.plan import (
     predicted_phase_seconds,
 )
 from fedmst.tasks import place_task
-from fedmst.topology import load_topology
+from fedmst.topology import load_topology, node_order
 
 Report = Callable[[str], None]
 
@@ -215,13 +215,13 @@ def _link_rows(graph: Any, plan: Plan, res: RoundResult) -> list[dict[str, Any]]
     """
     predicted = {p: predicted_link_bytes(plan, p) for p in PHASES}
     rows = []
-    for u, v in sorted(res.link_bytes["broadcast"], key=lambda h: (sorted(map(_order, h)), _order(h[0]))):
+    for u, v in sorted(res.link_bytes["broadcast"], key=lambda h: (sorted(map(node_order, h)), node_order(h[0]))):
         hop = (u, v)
         measured = {p: b[hop] for p, b in res.link_bytes.items()}
         planned = sum(predicted[p].get(hop, 0) for p in PHASES)
         weights = sum(measured[p] for p in PHASES if predicted[p].get(hop))
         rows.append({
-            "round": res.round, "link": "-".join(sorted((u, v), key=_order)), "src": u, "dst": v,
+            "round": res.round, "link": "-".join(sorted((u, v), key=node_order)), "src": u, "dst": v,
             "capacity_mbps": graph.edges[u, v]["capacity_mbps"],
             "predicted_bytes": planned, "measured_bytes": sum(measured.values()),
             "measured_weight_bytes": weights, "measured_other_bytes": sum(measured.values()) - weights,
@@ -249,10 +249,6 @@ def _write_tables(out: Path, graph: Any, plan: Plan, config: RunConfig, rounds: 
         })
     write_csv(out / "rounds.csv", ROUND_FIELDS, round_rows)
     write_csv(out / "links.csv", LINK_FIELDS, link_rows)
-
-
-def _order(node: str) -> tuple[int, int | str]:
-    return (0, int(node)) if node.isdigit() else (1, node)
 
 
 def _summary(config: RunConfig, graph: Any, plan: Plan, rounds: list[RoundResult],

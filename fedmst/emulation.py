@@ -27,6 +27,7 @@ import networkx as nx
 from fedmst.cleanup import RunState
 from fedmst.errors import EmulationError
 from fedmst.scheduling.plan import LinkDir
+from fedmst.topology import node_order
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ class Emulation:
         self.graph = graph
         self.capabilities = probe_capabilities()
         self.delay_applied = with_delay and self.capabilities.netem
-        self.nodes: list[str] = sorted(graph.nodes, key=_node_order)
+        self.nodes: list[str] = sorted(graph.nodes, key=node_order)
         self._net = None
         self._hosts: dict[str, object] = {}
         self._intf: dict[LinkDir, str] = {}
@@ -176,7 +177,7 @@ class Emulation:
             )
             self._hosts[node] = host
         subnets = LINK_NET.subnets(new_prefix=30)
-        for u, v in sorted(self.graph.edges, key=lambda e: tuple(sorted(map(_node_order, e)))):
+        for u, v in sorted(self.graph.edges, key=lambda e: tuple(sorted(map(node_order, e)))):
             attrs = self.graph.edges[u, v]
             net_ = next(subnets)
             ip_u, ip_v = (str(a) for a in list(net_.hosts())[:2])
@@ -275,11 +276,6 @@ class Emulation:
     def cmd(self, node: str, command: str) -> str:
         """Run a shell command inside ``node``'s host and return its output (tests, benchmarks)."""
         return str(self._hosts[node].cmd(command))
-
-
-def _node_order(node: str) -> tuple[int, int | str]:
-    """Numeric node names sort numerically, others alphabetically after them."""
-    return (0, int(node)) if str(node).isdigit() else (1, str(node))
 
 
 def _read_tx_bytes(path: Path) -> dict[str, int]:

@@ -53,6 +53,15 @@ _TOP_KEYS = {"name", "description", "capacity_mbps", "nodes", "links"}
 _LINK_KEYS = {"a", "b", "km", "delay_ms", "capacity_mbps"}
 
 
+def node_order(node: str) -> tuple[int, int | str]:
+    """Sort key for node names: numeric names numerically, then the others alphabetically.
+
+    >>> sorted(["10", "b", "2", "a"], key=node_order)
+    ['2', '10', 'a', 'b']
+    """
+    return (0, int(node)) if node.isdigit() else (1, node)
+
+
 def available_topologies() -> list[str]:
     """Names ``load_topology`` accepts as bare names (shipped and on FEDMST_TOPOLOGY_PATH)."""
     return sorted(_named_files())

@@ -9,9 +9,7 @@ from typing import Iterator
 import psutil
 import pytest
 
-from fedmst.cleanup import STATE_DIR
-
-_OURS = re.compile(r"mininet:fm\d+|fedmst\.agent")
+from fedmst.cleanup import OURS, STATE_DIR
 
 
 def leftovers() -> list[str]:
@@ -21,7 +19,7 @@ def leftovers() -> list[str]:
     found = [f"interface {m}" for m in re.findall(r"^\d+: (fm[\w-]+)", links, re.M)]
     for proc in psutil.process_iter(["pid", "cmdline"]):
         cmdline = " ".join(proc.info["cmdline"] or [])
-        if _OURS.search(cmdline):
+        if OURS.search(cmdline):
             found.append(f"process {proc.info['pid']}: {cmdline[:80]}")
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
     states = sorted(STATE_DIR.glob("*.json")) if STATE_DIR.exists() else []
