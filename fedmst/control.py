@@ -123,7 +123,9 @@ class ControlServer:
                 check()
                 if time.monotonic() > deadline:
                     late = ", ".join(sorted(set(self.agents) - replies.keys()))
-                    raise EmulationError(f"{msg.get('cmd')} timed out after {timeout_s:.0f} s waiting for node(s) {late}")
+                    raise EmulationError(
+                        f"{msg.get('cmd')} timed out after {timeout_s:.0f} s waiting for node(s) {late}"
+                    )
         return replies
 
     def close(self) -> None:

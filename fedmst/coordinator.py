@@ -160,7 +160,7 @@ def _run_rounds(config: RunConfig, graph: Any, plan: Plan, emu: Emulation, out: 
         def check() -> None:
             for node, (proc, log_path) in procs.items():
                 if proc.poll() is not None:
-                    tail = [l for l in log_path.read_text().splitlines() if l.strip()][-1:] or ["(no output)"]
+                    tail = [line for line in log_path.read_text().splitlines() if line.strip()][-1:] or ["(no output)"]
                     raise EmulationError(f"agent on node {node} exited with code {proc.returncode}: {tail[0]}")
 
         t = config.phase_timeout_s

@@ -193,10 +193,10 @@ class Emulation:
         net.build()
         if tc_errors:
             raise EmulationError("shaping a link failed: " + "; ".join(tc_errors[:3]))
-        for node, host in self._hosts.items():
-            cmds = [f"ethtool -K {intf} tso off gso off gro off 2>&1 >/dev/null" for intf in map(str, host.intfList()) if intf != "lo"]
+        for node in self.nodes:  # real frames on the counters: no segmentation offloads
+            cmds = [f"ethtool -K {intf} tso off gso off gro off >/dev/null 2>&1" for intf in self.interfaces(node)]
             if cmds:
-                host.cmd("; ".join(cmds))
+                self.cmd(node, "; ".join(cmds))
 
     def close(self) -> None:
         """Stop every process started in the hosts, then the network. Safe to call twice."""
@@ -272,6 +272,9 @@ class Emulation:
         assert self._state is not None
         self._state.add(proc.pid)
         return proc
+
+    def interfaces(self, node: str) -> list[str]:
+        return [str(i) for i in self._hosts[node].intfList() if str(i) != "lo"]
 
     def cmd(self, node: str, command: str) -> str:
         """Run a shell command inside ``node``'s host and return its output (tests, benchmarks)."""

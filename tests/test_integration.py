@@ -123,7 +123,7 @@ def test_a_dying_worker_stops_the_run_cleanly(tmp_path: Path, clean_host: None) 
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 1
-    lines = [l for l in err.splitlines() if l.strip()]
+    lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and "agent on node" in lines[0], err
     assert (out / "rounds.csv").read_text().startswith(rounds_before.splitlines()[0])
     assert len(read_csv(out / "rounds.csv")) >= 1

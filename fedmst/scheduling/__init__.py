@@ -46,7 +46,9 @@ def _registry() -> dict[str, type[Scheduler]]:
         try:
             registry[ep.name] = ep.load()
         except Exception as exc:  # noqa: BLE001 - one broken plugin must not break the others
-            warnings.warn(f"skipping scheduler plugin {ep.name!r} ({ep.value}): {type(exc).__name__}: {exc}", stacklevel=2)
+            warnings.warn(
+                f"skipping scheduler plugin {ep.name!r} ({ep.value}): {type(exc).__name__}: {exc}", stacklevel=2
+            )
     return registry
 
 
