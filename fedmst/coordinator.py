@@ -119,17 +119,15 @@ def _make_run_dir(out: Path) -> None:
         raise FedmstError(f"output folder {out}: cannot write there ({exc.strerror})") from None
 
 
-def _run_rounds(config: RunConfig, graph: Any, plan: Plan, emu: Emulation, out: Path,
-                scratch: Path, report: Report) -> list[RoundResult]:
+def _agent_spec(config: RunConfig, plan: Plan, emu: Emulation, scratch: Path) -> dict[str, Any]:
+    """What every agent needs: the run's options and the task's transfers with their addresses."""
     task = plan.task
     keys = {f"{task.name}-{i:03d}-{t.phase}": t for i, t in enumerate(plan.transfers)}
     flows = emu.install_flows({k: t.path for k, t in keys.items()})
-    token = secrets.token_hex(16)
-    store = scratch / "store"
-    store.mkdir()
-    spec = {
+    (scratch / "store").mkdir()
+    return {
         "control_socket": str(scratch / "control.sock"),
-        "store_dir": str(store),
+        "store_dir": str(scratch / "store"),
         "model": config.model, "epochs": config.epochs, "batch_size": config.batch_size, "lr": config.lr,
         "alpha": config.alpha, "data_seed": config.seed, "chunk_bytes": config.chunk_bytes,
         "timeout_s": config.phase_timeout_s,
@@ -143,33 +141,49 @@ def _run_rounds(config: RunConfig, graph: Any, plan: Plan, emu: Emulation, out: 
             ],
         }],
     }
+
+
+def _start_agents(nodes: list[str], spec_file: Path, emu: Emulation, token: str,
+                  logs: Path) -> Callable[[], None]:
+    """Start one agent per node; return a check that raises, naming the node, if one has died."""
+    logs.mkdir(exist_ok=True)
+    env = {**os.environ, "FEDMST_TOKEN": token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    procs = {}
+    for node in nodes:
+        with (logs / f"node-{node}.log").open("w") as log:
+            argv = [sys.executable, "-m", "fedmst.agent", "--spec", str(spec_file), "--node", node]
+            procs[node] = emu.popen(node, argv, env=env, log_file=log)
+
+    def check() -> None:
+        for node, proc in procs.items():
+            if proc.poll() is not None:
+                lines = [line for line in (logs / f"node-{node}.log").read_text().splitlines() if line.strip()]
+                raise EmulationError(
+                    f"agent on node {node} exited with code {proc.returncode}: {(lines or ['(no output)'])[-1]}"
+                )
+
+    return check
+
+
+def _run_rounds(config: RunConfig, graph: Any, plan: Plan, emu: Emulation, out: Path,
+                scratch: Path, report: Report) -> list[RoundResult]:
+    task = plan.task
+    spec = _agent_spec(config, plan, emu, scratch)
     write_json(out / "plan.json", {**plan_summary(plan), "flows": spec["tasks"][0]["transfers"]})
     spec_file = scratch / "agents.json"
     spec_file.write_text(json.dumps(spec))
-    logs = out / "agents"
-    logs.mkdir(exist_ok=True)
+    token = secrets.token_hex(16)
     server = ControlServer(Path(spec["control_socket"]), token=token)
-    procs = {}
-    env = {**os.environ, "FEDMST_TOKEN": token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     try:
-        for node in sorted(plan.nodes):
-            log = (logs / f"node-{node}.log").open("w")
-            procs[node] = (emu.popen(node, [sys.executable, "-m", "fedmst.agent", "--spec", str(spec_file),
-                                            "--node", node], env=env, log_file=log), logs / f"node-{node}.log")
-
-        def check() -> None:
-            for node, (proc, log_path) in procs.items():
-                if proc.poll() is not None:
-                    tail = [line for line in log_path.read_text().splitlines() if line.strip()][-1:] or ["(no output)"]
-                    raise EmulationError(f"agent on node {node} exited with code {proc.returncode}: {tail[0]}")
-
+        nodes = sorted(plan.nodes, key=node_order)
+        check = _start_agents(nodes, spec_file, emu, token, out / "agents")
         t = config.phase_timeout_s
-        server.accept(procs, timeout_s=t, check=check)
+        server.accept(nodes, timeout_s=t, check=check)
         setup = server.run({"cmd": "setup"}, timeout_s=t, check=check)
         samples = {int(i): n for r in setup.values() for i, n in r["samples"][task.name].items()}
         weights = {task.name: {str(i): w for i, w in enumerate(aggregation.sample_weights(
             [samples[i] for i in range(task.k)]))}}
-        report(f"[{config.scheduler}] {len(procs)} agents ready in {max(r['seconds'] for r in setup.values()):.1f} s")
+        report(f"[{config.scheduler}] {len(nodes)} agents ready in {max(r['seconds'] for r in setup.values()):.1f} s")
         results: list[RoundResult] = []
         for r in range(1, config.rounds + 1):
             res = RoundResult(round=r)
