@@ -42,6 +42,8 @@ def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Local training epochs per round."),
         click.option("--chunk-kb", type=click.IntRange(min=1), default=256, show_default=True,
                      help="Relays forward weights in chunks of this size (pipelining)."),
+        click.option("--mtu", type=click.IntRange(min=576, max=9000), default=1500, show_default=True,
+                     help="MTU of every emulated link (jumbo frames cut per-packet CPU cost)."),
         click.option("--no-delay", is_flag=True, help="Do not apply link propagation delay."),
         click.option("--save-models", is_flag=True,
                      help="Write trained local and aggregated global weights to OUT/models."),
@@ -58,7 +60,7 @@ def _config(out: str, scheduler: str, **kw: Any) -> Any:
     return RunConfig(
         topology=kw["topology"], scheduler=scheduler, local_models=kw["local_models"], rounds=kw["rounds"],
         model=kw["model"], seed=kw["seed"], out=out, global_node=kw["global_node"], local_nodes=local_nodes,
-        epochs=kw["epochs"], chunk_bytes=kw["chunk_kb"] * 1024, delay=not kw["no_delay"],
+        epochs=kw["epochs"], chunk_bytes=kw["chunk_kb"] * 1024, mtu=kw["mtu"], delay=not kw["no_delay"],
         save_models=kw["save_models"],
     )
 

@@ -33,6 +33,7 @@ from fedmst.scheduling.plan import (
 )
 from fedmst.tasks import place_task
 from fedmst.topology import load_topology, node_order
+from fedmst.wire import DEFAULT_MTU
 
 Report = Callable[[str], None]
 
@@ -55,6 +56,7 @@ class RunConfig:
     lr: float = 0.05
     alpha: float = 0.5
     chunk_bytes: int = 256 * 1024
+    mtu: int = DEFAULT_MTU
     delay: bool = True
     phase_timeout_s: float = 300.0
     save_models: bool = False
@@ -97,7 +99,7 @@ def run(config: RunConfig, report: Report = print) -> dict[str, Any]:
     scratch = Path(tempfile.mkdtemp(prefix="fedmst-"))
     started = time.monotonic()
     try:
-        with Emulation(graph, with_delay=config.delay) as emu:
+        with Emulation(graph, with_delay=config.delay, mtu=config.mtu) as emu:
             emulated = emu.capabilities.emulated(delay_wanted=config.delay)
             if not emulated["delay"]:
                 report(f"[{config.scheduler}] note: {emulated['note']}")
@@ -216,18 +218,19 @@ def _run_rounds(config: RunConfig, graph: Any, plan: Plan, emu: Emulation, out: 
 
 
 def _predicted_seconds(plan: Plan, graph: Any, config: RunConfig, delay: bool) -> dict[str, float]:
-    return {p: predicted_phase_seconds(plan, graph, p, chunk_bytes=config.chunk_bytes, with_delay=delay)
+    return {p: predicted_phase_seconds(plan, graph, p, chunk_bytes=config.chunk_bytes, with_delay=delay,
+                                       mtu=config.mtu)
             for p in PHASES}
 
 
-def _link_rows(graph: Any, plan: Plan, res: RoundResult) -> list[dict[str, Any]]:
+def _link_rows(graph: Any, plan: Plan, res: RoundResult, mtu: int) -> list[dict[str, Any]]:
     """One row per link direction for one round: predicted weight bytes beside measured bytes.
 
     Within a phase a link direction either carries planned weights or only the ACKs (and ARP)
     of transfers going the other way, so measured bytes split cleanly into weight bytes (phases
     where weights were planned on it) and the rest.
     """
-    predicted = {p: predicted_link_bytes(plan, p) for p in PHASES}
+    predicted = {p: predicted_link_bytes(plan, p, mtu=mtu) for p in PHASES}
     rows = []
     for u, v in sorted(res.link_bytes["broadcast"], key=lambda h: (sorted(map(node_order, h)), node_order(h[0]))):
         hop = (u, v)
@@ -251,7 +254,7 @@ def _write_tables(out: Path, graph: Any, plan: Plan, config: RunConfig, rounds: 
     secs = _predicted_seconds(plan, graph, config, delay)
     round_rows, link_rows = [], []
     for res in rounds:
-        rows = _link_rows(graph, plan, res)
+        rows = _link_rows(graph, plan, res, config.mtu)
         link_rows += rows
         round_rows.append({
             "round": res.round, **{f"{p}_s": res.seconds[p] for p in ("broadcast", "train", "upload")},
@@ -268,7 +271,7 @@ def _write_tables(out: Path, graph: Any, plan: Plan, config: RunConfig, rounds: 
 def _summary(config: RunConfig, graph: Any, plan: Plan, rounds: list[RoundResult],
              emulated: dict[str, object], wall_s: float) -> dict[str, Any]:
     secs = _predicted_seconds(plan, graph, config, bool(emulated["delay"]))
-    rows = [row for r in rounds for row in _link_rows(graph, plan, r)]
+    rows = [row for r in rounds for row in _link_rows(graph, plan, r, config.mtu)]
     return {
         "scheduler": config.scheduler,
         "topology": graph.graph["name"],

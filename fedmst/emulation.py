@@ -28,6 +28,7 @@ from fedmst.cleanup import RunState
 from fedmst.errors import EmulationError
 from fedmst.scheduling.plan import LinkDir
 from fedmst.topology import node_order
+from fedmst.wire import DEFAULT_MTU
 
 log = logging.getLogger(__name__)
 
@@ -103,11 +104,13 @@ def host_name(index: int) -> str:
 class Emulation:
     """A running emulated network for ``graph``; use as ``with Emulation(graph) as emu:``.
 
-    ``with_delay`` applies each link's ``delay_s`` through netem where the kernel has it.
+    ``with_delay`` applies each link's ``delay_s`` through netem where the kernel has it; every
+    emulated interface gets ``mtu``.
     """
 
-    def __init__(self, graph: nx.Graph, *, with_delay: bool = True) -> None:
+    def __init__(self, graph: nx.Graph, *, with_delay: bool = True, mtu: int = DEFAULT_MTU) -> None:
         self.graph = graph
+        self.mtu = mtu
         self.capabilities = probe_capabilities()
         self.delay_applied = with_delay and self.capabilities.netem
         self.nodes: list[str] = sorted(graph.nodes, key=node_order)
@@ -194,9 +197,10 @@ class Emulation:
         if tc_errors:
             raise EmulationError("shaping a link failed: " + "; ".join(tc_errors[:3]))
         for node in self.nodes:  # real frames on the counters: no segmentation offloads
-            cmds = [f"ethtool -K {intf} tso off gso off gro off >/dev/null 2>&1" for intf in self.interfaces(node)]
-            if cmds:
-                self.cmd(node, "; ".join(cmds))
+            intfs = self.interfaces(node)
+            if intfs:
+                self.cmd(node, "; ".join(f"ethtool -K {i} tso off gso off gro off >/dev/null 2>&1" for i in intfs))
+                self._ip_batch(node, [f"link set dev {i} mtu {self.mtu}" for i in intfs])
 
     def close(self) -> None:
         """Stop every process started in the hosts, then the network. Safe to call twice."""
@@ -254,7 +258,7 @@ class Emulation:
             batch.flush()
             out = self._hosts[node].cmd(f"ip -batch {batch.name} 2>&1; echo rc=$?").strip()
         if not out.endswith("rc=0"):
-            raise EmulationError(f"installing routes on node {node} failed: {out.splitlines()[0]}")
+            raise EmulationError(f"configuring node {node} failed: {out.splitlines()[0]}")
 
     # measurement -----------------------------------------------------------------------------
     def counters(self) -> dict[LinkDir, int]:

@@ -17,7 +17,7 @@ import networkx as nx
 
 from fedmst.errors import SchedulerError
 from fedmst.tasks import Task
-from fedmst.wire import wire_bytes
+from fedmst.wire import DEFAULT_MTU, wire_bytes
 
 Phase = Literal["broadcast", "upload"]
 PHASES: tuple[Phase, Phase] = ("broadcast", "upload")
@@ -81,11 +81,13 @@ class Plan:
         return frozenset({self.task.global_node} | {t.src for t in up if inputs(t) >= 2})
 
 
-def predicted_link_bytes(plan: Plan, phase: Phase | None = None) -> dict[LinkDir, int]:
+def predicted_link_bytes(
+    plan: Plan, phase: Phase | None = None, *, mtu: int = DEFAULT_MTU
+) -> dict[LinkDir, int]:
     """Bytes of weights (with their TCP/IP and Ethernet headers) every link direction carries in
     one round, or in one ``phase``, under ``plan``.
 
-    Each transfer puts ``wire_bytes(model_bytes)`` on every hop of its path. The acknowledgements
+    Each transfer puts ``wire_bytes(model_bytes, mtu)`` on every hop of its path. The acknowledgements
     flowing back are not predicted: how often a receiver acknowledges depends on how its
     application reads, so they are measured and reported on their own.
     """
@@ -93,7 +95,7 @@ def predicted_link_bytes(plan: Plan, phase: Phase | None = None) -> dict[LinkDir
     for t in plan.transfers:
         if phase in (None, t.phase):
             for hop in t.hops:
-                out[hop] += wire_bytes(plan.task.model_bytes)
+                out[hop] += wire_bytes(plan.task.model_bytes, mtu)
     return dict(out)
 
 
@@ -104,6 +106,7 @@ def predicted_phase_seconds(
     *,
     chunk_bytes: int,
     with_delay: bool,
+    mtu: int = DEFAULT_MTU,
 ) -> float:
     """Fluid-model duration of one phase: the busiest link's serialisation time plus the pipeline
     fill along the longest chain of transfers.
@@ -116,11 +119,11 @@ def predicted_phase_seconds(
     transfers = plan.phase(phase)
     if not transfers:
         return 0.0
-    loads = predicted_link_bytes(plan, phase)
+    loads = predicted_link_bytes(plan, phase, mtu=mtu)
     serialise = max(b * 8 / _capacity_bps(graph, u, v) for (u, v), b in loads.items())
 
     def hop_fill(t: Transfer) -> float:
-        chunk = wire_bytes(min(chunk_bytes, plan.task.model_bytes))
+        chunk = wire_bytes(min(chunk_bytes, plan.task.model_bytes), mtu)
         return sum(
             chunk * 8 / _capacity_bps(graph, u, v)
             + (graph.edges[u, v]["delay_s"] if with_delay else 0.0)
