@@ -61,14 +61,18 @@ def relay(
     chunk_elems: int,
 ) -> torch.Tensor:
     """Broadcast step at one node: fill ``buf`` from ``source`` (or use it as it is when there is
-    no source) and forward every chunk to each sink as soon as it is complete."""
+    no source) and forward every chunk to each sink as soon as it is complete.
+
+    Every receive is posted up front: gloo lets a sender write a message only once the receiver
+    has announced the matching receive, so posting them one by one would cost a round trip per
+    chunk on long links.
+    """
     parts = chunks(buf.numel(), chunk_elems)
+    recvs = _recv_all(source, buf, parts)
     sends = []
-    pending = _recv(source, buf, parts, 0)
     for i, part in enumerate(parts):
-        if pending is not None:
-            pending.wait()
-            pending = _recv(source, buf, parts, i + 1)
+        if recvs:
+            recvs[i].wait()
         sends += [s.group.send([buf[part]], s.peer, i) for s in sinks]
     for work in sends:
         work.wait()
@@ -86,14 +90,11 @@ def aggregate(
     each summed chunk to ``sink`` at once (in-path partial aggregation: one tensor goes up)."""
     parts = chunks(acc.numel(), chunk_elems)
     bufs = [torch.empty_like(acc) for _ in sources]
-    pending = [_recv(src, b, parts, 0) for src, b in zip(sources, bufs)]
+    recvs = [_recv_all(src, b, parts) for src, b in zip(sources, bufs)]
     sends = []
     for i, part in enumerate(parts):
-        for j, work in enumerate(pending):
-            assert work is not None
-            work.wait()
-            pending[j] = _recv(sources[j], bufs[j], parts, i + 1)
-        for b in bufs:
+        for works, b in zip(recvs, bufs):
+            works[i].wait()
             acc[part] += b[part]
         if sink is not None:
             sends.append(sink.group.send([acc[part]], sink.peer, i))
@@ -102,7 +103,8 @@ def aggregate(
     return acc
 
 
-def _recv(src: Pair | None, buf: torch.Tensor, parts: list[slice], i: int) -> dist.Work | None:
-    if src is None or i >= len(parts):
-        return None
-    return src.group.recv([buf[parts[i]]], src.peer, i)
+def _recv_all(src: Pair | None, buf: torch.Tensor, parts: list[slice]) -> list[dist.Work]:
+    """Post a receive for every chunk of ``buf`` from ``src`` at once (none without a source)."""
+    if src is None:
+        return []
+    return [src.group.recv([buf[part]], src.peer, i) for i, part in enumerate(parts)]
