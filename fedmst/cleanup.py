@@ -18,8 +18,8 @@ from pathlib import Path
 import psutil
 
 STATE_DIR = Path(os.environ.get("FEDMST_STATE_DIR", "/run/fedmst"))
-OURS = re.compile(r"mininet:fm\d+|fedmst\.agent")
-"""Command lines of the processes fedmst starts: Mininet host shells and agents."""
+OURS = re.compile(r"mininet:fm\d+|fedmst\.(agent|delayline)")
+"""Command lines of the processes fedmst starts: Mininet host shells, agents and delay lines."""
 _IFACE = re.compile(r"^fm(\d+-eth\d+|probe\d+)$")
 
 

@@ -44,7 +44,14 @@ def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Relays forward weights in chunks of this size (pipelining)."),
         click.option("--mtu", type=click.IntRange(min=576, max=9000), default=1500, show_default=True,
                      help="MTU of every emulated link (jumbo frames cut per-packet CPU cost)."),
-        click.option("--no-delay", is_flag=True, help="Do not apply link propagation delay."),
+        click.option("--delay-mode", type=click.Choice(["auto", "netem", "userspace", "off"]), default="auto",
+                     show_default=True,
+                     help="How link propagation delay is applied: netem where the kernel has it (auto), "
+                          "fedmst's NFQUEUE delay line, or not at all."),
+        click.option("--loss", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True,
+                     help="Packet loss probability on every link direction."),
+        click.option("--jitter-ms", type=click.FloatRange(min=0), default=0.0, show_default=True,
+                     help="Uniform delay jitter (+-) on every link direction; packet order is kept."),
         click.option("--save-models", is_flag=True,
                      help="Write trained local and aggregated global weights to OUT/models."),
     ]
@@ -60,7 +67,8 @@ def _config(out: str, scheduler: str, **kw: Any) -> Any:
     return RunConfig(
         topology=kw["topology"], scheduler=scheduler, local_models=kw["local_models"], rounds=kw["rounds"],
         model=kw["model"], seed=kw["seed"], out=out, global_node=kw["global_node"], local_nodes=local_nodes,
-        epochs=kw["epochs"], chunk_bytes=kw["chunk_kb"] * 1024, mtu=kw["mtu"], delay=not kw["no_delay"],
+        epochs=kw["epochs"], chunk_bytes=kw["chunk_kb"] * 1024, mtu=kw["mtu"],
+        delay_mode=kw["delay_mode"], loss=kw["loss"], jitter_ms=kw["jitter_ms"],
         save_models=kw["save_models"],
     )
 
@@ -166,10 +174,12 @@ def _table(summaries: dict[str, dict[str, Any]], ratios: bool = False) -> Table:
     row("  weights (MB)", lambda s: s["weight_bytes_measured"] / rounds(s) / 1e6, "{:.2f}")
     row("  weights predicted (MB)", lambda s: s["link_bytes_predicted"] / rounds(s) / 1e6, "{:.2f}")
     row("  ACKs and other (MB)", lambda s: s["ack_bytes_measured"] / rounds(s) / 1e6, "{:.2f}")
+    row("TCP retransmissions (segments)", lambda s: s["tcp_retransmitted_segments"] / rounds(s), "{:.0f}", ratio=False)
+    row("queue drops (packets)", lambda s: s["queue_drops"] / rounds(s), "{:.0f}", ratio=False)
     row("max per-link weight error (%)", lambda s: 100 * s["max_link_bytes_error"], "{:.2f}", ratio=False)
     row("final accuracy", lambda s: s["final_accuracy"], "{:.3f}", ratio=False)
     first = next(iter(summaries.values()))
     table.caption = (f"{first['local_models']} local models, model {first['model']} "
                      f"({first['model_bytes'] / 1e6:.2f} MB), {first['rounds']} rounds; "
-                     f"delay emulated: {first['emulated']['delay']}")
+                     f"delay: {first['emulated']['delay_mechanism']}")
     return table

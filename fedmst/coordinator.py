@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from fedmst import aggregation, data, models
 from fedmst.control import ControlServer
-from fedmst.emulation import Emulation
+from fedmst.emulation import Emulation, probe_capabilities, resolve_delay_mode
 from fedmst.errors import EmulationError, FedmstError
 from fedmst.results import LINK_FIELDS, ROUND_FIELDS, write_csv, write_json
 from fedmst.scheduling import Plan, schedule
@@ -57,7 +57,9 @@ class RunConfig:
     alpha: float = 0.5
     chunk_bytes: int = 256 * 1024
     mtu: int = DEFAULT_MTU
-    delay: bool = True
+    delay_mode: str = "auto"
+    loss: float = 0.0
+    jitter_ms: float = 0.0
     phase_timeout_s: float = 300.0
     save_models: bool = False
 
@@ -67,12 +69,15 @@ class RoundResult:
     round: int
     seconds: dict[str, float] = field(default_factory=dict)
     link_bytes: dict[str, dict[tuple[str, str], int]] = field(default_factory=dict)
+    queue_drops: dict[tuple[str, str], int] = field(default_factory=dict)
+    retransmits: int = 0
     accuracy: float = 0.0
 
 
 def prepare(config: RunConfig) -> tuple[Any, Plan]:
     """The pure half: load and validate everything, place the task and schedule it (no I/O on the
     network), so bad input fails before any namespace exists."""
+    resolve_delay_mode(config.delay_mode, probe_capabilities())
     graph = load_topology(config.topology)
     model = models.build_model(config.model, num_classes=10, input_shape=(1, 8, 8))
     task = place_task(
@@ -99,11 +104,14 @@ def run(config: RunConfig, report: Report = print) -> dict[str, Any]:
     scratch = Path(tempfile.mkdtemp(prefix="fedmst-"))
     started = time.monotonic()
     try:
-        with Emulation(graph, with_delay=config.delay, mtu=config.mtu) as emu:
-            emulated = emu.capabilities.emulated(delay_wanted=config.delay)
-            if not emulated["delay"]:
-                report(f"[{config.scheduler}] note: {emulated['note']}")
+        emu = Emulation(graph, delay_mode=config.delay_mode, loss=config.loss,
+                        jitter_s=config.jitter_ms / 1e3, mtu=config.mtu)
+        with emu:
+            emulated = emu.emulated()
+            report(f"[{config.scheduler}] links: htb bandwidth; {emulated['note']}")
             rounds = _run_rounds(config, graph, plan, emu, out, scratch, report)
+        if emu.delay_stats:
+            write_json(out / "delay_lines.json", emu.delay_stats)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     summary = _summary(config, graph, plan, rounds, emulated, time.monotonic() - started)
@@ -178,7 +186,12 @@ def _run_rounds(config: RunConfig, graph: Any, plan: Plan, emu: Emulation, out: 
     server = ControlServer(Path(spec["control_socket"]), token=token)
     try:
         nodes = sorted(plan.nodes, key=node_order)
-        check = _start_agents(nodes, spec_file, emu, token, out / "agents")
+        agents_alive = _start_agents(nodes, spec_file, emu, token, out / "agents")
+
+        def check() -> None:
+            agents_alive()
+            emu.check()
+
         t = config.phase_timeout_s
         server.accept(nodes, timeout_s=t, check=check)
         setup = server.run({"cmd": "setup"}, timeout_s=t, check=check)
@@ -189,6 +202,7 @@ def _run_rounds(config: RunConfig, graph: Any, plan: Plan, emu: Emulation, out: 
         results: list[RoundResult] = []
         for r in range(1, config.rounds + 1):
             res = RoundResult(round=r)
+            drops, retransmits = emu.queue_drops(), emu.tcp_retransmits()
             before = emu.counters()
             for phase, msg in (("broadcast", {}), ("train", {}), ("upload", {"weights": weights})):
                 start = time.perf_counter()
@@ -197,6 +211,8 @@ def _run_rounds(config: RunConfig, graph: Any, plan: Plan, emu: Emulation, out: 
                 after = emu.counters()
                 res.link_bytes[phase] = {hop: after[hop] - before[hop] for hop in after}
                 before = after
+            res.queue_drops = {hop: n - drops[hop] for hop, n in emu.queue_drops().items()}
+            res.retransmits = emu.tcp_retransmits() - retransmits
             evaluated = server.run({"cmd": "evaluate", "round": r}, timeout_s=t, check=check)
             res.accuracy = next(a[task.name] for a in (e["accuracy"] for e in evaluated.values()) if task.name in a)
             if config.save_models:
@@ -244,6 +260,7 @@ def _link_rows(graph: Any, plan: Plan, res: RoundResult, mtu: int) -> list[dict[
             "measured_weight_bytes": weights, "measured_other_bytes": sum(measured.values()) - weights,
             "error_pct": 100 * (weights - planned) / planned if planned else 0.0,
             "broadcast_bytes": measured["broadcast"], "upload_bytes": measured["upload"],
+            "queue_drops": res.queue_drops[hop],
         })
     return rows
 
@@ -262,6 +279,7 @@ def _write_tables(out: Path, graph: Any, plan: Plan, config: RunConfig, rounds: 
             "predicted_broadcast_s": secs["broadcast"], "predicted_upload_s": secs["upload"],
             "bytes_measured": sum(r["measured_bytes"] for r in rows),
             "bytes_predicted": sum(r["predicted_bytes"] for r in rows),
+            "retransmitted_segments": res.retransmits, "queue_drops": sum(res.queue_drops.values()),
             "accuracy": res.accuracy,
         })
     write_csv(out / "rounds.csv", ROUND_FIELDS, round_rows)
@@ -286,6 +304,8 @@ def _summary(config: RunConfig, graph: Any, plan: Plan, rounds: list[RoundResult
         "link_bytes_predicted": sum(r["predicted_bytes"] for r in rows),
         "weight_bytes_measured": sum(r["measured_weight_bytes"] for r in rows),
         "ack_bytes_measured": sum(r["measured_other_bytes"] for r in rows),
+        "tcp_retransmitted_segments": sum(r.retransmits for r in rounds),
+        "queue_drops": sum(sum(r.queue_drops.values()) for r in rounds),
         "max_link_bytes_error": max((abs(r["error_pct"]) / 100 for r in rows if r["predicted_bytes"]), default=0.0),
         "round_latency_s": mean(sum(r.seconds.values()) for r in rounds),
         **{f"{p}_s": mean(r.seconds[p] for r in rounds) for p in ("broadcast", "train", "upload")},

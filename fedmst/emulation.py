@@ -14,7 +14,12 @@ frames and match :mod:`fedmst.wire`'s arithmetic. This is the only module that i
 from __future__ import annotations
 
 import ipaddress
+import json
 import logging
+import os
+import re
+import sys
+import time
 import shutil
 import subprocess
 import tempfile
@@ -37,6 +42,7 @@ HOST_PREFIX = "fm"
 LINK_NET = ipaddress.ip_network("10.0.0.0/10")
 FLOW_NET = ipaddress.ip_network("10.128.0.0/9")
 _HARMLESS_TC = ("quantum of class", "Consider r2q change")
+_HTB_DROPS = re.compile(r"qdisc htb \S+ dev (\S+) root.*?\n Sent \d+ bytes \d+ pkt \(dropped (\d+)")
 
 
 @dataclass(frozen=True)
@@ -55,31 +61,34 @@ class Capabilities:
 
     netem: bool
 
-    def emulated(self, *, delay_wanted: bool) -> dict[str, object]:
-        """The ``emulated`` object of summary.json: what was really applied to the links."""
-        delay = self.netem and delay_wanted
-        return {
-            "bandwidth": True,
-            "bandwidth_mechanism": "htb",
-            "delay": delay,
-            "delay_mechanism": "netem" if delay else "none",
-            "loss": False,
-            "note": (
-                "propagation delay applied by netem"
-                if delay
-                else "propagation delay NOT applied: "
-                + ("this kernel has no sch_netem" if not self.netem else "delay disabled")
-            ),
-        }
+
+DELAY_MODES = ("auto", "netem", "userspace", "off")
+_MECHANISM = {"netem": "netem", "userspace": "nfqueue-delay-line", "off": "none"}
 
 
-def require_tools() -> None:
+def resolve_delay_mode(requested: str, capabilities: Capabilities) -> str:
+    """``auto`` becomes netem where the kernel has it and the userspace delay line elsewhere.
+
+    >>> resolve_delay_mode("auto", Capabilities(netem=False))
+    'userspace'
+    """
+    if requested not in DELAY_MODES:
+        raise EmulationError(f"unknown delay mode {requested!r}; choose one of: {', '.join(DELAY_MODES)}")
+    if requested == "auto":
+        return "netem" if capabilities.netem else "userspace"
+    if requested == "netem" and not capabilities.netem:
+        raise EmulationError("--delay-mode netem: this kernel has no sch_netem; use auto or userspace")
+    return requested
+
+
+def require_tools(delay_mode: str = "off") -> None:
     """Fail early, in one line, when the host lacks what the emulation needs."""
-    import os
-
     if os.geteuid() != 0:
         raise EmulationError("fedmst needs root to create network namespaces: run it as root")
-    for tool, package in (("mnexec", "mininet"), ("tc", "iproute2"), ("ethtool", "ethtool")):
+    tools = [("mnexec", "mininet"), ("tc", "iproute2"), ("ethtool", "ethtool")]
+    if delay_mode == "userspace":
+        tools.append(("iptables", "iptables"))
+    for tool, package in tools:
         if shutil.which(tool) is None:
             raise EmulationError(f"{tool} not found on PATH: install Debian's {package} package")
 
@@ -104,27 +113,55 @@ def host_name(index: int) -> str:
 class Emulation:
     """A running emulated network for ``graph``; use as ``with Emulation(graph) as emu:``.
 
-    ``with_delay`` applies each link's ``delay_s`` through netem where the kernel has it; every
-    emulated interface gets ``mtu``.
+    Every link is shaped to its capacity by htb. ``delay_mode`` (see :func:`resolve_delay_mode`)
+    says how each link's ``delay_s``, and ``loss``/``jitter_s`` if given, are applied: by netem,
+    or by one userspace delay line per link direction held at the receiver's ingress, so a packet
+    is serialised by the sender's htb first and then propagates. Every interface gets ``mtu``.
     """
 
-    def __init__(self, graph: nx.Graph, *, with_delay: bool = True, mtu: int = DEFAULT_MTU) -> None:
+    def __init__(self, graph: nx.Graph, *, delay_mode: str = "auto", loss: float = 0.0,
+                 jitter_s: float = 0.0, mtu: int = DEFAULT_MTU) -> None:
+        if not 0 <= loss < 1:
+            raise EmulationError(f"loss must be a probability in [0, 1), got {loss}")
+        if jitter_s < 0:
+            raise EmulationError(f"jitter must not be negative, got {jitter_s} s")
         self.graph = graph
         self.mtu = mtu
         self.capabilities = probe_capabilities()
-        self.delay_applied = with_delay and self.capabilities.netem
+        self.delay_mode = resolve_delay_mode(delay_mode, self.capabilities)
+        self.delay_applied = self.delay_mode != "off"
+        self.loss = loss if self.delay_applied else 0.0
+        self.jitter_s = jitter_s if self.delay_applied else 0.0
         self.nodes: list[str] = sorted(graph.nodes, key=node_order)
+        self.delay_stats: dict[str, dict[str, object]] = {}
         self._net = None
         self._hosts: dict[str, object] = {}
         self._intf: dict[LinkDir, str] = {}
         self._peer_ip: dict[LinkDir, str] = {}
         self._procs: list[subprocess.Popen] = []
+        self._lines: dict[LinkDir, tuple[subprocess.Popen, Path]] = {}
+        self._scratch: Path | None = None
         self._flow_hosts = FLOW_NET.hosts()
         self._state: RunState | None = None
 
+    def emulated(self) -> dict[str, object]:
+        """The ``emulated`` object of summary.json: what was really applied to the links."""
+        note = {
+            "netem": "propagation delay applied by netem",
+            "userspace": "propagation delay applied by fedmst's NFQUEUE delay line at each receiver's ingress"
+            + ("" if self.capabilities.netem else " (this kernel has no sch_netem)"),
+            "off": "propagation delay NOT applied (--delay-mode off)",
+        }[self.delay_mode]
+        return {
+            "bandwidth": True, "bandwidth_mechanism": "htb",
+            "delay": self.delay_applied, "delay_mechanism": _MECHANISM[self.delay_mode],
+            "loss": self.loss > 0, "loss_rate": self.loss, "jitter_s": self.jitter_s,
+            "netem_available": self.capabilities.netem, "mtu": self.mtu, "note": note,
+        }
+
     # life cycle -----------------------------------------------------------------------------
     def __enter__(self) -> "Emulation":
-        require_tools()
+        require_tools(self.delay_mode)
         self._state = RunState()
         try:
             self._build()
@@ -185,8 +222,9 @@ class Emulation:
             net_ = next(subnets)
             ip_u, ip_v = (str(a) for a in list(net_.hosts())[:2])
             params: dict[str, object] = {"bw": float(attrs["capacity_mbps"])}
-            if self.delay_applied and attrs["delay_s"] > 0:
-                params["delay"] = f"{attrs['delay_s'] * 1e3:.3f}ms"
+            if self.delay_mode == "netem":
+                params.update(delay=f"{attrs['delay_s'] * 1e3:.3f}ms", loss=self.loss * 100,
+                              jitter=f"{self.jitter_s * 1e3:.3f}ms" if self.jitter_s else None)
             link = net.addLink(
                 self._hosts[u], self._hosts[v],
                 params1={"ip": f"{ip_u}/30"}, params2={"ip": f"{ip_v}/30"}, **params,
@@ -201,6 +239,54 @@ class Emulation:
             if intfs:
                 self.cmd(node, "; ".join(f"ethtool -K {i} tso off gso off gro off >/dev/null 2>&1" for i in intfs))
                 self._ip_batch(node, [f"link set dev {i} mtu {self.mtu}" for i in intfs])
+        if self.delay_mode == "userspace":
+            self._start_delay_lines()
+
+    def _start_delay_lines(self) -> None:
+        """One delay line per link direction u->v, holding packets at v's ingress interface."""
+        from fedmst.delayline import DEFAULT_CAPACITY, ingress_rule
+
+        self._scratch = Path(tempfile.mkdtemp(prefix="fedmst-delay-"))
+        queues: dict[str, int] = {}
+        for seed, (u, v) in enumerate(sorted(self._intf, key=lambda h: (node_order(h[0]), node_order(h[1])))):
+            delay = float(self.graph.edges[u, v]["delay_s"])
+            if delay <= 0 and not self.loss and not self.jitter_s:
+                continue
+            queue = queues[v] = queues.get(v, -1) + 1
+            out = self.cmd(v, f"{ingress_rule(self._intf[(v, u)], queue)} 2>&1; echo rc=$?").strip()
+            if not out.endswith("rc=0"):
+                raise EmulationError(f"installing the delay line of link {u}->{v} failed: {out.splitlines()[0]}")
+            log = self._scratch / f"{u}-{v}.log"
+            # room for twice the frames a full link keeps in flight over its delay
+            in_flight = float(self.graph.edges[u, v]["capacity_mbps"]) * 1e6 * (delay + self.jitter_s) / 8 / self.mtu
+            capacity = max(DEFAULT_CAPACITY, 2 * int(in_flight) + 1)
+            argv = [sys.executable, "-m", "fedmst.delayline", "--queue", str(queue), "--capacity", str(capacity),
+                    "--delay-ms", f"{delay * 1e3:.6f}", "--jitter-ms", f"{self.jitter_s * 1e3:.6f}",
+                    "--loss", str(self.loss), "--seed", str(seed), "--stats", str(log.with_suffix(".json"))]
+            with log.open("w") as f:
+                self._lines[(u, v)] = (self.popen(v, argv, env=os.environ, log_file=f), log)
+        self._wait_for_queues(queues)
+
+    def _wait_for_queues(self, queues: Mapping[str, int], timeout_s: float = 60.0) -> None:
+        """Return once every delay line has bound its queue: until then the kernel drops packets."""
+        deadline = time.monotonic() + timeout_s
+        for node, last in queues.items():
+            table = Path(f"/proc/{self._hosts[node].pid}/net/netfilter/nfnetlink_queue")
+            while True:
+                self.check()
+                bound = {int(line.split()[0]) for line in table.read_text().splitlines()} if table.exists() else set()
+                if set(range(last + 1)) <= bound:
+                    break
+                if time.monotonic() > deadline:
+                    raise EmulationError(f"delay lines on node {node} did not bind their queues in {timeout_s:.0f} s")
+                time.sleep(0.05)
+
+    def check(self) -> None:
+        """Raise if a delay line has died: its link would otherwise stop or pass packets unseen."""
+        for (u, v), (proc, log) in self._lines.items():
+            if proc.poll() is not None:
+                lines = [line for line in log.read_text().splitlines() if line.strip()] or ["(no output)"]
+                raise EmulationError(f"delay line of link {u}->{v} exited with code {proc.returncode}: {lines[-1]}")
 
     def close(self) -> None:
         """Stop every process started in the hosts, then the network. Safe to call twice."""
@@ -222,6 +308,14 @@ class Emulation:
                 log.warning("mininet stop failed: %s", exc)
             for host in self._hosts.values():
                 _reap(host)
+        for (u, v), (_, line_log) in self._lines.items():
+            stats = line_log.with_suffix(".json")
+            if stats.exists():
+                self.delay_stats[f"{u}->{v}"] = json.loads(stats.read_text())
+        self._lines.clear()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
         if self._state is not None:
             self._state.remove()
             self._state = None
@@ -267,6 +361,23 @@ class Emulation:
         for host in self._hosts.values():
             tx.update(_read_tx_bytes(Path(f"/proc/{host.pid}/net/dev")))
         return {hop: tx[intf] for hop, intf in self._intf.items()}
+
+    def queue_drops(self) -> dict[LinkDir, int]:
+        """Packets each link direction's htb queue has dropped so far: congestion at its sender."""
+        drops: dict[str, int] = {}
+        for node in self.nodes:
+            out = self.cmd(node, "tc -s qdisc show")
+            drops.update((intf, int(n)) for intf, n in _HTB_DROPS.findall(out))
+        return {hop: drops.get(intf, 0) for hop, intf in self._intf.items()}
+
+    def tcp_retransmits(self) -> int:
+        """TCP segments all hosts have retransmitted so far (each namespace's /proc/net/snmp)."""
+        total = 0
+        for host in self._hosts.values():
+            tcp = [line.split()[1:] for line in Path(f"/proc/{host.pid}/net/snmp").read_text().splitlines()
+                   if line.startswith("Tcp:")]
+            total += int(dict(zip(tcp[0], tcp[1]))["RetransSegs"])
+        return total
 
     # processes ------------------------------------------------------------------------------
     def popen(self, node: str, argv: Sequence[str], *, env: Mapping[str, str], log_file: IO[str]) -> subprocess.Popen:

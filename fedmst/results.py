@@ -18,11 +18,12 @@ from typing import Any, Iterable, Mapping, Sequence
 ROUND_FIELDS = (
     "round", "broadcast_s", "train_s", "upload_s", "round_s",
     "predicted_broadcast_s", "predicted_upload_s",
-    "bytes_measured", "bytes_predicted", "accuracy",
+    "bytes_measured", "bytes_predicted", "retransmitted_segments", "queue_drops", "accuracy",
 )
 LINK_FIELDS = (
     "round", "link", "src", "dst", "capacity_mbps", "predicted_bytes", "measured_bytes",
     "measured_weight_bytes", "measured_other_bytes", "error_pct", "broadcast_bytes", "upload_bytes",
+    "queue_drops",
 )
 
 

@@ -13,7 +13,8 @@ echo "== system packages (mininet for mnexec, iproute2/tc, ethtool, ping)"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
-    mininet iproute2 ethtool iputils-ping python3 python3-venv python3-dev gcc >/dev/null
+    mininet iproute2 ethtool iputils-ping python3 python3-venv python3-dev gcc \
+    iptables libnetfilter-queue-dev >/dev/null
 
 echo "== virtual environment in .venv"
 [[ -x .venv/bin/python ]] || python3 -m venv .venv

@@ -32,7 +32,7 @@ def test_each_transfer_follows_its_planned_path(clean_host: None) -> None:
     """A flow routed the long way round the ring crosses exactly the planned links, both ways."""
     graph = load_topology("small")
     path = ("0", "4", "3", "2")  # 0-1-2 is shorter: plain shortest-path routing would not do this
-    with Emulation(graph) as emu:
+    with Emulation(graph, delay_mode="off") as emu:
         flow = emu.install_flows({"long": path})["long"]
         before = emu.counters()
         out = emu.cmd("0", f"ping -q -c 40 -i 0.01 -s 1400 -I {flow.src_addr} {flow.dst_addr}")

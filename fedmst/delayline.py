@@ -1,0 +1,387 @@
+"""Link delay, jitter and loss in user space, for kernels without ``sch_netem``.
+
+Why this exists: the kernel of the machines fedmst runs on has no ``sch_netem``, so ``tc netem``
+cannot delay or drop packets. Netfilter's NFQUEUE target can hand every packet of a chain to a
+user-space process, which gives the verdict later: holding each packet until its due time and
+only then accepting it is a delay line.
+
+Where packets are held matters. Holding them on the sending host's own egress makes TCP Small
+Queues see the bytes as still queued in the host and throttle the flow; holding them at the
+*receiving* host's ingress (``raw`` table, ``PREROUTING``) delays them exactly as a long wire
+would. So :func:`ingress_rule` is the only rule this module offers.
+
+The module has two parts:
+
+* :class:`DelayLine`, a pure scheduler with no I/O and an explicit clock, so its rules (order
+  kept, exact due times, seeded loss, bounded memory) are unit-tested with a fake clock;
+* :func:`main`, the process (``python -m fedmst.delayline --queue N --delay-ms D ...``) that binds
+  an NFQUEUE queue of its network namespace and feeds it through a :class:`DelayLine`.
+
+The rule has no ``--queue-bypass``: if the delay line dies, packets stop instead of silently
+passing undelayed, so a broken emulation cannot pass for a working one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import random
+import select
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Deque, Protocol, Sequence
+
+DEFAULT_CAPACITY = 4096
+"""Packets one delay line may hold. 50 Mbit/s x 100 ms of 1500-byte frames is ~420 packets, and
+the notes measured ~1.9 Gbit/s through 10 ms (~1,600 packets in flight), so 4,096 covers the links
+fedmst emulates while bounding memory (a held packet costs the kernel one skb, ~2.3 kB)."""
+KERNEL_QUEUE_SLACK = 1024
+"""Extra room in the kernel's queue beyond ``capacity``, so that a full line is counted as
+``overflow`` here rather than dropped unseen by the kernel while we are a little behind."""
+
+
+MAX_OVERSHOOT_S = 0.0005
+"""Most a timer wake-up is believed to overshoot: the early-release correction never exceeds it."""
+
+
+class Verdictable(Protocol):
+    """What the delay line needs of a packet: netfilterqueue's ``Packet`` or a test's fake."""
+
+    def drop(self) -> None: ...
+
+
+class DelayLine:
+    """A FIFO that releases each packet ``delay_s`` (+ jitter) after it was pushed, never reordered.
+
+    Rules, each for a reason:
+
+    * Loss is decided first, with a seeded RNG: the i-th packet pushed is lost or not whatever the
+      buffer holds, so a run with the same seed and traffic drops the same packets.
+    * A kept packet is due at ``max(previous_due, now + delay + jitter)``, jitter uniform in
+      ``[-jitter_s, +jitter_s]`` (and the sum never below 0). Taking the max keeps the order, as a
+      wire does: jitter then stretches gaps but never makes a later packet overtake an earlier
+      one, which TCP would see as loss.
+    * At most ``capacity`` packets are held; a packet arriving at a full line is dropped and
+      counted as ``overflow``, so memory (ours and the kernel's) stays bounded.
+
+    Dropped packets get ``packet.drop()`` at once; due packets are *returned* by :meth:`release`,
+    and giving them their verdict (``accept()``) is the caller's job.
+
+    >>> class P:
+    ...     def __init__(self, n): self.n, self.dropped = n, False
+    ...     def drop(self): self.dropped = True
+    >>> line = DelayLine(0.010)
+    >>> line.push(P(1), now=0.0); line.push(P(2), now=0.004)
+    >>> line.next_due()
+    0.01
+    >>> [p.n for p in line.release(0.0099)], [p.n for p in line.release(0.010)]
+    ([], [1])
+    >>> [p.n for p in line.release(1.0)], line.passed, line.next_due()
+    ([2], 2, None)
+    """
+
+    def __init__(
+        self,
+        delay_s: float,
+        jitter_s: float = 0.0,
+        loss: float = 0.0,
+        capacity: int = DEFAULT_CAPACITY,
+        seed: int | None = None,
+    ) -> None:
+        if not delay_s >= 0:
+            raise ValueError(f"delay must be >= 0 s, got {delay_s}")
+        if not jitter_s >= 0:
+            raise ValueError(f"jitter must be >= 0 s, got {jitter_s}")
+        if not 0 <= loss <= 1:
+            raise ValueError(f"loss must be a probability in [0, 1], got {loss}")
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1 packet, got {capacity}")
+        self.delay_s = float(delay_s)
+        self.jitter_s = float(jitter_s)
+        self.loss = float(loss)
+        self.capacity = int(capacity)
+        self._rng = random.Random(seed)
+        self._held: Deque[tuple[float, Verdictable]] = collections.deque()
+        self._last_due = float("-inf")
+        self.received = 0
+        self.passed = 0
+        self.lost = 0
+        self.overflow = 0
+        self.error_sum_s = 0.0
+        self.error_max_s = 0.0
+        self.error_min_s = 0.0
+
+    def __len__(self) -> int:
+        """Packets held now."""
+        return len(self._held)
+
+    def push(self, packet: Verdictable, now: float) -> None:
+        """Take ``packet``, arrived at ``now``: drop it (loss, overflow) or hold it until due."""
+        self.received += 1
+        if self.loss and self._rng.random() < self.loss:
+            self.lost += 1
+            packet.drop()
+            return
+        if len(self._held) >= self.capacity:
+            self.overflow += 1
+            packet.drop()
+            return
+        wait = self.delay_s
+        if self.jitter_s:
+            wait = max(0.0, wait + self._rng.uniform(-self.jitter_s, self.jitter_s))
+        due = max(self._last_due, now + wait)
+        self._last_due = due
+        self._held.append((due, packet))
+
+    def next_due(self) -> float | None:
+        """When the oldest held packet is due, or ``None`` when nothing is held."""
+        return self._held[0][0] if self._held else None
+
+    def release(self, now: float, ahead_s: float = 0.0) -> list[Verdictable]:
+        """Remove and return, oldest first, every packet due at or before ``now + ahead_s``.
+
+        ``ahead_s`` lets a caller whose verdicts are known to reach the wire that much late
+        (its wake-up latency) release that much early, so the *mean* error is zero. The error
+        ``now - due`` of every packet is summed, its extremes kept: the delay line's own timing
+        error, reported rather than assumed away.
+        """
+        out = []
+        held = self._held
+        limit = now + ahead_s
+        while held and held[0][0] <= limit:
+            due, packet = held.popleft()
+            out.append(packet)
+            error = now - due
+            self.error_sum_s += error
+            if error > self.error_max_s:
+                self.error_max_s = error
+            elif error < self.error_min_s:
+                self.error_min_s = error
+        self.passed += len(out)
+        return out
+
+    def flush(self) -> list[Verdictable]:
+        """Remove and return every held packet, due or not (the process is stopping)."""
+        out = [p for _, p in self._held]
+        self._held.clear()
+        return out
+
+    def stats(self) -> dict[str, object]:
+        return {
+            "delay_s": self.delay_s,
+            "jitter_s": self.jitter_s,
+            "loss": self.loss,
+            "capacity": self.capacity,
+            "received": self.received,
+            "passed": self.passed,
+            "lost": self.lost,
+            "overflow": self.overflow,
+            "held": len(self._held),
+            "release_error_mean_s": self.error_sum_s / self.passed if self.passed else 0.0,
+            "release_error_max_s": self.error_max_s,
+            "release_error_min_s": self.error_min_s,
+        }
+
+
+def ingress_rule(interface: str, queue: int) -> str:
+    """The iptables command that sends every IPv4 packet arriving on ``interface`` to ``queue``.
+
+    Run it inside the *receiving* host's namespace (see the module docstring for why ingress).
+    No ``--queue-bypass``: with no delay line bound to the queue, the kernel drops the packets.
+
+    >>> ingress_rule("fm1-eth0", 3)
+    'iptables -t raw -A PREROUTING -i fm1-eth0 -j NFQUEUE --queue-num 3'
+    """
+    if not interface or any(c.isspace() for c in interface):
+        raise ValueError(f"bad interface name {interface!r}")
+    if not 0 <= int(queue) <= 65535:
+        raise ValueError(f"NFQUEUE numbers are 0..65535, got {queue}")
+    return f"iptables -t raw -A PREROUTING -i {interface} -j NFQUEUE --queue-num {int(queue)}"
+
+
+# the process -------------------------------------------------------------------------------------
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m fedmst.delayline",
+        description="Delay, jitter and drop the packets of one NFQUEUE queue (user-space netem).",
+    )
+    p.add_argument("--queue", type=int, required=True, help="NFQUEUE number to bind (0..65535)")
+    p.add_argument("--delay-ms", type=float, required=True, help="one-way delay added to every packet")
+    p.add_argument("--jitter-ms", type=float, default=0.0, help="uniform jitter +- this, order kept")
+    p.add_argument("--loss", type=float, default=0.0, help="probability of dropping each packet")
+    p.add_argument("--capacity", type=int, default=DEFAULT_CAPACITY, help="most packets held at once")
+    p.add_argument("--seed", type=int, default=None, help="seed of the loss/jitter RNG")
+    p.add_argument("--stats", type=Path, default=None, help="write the counters here as JSON on exit")
+    return p.parse_args(argv)
+
+
+def _die_with_parent() -> None:
+    """Ask the kernel for SIGTERM when our parent (the emulation) dies, even by SIGKILL.
+
+    A delay line outliving its run would keep that host's network namespace alive, and fedmst's
+    clean-up does not know this process, so it must not survive its starter.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        parent = os.getppid()
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before the request took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+def _tighten_timers() -> None:
+    """Timer slack of 1 ns instead of 50 us: select() timeouts are our release times."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(29, 1, 0, 0, 0)  # PR_SET_TIMERSLACK
+    except (OSError, AttributeError):
+        pass
+
+
+def _enable_rx_timestamps() -> object:
+    """A socket asking for receive timestamps, which makes the kernel stamp every received packet.
+
+    NFQUEUE passes that stamp on; without any such socket (e.g. a plain iperf3 flow) packets
+    arrive unstamped and their delay would start only when this process reads them.
+    """
+    import socket
+
+    try:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_TIMESTAMP", 29), 1)
+        return sock
+    except OSError:
+        return None
+
+
+def _kernel_queue_stats(queue: int) -> dict[str, int]:
+    """The kernel's own counters for ``queue`` in this namespace (drops we never saw)."""
+    try:
+        for line in Path("/proc/net/netfilter/nfnetlink_queue").read_text().splitlines():
+            f = line.split()
+            if f and int(f[0]) == queue:
+                return {"kernel_queue_dropped": int(f[5]), "kernel_user_dropped": int(f[6])}
+    except (OSError, ValueError, IndexError):
+        pass
+    return {}
+
+
+def _write_json(path: Path, data: dict[str, object]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse(argv)
+    try:
+        line = DelayLine(
+            args.delay_ms / 1e3, args.jitter_ms / 1e3, args.loss, args.capacity, args.seed
+        )
+    except ValueError as exc:
+        print(f"fedmst.delayline: {exc}", file=sys.stderr)
+        return 2
+    try:
+        from netfilterqueue import COPY_META, NetfilterQueue
+    except ImportError as exc:
+        print(f"fedmst.delayline: netfilterqueue missing ({exc}); pip install NetfilterQueue", file=sys.stderr)
+        return 1
+
+    _die_with_parent()
+    stop = False
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    # the handler only sets a flag; the wake-up pipe makes the blocked select() return at once
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    _tighten_timers()
+    stamps = _enable_rx_timestamps()  # noqa: F841 - kept open: the kernel stamps while it lives
+    clock, wall = time.monotonic, time.time
+    push = line.push
+    lag = {"sum": 0.0, "n": 0}
+
+    def on_packet(packet: Verdictable) -> None:
+        # Start the packet's delay when it reached the interface (the kernel's receive stamp, wall
+        # clock), not when we got round to reading it: our wake-up latency is not link delay.
+        now = clock()
+        stamp = packet.get_timestamp()  # type: ignore[attr-defined]
+        behind = wall() - stamp if stamp > 0 else 0.0
+        if 0.0 < behind < 1.0:  # a stamp from a stepped wall clock is not believed
+            now -= behind
+            lag["sum"] += behind
+            lag["n"] += 1
+        push(packet, now)  # the Packet object stays valid for a verdict after we return
+
+    try:
+        nfq = NetfilterQueue()
+        # COPY_META: only metadata crosses to user space, never payload; packets stay in the kernel
+        nfq.bind(args.queue, on_packet, max_len=args.capacity + KERNEL_QUEUE_SLACK, mode=COPY_META)
+    except (OSError, RuntimeError) as exc:
+        print(f"fedmst.delayline: cannot bind NFQUEUE {args.queue} ({exc}); need root, "
+              "and no other process may hold that queue in this network namespace", file=sys.stderr)
+        return 1
+
+    fd = nfq.get_fd()
+    overshoot = 50e-6  # a typical timer wake-up latency here; learned from then on
+    rc = 0
+    try:
+        while not stop:
+            due = line.next_due()
+            timeout = None if due is None else max(0.0, due - clock() - overshoot)
+            asked = clock()
+            # select(), not epoll: its timeout has microsecond, not millisecond, resolution
+            readable, _, _ = select.select([fd, wake_r], [], [], timeout)
+            now = clock()
+            if not readable and timeout:
+                # a timer wake-up: learn how late such wake-ups come (EWMA), and aim that early
+                late = min(max(now - asked - timeout, 0.0), MAX_OVERSHOOT_S)
+                overshoot += (late - overshoot) * 0.2
+            if fd in readable:
+                nfq.run(block=False)
+                now = clock()
+            for packet in line.release(now, overshoot):
+                packet.accept()  # type: ignore[attr-defined]
+            if wake_r in readable:
+                try:
+                    os.read(wake_r, 512)
+                except BlockingIOError:
+                    pass
+    except Exception as exc:  # noqa: BLE001 - report it, still write the counters
+        print(f"fedmst.delayline: stopped by error: {exc!r}", file=sys.stderr)
+        rc = 1
+    finally:
+        # held packets are dropped, not passed early: stopping must never look like "no delay"
+        flushed = line.flush()
+        for packet in flushed:
+            try:
+                packet.drop()
+            except RuntimeError:
+                pass
+        stats = {"queue": args.queue, **line.stats(), "dropped_at_exit": len(flushed),
+                 "read_lag_mean_s": lag["sum"] / lag["n"] if lag["n"] else None,
+                 "stamped": lag["n"], **_kernel_queue_stats(args.queue)}
+        nfq.unbind()
+        if args.stats is not None:
+            _write_json(args.stats, stats)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""The emulation's delay modes, for real: the userspace delay line everywhere, netem where the
+kernel has it, and a clear refusal where it does not."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import networkx as nx
+import psutil
+import pytest
+
+from fedmst.emulation import Emulation, probe_capabilities
+from fedmst.topology import validate_topology
+
+FEDMST = str(Path(sys.executable).with_name("fedmst"))
+NETEM = probe_capabilities().netem
+
+
+def _two_nodes(delay_ms: float) -> nx.Graph:
+    g = nx.Graph(name="two")
+    g.add_edge("a", "b", capacity_mbps=100.0, delay_s=delay_ms / 1e3, length_km=None)
+    return validate_topology(g, "test")
+
+
+def _rtt_ms(emu: Emulation) -> float:
+    """Mean RTT of pings along a routed a->b transfer; ``-U`` times user to user, because ping's
+    default uses the kernel's receive stamp, taken before a delay line holds the reply."""
+    flow = emu.install_flows({"p": ("a", "b")})["p"]
+    out = emu.cmd("a", f"ping -U -n -q -c 20 -i 0.05 -I {flow.src_addr} {flow.dst_addr}")
+    assert " 0% packet loss" in out, out
+    return float(re.search(r"= [\d.]+/([\d.]+)/", out).group(1))  # type: ignore[union-attr]
+
+
+@pytest.mark.integration
+def test_userspace_delay_line_applies_each_links_delay(clean_host: None) -> None:
+    with Emulation(_two_nodes(0), delay_mode="off") as emu:
+        base = _rtt_ms(emu)
+    with Emulation(_two_nodes(10), delay_mode="userspace") as emu:
+        assert emu.emulated()["delay_mechanism"] == "nfqueue-delay-line"
+        rtt = _rtt_ms(emu)
+    assert abs(rtt - (20 + base)) <= max(0.05 * 20, 0.1), (rtt, base)
+    for direction in ("a->b", "b->a"):
+        stats = emu.delay_stats[direction]
+        assert stats["passed"] >= 20 and stats["lost"] == stats["overflow"] == 0, stats
+
+
+@pytest.mark.integration
+def test_userspace_loss_drops_at_the_configured_rate(clean_host: None) -> None:
+    with Emulation(_two_nodes(1), delay_mode="userspace", loss=0.1) as emu:
+        flow = emu.install_flows({"p": ("a", "b")})["p"]
+        emu.cmd("a", f"ping -n -q -c 1000 -i 0.002 -W 1 -I {flow.src_addr} {flow.dst_addr}")
+    received = sum(emu.delay_stats[d]["received"] for d in ("a->b", "b->a"))
+    lost = sum(emu.delay_stats[d]["lost"] for d in ("a->b", "b->a"))
+    assert received >= 1000
+    assert abs(lost / received - 0.1) <= 0.01 + 3 * (0.1 * 0.9 / received) ** 0.5
+
+
+@pytest.mark.integration
+def test_a_dying_delay_line_stops_the_run(tmp_path: Path, clean_host: None) -> None:
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [FEDMST, "run", "--topology", "small", "--local-models", "3", "--rounds", "20",
+         "--delay-mode", "userspace", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        while not (out / "rounds.csv").exists():
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        line = next(p for p in psutil.Process(proc.pid).children(recursive=True)
+                    if "fedmst.delayline" in " ".join(p.cmdline()))
+        line.kill()  # a delay line this test's run started, by PID
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert len(lines) == 1 and "delay line of link" in lines[0], err
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not NETEM, reason="this kernel lacks sch_netem (tc qdisc netem)")
+def test_netem_applies_each_links_delay(clean_host: None) -> None:
+    with Emulation(_two_nodes(0), delay_mode="off") as emu:
+        base = _rtt_ms(emu)
+    with Emulation(_two_nodes(10), delay_mode="netem") as emu:
+        assert emu.emulated()["delay_mechanism"] == "netem"
+        rtt = _rtt_ms(emu)
+    assert abs(rtt - (20 + base)) <= max(0.05 * 20, 0.1), (rtt, base)
+
+
+@pytest.mark.skipif(NETEM, reason="the kernel has sch_netem, so asking for it is not an error")
+def test_netem_mode_without_netem_is_refused_in_one_line(tmp_path: Path) -> None:
+    proc = subprocess.run([FEDMST, "run", "--topology", "line3", "--model", "mlp", "--delay-mode", "netem",
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "no sch_netem" in lines[0], proc.stderr
+    assert not (tmp_path / "out").exists()
