@@ -13,17 +13,19 @@ import secrets
 import shutil
 import sys
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import mean
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from fedmst import aggregation, data, models
 from fedmst.control import ControlServer
 from fedmst.emulation import Emulation, probe_capabilities, resolve_delay_mode
 from fedmst.errors import EmulationError, FedmstError
-from fedmst.results import LINK_FIELDS, ROUND_FIELDS, write_csv, write_json
+from fedmst.results import LINK_FIELDS, ROUND_FIELDS, SAMPLE_FIELDS, write_csv, write_json
 from fedmst.scheduling import Plan, schedule
 from fedmst.scheduling.plan import (
     PHASES,
@@ -72,6 +74,41 @@ class RoundResult:
     queue_drops: dict[tuple[str, str], int] = field(default_factory=dict)
     retransmits: int = 0
     accuracy: float = 0.0
+
+
+class CounterSampler:
+    """Reads every link direction's byte counter every ``interval_s`` while a phase runs, so that
+    a link's utilisation over time (and its peak) can be plotted, not only its total."""
+
+    def __init__(self, read: Callable[[], dict[tuple[str, str], int]], interval_s: float = 0.1) -> None:
+        self.read = read
+        self.interval_s = interval_s
+        self.rows: list[dict[str, Any]] = []
+        self._t0: float | None = None
+
+    @contextmanager
+    def sampling(self, round_: int, phase: str) -> Iterator[None]:
+        stop = threading.Event()
+
+        def sample() -> None:
+            now = time.perf_counter()
+            self._t0 = now if self._t0 is None else self._t0
+            self.rows += [{"t_s": now - self._t0, "round": round_, "phase": phase, "src": u, "dst": v,
+                           "bytes": n} for (u, v), n in sorted(self.read().items())]
+
+        def loop() -> None:
+            while not stop.wait(self.interval_s):
+                sample()
+
+        sample()
+        thread = threading.Thread(target=loop, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+            sample()
 
 
 def prepare(config: RunConfig) -> tuple[Any, Plan]:
@@ -200,13 +237,15 @@ def _run_rounds(config: RunConfig, graph: Any, plan: Plan, emu: Emulation, out: 
             [samples[i] for i in range(task.k)]))}}
         report(f"[{config.scheduler}] {len(nodes)} agents ready in {max(r['seconds'] for r in setup.values()):.1f} s")
         results: list[RoundResult] = []
+        sampler = CounterSampler(emu.counters)
         for r in range(1, config.rounds + 1):
             res = RoundResult(round=r)
             drops, retransmits = emu.queue_drops(), emu.tcp_retransmits()
             before = emu.counters()
             for phase, msg in (("broadcast", {}), ("train", {}), ("upload", {"weights": weights})):
                 start = time.perf_counter()
-                server.run({"cmd": phase, "round": r, **msg}, timeout_s=t, check=check)
+                with sampler.sampling(r, phase):
+                    server.run({"cmd": phase, "round": r, **msg}, timeout_s=t, check=check)
                 res.seconds[phase] = time.perf_counter() - start
                 after = emu.counters()
                 res.link_bytes[phase] = {hop: after[hop] - before[hop] for hop in after}
@@ -222,6 +261,7 @@ def _run_rounds(config: RunConfig, graph: Any, plan: Plan, emu: Emulation, out: 
                 write_json(saved / "weights.json", weights[task.name])
             results.append(res)
             _write_tables(out, graph, plan, config, results, emu.delay_applied)
+            write_csv(out / "samples.csv", SAMPLE_FIELDS, sampler.rows)
             report(
                 f"[{config.scheduler}] round {r}/{config.rounds}: broadcast {res.seconds['broadcast']:.2f} s, "
                 f"train {res.seconds['train']:.2f} s, upload {res.seconds['upload']:.2f} s, "

@@ -2,7 +2,7 @@
 
 A run folder holds ``config.json`` (resolved options), ``plan.json`` (the Plan and its
 addresses), ``rounds.csv`` (a row per round), ``links.csv`` (a row per link direction and round:
-measured beside predicted bytes) and ``summary.json``.
+measured beside predicted bytes), ``samples.csv`` (link counters over time) and ``summary.json``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ ROUND_FIELDS = (
     "predicted_broadcast_s", "predicted_upload_s",
     "bytes_measured", "bytes_predicted", "retransmitted_segments", "queue_drops", "accuracy",
 )
+SAMPLE_FIELDS = ("t_s", "round", "phase", "src", "dst", "bytes")
+"""samples.csv: cumulative bytes of each link direction, read about every 100 ms during phases."""
 LINK_FIELDS = (
     "round", "link", "src", "dst", "capacity_mbps", "predicted_bytes", "measured_bytes",
     "measured_weight_bytes", "measured_other_bytes", "error_pct", "broadcast_bytes", "upload_bytes",
