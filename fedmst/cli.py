@@ -138,6 +138,27 @@ def compare(out: str, **kw: Any) -> None:
 
 
 @main.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--sort", default="measured", show_default=True,
+              help="measured, predicted, error, utilisation, peak or link (compare folders: measured, spff, "
+                   "mst, ratio or link).")
+@click.option("--round", "round_", type=click.IntRange(min=1), default=None,
+              help="Only this round (default: all rounds summed).")
+def links(run_dir: Path, sort: str, round_: int | None) -> None:
+    """Per-link traffic of a run folder, or MST minus SPFF for a compare folder."""
+    from fedmst.linkview import diff_table, is_compare_dir, link_table, render
+
+    def table() -> Table:
+        if is_compare_dir(run_dir):
+            if round_ is not None:
+                raise FedmstError("--round applies to one run folder; give RUN_DIR/spff or RUN_DIR/mst")
+            return render(diff_table(run_dir, sort=sort), title=f"{run_dir}: MST - SPFF per link direction")
+        return render(link_table(run_dir, sort=sort, round_=round_), title=f"{run_dir}: links")
+
+    console.print(_guard(table))
+
+
+@main.command()
 def clean() -> None:
     """Remove every namespace, interface and process a crashed fedmst run left behind."""
     from fedmst.cleanup import clean as clean_

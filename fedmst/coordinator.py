@@ -91,10 +91,12 @@ class CounterSampler:
         stop = threading.Event()
 
         def sample() -> None:
-            now = time.perf_counter()
+            before = time.perf_counter()
+            counters = self.read()
+            now = (before + time.perf_counter()) / 2  # the read takes a few ms: stamp its middle
             self._t0 = now if self._t0 is None else self._t0
             self.rows += [{"t_s": now - self._t0, "round": round_, "phase": phase, "src": u, "dst": v,
-                           "bytes": n} for (u, v), n in sorted(self.read().items())]
+                           "bytes": n} for (u, v), n in sorted(counters.items())]
 
         def loop() -> None:
             while not stop.wait(self.interval_s):

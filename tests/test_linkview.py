@@ -1,0 +1,223 @@
+"""fedmst.linkview on small hand-made run folders whose every number can be checked by hand.
+
+The run has two links, 2-10 (100 Mbit/s) and 9-10 (200 Mbit/s), so natural node order
+(2 before 9 before 10) differs from string order, and two rounds whose broadcast + upload
+times add up to 0.8 s + 1.2 s = 2 s.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rich.table import Table
+
+from fedmst.errors import FedmstError
+from fedmst.linkview import diff_table, is_compare_dir, link_table, render
+from fedmst.results import LINK_FIELDS, ROUND_FIELDS, write_csv, write_json
+
+CAPACITY = {"2-10": 100, "9-10": 200}
+# (round, src, dst): (predicted, measured, weight, other, drops), in kB
+LINKS = {
+    (1, "2", "10"): (1000, 1100, 1000, 100, 0),
+    (1, "10", "2"): (0, 50, 0, 50, 1),
+    (1, "9", "10"): (2000, 2300, 2200, 100, 0),
+    (1, "10", "9"): (0, 80, 0, 80, 0),
+    (2, "2", "10"): (1000, 900, 800, 100, 0),
+    (2, "10", "2"): (0, 40, 0, 40, 2),
+    (2, "9", "10"): (2000, 2000, 2000, 0, 0),
+    (2, "10", "9"): (0, 120, 0, 120, 0),
+}
+# round: (broadcast_s, train_s, upload_s); training time never counts towards utilisation
+TIMES = {1: (0.5, 5.0, 0.3), 2: (0.4, 7.0, 0.8)}
+
+
+def _link_row(rnd: int, src: str, dst: str, values: tuple[int, ...]) -> dict[str, object]:
+    predicted, measured, weight, other = (v * 1000 for v in values[:4])
+    drops = values[4]
+    link = "-".join(sorted((src, dst), key=int))
+    return {
+        "round": rnd, "link": link, "src": src, "dst": dst, "capacity_mbps": CAPACITY[link],
+        "predicted_bytes": predicted, "measured_bytes": measured, "measured_weight_bytes": weight,
+        "measured_other_bytes": other, "error_pct": 0.0, "broadcast_bytes": 0, "upload_bytes": 0,
+        "queue_drops": drops,
+    }
+
+
+def write_run(path: Path, links: dict[tuple[int, str, str], tuple[int, ...]] = LINKS,
+              samples: list[tuple[float, int, str, str, str, int]] | None = None) -> Path:
+    """A run folder as the coordinator writes it (plus samples.csv when given)."""
+    path.mkdir(parents=True)
+    write_csv(path / "links.csv", LINK_FIELDS, [_link_row(r, s, d, v) for (r, s, d), v in links.items()])
+    rounds = sorted({r for r, _, _ in links})
+    write_csv(path / "rounds.csv", ROUND_FIELDS, [
+        {**dict.fromkeys(ROUND_FIELDS, 0), "round": r, "broadcast_s": TIMES[r][0], "train_s": TIMES[r][1],
+         "upload_s": TIMES[r][2], "round_s": sum(TIMES[r])}
+        for r in rounds
+    ])
+    write_json(path / "summary.json", {"scheduler": "mst", "topology": "test"})
+    if samples is not None:
+        write_csv(path / "samples.csv", ("t_s", "round", "phase", "src", "dst", "bytes"), [
+            dict(zip(("t_s", "round", "phase", "src", "dst", "bytes"), s)) for s in samples
+        ])
+    return path
+
+
+def by_direction(rows: list[dict]) -> dict[str, dict]:
+    return {r["direction"]: r for r in rows}
+
+
+def directions(rows: list[dict]) -> list[str]:
+    return [r["direction"] for r in rows]
+
+
+def test_aggregates_every_round(tmp_path: Path) -> None:
+    rows = by_direction(link_table(write_run(tmp_path / "run")))
+    assert set(rows) == {"2->10", "10->2", "9->10", "10->9"}
+    r = rows["2->10"]
+    assert (r["link"], r["src"], r["dst"], r["capacity_mbps"]) == ("2-10", "2", "10", 100)
+    assert (r["measured_bytes"], r["predicted_bytes"], r["weight_bytes"], r["other_bytes"]) == (
+        2_000_000, 2_000_000, 1_800_000, 200_000)
+    assert r["error_pct"] == pytest.approx(-10.0)
+    assert rows["9->10"]["error_pct"] == pytest.approx(5.0)
+    assert rows["10->2"]["queue_drops"] == 3
+    assert rows["10->2"]["error_pct"] == 0.0  # nothing planned on it: no error, not a division by zero
+
+
+def test_one_round(tmp_path: Path) -> None:
+    rows = by_direction(link_table(write_run(tmp_path / "run"), round_=2))
+    r = rows["2->10"]
+    assert (r["measured_bytes"], r["predicted_bytes"], r["weight_bytes"]) == (900_000, 1_000_000, 800_000)
+    assert r["error_pct"] == pytest.approx(-20.0)
+    assert rows["10->2"]["queue_drops"] == 2
+    # round 2 alone could carry traffic for 0.4 + 0.8 s
+    assert r["mean_utilisation"] == pytest.approx(900_000 * 8 / (100e6 * 1.2))
+
+
+def test_unknown_round(tmp_path: Path) -> None:
+    with pytest.raises(FedmstError, match=r"no round 3 \(rounds: 1, 2\)"):
+        link_table(write_run(tmp_path / "run"), round_=3)
+
+
+def test_mean_utilisation_counts_broadcast_and_upload_time_only(tmp_path: Path) -> None:
+    rows = by_direction(link_table(write_run(tmp_path / "run")))
+    # 2 MB in 2 s on 100 Mbit/s: 16 Mbit / 200 Mbit
+    assert rows["2->10"]["mean_utilisation"] == pytest.approx(0.08)
+    assert rows["9->10"]["mean_utilisation"] == pytest.approx(4_300_000 * 8 / (200e6 * 2))
+    assert rows["10->9"]["mean_utilisation"] == pytest.approx(0.004)
+
+
+@pytest.mark.parametrize(("sort", "expected"), [
+    ("measured", ["9->10", "2->10", "10->9", "10->2"]),
+    # ties (nothing predicted) stay in natural link order
+    ("predicted", ["9->10", "2->10", "10->2", "10->9"]),
+    # by size: -10 % before +5 %
+    ("error", ["2->10", "9->10", "10->2", "10->9"]),
+    ("utilisation", ["9->10", "2->10", "10->9", "10->2"]),
+    # numeric node names numerically, not "10" < "2"
+    ("link", ["2->10", "10->2", "9->10", "10->9"]),
+])
+def test_sort_orders(tmp_path: Path, sort: str, expected: list[str]) -> None:
+    assert directions(link_table(write_run(tmp_path / "run"), sort=sort)) == expected
+
+
+SAMPLES = [
+    (0.0, 1, "broadcast", "2", "10", 0),
+    (0.1, 1, "broadcast", "2", "10", 1_000_000),  # 10 MB/s = 80 Mbit/s on 100: 0.8
+    (0.3, 1, "upload", "2", "10", 1_500_000),  # 2.5 MB/s: 0.2
+    (0.3004, 1, "upload", "2", "10", 1_600_000),  # a sliver at a phase boundary: ignored
+    (1.0, 2, "broadcast", "2", "10", 1_600_000),
+    (1.1, 2, "broadcast", "2", "10", 2_100_000),  # 5 MB/s: 0.4
+    (0.0, 1, "broadcast", "9", "10", 0),  # a single sample gives no rate
+    (0.0, 1, "broadcast", "10", "9", 0),
+    (0.1, 1, "broadcast", "10", "9", 0),  # idle: known to be 0
+]
+
+
+def test_peak_utilisation_from_samples(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run", samples=SAMPLES)
+    rows = by_direction(link_table(run))
+    assert rows["2->10"]["peak_utilisation"] == pytest.approx(0.8)
+    assert rows["10->9"]["peak_utilisation"] == 0.0
+    assert rows["9->10"]["peak_utilisation"] is None
+    assert rows["10->2"]["peak_utilisation"] is None
+    assert by_direction(link_table(run, round_=2))["2->10"]["peak_utilisation"] == pytest.approx(0.4)
+    # unknown peaks go last
+    assert directions(link_table(run, sort="peak")) == ["2->10", "10->9", "10->2", "9->10"]
+
+
+def test_no_samples_means_no_peak(tmp_path: Path) -> None:
+    rows = link_table(write_run(tmp_path / "run"))
+    assert [r["peak_utilisation"] for r in rows] == [None] * 4
+
+
+def write_compare(path: Path) -> Path:
+    spff = {"2->10": 3000, "10->2": 100, "9->10": 1000, "10->9": 0}
+    mst = {"2->10": 1000, "10->2": 50, "9->10": 1500, "10->9": 40}
+    for name, measured in (("spff", spff), ("mst", mst)):
+        write_run(path / name, {(1, *d.split("->")): (0, kb, 0, kb, 0) for d, kb in measured.items()})
+    write_json(path / "comparison.json", {})
+    return path
+
+
+def test_diff_of_a_compare_folder(tmp_path: Path) -> None:
+    folder = write_compare(tmp_path / "cmp")
+    assert is_compare_dir(folder) and not is_compare_dir(folder / "spff")
+    rows = diff_table(folder)
+    assert directions(rows) == ["2->10", "9->10", "10->2", "10->9"]  # by size of the difference
+    r = by_direction(rows)
+    assert (r["2->10"]["spff_bytes"], r["2->10"]["mst_bytes"], r["2->10"]["difference_bytes"]) == (
+        3_000_000, 1_000_000, -2_000_000)
+    assert r["2->10"]["ratio"] == pytest.approx(1 / 3)
+    assert r["9->10"]["difference_bytes"] == 500_000 and r["9->10"]["ratio"] == pytest.approx(1.5)
+    assert r["10->9"]["ratio"] is None  # SPFF sent nothing there
+    assert directions(diff_table(folder, sort="ratio")) == ["9->10", "10->2", "2->10", "10->9"]
+    assert directions(diff_table(folder, sort="link")) == ["2->10", "10->2", "9->10", "10->9"]
+
+
+def test_unknown_sort_lists_the_choices(tmp_path: Path) -> None:
+    with pytest.raises(FedmstError, match="unknown sort key 'bytes': choose one of measured, predicted, error"):
+        link_table(write_run(tmp_path / "run"), sort="bytes")
+    with pytest.raises(FedmstError, match="choose one of measured, spff, mst, ratio, link"):
+        diff_table(write_compare(tmp_path / "cmp"), sort="utilisation")
+
+
+def test_not_a_run_folder(tmp_path: Path) -> None:
+    (tmp_path / "links.csv").write_text("round\n")
+    with pytest.raises(FedmstError) as exc:
+        link_table(tmp_path)
+    message = str(exc.value)
+    assert str(tmp_path) in message and "rounds.csv" in message and "\n" not in message
+    with pytest.raises(FedmstError, match="is not a folder"):
+        link_table(tmp_path / "nowhere")
+    with pytest.raises(FedmstError, match="is not a compare folder"):
+        diff_table(write_run(tmp_path / "run"))
+
+
+def test_compare_folder_given_as_run_folder(tmp_path: Path) -> None:
+    folder = write_compare(tmp_path / "cmp")
+    with pytest.raises(FedmstError, match="is a compare folder"):
+        link_table(folder)
+
+
+def test_render_links_with_totals(tmp_path: Path) -> None:
+    rows = link_table(write_run(tmp_path / "run", samples=SAMPLES))
+    table = render(rows, "links")
+    assert isinstance(table, Table) and table.title == "links"
+    assert table.row_count == len(rows) + 1
+    cells = {str(col.header): list(col.cells) for col in table.columns}
+    assert cells["link direction"] == directions(rows) + ["total"]
+    assert cells["measured MB"] == ["4.30", "2.00", "0.20", "0.09", "6.59"]
+    assert cells["error"][-1] == "+0.00 %"  # 6.0 MB of weights for 6.0 MB predicted
+    assert cells["mean util"][1] == "8.0 %"
+    assert cells["peak util"][:2] == ["-", "80.0 %"]
+    assert cells["drops"][-1] == "3"
+
+
+def test_render_diff_with_totals(tmp_path: Path) -> None:
+    table = render(diff_table(write_compare(tmp_path / "cmp")), "diff")
+    cells = {str(col.header): list(col.cells) for col in table.columns}
+    assert cells["link direction"][-1] == "total"
+    assert cells["SPFF MB"][-1] == "4.10" and cells["MST MB"][-1] == "2.59"
+    assert cells["MST - SPFF MB"] == ["-2.00", "+0.50", "-0.05", "+0.04", "-1.51"]
+    assert cells["MST / SPFF"][-2:] == ["-", f"{2.59 / 4.10:.2f}"]
