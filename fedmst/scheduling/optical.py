@@ -1,0 +1,220 @@
+"""The optical layer under the schedulers: W wavelengths per link, lightpaths by first fit.
+
+Pure data, no I/O. Every undirected physical link carries ``W`` wavelengths (or spectrum
+slots) with indices ``0..W-1``. A *lightpath* holds one wavelength on every link of one path,
+the same index end to end (wavelength continuity, no converters), and serves both directions
+of it: a broadcast and the upload that comes back the same way ride one bidirectional lightpath.
+
+First fit, the "FF" of SPFF: a path gets the lowest wavelength index free on every one of its
+links; if there is none the request is blocked. Blocking is an outcome to report, not an error.
+
+Which lightpaths a plan needs (:func:`lightpath_paths`) is read off the plan alone, the same
+rule for every scheduler: one lightpath per distinct undirected transfer path of the task. For
+SPFF that is one per G<->Li path (local models that share a node share it); for MST one per
+overlay edge of the tree (its broadcast and upload transfers are each other's reverse).
+Lightpaths are never shared between tasks (no traffic grooming).
+
+Capacity: a wavelength on link ``u-v`` carries ``capacity_mbps / W`` by default (the link's
+capacity, which is what the emulation shapes, split into W equal slots), or a fixed
+``wavelength_mbps`` when given. Reserved capacity is the sum, over the wavelength-links held,
+of that per-wavelength capacity; each direction of a held wavelength has it.
+
+>>> import networkx as nx
+>>> g = nx.path_graph(["a", "b", "c"])
+>>> nx.set_edge_attributes(g, 100.0, "capacity_mbps")
+>>> s = Spectrum(g, 2)
+>>> s.first_fit(("a", "b", "c"))
+0
+>>> s.reserve(("a", "b"), 0, ("t0", ("a", "b"))).reserved_mbps
+50.0
+>>> s.first_fit(("a", "b", "c")), s.reserved_wavelength_links(), s.reserved_capacity_mbps()
+(1, 1, 50.0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Sequence
+
+import networkx as nx
+
+from fedmst.errors import SchedulerError
+from fedmst.scheduling.plan import Plan
+
+Path = tuple[str, ...]
+Link = frozenset[str]
+"""An undirected physical link ``{u, v}``."""
+Owner = tuple[str, Path]
+"""Who holds a lightpath: ``(task name, path)``, the path as the task's first transfer on it runs."""
+
+
+def link(u: str, v: str) -> Link:
+    return frozenset((u, v))
+
+
+def _links(path: Sequence[str]) -> tuple[Link, ...]:
+    return tuple(link(u, v) for u, v in pairwise(path))
+
+
+def _show(path: Sequence[str]) -> str:
+    return "-".join(path)
+
+
+@dataclass(frozen=True)
+class Lightpath:
+    """One wavelength held end to end along ``path`` by task ``task``.
+
+    ``slot_mbps`` is the capacity of that wavelength on each link of the path, in path order.
+    """
+
+    task: str
+    path: Path
+    wavelength: int
+    slot_mbps: tuple[float, ...]
+
+    @property
+    def owner(self) -> Owner:
+        return (self.task, self.path)
+
+    @property
+    def wavelength_links(self) -> int:
+        return len(self.path) - 1
+
+    @property
+    def reserved_mbps(self) -> float:
+        """Capacity this lightpath reserves: per-wavelength capacity summed over its links."""
+        return sum(self.slot_mbps)
+
+
+class Spectrum:
+    """Which wavelength of which link is held by which lightpath (mutable allocation state)."""
+
+    def __init__(self, graph: nx.Graph, wavelengths: int, *, wavelength_mbps: float | None = None) -> None:
+        if isinstance(wavelengths, bool) or not isinstance(wavelengths, int) or wavelengths < 1:
+            raise SchedulerError(f"wavelengths per link must be an integer >= 1, got {wavelengths!r}")
+        if wavelength_mbps is not None and not wavelength_mbps > 0:
+            raise SchedulerError(f"wavelength capacity must be > 0 Mbit/s, got {wavelength_mbps!r}")
+        self.graph = graph
+        self.wavelengths = wavelengths
+        self.wavelength_mbps = wavelength_mbps
+        self._held: dict[Link, dict[int, Owner]] = {link(u, v): {} for u, v in graph.edges}
+        self._lightpaths: dict[Owner, Lightpath] = {}
+
+    def slot_mbps(self, u: str, v: str) -> float:
+        """Capacity of one wavelength on link ``u-v``."""
+        if self.wavelength_mbps is not None:
+            return float(self.wavelength_mbps)
+        return float(self.graph.edges[u, v]["capacity_mbps"]) / self.wavelengths
+
+    def _check_path(self, path: Sequence[str]) -> tuple[Link, ...]:
+        if len(path) < 2:
+            raise SchedulerError(f"lightpath {_show(path)} has no link")
+        for u, v in pairwise(path):
+            if not self.graph.has_edge(u, v):
+                raise SchedulerError(f"lightpath {_show(path)} uses missing link {u}-{v}")
+        return _links(path)
+
+    def free(self, u: str, v: str) -> tuple[int, ...]:
+        """Wavelength indices still free on link ``u-v``, lowest first."""
+        held = self._held[link(u, v)]
+        return tuple(w for w in range(self.wavelengths) if w not in held)
+
+    def holder(self, u: str, v: str, wavelength: int) -> Owner | None:
+        """Owner of ``wavelength`` on link ``u-v``, or None if it is free."""
+        return self._held[link(u, v)].get(wavelength)
+
+    def first_fit(self, path: Sequence[str]) -> int | None:
+        """Lowest wavelength free on every link of ``path``, or None (the request is blocked)."""
+        links = self._check_path(path)
+        for w in range(self.wavelengths):
+            if all(w not in self._held[e] for e in links):
+                return w
+        return None
+
+    def full_links(self, path: Sequence[str]) -> tuple[tuple[str, str], ...]:
+        """Links of ``path`` with no wavelength left, in path order (a blocking reason)."""
+        return tuple((u, v) for u, v in pairwise(path) if len(self._held[link(u, v)]) >= self.wavelengths)
+
+    def reserve(self, path: Sequence[str], wavelength: int, owner: Owner) -> Lightpath:
+        """Hold ``wavelength`` on every link of ``path`` for ``owner``; it must be free on all."""
+        links = self._check_path(path)
+        if not 0 <= wavelength < self.wavelengths:
+            raise SchedulerError(f"wavelength {wavelength} out of range 0..{self.wavelengths - 1}")
+        if owner in self._lightpaths:
+            raise SchedulerError(f"{owner[0]!r} already holds a lightpath on {_show(owner[1])}")
+        for (u, v), e in zip(pairwise(path), links):
+            if wavelength in self._held[e]:
+                other = self._held[e][wavelength]
+                raise SchedulerError(
+                    f"wavelength {wavelength} on {u}-{v} is held by {other[0]!r} ({_show(other[1])})"
+                )
+        for e in links:
+            self._held[e][wavelength] = owner
+        lp = Lightpath(
+            task=owner[0],
+            path=tuple(path),
+            wavelength=wavelength,
+            slot_mbps=tuple(self.slot_mbps(u, v) for u, v in pairwise(path)),
+        )
+        self._lightpaths[owner] = lp
+        return lp
+
+    def release(self, owner: Owner) -> None:
+        """Free the lightpath ``owner`` holds."""
+        lp = self._lightpaths.pop(owner)
+        for e in _links(lp.path):
+            del self._held[e][lp.wavelength]
+
+    def release_task(self, task: str) -> None:
+        """Free every lightpath held by ``task``."""
+        for owner in [o for o in self._lightpaths if o[0] == task]:
+            self.release(owner)
+
+    @property
+    def lightpaths(self) -> tuple[Lightpath, ...]:
+        """Lightpaths held, in the order they were reserved."""
+        return tuple(self._lightpaths.values())
+
+    def reserved_wavelength_links(self) -> int:
+        return sum(len(held) for held in self._held.values())
+
+    def reserved_capacity_mbps(self) -> float:
+        return sum(lp.reserved_mbps for lp in self._lightpaths.values())
+
+
+def lightpath_paths(plan: Plan) -> tuple[Path, ...]:
+    """The paths a plan needs lightpaths on: its distinct transfer paths, a path and its reverse
+    counted once, each as its first transfer in plan order runs (broadcast first for the built-ins)."""
+    out: list[Path] = []
+    seen: set[Path] = set()
+    for t in plan.transfers:
+        if t.path not in seen and t.path[::-1] not in seen:
+            seen.add(t.path)
+            out.append(t.path)
+    return tuple(out)
+
+
+def admit(spectrum: Spectrum, plan: Plan) -> str | None:
+    """Give every path of ``plan`` a lightpath by first fit, in :func:`lightpath_paths` order.
+
+    Returns None when the task is admitted. When some path finds no wavelength the task is
+    blocked: the lightpaths it already got are released, and the reason is returned.
+    """
+    task = plan.task.name
+    for path in lightpath_paths(plan):
+        wl = spectrum.first_fit(path)
+        if wl is None:
+            full = spectrum.full_links(path)
+            why = (
+                f"links full: {', '.join(f'{u}-{v}' for u, v in full)}"
+                if full
+                else "a wavelength is free on each link but none on all (continuity)"
+            )
+            spectrum.release_task(task)
+            return f"no wavelength free on every link of path {_show(path)} (W={spectrum.wavelengths}; {why})"
+        spectrum.reserve(path, wl, (task, path))
+    return None
+
+
+__all__ = ["Lightpath", "Link", "Owner", "Spectrum", "admit", "lightpath_paths", "link"]

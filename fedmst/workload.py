@@ -1,0 +1,179 @@
+"""A workload: N concurrent FL tasks sharing one network, scheduled one after another.
+
+Each task has its own G and local models, placed by seed (:func:`make_tasks`). Tasks are
+scheduled in order (:func:`schedule_workload`): every scheduler is handed the link state left
+by the tasks admitted before it, the bytes per round their plans put on each link direction.
+MST uses it (links get cheaper where tasks already pass, so it reuses paths); SPFF ignores it
+and routes every task on its own shortest paths.
+
+Under both sits the optical layer (:mod:`fedmst.scheduling.optical`): every path of a plan
+needs a lightpath, given by first fit over W wavelengths per link. A task for which some path
+finds no wavelength is blocked: it gets no plan, the lightpaths it already got are released,
+and it is listed in :attr:`WorkloadPlan.blocked` with the reason. Blocked tasks leave no link
+state behind.
+
+Consumed bandwidth is reported two ways: bytes per round on link directions
+(:meth:`WorkloadPlan.predicted_link_bytes`, to set beside what the emulation measures) and
+capacity reserved (:attr:`WorkloadPlan.reserved_wavelength_links` x per-wavelength capacity).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import defaultdict
+from dataclasses import dataclass
+
+import networkx as nx
+
+from fedmst.errors import SchedulerError, TaskError
+from fedmst.scheduling import schedule
+from fedmst.scheduling.optical import Lightpath, Spectrum, admit
+from fedmst.scheduling.plan import LinkDir, Plan, predicted_link_bytes
+from fedmst.tasks import Task, place_task
+from fedmst.wire import DEFAULT_MTU
+
+
+def task_seed(seed: int, index: int) -> int:
+    """Seed of task ``index`` in a workload seeded ``seed``: a hash, so no two (seed, index)
+    pairs collide and each task's placement depends on nothing else.
+
+    >>> task_seed(1, 0) == task_seed(1, 0) != task_seed(1, 1)
+    True
+    """
+    return int.from_bytes(hashlib.sha256(f"fedmst-workload/{seed}/{index}".encode()).digest()[:8], "big")
+
+
+def _global_node(nodes: list[str], seed: int, index: int) -> str:
+    """G of task ``index``: the nodes in a seeded order, reshuffled after each full pass, so the
+    first ``len(nodes)`` tasks get distinct G's and task i's G never depends on how many follow."""
+    cycle, at = divmod(index, len(nodes))
+    order = nodes[:]
+    random.Random(task_seed(seed, -1 - cycle)).shuffle(order)
+    return order[at]
+
+
+def make_tasks(graph: nx.Graph, n_tasks: int, local_models: int, model_bytes: int, seed: int) -> list[Task]:
+    """``n_tasks`` tasks named ``task0..task{N-1}``, each placed by a seed derived from (seed, i).
+
+    G's are distinct as long as there are nodes for them (then every node hosts one before any
+    hosts two); local models go where :func:`fedmst.tasks.place_task` puts them, on distinct
+    nodes other than G while k allows. Task i is the same whatever ``n_tasks`` is.
+    """
+    if n_tasks < 1:
+        raise TaskError(f"--tasks must be at least 1, got {n_tasks}")
+    nodes = sorted(graph.nodes, key=str)
+    if not nodes:
+        raise TaskError(f"topology {graph.graph.get('name', '?')!r} has no nodes")
+    return [
+        place_task(
+            graph,
+            name=f"task{i}",
+            local_models=local_models,
+            model_bytes=model_bytes,
+            seed=task_seed(seed, i),
+            global_node=_global_node(nodes, seed, i),
+        )
+        for i in range(n_tasks)
+    ]
+
+
+@dataclass(frozen=True)
+class WorkloadPlan:
+    """What one scheduler made of a workload on a network with ``wavelengths`` per link.
+
+    ``plans`` are the admitted tasks' plans, ``blocked`` the (task name, reason) of the others,
+    both in scheduling order. ``lightpaths`` are those the admitted tasks hold, in the order
+    they were reserved.
+    """
+
+    scheduler: str
+    plans: tuple[Plan, ...]
+    blocked: tuple[tuple[str, str], ...]
+    wavelengths: int
+    lightpaths: tuple[Lightpath, ...]
+
+    def predicted_link_bytes(self, *, mtu: int = DEFAULT_MTU) -> dict[LinkDir, int]:
+        """Bytes per round on every link direction, summed over the admitted tasks' plans."""
+        return link_state(self.plans, mtu=mtu)
+
+    def predicted_total_bytes(self, *, mtu: int = DEFAULT_MTU) -> int:
+        """Bytes per round summed over every link direction (each hop of each transfer counts)."""
+        return sum(self.predicted_link_bytes(mtu=mtu).values())
+
+    @property
+    def links_in_use(self) -> frozenset[frozenset[str]]:
+        """Undirected links that carry any of the workload's transfers (its footprint)."""
+        return frozenset(frozenset(hop) for p in self.plans for t in p.transfers for hop in t.hops)
+
+    @property
+    def reserved_wavelength_links(self) -> int:
+        """Wavelengths held, counted once per link they are held on."""
+        return sum(lp.wavelength_links for lp in self.lightpaths)
+
+    @property
+    def reserved_capacity_mbps(self) -> float:
+        """Capacity reserved: per-wavelength capacity summed over the wavelength-links held."""
+        return sum(lp.reserved_mbps for lp in self.lightpaths)
+
+    @property
+    def blocking_ratio(self) -> float:
+        """Blocked tasks over all tasks (0.0 for an empty workload)."""
+        total = len(self.plans) + len(self.blocked)
+        return len(self.blocked) / total if total else 0.0
+
+
+def link_state(plans: tuple[Plan, ...] | list[Plan], *, mtu: int = DEFAULT_MTU) -> dict[LinkDir, int]:
+    """Bytes per round ``plans`` put on every link direction, summed: the link state later tasks see."""
+    out: dict[LinkDir, int] = defaultdict(int)
+    for plan in plans:
+        for hop, b in predicted_link_bytes(plan, mtu=mtu).items():
+            out[hop] += b
+    return dict(out)
+
+
+def schedule_workload(
+    graph: nx.Graph,
+    tasks: list[Task] | tuple[Task, ...],
+    scheduler: str,
+    *,
+    wavelengths: int,
+    wavelength_mbps: float | None = None,
+    share_link_state: bool = True,
+    mtu: int = DEFAULT_MTU,
+) -> WorkloadPlan:
+    """Schedule ``tasks`` in order with ``scheduler``, each admitted or blocked by first fit.
+
+    Each task's plan comes from :func:`fedmst.scheduling.schedule` (so it is checked), given as
+    link state the bytes per round of the tasks admitted before it (all zeros with
+    ``share_link_state=False``, which makes every task independent). Its paths then get
+    lightpaths on a :class:`~fedmst.scheduling.optical.Spectrum` of ``wavelengths`` per link
+    (per-wavelength capacity ``capacity_mbps / wavelengths``, or ``wavelength_mbps``).
+    """
+    names = [t.name for t in tasks]
+    if len(set(names)) != len(names):
+        raise SchedulerError(f"task names in a workload must be distinct, got {names}")
+    spectrum = Spectrum(graph, wavelengths, wavelength_mbps=wavelength_mbps)
+    plans: list[Plan] = []
+    blocked: list[tuple[str, str]] = []
+    state: dict[LinkDir, int] = defaultdict(int)
+    for task in tasks:
+        seen = {hop: float(b) for hop, b in state.items()} if share_link_state else None
+        plan = schedule(graph, task, scheduler, seen)
+        reason = admit(spectrum, plan)
+        if reason is not None:
+            blocked.append((task.name, reason))
+            continue
+        plans.append(plan)
+        for hop, b in predicted_link_bytes(plan, mtu=mtu).items():
+            state[hop] += b
+    return WorkloadPlan(
+        scheduler=scheduler,
+        plans=tuple(plans),
+        blocked=tuple(blocked),
+        wavelengths=wavelengths,
+        lightpaths=spectrum.lightpaths,
+    )
+
+
+__all__ = ["WorkloadPlan", "link_state", "make_tasks", "schedule_workload", "task_seed"]
