@@ -159,6 +159,18 @@ def links(run_dir: Path, sort: str, round_: int | None) -> None:
 
 
 @main.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="PNG to write (default RUN_DIR/links.png).")
+@click.option("--task", default="task0", show_default=True, help="Task whose trees are overlaid.")
+def plot(run_dir: Path, out: Path | None, task: str) -> None:
+    """Draw the topology with each link coloured by the bytes it carried and the task's broadcast and
+    upload trees overlaid; a compare folder gets SPFF and MST side by side."""
+    from fedmst.plots import plot_run
+
+    console.print(f"wrote {_guard(lambda: plot_run(run_dir, out, task=task))}")
+
+
+@main.command()
 def clean() -> None:
     """Remove every namespace, interface and process a crashed fedmst run left behind."""
     from fedmst.cleanup import clean as clean_

@@ -1,0 +1,278 @@
+"""Draw a run folder (or a ``fedmst compare`` folder) as a picture of the network.
+
+Numbers in ``links.csv`` say how much each link carried; a picture says *where*: the star of
+SPFF piles copies onto the links next to G, the MST tree spreads one copy over each link. Each
+panel shows the topology with every link coloured and sized by the bytes it carried, G, the
+local models and the aggregation nodes, and the task's broadcast and upload transfers drawn as
+arrows along their physical paths. A compare folder gets one panel per scheduler with the same
+node positions and colour scale, so the two can be read side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from fedmst.errors import FedmstError
+from fedmst.results import read_csv
+from fedmst.topology import load_topology, node_order
+
+SCHEDULER_ORDER = ("spff", "mst")
+"""Panel order of a compare folder: the baseline left, the tree right."""
+RUN_FILES = ("config.json", "plan.json", "links.csv")
+PHASE_STYLE = {
+    "broadcast": {"color": "tab:blue", "linestyle": "-", "label": "broadcast (G → local models)"},
+    "upload": {"color": "tab:red", "linestyle": (0, (4, 2)), "label": "upload (local models → G)"},
+}
+_COORDS = (("x", "y"), ("lon", "lat"), ("Longitude", "Latitude"), ("longitude", "latitude"))
+_NODE_PT = 12.0
+"""Radius of a node marker in points; arrows stop this far from a node's centre."""
+_MIN_W, _MAX_W = 1.5, 9.0
+"""Link widths in points for 0 bytes and for the busiest link of all panels."""
+
+
+def plot_run(run_dir: Path, out: Path | None = None, *, task: str = "task0") -> Path:
+    """Draw the run folder or compare folder ``run_dir`` as a PNG and return its path.
+
+    ``out`` defaults to ``run_dir / "links.png"``. A folder that is neither a run folder nor a
+    compare folder (``spff/`` and/or ``mst/`` run folders inside) raises :class:`FedmstError`.
+    """
+    run_dir = Path(run_dir)
+    runs = _find_runs(run_dir)
+    panels = [_load_run(r, task) for r in runs]
+    names = {p["topology_name"] for p in panels}
+    if len(names) > 1:
+        raise FedmstError(f"{run_dir}: runs use different topologies ({', '.join(sorted(names))}); cannot compare")
+    graph = panels[0]["graph"]
+    pos = _layout(graph)
+    vmax = max([max(p["link_bytes"].values(), default=0) for p in panels] + [1]) / 1e6
+
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: never open a window, work on headless hosts
+    import matplotlib.pyplot as plt
+    from matplotlib import cm, colors
+
+    greys = matplotlib.colormaps["Greys"]([i / 10 for i in range(2, 11)])
+    cmap = colors.LinearSegmentedColormap.from_list("links", greys)  # no near-white: idle links stay visible
+    norm = colors.Normalize(vmin=0, vmax=vmax)
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.4 * len(panels) + 1.2, 6.6), squeeze=False)
+    try:
+        for ax, panel in zip(axes[0], panels):
+            _draw_panel(ax, panel, pos, cmap, norm)
+        bar = fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), ax=list(axes[0]), fraction=0.035, pad=0.02)
+        bar.set_label("MB carried per link (both directions, all rounds)")
+        fig.legend(handles=_legend_handles(), loc="lower center", ncol=5 if len(panels) > 1 else 3,
+                   frameon=False, fontsize=9)
+        out = Path(out) if out is not None else run_dir / "links.png"
+        try:
+            fig.savefig(out, dpi=150, bbox_inches="tight")
+        except OSError as exc:
+            raise FedmstError(f"{out}: cannot write: {exc.strerror or exc}") from exc
+    finally:
+        plt.close(fig)
+    return out
+
+
+def _find_runs(run_dir: Path) -> list[Path]:
+    """The run folders to draw: ``run_dir`` itself, or its scheduler subfolders in panel order."""
+    if _is_run(run_dir):
+        return [run_dir]
+    runs = [run_dir / s for s in SCHEDULER_ORDER if _is_run(run_dir / s)]
+    if not runs:
+        raise FedmstError(
+            f"{run_dir}: neither a run folder ({', '.join(RUN_FILES)}) nor a compare folder "
+            f"(run folders {' or '.join(f'{s}/' for s in SCHEDULER_ORDER)} inside)"
+        )
+    return runs
+
+
+def _is_run(path: Path) -> bool:
+    return all((path / f).is_file() for f in RUN_FILES)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise FedmstError(f"{path}: cannot read JSON: {' '.join(str(exc).split())}") from exc
+    if not isinstance(data, dict):
+        raise FedmstError(f"{path}: expected a JSON object")
+    return data
+
+
+def _load_run(run: Path, task: str) -> dict[str, Any]:
+    """Everything one panel needs, checked against the topology so a stale file fails loudly."""
+    config, plan = _read_json(run / "config.json"), _read_json(run / "plan.json")
+    summary = _read_json(run / "summary.json") if (run / "summary.json").is_file() else {}
+    if "topology" not in config:
+        raise FedmstError(f"{run / 'config.json'}: no 'topology'")
+    graph = load_topology(str(config["topology"]))
+    if plan.get("task", task) != task:
+        raise FedmstError(f"{run / 'plan.json'}: has task {plan.get('task')!r}, not {task!r}")
+    link_bytes: Counter[frozenset[str]] = Counter({frozenset(e): 0 for e in graph.edges})
+    try:
+        for row in read_csv(run / "links.csv"):
+            key = frozenset((row["src"], row["dst"]))
+            if key not in link_bytes:
+                raise FedmstError(f"{run / 'links.csv'}: link {row['src']}-{row['dst']} is not in the topology")
+            link_bytes[key] += int(float(row["measured_bytes"]))
+    except (KeyError, ValueError, TypeError) as exc:
+        raise FedmstError(f"{run / 'links.csv'}: malformed row ({exc})") from exc
+    transfers = [t for t in plan.get("transfers", []) if t.get("task", task) == task]
+    for t in transfers:
+        path = t.get("path", [])
+        if t.get("phase") not in PHASE_STYLE or any(not graph.has_edge(a, b) for a, b in zip(path, path[1:])):
+            raise FedmstError(f"{run / 'plan.json'}: transfer {t} is not a broadcast/upload along topology links")
+    return {
+        "scheduler": str(plan.get("scheduler") or summary.get("scheduler") or run.name),
+        "topology_name": graph.graph.get("name", str(config["topology"])),
+        "graph": graph,
+        "global_node": plan.get("global_node"),
+        "local_counts": Counter(plan.get("local_nodes", [])),
+        "aggregation_nodes": set(plan.get("aggregation_nodes", [])),
+        "transfers": transfers,
+        "link_bytes": link_bytes,
+        "latency_s": summary.get("round_latency_s"),
+    }
+
+
+def _layout(graph: nx.Graph) -> dict[str, tuple[float, float]]:
+    """Node positions: the graph's own coordinates if every node has them, else Kamada-Kawai
+    (links of equal length, few crossings) started from a circle in node order, which makes it
+    deterministic, so reruns and both panels of a compare agree."""
+    for xk, yk in _COORDS:
+        if all(xk in d and yk in d for _, d in graph.nodes(data=True)):
+            return {n: (float(d[xk]), float(d[yk])) for n, d in graph.nodes(data=True)}
+    nodes = sorted(graph, key=node_order)
+    plain = nx.Graph()
+    plain.add_nodes_from(nodes)
+    plain.add_edges_from(sorted(tuple(sorted(e, key=node_order)) for e in graph.edges))
+    circle = {n: (math.cos(2 * math.pi * i / len(nodes)), math.sin(2 * math.pi * i / len(nodes)))
+              for i, n in enumerate(nodes)}
+    pos = {n: (float(x), float(y)) for n, (x, y) in nx.kamada_kawai_layout(plain, pos=circle).items()}
+    return _clear_links(plain, pos)
+
+
+def _clear_links(graph: nx.Graph, pos: dict[str, tuple[float, float]], *, gap: float = 0.12,
+                 rounds: int = 60) -> dict[str, tuple[float, float]]:
+    """Push nodes off links they are not on: a node lying on another link hides that link's
+    arrows and labels. Moves each node at most ``gap`` (a fraction of the drawing's size) away
+    from the nearest point of any closer link, a few rounds, deterministically."""
+    pos = dict(pos)
+    span = max(max(p[i] for p in pos.values()) - min(p[i] for p in pos.values()) for i in (0, 1)) or 1.0
+    want = gap * span
+    for _ in range(rounds):
+        moved = False
+        for n in sorted(pos, key=node_order):
+            x, y = pos[n]
+            for a, b in graph.edges:
+                if n in (a, b):
+                    continue
+                (xa, ya), (xb, yb) = pos[a], pos[b]
+                seg = (xb - xa) ** 2 + (yb - ya) ** 2 or 1e-12
+                t = min(1.0, max(0.0, ((x - xa) * (xb - xa) + (y - ya) * (yb - ya)) / seg))
+                px, py = xa + t * (xb - xa), ya + t * (yb - ya)
+                dist = math.hypot(x - px, y - py)
+                if dist < want:
+                    if dist > 1e-9:
+                        ux, uy = (x - px) / dist, (y - py) / dist
+                    else:  # exactly on the link: step off sideways
+                        ux, uy = (ya - yb) / seg**0.5, (xb - xa) / seg**0.5
+                    x, y = x + ux * (want - dist) / 2, y + uy * (want - dist) / 2
+                    moved = True
+            pos[n] = (x, y)
+        if not moved:
+            break
+    return pos
+
+
+def _draw_panel(ax: Any, panel: dict[str, Any], pos: dict[str, tuple[float, float]], cmap: Any, norm: Any) -> None:
+    """One scheduler: links by bytes, transfer arrows, then nodes on top."""
+    from matplotlib.collections import LineCollection
+
+    graph, link_bytes = panel["graph"], panel["link_bytes"]
+    # busiest links drawn last, so an idle link crossing a busy one never cuts it
+    edges = sorted(graph.edges, key=lambda e: (link_bytes[frozenset(e)], sorted(map(node_order, e))))
+    mb = [link_bytes[frozenset(e)] / 1e6 for e in edges]
+    widths = [_MIN_W + (_MAX_W - _MIN_W) * m / norm.vmax for m in mb]
+    ax.add_collection(LineCollection([[pos[a], pos[b]] for a, b in edges], colors=cmap(norm(mb)),
+                                     linewidths=widths, capstyle="round", zorder=1))
+    ax.set_aspect("equal")  # before any offset in points: data and screen directions then agree
+    ax.margins(0.08)
+    ax.autoscale_view()
+    _draw_transfers(ax, panel["transfers"], pos, {frozenset(e): w for e, w in zip(edges, widths)})
+    _draw_nodes(ax, panel, pos)
+    ax.axis("off")
+    latency = panel["latency_s"]
+    ax.set_title(f"{panel['scheduler'].upper()}: {sum(mb):.1f} MB on links, round "
+                 + (f"{latency:.2f} s" if isinstance(latency, (int, float)) else "latency n/a"), fontsize=12)
+
+
+def _draw_transfers(ax: Any, transfers: list[dict[str, Any]], pos: dict[str, tuple[float, float]],
+                    widths: dict[frozenset[str], float]) -> None:
+    """Arrows per hop and phase, shifted (in points, just clear of the link's own width) to the
+    right of the direction of travel, so a link's broadcast and upload arrows sit on opposite
+    sides of it and never vanish inside a thick link; a hop crossed by n transfers (n copies of
+    the model) gets a thicker arrow and an "×n" label."""
+    from matplotlib.patches import FancyArrowPatch
+    from matplotlib.transforms import offset_copy
+
+    hops = Counter((t["phase"], a, b) for t in transfers for a, b in zip(t["path"], t["path"][1:]))
+    for (phase, a, b), n in sorted(hops.items()):
+        (xa, ya), (xb, yb) = pos[a], pos[b]
+        length = math.hypot(xb - xa, yb - ya) or 1.0
+        nx_, ny_ = (yb - ya) / length, -(xb - xa) / length  # right-hand unit normal
+        shift = widths[frozenset((a, b))] / 2 + 3.0
+        style = PHASE_STYLE[phase]
+        ax.add_patch(FancyArrowPatch(
+            pos[a], pos[b], transform=offset_copy(ax.transData, ax.figure, nx_ * shift, ny_ * shift, "points"),
+            arrowstyle="-|>", mutation_scale=10 + 2 * n, color=style["color"], linestyle=style["linestyle"],
+            linewidth=1.2 + 0.5 * (n - 1), shrinkA=_NODE_PT + 1, shrinkB=_NODE_PT + 2, alpha=0.9, zorder=3))
+        if n > 1:
+            ax.text((xa + xb) / 2, (ya + yb) / 2, f"×{n}", color=style["color"], fontsize=8, fontweight="bold",
+                    ha="center", va="center", zorder=8,
+                    transform=offset_copy(ax.transData, ax.figure, nx_ * (shift + 9), ny_ * (shift + 9), "points"),
+                    bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8})
+
+
+def _draw_nodes(ax: Any, panel: dict[str, Any], pos: dict[str, tuple[float, float]]) -> None:
+    """Nodes labelled by name; G a gold star, local-model nodes green with their count beside
+    them, aggregation nodes a thick purple ring."""
+    counts, agg, g = panel["local_counts"], panel["aggregation_nodes"], panel["global_node"]
+    size = (2 * _NODE_PT) ** 2
+    for node in sorted(pos, key=node_order):
+        x, y = pos[node]
+        fill = "palegreen" if counts.get(node) else "white"
+        edge, lw = ("purple", 3.0) if node in agg else ("black", 1.0)
+        if node == g:
+            ax.scatter([x], [y], s=size * 4.0, marker="*", c="gold", edgecolors="black", linewidths=0.8, zorder=5)
+        ax.scatter([x], [y], s=size, c=fill, edgecolors=edge, linewidths=lw, zorder=6)
+        if counts.get(node):  # name above, local-model count below, both inside the marker
+            ax.annotate(node, (x, y), xytext=(0, 3.5), textcoords="offset points", ha="center", va="center",
+                        fontsize=8, fontweight="bold", zorder=7)
+            ax.annotate(f"L×{counts[node]}", (x, y), xytext=(0, -5), textcoords="offset points", ha="center",
+                        va="center", fontsize=6.5, color="darkgreen", fontweight="bold", zorder=7)
+        else:
+            ax.text(x, y, node, ha="center", va="center", fontsize=8, fontweight="bold", zorder=7)
+
+
+def _legend_handles() -> list[Any]:
+    from matplotlib.lines import Line2D
+
+    marker = {"marker": "o", "linestyle": "none", "markersize": 10}
+    return [
+        Line2D([], [], marker="*", color="gold", markeredgecolor="black", linestyle="none", markersize=16,
+               label="G (global model)"),
+        Line2D([], [], markerfacecolor="palegreen", markeredgecolor="black", color="w", **marker,
+               label="local models (L×count)"),
+        Line2D([], [], markerfacecolor="white", markeredgecolor="purple", markeredgewidth=3, color="w", **marker,
+               label="aggregation node"),
+        *(Line2D([], [], color=s["color"], linestyle=s["linestyle"], linewidth=1.8, label=s["label"])
+          for s in PHASE_STYLE.values()),
+    ]
