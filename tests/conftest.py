@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 import psutil
@@ -34,3 +38,33 @@ def clean_host() -> Iterator[None]:
     yield
     after = leftovers()
     assert not after, f"left behind: {after}"
+
+
+FEDMST = str(Path(sys.executable).with_name("fedmst"))
+
+
+@contextmanager
+def run_past_round_one(out: Path, *extra: str) -> Iterator[subprocess.Popen[str]]:
+    """A real ``fedmst run`` (MST on ``small``, 3 local models, 20 rounds) that has finished its
+    first round; killed on the way out if the test left it running."""
+    proc = subprocess.Popen(
+        [FEDMST, "run", "--topology", "small", "--scheduler", "mst", "--local-models", "3",
+         "--rounds", "20", "--out", str(out), *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not (out / "rounds.csv").exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no round finished in time"
+            time.sleep(0.2)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def children_running(proc: subprocess.Popen[str], module: str) -> list[psutil.Process]:
+    """The processes ``proc`` started whose command line runs ``module`` (e.g. fedmst.agent)."""
+    return [p for p in psutil.Process(proc.pid).children(recursive=True) if module in " ".join(p.cmdline())]

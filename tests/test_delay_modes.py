@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import networkx as nx
-import psutil
 import pytest
 
+from conftest import FEDMST, children_running, run_past_round_one
 from fedmst.emulation import Emulation, probe_capabilities
 from fedmst.topology import validate_topology
 
-FEDMST = str(Path(sys.executable).with_name("fedmst"))
 NETEM = probe_capabilities().netem
 
 
@@ -67,23 +64,9 @@ def test_userspace_loss_drops_at_the_configured_rate(clean_host: None) -> None:
 
 @pytest.mark.integration
 def test_a_dying_delay_line_stops_the_run(tmp_path: Path, clean_host: None) -> None:
-    out = tmp_path / "run"
-    proc = subprocess.Popen(
-        [FEDMST, "run", "--topology", "small", "--local-models", "3", "--rounds", "20",
-         "--delay-mode", "userspace", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        while not (out / "rounds.csv").exists():
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.2)
-        line = next(p for p in psutil.Process(proc.pid).children(recursive=True)
-                    if "fedmst.delayline" in " ".join(p.cmdline()))
-        line.kill()  # a delay line this test's run started, by PID
+    with run_past_round_one(tmp_path / "run", "--delay-mode", "userspace") as proc:
+        children_running(proc, "fedmst.delayline")[0].kill()  # a delay line this test's run started
         _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 1
     lines = [x for x in err.splitlines() if x.strip()]
     assert len(lines) == 1 and "delay line of link" in lines[0], err

@@ -8,20 +8,17 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 import torch
 
+from conftest import FEDMST, children_running, run_past_round_one
 from fedmst.emulation import Emulation
 from fedmst.results import read_csv
 from fedmst.topology import load_topology
 
 pytestmark = pytest.mark.integration
-FEDMST = str(Path(sys.executable).with_name("fedmst"))
 SUMMARY_KEYS = {
     "scheduler", "topology", "local_models", "rounds", "model_bytes", "link_bytes_measured",
     "link_bytes_predicted", "round_latency_s", "final_accuracy", "emulated",
@@ -89,39 +86,12 @@ def test_compare_measures_plan_and_aggregates_exactly(tmp_path: Path, clean_host
     assert "MST/SPFF" in proc.stdout
 
 
-def _agents_of(proc: subprocess.Popen[str]) -> list[psutil.Process]:
-    return [p for p in psutil.Process(proc.pid).children(recursive=True)
-            if "fedmst.agent" in " ".join(p.cmdline())]
-
-
-def _wait_for_round(run: Path, proc: subprocess.Popen[str], timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while not (run / "rounds.csv").exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "no round finished in time"
-        time.sleep(0.2)
-
-
-def _start_run(out: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [FEDMST, "run", "--topology", "small", "--scheduler", "mst", "--local-models", "3",
-         "--rounds", "20", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-
-
 def test_a_dying_worker_stops_the_run_cleanly(tmp_path: Path, clean_host: None) -> None:
     out = tmp_path / "run"
-    proc = _start_run(out)
-    try:
-        _wait_for_round(out, proc)
+    with run_past_round_one(out) as proc:
         rounds_before = (out / "rounds.csv").read_text()
-        victim = _agents_of(proc)[0]
-        victim.kill()  # one of the agents this test's run started, by PID
+        children_running(proc, "fedmst.agent")[0].kill()  # an agent this test's run started, by PID
         _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 1
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and "agent on node" in lines[0], err
@@ -131,14 +101,9 @@ def test_a_dying_worker_stops_the_run_cleanly(tmp_path: Path, clean_host: None) 
 
 def test_ctrl_c_tears_everything_down(tmp_path: Path, clean_host: None) -> None:
     out = tmp_path / "run"
-    proc = _start_run(out)
-    try:
-        _wait_for_round(out, proc)
+    with run_past_round_one(out) as proc:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 130, err
     assert "interrupted" in err
     assert len(read_csv(out / "rounds.csv")) >= 1
@@ -146,15 +111,9 @@ def test_ctrl_c_tears_everything_down(tmp_path: Path, clean_host: None) -> None:
 
 def test_sigkill_then_clean_leaves_nothing(tmp_path: Path, clean_host: None) -> None:
     """A coordinator killed outright cannot tear down; ``fedmst clean`` finishes the job."""
-    out = tmp_path / "run"
-    proc = _start_run(out)
-    try:
-        _wait_for_round(out, proc)
+    with run_past_round_one(tmp_path / "run") as proc:
         proc.kill()
         proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     cleaned = subprocess.run([FEDMST, "clean"], capture_output=True, text=True, timeout=120)
     assert cleaned.returncode == 0, cleaned.stderr
     assert f"dead run {proc.pid}" in cleaned.stdout
