@@ -114,8 +114,7 @@ class Agent:
         return models.build_model(self.spec["model"], num_classes=10, input_shape=(1, 8, 8))
 
     def broadcast(self, msg: dict[str, Any]) -> dict[str, Any]:
-        self._each_role(self._broadcast_role)
-        return {}
+        return {"task_seconds": self._each_role(self._broadcast_role)}
 
     def _broadcast_role(self, role: TaskRole) -> None:
         streams: list[Callable[[], None]] = []
@@ -139,7 +138,8 @@ class Agent:
         _run_all(streams)
 
     def train(self, msg: dict[str, Any]) -> dict[str, Any]:
-        spec, losses = self.spec, {}
+        spec, losses, done = self.spec, {}, {}
+        start = time.perf_counter()
         for role in self.roles:
             for i, (model, x, y) in sorted(role.local.items()):
                 losses[f"{role.name}/{i}"] = training.train_local(
@@ -147,12 +147,12 @@ class Agent:
                     seed=role.seed * 1000 + msg["round"] * 100 + i,
                 )
                 role.trained[i] = aggregation.flatten(model)
-        return {"losses": losses}
+            done[role.name] = time.perf_counter() - start
+        return {"losses": losses, "task_seconds": done}
 
     def upload(self, msg: dict[str, Any]) -> dict[str, Any]:
         weights: dict[str, dict[str, float]] = msg["weights"]
-        self._each_role(lambda role: self._upload_role(role, weights[role.name]))
-        return {}
+        return {"task_seconds": self._each_role(lambda role: self._upload_role(role, weights[role.name]))}
 
     def _upload_role(self, role: TaskRole, weights: dict[str, float]) -> None:
         def own(models_: set[int]) -> torch.Tensor:
@@ -195,8 +195,17 @@ class Agent:
         return {}
 
     # helpers -----------------------------------------------------------------------------------
-    def _each_role(self, fn: Callable[[TaskRole], None]) -> None:
-        _run_all([lambda r=r: fn(r) for r in self.roles])
+    def _each_role(self, fn: Callable[[TaskRole], None]) -> dict[str, float]:
+        """Run ``fn`` for every task concurrently; return when each task's part was done, in
+        seconds since the phase started here (a task's phase ends when its last node is done)."""
+        start, done = time.perf_counter(), {}
+
+        def timed(role: TaskRole) -> None:
+            fn(role)
+            done[role.name] = time.perf_counter() - start
+
+        _run_all([lambda r=r: timed(r) for r in self.roles])
+        return done
 
 
 def _run_all(fns: list[Callable[[], None]]) -> None:

@@ -30,6 +30,10 @@ def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="A file in topologies/, a .json/.graphml path, or a topohub key such as sndlib/polska."),
         click.option("--local-models", "-k", type=click.IntRange(min=1), default=4, show_default=True,
                      help="Number of local models of the task."),
+        click.option("--tasks", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Concurrent FL tasks sharing the network, each placed by seed."),
+        click.option("--wavelengths", type=click.IntRange(min=1), default=40, show_default=True,
+                     help="Wavelengths per link of the optical layer (first fit; a task that finds none is blocked)."),
         click.option("--rounds", "-r", type=click.IntRange(min=1), default=2, show_default=True),
         click.option("--model", default=DEFAULT_MODEL, show_default=True,
                      help="A registered model name or package.module:factory."),
@@ -65,7 +69,8 @@ def _config(out: str, scheduler: str, **kw: Any) -> Any:
 
     local_nodes = tuple(n.strip() for n in kw["local_nodes"].split(",")) if kw["local_nodes"] else None
     return RunConfig(
-        topology=kw["topology"], scheduler=scheduler, local_models=kw["local_models"], rounds=kw["rounds"],
+        topology=kw["topology"], scheduler=scheduler, local_models=kw["local_models"], tasks=kw["tasks"],
+        wavelengths=kw["wavelengths"], rounds=kw["rounds"],
         model=kw["model"], seed=kw["seed"], out=out, global_node=kw["global_node"], local_nodes=local_nodes,
         epochs=kw["epochs"], chunk_bytes=kw["chunk_kb"] * 1024, mtu=kw["mtu"],
         delay_mode=kw["delay_mode"], loss=kw["loss"], jitter_ms=kw["jitter_ms"],

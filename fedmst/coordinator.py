@@ -1,8 +1,9 @@
-"""The coordinator: topology -> task -> plan -> emulation + agents -> measured rounds -> run folder.
+"""The coordinator: topology -> tasks -> plans -> emulation + agents -> measured rounds -> run folder.
 
 Each round is driven phase by phase (broadcast, train, upload) with a barrier between phases,
 so each phase's wall-clock latency and the bytes each link carried during it are measured on
-their own and shown beside the Plan's prediction.
+their own and shown beside the Plans' prediction. Several tasks run their phases at the same
+time on the same links; each task's phase latency is when its last node finished.
 """
 
 from __future__ import annotations
@@ -25,15 +26,15 @@ from fedmst import aggregation, data, models
 from fedmst.control import ControlServer
 from fedmst.emulation import Emulation, probe_capabilities, resolve_delay_mode
 from fedmst.errors import EmulationError, FedmstError
-from fedmst.results import LINK_FIELDS, ROUND_FIELDS, SAMPLE_FIELDS, write_csv, write_json
-from fedmst.scheduling import Plan, schedule
+from fedmst.results import LINK_FIELDS, ROUND_FIELDS, SAMPLE_FIELDS, TASK_FIELDS, write_csv, write_json
+from fedmst.scheduling import Plan
 from fedmst.scheduling.plan import (
     PHASES,
     plan_summary,
-    predicted_link_bytes,
     predicted_phase_seconds,
 )
 from fedmst.tasks import place_task
+from fedmst.workload import WorkloadPlan, link_state, make_tasks, schedule_workload
 from fedmst.topology import load_topology, node_order
 from fedmst.wire import DEFAULT_MTU
 
@@ -47,6 +48,8 @@ class RunConfig:
     topology: str = "nsfnet"
     scheduler: str = "mst"
     local_models: int = 4
+    tasks: int = 1
+    wavelengths: int = 40
     rounds: int = 2
     model: str = models.DEFAULT_MODEL
     seed: int = 1
@@ -70,10 +73,16 @@ class RunConfig:
 class RoundResult:
     round: int
     seconds: dict[str, float] = field(default_factory=dict)
+    task_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
+    accuracies: dict[str, float] = field(default_factory=dict)
     link_bytes: dict[str, dict[tuple[str, str], int]] = field(default_factory=dict)
     queue_drops: dict[tuple[str, str], int] = field(default_factory=dict)
     retransmits: int = 0
-    accuracy: float = 0.0
+
+    @property
+    def accuracy(self) -> float:
+        """Mean test accuracy of the tasks' global models after this round."""
+        return mean(self.accuracies.values())
 
 
 class CounterSampler:
@@ -113,33 +122,48 @@ class CounterSampler:
             sample()
 
 
-def prepare(config: RunConfig) -> tuple[Any, Plan]:
-    """The pure half: load and validate everything, place the task and schedule it (no I/O on the
-    network), so bad input fails before any namespace exists."""
+def prepare(config: RunConfig) -> tuple[Any, WorkloadPlan]:
+    """The pure half: load and validate everything, place the tasks and schedule them (no I/O on
+    the network), so bad input fails before any namespace exists."""
     resolve_delay_mode(config.delay_mode, probe_capabilities())
     graph = load_topology(config.topology)
     model = models.build_model(config.model, num_classes=10, input_shape=(1, 8, 8))
-    task = place_task(
-        graph, name="task0", local_models=config.local_models, model_bytes=models.model_bytes(model),
-        seed=config.seed, global_node=config.global_node, local_nodes=config.local_nodes,
-    )
+    size = models.model_bytes(model)
+    if config.tasks == 1:
+        tasks = [place_task(graph, name="task0", local_models=config.local_models, model_bytes=size,
+                            seed=config.seed, global_node=config.global_node, local_nodes=config.local_nodes)]
+    elif config.global_node is not None or config.local_nodes is not None:
+        raise FedmstError("--global-node/--local-nodes place one task: leave them out with --tasks N")
+    else:
+        tasks = make_tasks(graph, config.tasks, config.local_models, size, config.seed)
     _, ytr, _, _ = data.train_test_split_seeded(*data.load_digits_dataset(), seed=config.seed)
-    data.dirichlet_shards(ytr, task.k, config.alpha, seed=config.seed)  # fails early if too many models
-    return graph, schedule(graph, task, config.scheduler)
+    data.dirichlet_shards(ytr, config.local_models, config.alpha, seed=config.seed)  # too many models?
+    workload = schedule_workload(graph, tasks, config.scheduler, wavelengths=config.wavelengths, mtu=config.mtu)
+    if not workload.plans:
+        raise FedmstError(f"every task was blocked, e.g. {workload.blocked[0][0]}: {workload.blocked[0][1]}")
+    return graph, workload
 
 
 def run(config: RunConfig, report: Report = print) -> dict[str, Any]:
     """Run ``config`` for real and return its summary; the run folder is written as it goes."""
-    graph, plan = prepare(config)
+    graph, workload = prepare(config)
     out = Path(config.out)
     _make_run_dir(out)
     write_json(out / "config.json", asdict(config))
-    task = plan.task
-    report(
-        f"[{config.scheduler}] task: G on node {task.global_node}, local models on "
-        f"{', '.join(task.local_nodes)}; {len(plan.phase('broadcast'))} broadcast and "
-        f"{len(plan.phase('upload'))} upload transfers; aggregation at {', '.join(sorted(plan.aggregation_nodes))}"
-    )
+    tag = f"[{config.scheduler}]"
+    if len(workload.plans) == 1 and not workload.blocked:
+        plan = workload.plans[0]
+        task = plan.task
+        report(
+            f"{tag} task: G on node {task.global_node}, local models on {', '.join(task.local_nodes)}; "
+            f"{len(plan.phase('broadcast'))} broadcast and {len(plan.phase('upload'))} upload transfers; "
+            f"aggregation at {', '.join(sorted(plan.aggregation_nodes))}"
+        )
+    else:
+        report(f"{tag} {len(workload.plans)} tasks scheduled, {len(workload.blocked)} blocked "
+               f"(W={workload.wavelengths}); {workload.reserved_wavelength_links} wavelength-links reserved")
+        for name, reason in workload.blocked:
+            report(f"{tag} blocked {name}: {reason}")
     scratch = Path(tempfile.mkdtemp(prefix="fedmst-"))
     started = time.monotonic()
     try:
@@ -147,13 +171,13 @@ def run(config: RunConfig, report: Report = print) -> dict[str, Any]:
                         jitter_s=config.jitter_ms / 1e3, mtu=config.mtu)
         with emu:
             emulated = emu.emulated()
-            report(f"[{config.scheduler}] links: htb bandwidth; {emulated['note']}")
-            rounds = _run_rounds(config, graph, plan, emu, out, scratch, report)
+            report(f"{tag} links: htb bandwidth; {emulated['note']}")
+            rounds = _run_rounds(config, graph, workload, emu, out, scratch, report)
         if emu.delay_stats:
             write_json(out / "delay_lines.json", emu.delay_stats)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    summary = _summary(config, graph, plan, rounds, emulated, time.monotonic() - started)
+    summary = _summary(config, graph, workload, rounds, emulated, time.monotonic() - started)
     write_json(out / "summary.json", summary)
     return summary
 
@@ -168,11 +192,13 @@ def _make_run_dir(out: Path) -> None:
         raise FedmstError(f"output folder {out}: cannot write there ({exc.strerror})") from None
 
 
-def _agent_spec(config: RunConfig, plan: Plan, emu: Emulation, scratch: Path) -> dict[str, Any]:
-    """What every agent needs: the run's options and the task's transfers with their addresses."""
-    task = plan.task
-    keys = {f"{task.name}-{i:03d}-{t.phase}": t for i, t in enumerate(plan.transfers)}
-    flows = emu.install_flows({k: t.path for k, t in keys.items()})
+def _agent_spec(config: RunConfig, plans: tuple[Plan, ...], emu: Emulation, scratch: Path) -> dict[str, Any]:
+    """What every agent needs: the run's options and each task's transfers with their addresses.
+
+    Task i seeds its data shards and initial weights with ``seed + i``.
+    """
+    keys = {p.task.name: {f"{p.task.name}-{i:03d}-{t.phase}": t for i, t in enumerate(p.transfers)} for p in plans}
+    flows = emu.install_flows({k: t.path for per_task in keys.values() for k, t in per_task.items()})
     (scratch / "store").mkdir()
     return {
         "control_socket": str(scratch / "control.sock"),
@@ -181,14 +207,14 @@ def _agent_spec(config: RunConfig, plan: Plan, emu: Emulation, scratch: Path) ->
         "alpha": config.alpha, "data_seed": config.seed, "chunk_bytes": config.chunk_bytes,
         "timeout_s": config.phase_timeout_s,
         "tasks": [{
-            "name": task.name, "global_node": task.global_node, "local_nodes": list(task.local_nodes),
-            "seed": config.seed,
+            "name": p.task.name, "global_node": p.task.global_node, "local_nodes": list(p.task.local_nodes),
+            "seed": config.seed + int(p.task.name.removeprefix("task")),
             "transfers": [
                 {"key": k, "phase": t.phase, "path": list(t.path), "models": sorted(t.models),
                  "src_addr": flows[k].src_addr, "dst_addr": flows[k].dst_addr}
-                for k, t in keys.items()
+                for k, t in keys[p.task.name].items()
             ],
-        }],
+        } for p in plans],
     }
 
 
@@ -214,17 +240,23 @@ def _start_agents(nodes: list[str], spec_file: Path, emu: Emulation, token: str,
     return check
 
 
-def _run_rounds(config: RunConfig, graph: Any, plan: Plan, emu: Emulation, out: Path,
+def _run_rounds(config: RunConfig, graph: Any, workload: WorkloadPlan, emu: Emulation, out: Path,
                 scratch: Path, report: Report) -> list[RoundResult]:
-    task = plan.task
-    spec = _agent_spec(config, plan, emu, scratch)
-    write_json(out / "plan.json", {**plan_summary(plan), "flows": spec["tasks"][0]["transfers"]})
+    plans = workload.plans
+    spec = _agent_spec(config, plans, emu, scratch)
+    write_json(out / "plan.json", {
+        "scheduler": config.scheduler, "wavelengths": workload.wavelengths,
+        "reserved_wavelength_links": workload.reserved_wavelength_links,
+        "reserved_capacity_mbps": workload.reserved_capacity_mbps,
+        "blocked": [{"task": name, "reason": reason} for name, reason in workload.blocked],
+        "tasks": [{**plan_summary(p), "flows": t["transfers"]} for p, t in zip(plans, spec["tasks"])],
+    })
     spec_file = scratch / "agents.json"
     spec_file.write_text(json.dumps(spec))
     token = secrets.token_hex(16)
     server = ControlServer(Path(spec["control_socket"]), token=token)
     try:
-        nodes = sorted(plan.nodes, key=node_order)
+        nodes = sorted(set().union(*(p.nodes for p in plans)), key=node_order)
         agents_alive = _start_agents(nodes, spec_file, emu, token, out / "agents")
 
         def check() -> None:
@@ -234,9 +266,11 @@ def _run_rounds(config: RunConfig, graph: Any, plan: Plan, emu: Emulation, out: 
         t = config.phase_timeout_s
         server.accept(nodes, timeout_s=t, check=check)
         setup = server.run({"cmd": "setup"}, timeout_s=t, check=check)
-        samples = {int(i): n for r in setup.values() for i, n in r["samples"][task.name].items()}
-        weights = {task.name: {str(i): w for i, w in enumerate(aggregation.sample_weights(
-            [samples[i] for i in range(task.k)]))}}
+        weights = {}
+        for p in plans:
+            samples = {int(i): n for r in setup.values() for i, n in r["samples"].get(p.task.name, {}).items()}
+            counts = [samples[i] for i in range(p.task.k)]
+            weights[p.task.name] = {str(i): w for i, w in enumerate(aggregation.sample_weights(counts))}
         report(f"[{config.scheduler}] {len(nodes)} agents ready in {max(r['seconds'] for r in setup.values()):.1f} s")
         results: list[RoundResult] = []
         sampler = CounterSampler(emu.counters)
@@ -247,22 +281,27 @@ def _run_rounds(config: RunConfig, graph: Any, plan: Plan, emu: Emulation, out: 
             for phase, msg in (("broadcast", {}), ("train", {}), ("upload", {"weights": weights})):
                 start = time.perf_counter()
                 with sampler.sampling(r, phase):
-                    server.run({"cmd": phase, "round": r, **msg}, timeout_s=t, check=check)
+                    replies = server.run({"cmd": phase, "round": r, **msg}, timeout_s=t, check=check)
                 res.seconds[phase] = time.perf_counter() - start
+                res.task_seconds[phase] = {
+                    p.task.name: max(rep["task_seconds"].get(p.task.name, 0.0) for rep in replies.values())
+                    for p in plans
+                }
                 after = emu.counters()
                 res.link_bytes[phase] = {hop: after[hop] - before[hop] for hop in after}
                 before = after
             res.queue_drops = {hop: n - drops[hop] for hop, n in emu.queue_drops().items()}
             res.retransmits = emu.tcp_retransmits() - retransmits
             evaluated = server.run({"cmd": "evaluate", "round": r}, timeout_s=t, check=check)
-            res.accuracy = next(a[task.name] for a in (e["accuracy"] for e in evaluated.values()) if task.name in a)
+            res.accuracies = {name: acc for e in evaluated.values() for name, acc in e["accuracy"].items()}
             if config.save_models:
                 saved = out / "models" / f"round{r}"
                 saved.mkdir(parents=True, exist_ok=True)
                 server.run({"cmd": "save", "dir": str(saved)}, timeout_s=t, check=check)
-                write_json(saved / "weights.json", weights[task.name])
+                for name, w in weights.items():
+                    write_json(saved / f"{name}-weights.json", w)
             results.append(res)
-            _write_tables(out, graph, plan, config, results, emu.delay_applied)
+            _write_tables(out, graph, plans, config, results, emu.delay_applied)
             write_csv(out / "samples.csv", SAMPLE_FIELDS, sampler.rows)
             report(
                 f"[{config.scheduler}] round {r}/{config.rounds}: broadcast {res.seconds['broadcast']:.2f} s, "
@@ -275,20 +314,20 @@ def _run_rounds(config: RunConfig, graph: Any, plan: Plan, emu: Emulation, out: 
         server.close()
 
 
-def _predicted_seconds(plan: Plan, graph: Any, config: RunConfig, delay: bool) -> dict[str, float]:
-    return {p: predicted_phase_seconds(plan, graph, p, chunk_bytes=config.chunk_bytes, with_delay=delay,
+def _predicted_seconds(plans: tuple[Plan, ...], graph: Any, config: RunConfig, delay: bool) -> dict[str, float]:
+    return {p: predicted_phase_seconds(plans, graph, p, chunk_bytes=config.chunk_bytes, with_delay=delay,
                                        mtu=config.mtu)
             for p in PHASES}
 
 
-def _link_rows(graph: Any, plan: Plan, res: RoundResult, mtu: int) -> list[dict[str, Any]]:
+def _link_rows(graph: Any, plans: tuple[Plan, ...], res: RoundResult, mtu: int) -> list[dict[str, Any]]:
     """One row per link direction for one round: predicted weight bytes beside measured bytes.
 
     Within a phase a link direction either carries planned weights or only the ACKs (and ARP)
     of transfers going the other way, so measured bytes split cleanly into weight bytes (phases
     where weights were planned on it) and the rest.
     """
-    predicted = {p: predicted_link_bytes(plan, p, mtu=mtu) for p in PHASES}
+    predicted = {p: link_state(plans, phase=p, mtu=mtu) for p in PHASES}
     rows = []
     for u, v in sorted(res.link_bytes["broadcast"], key=lambda h: (sorted(map(node_order, h)), node_order(h[0]))):
         hop = (u, v)
@@ -307,13 +346,17 @@ def _link_rows(graph: Any, plan: Plan, res: RoundResult, mtu: int) -> list[dict[
     return rows
 
 
-def _write_tables(out: Path, graph: Any, plan: Plan, config: RunConfig, rounds: list[RoundResult],
+def _write_tables(out: Path, graph: Any, plans: tuple[Plan, ...], config: RunConfig, rounds: list[RoundResult],
                   delay: bool) -> None:
-    """Rewrite rounds.csv and links.csv with every finished round (atomically)."""
-    secs = _predicted_seconds(plan, graph, config, delay)
-    round_rows, link_rows = [], []
+    """Rewrite rounds.csv, tasks.csv and links.csv with every finished round (atomically)."""
+    secs = _predicted_seconds(plans, graph, config, delay)
+    round_rows, link_rows, task_rows = [], [], []
     for res in rounds:
-        rows = _link_rows(graph, plan, res, config.mtu)
+        task_rows += [{
+            "round": res.round, "task": name, **{f"{p}_s": secs_[name] for p, secs_ in res.task_seconds.items()},
+            "round_s": sum(secs_[name] for secs_ in res.task_seconds.values()), "accuracy": res.accuracies[name],
+        } for name in res.task_seconds["broadcast"]]
+        rows = _link_rows(graph, plans, res, config.mtu)
         link_rows += rows
         round_rows.append({
             "round": res.round, **{f"{p}_s": res.seconds[p] for p in ("broadcast", "train", "upload")},
@@ -325,23 +368,31 @@ def _write_tables(out: Path, graph: Any, plan: Plan, config: RunConfig, rounds: 
             "accuracy": res.accuracy,
         })
     write_csv(out / "rounds.csv", ROUND_FIELDS, round_rows)
+    write_csv(out / "tasks.csv", TASK_FIELDS, task_rows)
     write_csv(out / "links.csv", LINK_FIELDS, link_rows)
 
 
-def _summary(config: RunConfig, graph: Any, plan: Plan, rounds: list[RoundResult],
+def _summary(config: RunConfig, graph: Any, workload: WorkloadPlan, rounds: list[RoundResult],
              emulated: dict[str, object], wall_s: float) -> dict[str, Any]:
-    secs = _predicted_seconds(plan, graph, config, bool(emulated["delay"]))
-    rows = [row for r in rounds for row in _link_rows(graph, plan, r, config.mtu)]
+    plans = workload.plans
+    secs = _predicted_seconds(plans, graph, config, bool(emulated["delay"]))
+    rows = [row for r in rounds for row in _link_rows(graph, plans, r, config.mtu)]
+    first = plans[0]
     return {
         "scheduler": config.scheduler,
         "topology": graph.graph["name"],
         "local_models": config.local_models,
+        "tasks": len(plans) + len(workload.blocked),
+        "tasks_blocked": len(workload.blocked),
         "rounds": len(rounds),
         "model": config.model,
-        "model_bytes": plan.task.model_bytes,
-        "global_node": plan.task.global_node,
-        "local_nodes": list(plan.task.local_nodes),
-        "aggregation_nodes": sorted(plan.aggregation_nodes),
+        "model_bytes": first.task.model_bytes,
+        "global_node": first.task.global_node,
+        "local_nodes": list(first.task.local_nodes),
+        "aggregation_nodes": sorted(first.aggregation_nodes),
+        "wavelengths": workload.wavelengths,
+        "reserved_wavelength_links": workload.reserved_wavelength_links,
+        "reserved_capacity_mbps": workload.reserved_capacity_mbps,
         "link_bytes_measured": sum(r["measured_bytes"] for r in rows),
         "link_bytes_predicted": sum(r["predicted_bytes"] for r in rows),
         "weight_bytes_measured": sum(r["measured_weight_bytes"] for r in rows),
@@ -350,6 +401,9 @@ def _summary(config: RunConfig, graph: Any, plan: Plan, rounds: list[RoundResult
         "queue_drops": sum(sum(r.queue_drops.values()) for r in rounds),
         "max_link_bytes_error": max((abs(r["error_pct"]) / 100 for r in rows if r["predicted_bytes"]), default=0.0),
         "round_latency_s": mean(sum(r.seconds.values()) for r in rounds),
+        "task_round_latency_s": mean(
+            sum(r.task_seconds[p][name] for p in r.task_seconds) for r in rounds for name in r.task_seconds["train"]
+        ),
         **{f"{p}_s": mean(r.seconds[p] for r in rounds) for p in ("broadcast", "train", "upload")},
         "predicted_broadcast_s": secs["broadcast"],
         "predicted_upload_s": secs["upload"],

@@ -108,13 +108,15 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def _load_run(run: Path, task: str) -> dict[str, Any]:
     """Everything one panel needs, checked against the topology so a stale file fails loudly."""
-    config, plan = _read_json(run / "config.json"), _read_json(run / "plan.json")
+    config, workload = _read_json(run / "config.json"), _read_json(run / "plan.json")
     summary = _read_json(run / "summary.json") if (run / "summary.json").is_file() else {}
     if "topology" not in config:
         raise FedmstError(f"{run / 'config.json'}: no 'topology'")
     graph = load_topology(str(config["topology"]))
-    if plan.get("task", task) != task:
-        raise FedmstError(f"{run / 'plan.json'}: has task {plan.get('task')!r}, not {task!r}")
+    plans = {p.get("task"): p for p in workload.get("tasks", []) if isinstance(p, dict)}
+    if task not in plans:
+        raise FedmstError(f"{run / 'plan.json'}: has no task {task!r} (tasks: {', '.join(map(str, plans)) or 'none'})")
+    plan = plans[task]
     link_bytes: Counter[frozenset[str]] = Counter({frozenset(e): 0 for e in graph.edges})
     try:
         for row in read_csv(run / "links.csv"):
@@ -124,13 +126,13 @@ def _load_run(run: Path, task: str) -> dict[str, Any]:
             link_bytes[key] += int(float(row["measured_bytes"]))
     except (KeyError, ValueError, TypeError) as exc:
         raise FedmstError(f"{run / 'links.csv'}: malformed row ({exc})") from exc
-    transfers = [t for t in plan.get("transfers", []) if t.get("task", task) == task]
+    transfers = plan.get("transfers", [])
     for t in transfers:
         path = t.get("path", [])
         if t.get("phase") not in PHASE_STYLE or any(not graph.has_edge(a, b) for a, b in zip(path, path[1:])):
             raise FedmstError(f"{run / 'plan.json'}: transfer {t} is not a broadcast/upload along topology links")
     return {
-        "scheduler": str(plan.get("scheduler") or summary.get("scheduler") or run.name),
+        "scheduler": str(workload.get("scheduler") or summary.get("scheduler") or run.name),
         "topology_name": graph.graph.get("name", str(config["topology"])),
         "graph": graph,
         "global_node": plan.get("global_node"),

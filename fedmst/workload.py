@@ -29,7 +29,7 @@ import networkx as nx
 from fedmst.errors import SchedulerError, TaskError
 from fedmst.scheduling import schedule
 from fedmst.scheduling.optical import Lightpath, Spectrum, admit
-from fedmst.scheduling.plan import LinkDir, Plan, predicted_link_bytes
+from fedmst.scheduling.plan import LinkDir, Phase, Plan, predicted_link_bytes
 from fedmst.tasks import Task, place_task
 from fedmst.wire import DEFAULT_MTU
 
@@ -123,11 +123,14 @@ class WorkloadPlan:
         return len(self.blocked) / total if total else 0.0
 
 
-def link_state(plans: tuple[Plan, ...] | list[Plan], *, mtu: int = DEFAULT_MTU) -> dict[LinkDir, int]:
-    """Bytes per round ``plans`` put on every link direction, summed: the link state later tasks see."""
+def link_state(
+    plans: tuple[Plan, ...] | list[Plan], *, phase: Phase | None = None, mtu: int = DEFAULT_MTU
+) -> dict[LinkDir, int]:
+    """Bytes per round (or per ``phase``) ``plans`` put on every link direction, summed: the link
+    state later tasks see, and the prediction for a run of all of them."""
     out: dict[LinkDir, int] = defaultdict(int)
     for plan in plans:
-        for hop, b in predicted_link_bytes(plan, mtu=mtu).items():
+        for hop, b in predicted_link_bytes(plan, phase, mtu=mtu).items():
             out[hop] += b
     return dict(out)
 

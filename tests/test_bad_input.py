@@ -93,6 +93,8 @@ CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
     ("factory-raises", _factory_raises, ("badmodels:make", "RuntimeError", "factory [/is] broken on purpose")),
     ("missing-module", _args("--model", "no_such_pkg.mod:make"), ("no_such_pkg", "cannot import")),
     ("unwritable-out", _args("--out", "/proc/fedmst-out"), ("/proc/fedmst-out", "cannot write")),
+    ("placement-with-tasks", _args("--topology", "line3", "--tasks", "2", "--global-node", "a"),
+     ("--global-node", "--tasks")),
 ]
 
 BASE = {"--topology": "line3", "-k": "2", "--rounds": "1", "--model": "mlp", "--seed": "1"}

@@ -75,7 +75,7 @@ def test_compare_measures_plan_and_aggregates_exactly(tmp_path: Path, clean_host
         assert sum(int(r["measured_other_bytes"]) for r in rows) > 0
         for rnd in (1, 2):
             saved = run / "models" / f"round{rnd}"
-            weights = json.loads((saved / "weights.json").read_text())
+            weights = json.loads((saved / "task0-weights.json").read_text())
             expected = sum(
                 float(w) * torch.load(saved / f"task0-local{i}.pt") for i, w in weights.items()
             )
@@ -117,3 +117,28 @@ def test_sigkill_then_clean_leaves_nothing(tmp_path: Path, clean_host: None) -> 
     cleaned = subprocess.run([FEDMST, "clean"], capture_output=True, text=True, timeout=120)
     assert cleaned.returncode == 0, cleaned.stderr
     assert f"dead run {proc.pid}" in cleaned.stdout
+
+
+def test_concurrent_tasks_share_the_links_and_each_aggregates_exactly(tmp_path: Path, clean_host: None) -> None:
+    out = tmp_path / "multi"
+    proc = subprocess.run(
+        [FEDMST, "compare", "--topology", "small", "--tasks", "3", "--local-models", "3", "--rounds", "1",
+         "--save-models", "--out", str(out)],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    comparison = json.loads((out / "comparison.json").read_text())
+    for scheduler in ("spff", "mst"):
+        run = out / scheduler
+        assert comparison[scheduler]["tasks"] == 3 and comparison[scheduler]["tasks_blocked"] == 0
+        plan = json.loads((run / "plan.json").read_text())
+        assert [t["task"] for t in plan["tasks"]] == ["task0", "task1", "task2"]
+        rows = read_csv(run / "tasks.csv")
+        assert sorted(r["task"] for r in rows) == ["task0", "task1", "task2"]
+        assert all(0 < float(r["broadcast_s"]) <= comparison[scheduler]["broadcast_s"] + 1e-6 for r in rows)
+        saved = run / "models" / "round1"
+        for task in ("task0", "task1", "task2"):
+            weights = json.loads((saved / f"{task}-weights.json").read_text())
+            expected = sum(float(w) * torch.load(saved / f"{task}-local{i}.pt") for i, w in weights.items())
+            assert (torch.load(saved / f"{task}-global.pt") - expected).abs().max().item() <= 1e-5
+    assert comparison["mst"]["link_bytes_predicted"] <= comparison["spff"]["link_bytes_predicted"]

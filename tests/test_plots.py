@@ -27,10 +27,10 @@ def write_run(folder: Path, scheduler: str, broadcasts: list[tuple[list[str], li
     transfers += [{"phase": "upload", "path": p[::-1], "models": m} for p, m in broadcasts]
     aggregation = ["0"] if scheduler == "spff" else ["0", "1", "3"]
     write_json(folder / "config.json", {"topology": "small", "scheduler": scheduler})
-    write_json(folder / "plan.json", {
+    write_json(folder / "plan.json", {"scheduler": scheduler, "tasks": [{
         "scheduler": scheduler, "task": "task0", "global_node": "0", "local_nodes": ["2", "3", "3", "4"],
         "aggregation_nodes": aggregation, "transfers": transfers, "flows": [],
-    })
+    }]})
     carried = {}
     for t in transfers:
         for hop in zip(t["path"], t["path"][1:]):
@@ -94,7 +94,7 @@ def test_bad_folders_raise_one_line_fedmst_errors(compare_dir: Path, tmp_path: P
     with pytest.raises(FedmstError, match="neither a run folder") as err:
         plot_run(empty)
     assert "\n" not in str(err.value)
-    with pytest.raises(FedmstError, match="not 'task7'"):
+    with pytest.raises(FedmstError, match="has no task 'task7'"):
         plot_run(compare_dir / "mst", tmp_path / "x.png", task="task7")
     (compare_dir / "mst" / "plan.json").write_text("{not json")
     with pytest.raises(FedmstError, match="cannot read JSON"):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Literal, Mapping
+from typing import Literal, Mapping, Sequence
 
 import networkx as nx
 
@@ -100,7 +100,7 @@ def predicted_link_bytes(
 
 
 def predicted_phase_seconds(
-    plan: Plan,
+    plans: Plan | Sequence[Plan],
     graph: nx.Graph,
     phase: Phase,
     *,
@@ -108,19 +108,28 @@ def predicted_phase_seconds(
     with_delay: bool,
     mtu: int = DEFAULT_MTU,
 ) -> float:
-    """Fluid-model duration of one phase: the busiest link's serialisation time plus the pipeline
-    fill along the longest chain of transfers.
+    """Fluid-model duration of one phase of one or several concurrent plans: the busiest link's
+    serialisation time plus the pipeline fill along the longest chain of transfers.
 
-    The busiest link direction must serialise all bytes planned on it at its capacity. On top of
-    that, a relay forwards chunk by chunk, so each hop of the deepest chain adds one chunk's
-    serialisation and (when delay is emulated) its propagation delay. It ignores TCP slow start
-    and CPU limits, so real runs are a little slower.
+    The busiest link direction must serialise all bytes planned on it (by every plan) at its
+    capacity. On top of that, a relay forwards chunk by chunk, so each hop of the deepest chain
+    adds one chunk's serialisation and (when delay is emulated) its propagation delay. It ignores
+    TCP slow start and CPU limits, so real runs are a little slower.
     """
-    transfers = plan.phase(phase)
-    if not transfers:
+    plans = [plans] if isinstance(plans, Plan) else list(plans)
+    loads: dict[LinkDir, int] = defaultdict(int)
+    for plan in plans:
+        for hop, b in predicted_link_bytes(plan, phase, mtu=mtu).items():
+            loads[hop] += b
+    if not loads:
         return 0.0
-    loads = predicted_link_bytes(plan, phase, mtu=mtu)
     serialise = max(b * 8 / _capacity_bps(graph, u, v) for (u, v), b in loads.items())
+    return serialise + max(_deepest_chain(p, graph, phase, chunk_bytes, with_delay, mtu) for p in plans)
+
+
+def _deepest_chain(plan: Plan, graph: nx.Graph, phase: Phase, chunk_bytes: int, with_delay: bool,
+                   mtu: int) -> float:
+    transfers = plan.phase(phase)
 
     def hop_fill(t: Transfer) -> float:
         chunk = wire_bytes(min(chunk_bytes, plan.task.model_bytes), mtu)
@@ -139,7 +148,7 @@ def predicted_phase_seconds(
         return hop_fill(t) + max((chain(u) for u in transfers if continues(u, t)), default=0.0)
 
     starts = [t for t in transfers if not any(continues(t, u) for u in transfers)]
-    return serialise + max(chain(t) for t in starts)
+    return max((chain(t) for t in starts), default=0.0)
 
 
 def _capacity_bps(graph: nx.Graph, u: str, v: str) -> float:
