@@ -142,6 +142,68 @@ def compare(out: str, **kw: Any) -> None:
     console.print(f"results in {out}/ (spff/, mst/, comparison.json)")
 
 
+def _int_list(_ctx: object, _param: object, value: str) -> list[int]:
+    """Parse ``2,4,8`` or a range ``2-15:2`` (start-stop:step, stop included)."""
+    try:
+        out: list[int] = []
+        for part in value.split(","):
+            if "-" in part:
+                span, _, step = part.partition(":")
+                lo, hi = (int(x) for x in span.split("-"))
+                out += list(range(lo, hi + 1, int(step or 1)))
+            else:
+                out.append(int(part))
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: give numbers like 2,4,8 or a range like 2-14:2") from None
+    if not out or min(out) < 1:
+        raise click.BadParameter(f"{value!r}: give positive numbers")
+    return out
+
+
+@main.command()
+@click.option("--out", default="runs/sweep", show_default=True, help="Folder for every run, sweep.csv and the figures.")
+@click.option("--local-models", "ks", default="2,4,6,8,10,12,14,15", show_default=True,
+              callback=_int_list, help="Local-model counts to sweep (list or range a-b:step).")
+@click.option("--seeds", default="1,2", show_default=True, callback=_int_list, help="Seeds to repeat every point with.")
+@click.option("--tasks", type=click.IntRange(min=1), default=30, show_default=True)
+@click.option("--wavelengths", type=click.IntRange(min=1), default=40, show_default=True)
+@click.option("--rounds", "-r", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--model", default="mlp", show_default=True,
+              help="Small by default: 30 tasks x 15 local models must fit a 2-core host.")
+@click.option("--topology", default="nsfnet", show_default=True)
+@click.option("--delay-mode", type=click.Choice(["auto", "netem", "userspace", "off"]), default="auto",
+              show_default=True)
+def sweep(out: str, ks: list[int], seeds: list[int], tasks: int, wavelengths: int, rounds: int, model: str,
+          topology: str, delay_mode: str) -> None:
+    """Reproduce the poster's Figure 3: both schedulers, many concurrent tasks, for real, with figures."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    from fedmst.coordinator import RunConfig
+    from fedmst.plots import plot_sweep
+    from fedmst.sweep import points, sweep as sweep_
+
+    folder = Path(out)
+    base = RunConfig(topology=topology, tasks=tasks, wavelengths=wavelengths, rounds=rounds, model=model,
+                     delay_mode=delay_mode)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("left"), TimeRemainingColumn())
+    with Progress(*columns, console=console) as bar:
+        job = bar.add_task("checking inputs", total=len(points(ks, seeds)))
+        started = [False]
+
+        def progress(what: str) -> None:
+            if started[0]:
+                bar.advance(job)
+            started[0] = True
+            bar.update(job, description=what)
+
+        rows = _guard(lambda: sweep_(base, ks, seeds, folder, progress))
+        bar.advance(job)
+    latency, bandwidth = plot_sweep(rows, folder)
+    console.print(f"sweep.csv, {latency.name} and {bandwidth.name} in {folder}/")
+
+
 @main.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--sort", default="measured", show_default=True,

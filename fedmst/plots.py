@@ -53,10 +53,9 @@ def plot_run(run_dir: Path, out: Path | None = None, *, task: str = "task0") -> 
     vmax = max([max(p["link_bytes"].values(), default=0) for p in panels] + [1]) / 1e6
 
     import matplotlib
-
-    matplotlib.use("Agg")  # files only: never open a window, work on headless hosts
-    import matplotlib.pyplot as plt
     from matplotlib import cm, colors
+
+    plt = _pyplot()
 
     greys = matplotlib.colormaps["Greys"]([i / 10 for i in range(2, 11)])
     cmap = colors.LinearSegmentedColormap.from_list("links", greys)  # no near-white: idle links stay visible
@@ -278,3 +277,70 @@ def _legend_handles() -> list[Any]:
         *(Line2D([], [], color=s["color"], linestyle=s["linestyle"], linewidth=1.8, label=s["label"])
           for s in PHASE_STYLE.values()),
     ]
+
+
+def _pyplot() -> Any:
+    """pyplot on the Agg backend: files only, never a window, so it works on headless hosts."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_sweep(rows: list[dict[str, Any]], out_dir: Path) -> tuple[Path, Path]:
+    """The poster's Figure 3, measured: task latency and consumed bandwidth against the number of
+    local models, one line per scheduler with the spread over seeds as error bars and the Plans'
+    prediction dashed beside it. Returns the two PNGs (latency, bandwidth)."""
+    from statistics import mean, pstdev
+
+    plt = _pyplot()
+
+    def series(scheduler: str, value: Any) -> tuple[list[int], list[float], list[float]]:
+        ks = sorted({r["local_models"] for r in rows if r["scheduler"] == scheduler})
+        means, spreads = [], []
+        for k in ks:
+            per_seed = {}
+            for r in rows:
+                if r["scheduler"] == scheduler and r["local_models"] == k:
+                    per_seed.setdefault(r["seed"], []).append(value(r))
+            seed_means = [mean(v) for v in per_seed.values()]
+            means.append(mean(seed_means))
+            spreads.append(pstdev(seed_means) if len(seed_means) > 1 else 0.0)
+        return ks, means, spreads
+
+    colours = {"spff": "tab:red", "mst": "tab:blue"}
+    paths = (out_dir / "latency_vs_local_models.png", out_dir / "bandwidth_vs_local_models.png")
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for s, c in colours.items():
+        ks, m, e = series(s, lambda r: r["round_s"])
+        ax.errorbar(ks, m, yerr=e, color=c, marker="o", capsize=3, label=f"{s.upper()} measured")
+        ks, m, _ = series(s, lambda r: r["run_predicted_comm_s"] + r["train_s"])
+        ax.plot(ks, m, color=c, linestyle="--", label=f"{s.upper()} predicted (fluid model + measured training)")
+    ax.set(xlabel="local models per task", ylabel="task round latency (s)",
+           title="Latency (training + communication) vs local models")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(paths[0], dpi=130)
+    plt.close(fig)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 4.2))
+    for s, c in colours.items():
+        ks, m, e = series(s, lambda r: r["run_link_bytes_measured"] / 1e6)
+        left.errorbar(ks, m, yerr=e, color=c, marker="o", capsize=3, label=f"{s.upper()} measured")
+        ks, m, _ = series(s, lambda r: r["run_link_bytes_predicted"] / 1e6)
+        left.plot(ks, m, color=c, linestyle="--", label=f"{s.upper()} predicted")
+        ks, m, e = series(s, lambda r: r["run_reserved_capacity_mbps"] / 1e3)
+        right.errorbar(ks, m, yerr=e, color=c, marker="s", capsize=3, label=s.upper())
+    left.set(xlabel="local models per task", ylabel="MB on all links per round",
+             title="Consumed bandwidth: bytes on links")
+    right.set(xlabel="local models per task", ylabel="Gbit/s reserved",
+              title="Consumed bandwidth: wavelength capacity reserved")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(paths[1], dpi=130)
+    plt.close(fig)
+    return paths

@@ -142,3 +142,25 @@ def test_concurrent_tasks_share_the_links_and_each_aggregates_exactly(tmp_path: 
             expected = sum(float(w) * torch.load(saved / f"{task}-local{i}.pt") for i, w in weights.items())
             assert (torch.load(saved / f"{task}-global.pt") - expected).abs().max().item() <= 1e-5
     assert comparison["mst"]["link_bytes_predicted"] <= comparison["spff"]["link_bytes_predicted"]
+
+
+def test_sweep_writes_a_tidy_table_and_both_figures(tmp_path: Path, clean_host: None) -> None:
+    from fedmst.sweep import SWEEP_FIELDS
+
+    out = tmp_path / "sweep"
+    proc = subprocess.run(
+        [FEDMST, "sweep", "--topology", "small", "--local-models", "2,3", "--seeds", "1", "--tasks", "2",
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = read_csv(out / "sweep.csv")
+    assert tuple(rows[0]) == SWEEP_FIELDS
+    # a row per scheduler x local-model count x seed x task x round
+    keys = {(r["scheduler"], r["local_models"], r["seed"], r["task"], r["round"]) for r in rows}
+    assert len(rows) == len(keys) == 2 * 2 * 1 * 2 * 1
+    for name in ("latency_vs_local_models.png", "bandwidth_vs_local_models.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    picture = subprocess.run([FEDMST, "plot", str(out / "k3-seed1")], capture_output=True, text=True, timeout=300)
+    assert picture.returncode == 0, picture.stderr
+    assert (out / "k3-seed1" / "links.png").is_file()
