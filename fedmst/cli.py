@@ -231,12 +231,16 @@ def links(run_dir: Path, sort: str, round_: int | None) -> None:
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="PNG to write (default RUN_DIR/links.png).")
 @click.option("--task", default="task0", show_default=True, help="Task whose trees are overlaid.")
-def plot(run_dir: Path, out: Path | None, task: str) -> None:
+@click.option("--link", default=None, help="Instead: one link's utilisation over time, e.g. --link 10-11.")
+def plot(run_dir: Path, out: Path | None, task: str, link: str | None) -> None:
     """Draw the topology with each link coloured by the bytes it carried and the task's broadcast and
     upload trees overlaid; a compare folder gets SPFF and MST side by side."""
-    from fedmst.plots import plot_run
+    from fedmst.plots import plot_link_utilisation, plot_run
 
-    console.print(f"wrote {_guard(lambda: plot_run(run_dir, out, task=task))}")
+    if link is not None:
+        console.print(f"wrote {_guard(lambda: plot_link_utilisation(run_dir, link, out))}")
+    else:
+        console.print(f"wrote {_guard(lambda: plot_run(run_dir, out, task=task))}")
 
 
 @main.command()

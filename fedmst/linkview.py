@@ -214,12 +214,15 @@ def _read(path: Path, needed: tuple[str, ...]) -> list[dict[str, str]]:
     return rows
 
 
-def _peak_rates(path: Path, round_: int | None) -> dict[tuple[str, str], float] | None:
-    """Highest bytes per second of each link direction between consecutive counter samples.
+def rate_series(path: Path, round_: int | None = None) -> dict[tuple[str, str], list[tuple[float, float]]] | None:
+    """Each link direction's rate over time from ``samples.csv``: (interval midpoint in seconds,
+    bytes per second) between consecutive counter samples.
 
     ``None`` when the run has no ``samples.csv`` (older run folders), so "unknown" is never
     shown as zero. The counters are cumulative over the run, so any two consecutive samples of a
-    direction give its rate over that interval, across phase boundaries too.
+    direction give its rate over that interval, across phase boundaries too; intervals shorter
+    than ``MIN_SAMPLE_INTERVAL_S`` (the extra sample at each phase boundary) are skipped, since one
+    frame in them reads as many times the capacity.
     """
     if not path.is_file():
         return None
@@ -227,14 +230,20 @@ def _peak_rates(path: Path, round_: int | None) -> dict[tuple[str, str], float] 
     for s in _read(path, _SAMPLE_COLUMNS):
         if round_ is None or int(s["round"]) == round_:
             series[(s["src"], s["dst"])].append((float(s["t_s"]), int(s["bytes"])))
-    peaks = {}
+    rates = {}
     for hop, points in series.items():
         points.sort()
-        rates = [(b1 - b0) / (t1 - t0) for (t0, b0), (t1, b1) in zip(points, points[1:])
-                 if t1 - t0 >= MIN_SAMPLE_INTERVAL_S]
-        if rates:
-            peaks[hop] = max(rates)
-    return peaks
+        rates[hop] = [((t0 + t1) / 2, (b1 - b0) / (t1 - t0)) for (t0, b0), (t1, b1) in zip(points, points[1:])
+                      if t1 - t0 >= MIN_SAMPLE_INTERVAL_S]
+    return rates
+
+
+def _peak_rates(path: Path, round_: int | None) -> dict[tuple[str, str], float] | None:
+    """Highest bytes per second of each link direction between consecutive counter samples."""
+    series = rate_series(path, round_)
+    if series is None:
+        return None
+    return {hop: max(r for _, r in points) for hop, points in series.items() if points}
 
 
 def _sorted(rows: list[Row], keys: dict[str, Callable[[Row], float | None]], sort: str) -> list[Row]:

@@ -344,3 +344,41 @@ def plot_sweep(rows: list[dict[str, Any]], out_dir: Path) -> tuple[Path, Path]:
     fig.savefig(paths[1], dpi=130)
     plt.close(fig)
     return paths
+
+
+def plot_link_utilisation(run_dir: Path, link: str, out: Path | None = None) -> Path:
+    """One link's utilisation over the run, both directions, from the counters sampled every
+    100 ms (``samples.csv``), with the broadcast/train/upload phases shaded."""
+    from fedmst.linkview import rate_series
+
+    u, sep, v = link.partition("-")
+    caps = {(r["src"], r["dst"]): float(r["capacity_mbps"]) for r in read_csv(run_dir / "links.csv")} \
+        if (run_dir / "links.csv").is_file() else {}
+    series = rate_series(run_dir / "samples.csv")
+    if not sep or (u, v) not in caps:
+        raise FedmstError(f"{run_dir}: no link {link!r} in links.csv (give it as A-B, e.g. 0-1)")
+    if series is None:
+        raise FedmstError(f"{run_dir}: no samples.csv (runs from before counters were sampled)")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    spans: dict[tuple[str, str], list[float]] = {}
+    for row in read_csv(run_dir / "samples.csv"):
+        if (row["src"], row["dst"]) == (u, v):
+            spans.setdefault((row["round"], row["phase"]), []).append(float(row["t_s"]))
+    shades = {"broadcast": "tab:blue", "train": "tab:green", "upload": "tab:red"}
+    for (_, phase), ts in spans.items():
+        ax.axvspan(min(ts), max(ts), color=shades.get(phase, "grey"), alpha=0.08, lw=0)
+    for hop, style in (((u, v), "-"), ((v, u), "--")):
+        points = series.get(hop, [])
+        ax.plot([t for t, _ in points], [100 * r * 8 / (caps[hop] * 1e6) for _, r in points], style,
+                label=f"{hop[0]}->{hop[1]}")
+    ax.set(xlabel="seconds since round 1 started", ylabel="utilisation (%)",
+           title=f"Link {u}-{v} ({caps[(u, v)]:g} Mbit/s); shaded: broadcast blue, train green, upload red")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    target = out or run_dir / f"link-{u}-{v}.png"
+    fig.savefig(target, dpi=130)
+    plt.close(fig)
+    return target

@@ -8,8 +8,8 @@ import pytest
 from matplotlib.image import imread
 
 from fedmst.errors import FedmstError
-from fedmst.plots import plot_run
-from fedmst.results import LINK_FIELDS, write_csv, write_json
+from fedmst.plots import plot_link_utilisation, plot_run
+from fedmst.results import LINK_FIELDS, SAMPLE_FIELDS, write_csv, write_json
 from fedmst.topology import load_topology
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -100,3 +100,18 @@ def test_bad_folders_raise_one_line_fedmst_errors(compare_dir: Path, tmp_path: P
     with pytest.raises(FedmstError, match="cannot read JSON"):
         plot_run(compare_dir / "mst", tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
+
+
+def test_link_utilisation_over_time(compare_dir: Path) -> None:
+    run = compare_dir / "mst"
+    rows = [{"t_s": t / 10, "round": 1, "phase": "broadcast" if t < 5 else "upload", "src": u, "dst": v,
+             "bytes": t * 625_000 if (u, v) == ("0", "1") else 0}
+            for t in range(10) for u, v in (("0", "1"), ("1", "0"))]
+    write_csv(run / "samples.csv", SAMPLE_FIELDS, rows)
+    png = plot_link_utilisation(run, "0-1")
+    assert png == run / "link-0-1.png" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(FedmstError, match="no link '0-9'"):
+        plot_link_utilisation(run, "0-9")
+    (run / "samples.csv").unlink()
+    with pytest.raises(FedmstError, match="no samples.csv"):
+        plot_link_utilisation(run, "0-1")
