@@ -33,7 +33,10 @@ class Channel:
     def recv(self) -> Message | None:
         """The next message, or None when the peer closed the connection."""
         while b"\n" not in self._buf:
-            data = self.sock.recv(1 << 16)
+            try:
+                data = self.sock.recv(1 << 16)
+            except ConnectionResetError:  # the peer died with data unread: closed all the same
+                return None
             if not data:
                 return None
             self._buf += data
@@ -100,8 +103,14 @@ class ControlServer:
         is reported within a second instead of hanging the run. A reply with ``ok: false``
         becomes an :class:`EmulationError` naming the node.
         """
-        for chan in self.agents.values():
-            chan.send(msg)
+        for node, chan in self.agents.items():
+            try:
+                chan.send(msg)
+            except OSError:  # BrokenPipe / ConnectionReset: the agent is gone
+                check()
+                raise EmulationError(
+                    f"agent on node {node} closed its control connection before {msg.get('cmd')}"
+                ) from None
         replies: dict[str, Message] = {}
         deadline = time.monotonic() + timeout_s
         by_sock = {chan.sock: node for node, chan in self.agents.items()}
