@@ -108,26 +108,20 @@ def _command(command: str, extra: list[str], out: str) -> list[str]:
     return [command, *base, *extra]
 
 
-@pytest.mark.parametrize("setup,fragments", [pytest.param(s, f, id=i) for i, s, f in CASES])
-def test_run_bad_input(tmp_path: Path, setup: Setup, fragments: tuple[str, ...]) -> None:
-    extra, env = setup(tmp_path)
-    line = error_line(fedmst(tmp_path, *_command("run", extra, "out"), env=env))
-    for fragment in fragments:
-        assert fragment in line, f"{fragment!r} missing from {line!r}"
-    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
-
-
 COMPARE_CASES = {"unknown-topology", "zero-capacity", "unknown-local-node", "too-many-local-models",
                  "unknown-model", "factory-raises", "unwritable-out"}
 
 
-@pytest.mark.parametrize("setup,fragments", [pytest.param(s, f, id=i) for i, s, f in CASES if i in COMPARE_CASES])
-def test_compare_bad_input(tmp_path: Path, setup: Setup, fragments: tuple[str, ...]) -> None:
+@pytest.mark.parametrize("command,setup,fragments", [
+    pytest.param(command, s, f, id=f"{command}-{i}")
+    for command in ("run", "compare") for i, s, f in CASES if command == "run" or i in COMPARE_CASES
+])
+def test_bad_input(tmp_path: Path, command: str, setup: Setup, fragments: tuple[str, ...]) -> None:
     extra, env = setup(tmp_path)
-    line = error_line(fedmst(tmp_path, *_command("compare", extra, "cmp"), env=env))
+    line = error_line(fedmst(tmp_path, *_command(command, extra, "out"), env=env))
     for fragment in fragments:
         assert fragment in line, f"{fragment!r} missing from {line!r}"
-    assert not (tmp_path / "cmp").exists() or not any((tmp_path / "cmp").iterdir())
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
 @pytest.mark.parametrize("command", ["run", "compare"])
