@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 import torch
 
+import fedmst
 from fedmst import aggregation, control, data, models, training, transport
 
 
@@ -85,6 +86,9 @@ class Agent:
         """Build models and data, then open every transfer's process group in one global order
         (sorted keys), so that no two agents can wait on each other in a cycle."""
         spec = self.spec
+        if msg.get("source_digest") not in (None, fedmst.source_digest()):
+            raise RuntimeError("this worker runs other fedmst code than the coordinator: rebuild the worker image "
+                               "from this checkout (docker build -t fedmst-worker .)")
         xtr, ytr, xte, yte = data.train_test_split_seeded(*data.load_digits_dataset(), seed=spec["data_seed"])
         for role in self.roles:
             shards = data.dirichlet_shards(ytr, len(role.local_nodes), spec["alpha"], seed=role.seed)
@@ -108,7 +112,8 @@ class Agent:
             rank = transport.SENDER if t.src == self.node else transport.RECEIVER
             addr = t.src_addr if rank == transport.SENDER else t.dst_addr
             t.pair = transport.open_pair(store / t.key, rank=rank, address=addr, timeout_s=spec["timeout_s"])
-        return {"samples": {r.name: {str(i): len(v[2]) for i, v in r.local.items()} for r in self.roles}}
+        return {"samples": {r.name: {str(i): len(v[2]) for i, v in r.local.items()} for r in self.roles},
+                "runs_in": runs_in()}
 
     def _build(self) -> torch.nn.Module:
         return models.build_model(self.spec["model"], num_classes=10, input_shape=(1, 8, 8))
@@ -206,6 +211,34 @@ class Agent:
 
         _run_all([lambda r=r: timed(r) for r in self.roles])
         return done
+
+
+def runs_in(root: Path = Path("/")) -> dict[str, Any]:
+    """Where this agent runs, seen from inside: in a container or not, and the CPU and memory
+    limits its cgroup really enforces (``None`` = unlimited), cgroup v2 or v1."""
+    cg = root / "sys/fs/cgroup"
+
+    def read(*names: str) -> str | None:
+        for name in names:
+            try:
+                return (cg / name).read_text().strip()
+            except OSError:
+                continue
+        return None
+
+    cpus = None
+    quota = read("cpu.max")
+    if quota is not None:
+        limit, _, period = quota.partition(" ")
+        cpus = None if limit == "max" else int(limit) / int(period)
+    else:
+        limit, period = read("cpu/cpu.cfs_quota_us", "cpu,cpuacct/cpu.cfs_quota_us"), \
+            read("cpu/cpu.cfs_period_us", "cpu,cpuacct/cpu.cfs_period_us")
+        if limit is not None and period is not None and int(limit) > 0:
+            cpus = int(limit) / int(period)
+    memory = read("memory.max", "memory/memory.limit_in_bytes")
+    memory_bytes = int(memory) if memory is not None and memory.isdigit() and int(memory) < 1 << 62 else None
+    return {"container": (root / ".dockerenv").exists(), "cpus": cpus, "memory_bytes": memory_bytes}
 
 
 def _run_all(fns: list[Callable[[], None]]) -> None:

@@ -3,8 +3,9 @@
 While an emulation runs, it keeps a state file naming the processes it started (Mininet host
 shells, agents). A run that ends normally, by error or by Ctrl-C removes everything itself and
 deletes its file; one that was SIGKILLed leaves the file, and ``clean`` ends exactly the
-processes it names (after checking each is still one of ours), which frees their namespaces, then
-deletes any emulated interface left in the root namespace. Nothing is killed by name.
+processes it names (after checking each is still one of ours), which frees their namespaces,
+removes the worker containers labelled as fedmst's, then deletes any emulated interface left in
+the root namespace. Nothing is killed by name.
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ from pathlib import Path
 
 import psutil
 
+from fedmst import containers
+
 STATE_DIR = Path(os.environ.get("FEDMST_STATE_DIR", "/run/fedmst"))
 OURS = re.compile(r"mininet:fm\d+|fedmst\.(agent|delayline)")
-"""Command lines of the processes fedmst starts: Mininet host shells, agents and delay lines."""
+"""Command lines of the processes fedmst starts: Mininet host shells, agents (or the docker
+clients that run them) and delay lines."""
 _IFACE = re.compile(r"^fm(\d+-eth\d+|probe\d+)$")
 
 
@@ -58,6 +62,9 @@ def clean() -> list[str]:
                 done.append(f"ended process {pid}")
         state.unlink(missing_ok=True)
         done.append(f"removed the record of dead run {info['coordinator']}")
+    dead = [name for name, owner in containers.labelled() if owner == os.getpid() or not psutil.pid_exists(owner)]
+    containers.remove_names(dead)
+    done += [f"removed container {name}" for name in dead]
     for iface in _root_interfaces():
         if subprocess.run(["ip", "link", "del", iface], capture_output=True).returncode == 0:
             done.append(f"deleted interface {iface}")

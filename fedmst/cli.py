@@ -61,7 +61,30 @@ def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
     ]
     for opt in reversed(opts):
         fn = opt(fn)
+    return _worker_options(fn)
+
+
+def _worker_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    from fedmst.containers import DEFAULT_IMAGE
+
+    opts = [
+        click.option("--workers", type=click.Choice(["process", "docker"]), default="process", show_default=True,
+                     help="Run each compute node's agent as a process in its host, or in a Docker container "
+                          "whose network namespace gets the emulated links."),
+        click.option("--image", default=DEFAULT_IMAGE, show_default=True,
+                     help="Worker image for --workers docker (build it from the repository's Dockerfile)."),
+        click.option("--cpus", multiple=True, metavar="[NODE=]CPUS",
+                     help="CPU limit of every worker container, or NODE=CPUS for one node; repeatable."),
+        click.option("--memory", multiple=True, metavar="[NODE=]SIZE",
+                     help="Memory limit of every worker container (e.g. 1g), or NODE=SIZE for one node; repeatable."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
     return fn
+
+
+def _worker_config(kw: dict[str, Any]) -> dict[str, Any]:
+    return {"workers": kw["workers"], "image": kw["image"], "cpus": tuple(kw["cpus"]), "memory": tuple(kw["memory"])}
 
 
 def _config(out: str, scheduler: str, **kw: Any) -> Any:
@@ -74,7 +97,7 @@ def _config(out: str, scheduler: str, **kw: Any) -> Any:
         model=kw["model"], seed=kw["seed"], out=out, global_node=kw["global_node"], local_nodes=local_nodes,
         epochs=kw["epochs"], chunk_bytes=kw["chunk_kb"] * 1024, mtu=kw["mtu"],
         delay_mode=kw["delay_mode"], loss=kw["loss"], jitter_ms=kw["jitter_ms"],
-        save_models=kw["save_models"],
+        save_models=kw["save_models"], **_worker_config(kw),
     )
 
 
@@ -175,8 +198,9 @@ def _int_list(_ctx: object, _param: object, value: str) -> list[int]:
 @click.option("--topology", default="nsfnet", show_default=True)
 @click.option("--delay-mode", type=click.Choice(["auto", "netem", "userspace", "off"]), default="auto",
               show_default=True)
+@_worker_options
 def sweep(out: str, ks: list[int], seeds: list[int], tasks: int, wavelengths: int, rounds: int, model: str,
-          topology: str, delay_mode: str) -> None:
+          topology: str, delay_mode: str, **worker_kw: Any) -> None:
     """Reproduce the poster's Figure 3: both schedulers, many concurrent tasks, for real, with figures."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
@@ -187,7 +211,7 @@ def sweep(out: str, ks: list[int], seeds: list[int], tasks: int, wavelengths: in
 
     folder = Path(out)
     base = RunConfig(topology=topology, tasks=tasks, wavelengths=wavelengths, rounds=rounds, model=model,
-                     delay_mode=delay_mode)
+                     delay_mode=delay_mode, **_worker_config(worker_kw))
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("left"), TimeRemainingColumn())
     with Progress(*columns, console=console) as bar:

@@ -9,10 +9,8 @@ time on the same links; each task's phase latency is when its last node finished
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -22,7 +20,8 @@ from pathlib import Path
 from statistics import mean
 from typing import Any, Callable, Iterator
 
-from fedmst import aggregation, data, models
+import fedmst
+from fedmst import aggregation, containers, data, models
 from fedmst.control import ControlServer
 from fedmst.emulation import Emulation, probe_capabilities, resolve_delay_mode
 from fedmst.errors import EmulationError, FedmstError
@@ -67,6 +66,13 @@ class RunConfig:
     jitter_ms: float = 0.0
     phase_timeout_s: float = 300.0
     save_models: bool = False
+    workers: str = "process"
+    image: str = containers.DEFAULT_IMAGE
+    cpus: tuple[str, ...] = ()
+    memory: tuple[str, ...] = ()
+
+
+WORKER_BACKENDS = ("process", "docker")
 
 
 @dataclass
@@ -141,7 +147,22 @@ def prepare(config: RunConfig) -> tuple[Any, WorkloadPlan]:
     workload = schedule_workload(graph, tasks, config.scheduler, wavelengths=config.wavelengths, mtu=config.mtu)
     if not workload.plans:
         raise FedmstError(f"every task was blocked, e.g. {workload.blocked[0][0]}: {workload.blocked[0][1]}")
+    _worker_limits(config, graph, workload)
     return graph, workload
+
+
+def _worker_limits(config: RunConfig, graph: Any, workload: WorkloadPlan) -> dict[str, containers.WorkerLimits]:
+    """Each worker node's container limits (checked even for process workers, which ignore them)."""
+    if config.workers not in WORKER_BACKENDS:
+        raise FedmstError(f"unknown worker backend {config.workers!r}; choose one of: {', '.join(WORKER_BACKENDS)}")
+    if config.workers == "process" and (config.cpus or config.memory):
+        raise FedmstError("--cpus/--memory limit containers: add --workers docker")
+    return containers.worker_limits(_worker_nodes(workload), config.cpus, config.memory, graph.nodes)
+
+
+def _worker_nodes(workload: WorkloadPlan) -> list[str]:
+    """Nodes that run an agent: every node holding a model or relaying for one."""
+    return sorted(set().union(*(p.nodes for p in workload.plans)), key=node_order)
 
 
 def run(config: RunConfig, report: Report = print) -> dict[str, Any]:
@@ -165,10 +186,14 @@ def run(config: RunConfig, report: Report = print) -> dict[str, Any]:
         for name, reason in workload.blocked:
             report(f"{tag} blocked {name}: {reason}")
     scratch = Path(tempfile.mkdtemp(prefix="fedmst-"))
+    docker = None
+    if config.workers == "docker":
+        docker = containers.DockerWorkers(image=config.image, limits=_worker_limits(config, graph, workload),
+                                          mounts=(str(scratch), str(out.resolve())))
     started = time.monotonic()
     try:
         emu = Emulation(graph, delay_mode=config.delay_mode, loss=config.loss,
-                        jitter_s=config.jitter_ms / 1e3, mtu=config.mtu)
+                        jitter_s=config.jitter_ms / 1e3, mtu=config.mtu, docker=docker)
         with emu:
             emulated = emu.emulated()
             report(f"{tag} links: htb bandwidth; {emulated['note']}")
@@ -222,19 +247,20 @@ def _start_agents(nodes: list[str], spec_file: Path, emu: Emulation, token: str,
                   logs: Path) -> Callable[[], None]:
     """Start one agent per node; return a check that raises, naming the node, if one has died."""
     logs.mkdir(exist_ok=True)
-    env = {**os.environ, "FEDMST_TOKEN": token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env = {"FEDMST_TOKEN": token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     procs = {}
     for node in nodes:
         with (logs / f"node-{node}.log").open("w") as log:
-            argv = [sys.executable, "-m", "fedmst.agent", "--spec", str(spec_file), "--node", node]
-            procs[node] = emu.popen(node, argv, env=env, log_file=log)
+            args = ["-m", "fedmst.agent", "--spec", str(spec_file), "--node", node]
+            procs[node] = emu.start_worker(node, args, env=env, log_file=log)
 
     def check() -> None:
         for node, proc in procs.items():
             if proc.poll() is not None:
                 lines = [line for line in (logs / f"node-{node}.log").read_text().splitlines() if line.strip()]
+                hint = " (out of memory? see --memory)" if proc.returncode == 137 and emu.docker else ""
                 raise EmulationError(
-                    f"agent on node {node} exited with code {proc.returncode}: {(lines or ['(no output)'])[-1]}"
+                    f"agent on node {node} exited with code {proc.returncode}{hint}: {(lines or ['(no output)'])[-1]}"
                 )
 
     return check
@@ -256,7 +282,7 @@ def _run_rounds(config: RunConfig, graph: Any, workload: WorkloadPlan, emu: Emul
     token = secrets.token_hex(16)
     server = ControlServer(Path(spec["control_socket"]), token=token)
     try:
-        nodes = sorted(set().union(*(p.nodes for p in plans)), key=node_order)
+        nodes = _worker_nodes(workload)
         agents_alive = _start_agents(nodes, spec_file, emu, token, out / "agents")
 
         def check() -> None:
@@ -265,13 +291,16 @@ def _run_rounds(config: RunConfig, graph: Any, workload: WorkloadPlan, emu: Emul
 
         t = config.phase_timeout_s
         server.accept(nodes, timeout_s=t, check=check)
-        setup = server.run({"cmd": "setup"}, timeout_s=t, check=check)
+        setup = server.run({"cmd": "setup", "source_digest": fedmst.source_digest()}, timeout_s=t, check=check)
         weights = {}
         for p in plans:
             samples = {int(i): n for r in setup.values() for i, n in r["samples"].get(p.task.name, {}).items()}
             counts = [samples[i] for i in range(p.task.k)]
             weights[p.task.name] = {str(i): w for i, w in enumerate(aggregation.sample_weights(counts))}
-        report(f"[{config.scheduler}] {len(nodes)} agents ready in {max(r['seconds'] for r in setup.values()):.1f} s")
+        where = "containers" if config.workers == "docker" else "processes"
+        report(f"[{config.scheduler}] {len(nodes)} agents ({where}) ready in "
+               f"{max(r['seconds'] for r in setup.values()):.1f} s")
+        write_json(out / "workers.json", {node: r["runs_in"] for node, r in sorted(setup.items())})
         results: list[RoundResult] = []
         sampler = CounterSampler(emu.counters)
         for r in range(1, config.rounds + 1):
@@ -372,6 +401,14 @@ def _write_tables(out: Path, graph: Any, plans: tuple[Plan, ...], config: RunCon
     write_csv(out / "links.csv", LINK_FIELDS, link_rows)
 
 
+def _workers_summary(config: RunConfig, graph: Any, workload: WorkloadPlan) -> dict[str, Any]:
+    """Where the agents ran: processes in the hosts, or containers with their image and limits."""
+    if config.workers == "process":
+        return {"backend": "process"}
+    return {"backend": "docker", "image": config.image,
+            "limits": {n: asdict(lim) for n, lim in _worker_limits(config, graph, workload).items()}}
+
+
 def _summary(config: RunConfig, graph: Any, workload: WorkloadPlan, rounds: list[RoundResult],
              emulated: dict[str, object], wall_s: float) -> dict[str, Any]:
     plans = workload.plans
@@ -410,5 +447,6 @@ def _summary(config: RunConfig, graph: Any, workload: WorkloadPlan, rounds: list
         "final_accuracy": rounds[-1].accuracy,
         "accuracy_per_round": [r.accuracy for r in rounds],
         "emulated": emulated,
+        "workers": _workers_summary(config, graph, workload),
         "wall_s": wall_s,
     }

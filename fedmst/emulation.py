@@ -23,12 +23,14 @@ import time
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterable, Mapping, Sequence
 
 import networkx as nx
 
+from fedmst import containers
 from fedmst.cleanup import RunState
 from fedmst.errors import EmulationError
 from fedmst.scheduling.plan import LinkDir
@@ -117,16 +119,20 @@ class Emulation:
     says how each link's ``delay_s``, and ``loss``/``jitter_s`` if given, are applied: by netem,
     or by one userspace delay line per link direction held at the receiver's ingress, so a packet
     is serialised by the sender's htb first and then propagates. Every interface gets ``mtu``.
+    With ``docker``, the nodes it names are containers (see :mod:`fedmst.containers`) and
+    :meth:`start_worker` runs their agents inside them.
     """
 
     def __init__(self, graph: nx.Graph, *, delay_mode: str = "auto", loss: float = 0.0,
-                 jitter_s: float = 0.0, mtu: int = DEFAULT_MTU) -> None:
+                 jitter_s: float = 0.0, mtu: int = DEFAULT_MTU,
+                 docker: containers.DockerWorkers | None = None) -> None:
         if not 0 <= loss < 1:
             raise EmulationError(f"loss must be a probability in [0, 1), got {loss}")
         if jitter_s < 0:
             raise EmulationError(f"jitter must not be negative, got {jitter_s} s")
         self.graph = graph
         self.mtu = mtu
+        self.docker = docker
         self.capabilities = probe_capabilities()
         self.delay_mode = resolve_delay_mode(delay_mode, self.capabilities)
         self.delay_applied = self.delay_mode != "off"
@@ -143,6 +149,7 @@ class Emulation:
         self._scratch: Path | None = None
         self._flow_hosts = FLOW_NET.hosts()
         self._state: RunState | None = None
+        self._containers: list[str] = []
 
     def emulated(self) -> dict[str, object]:
         """The ``emulated`` object of summary.json: what was really applied to the links."""
@@ -162,6 +169,8 @@ class Emulation:
     # life cycle -----------------------------------------------------------------------------
     def __enter__(self) -> "Emulation":
         require_tools(self.delay_mode)
+        if self.docker is not None:
+            containers.require_docker(self.docker.image)
         self._state = RunState()
         try:
             self._build()
@@ -203,10 +212,27 @@ class Emulation:
                 kw.setdefault("cls2", _Intf)
                 super().__init__(*args, **kw)
 
+        class _ContainerHost(Host):  # type: ignore[misc]
+            """A host whose shell joins a running container's network namespace instead of
+            creating one, so the veth ends Mininet moves to the shell's PID land in the container."""
+
+            def __init__(self, name: str, netns_pid: int, **params: object) -> None:
+                self.netns_pid = netns_pid
+                super().__init__(name, **params)
+
+            def _popen(self, cmd: list[str], **params: object) -> subprocess.Popen:
+                if self.shell is None and cmd[:2] == ["mnexec", "-cdn"]:
+                    cmd = ["mnexec", "-cd", "nsenter", f"--net=/proc/{self.netns_pid}/ns/net", *cmd[2:]]
+                return super()._popen(cmd, **params)
+
         net = Mininet(topo=None, build=False, controller=None, link=_Link, host=Host, autoSetMacs=False)
         self._net = net
+        netns = self._start_containers()
         for i, node in enumerate(self.nodes):
-            host = net.addHost(host_name(i), ip=None)
+            if node in netns:
+                host = net.addHost(host_name(i), cls=_ContainerHost, netns_pid=netns[node], ip=None)
+            else:
+                host = net.addHost(host_name(i), ip=None)
             assert self._state is not None
             self._state.add(host.shell.pid)
             # before any interface exists: no IPv6 chatter on the measured links, forward packets
@@ -241,6 +267,22 @@ class Emulation:
                 self._ip_batch(node, [f"link set dev {i} mtu {self.mtu}" for i in intfs])
         if self.delay_mode == "userspace":
             self._start_delay_lines()
+
+    def _start_containers(self) -> dict[str, int]:
+        """Start the worker containers (a few at a time) and return each one's namespace PID."""
+        if self.docker is None:
+            return {}
+        docker = self.docker
+        assert self._state is not None
+        hosts = {node: host_name(i) for i, node in enumerate(self.nodes) if node in docker.limits}
+        self._containers = list(hosts.values())
+
+        def start(node: str) -> int:
+            return containers.start(hosts[node], docker.image, docker.limits[node], docker.mounts, os.getpid())
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            futures = {node: pool.submit(start, node) for node in hosts}
+        return {node: future.result() for node, future in futures.items()}
 
     def _start_delay_lines(self) -> None:
         """One delay line per link direction u->v, holding packets at v's ingress interface."""
@@ -308,6 +350,9 @@ class Emulation:
                 log.warning("mininet stop failed: %s", exc)
             for host in self._hosts.values():
                 _reap(host)
+        if self._containers:
+            containers.remove(self._containers)
+            self._containers = []
         for (u, v), (_, line_log) in self._lines.items():
             stats = line_log.with_suffix(".json")
             if stats.exists():
@@ -383,6 +428,19 @@ class Emulation:
     def popen(self, node: str, argv: Sequence[str], *, env: Mapping[str, str], log_file: IO[str]) -> subprocess.Popen:
         """Start a process inside ``node``'s host; it is ended by :meth:`close`."""
         proc = self._hosts[node].popen(list(argv), env=dict(env), stdout=log_file, stderr=subprocess.STDOUT)
+        self._procs.append(proc)
+        assert self._state is not None
+        self._state.add(proc.pid)
+        return proc
+
+    def start_worker(self, node: str, args: Sequence[str], *, env: Mapping[str, str],
+                     log_file: IO[str]) -> subprocess.Popen:
+        """Run ``python ARGS`` as ``node``'s worker: in its container when it has one, else in
+        its host with this interpreter. ``env`` is added to the worker's environment."""
+        if self.docker is None or node not in self.docker.limits:
+            return self.popen(node, [sys.executable, *args], env={**os.environ, **env}, log_file=log_file)
+        proc = subprocess.Popen(containers.exec_argv(host_name(self.nodes.index(node)), ["python", *args], env),
+                                env={**os.environ, **env}, stdout=log_file, stderr=subprocess.STDOUT)
         self._procs.append(proc)
         assert self._state is not None
         self._state.add(proc.pid)

@@ -13,12 +13,14 @@ from typing import Iterator
 import psutil
 import pytest
 
+from fedmst import containers
 from fedmst.cleanup import OURS, STATE_DIR
 
 
 def leftovers() -> list[str]:
     """Emulated interfaces in the root namespace, fedmst processes still alive, named network
-    namespaces, and clean-up state files of runs that did not finish their teardown."""
+    namespaces, fedmst's containers, and clean-up state files of runs that did not finish their
+    teardown."""
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     found = [f"interface {m}" for m in re.findall(r"^\d+: (fm[\w-]+)", links, re.M)]
     for proc in psutil.process_iter(["pid", "cmdline"]):
@@ -27,7 +29,8 @@ def leftovers() -> list[str]:
             found.append(f"process {proc.info['pid']}: {cmdline[:80]}")
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
     states = sorted(STATE_DIR.glob("*.json")) if STATE_DIR.exists() else []
-    return found + [f"netns {n}" for n in netns] + [f"state file {s}" for s in states]
+    boxes = [f"container {name}" for name, _ in containers.labelled()]
+    return found + [f"netns {n}" for n in netns] + boxes + [f"state file {s}" for s in states]
 
 
 @pytest.fixture

@@ -95,6 +95,11 @@ CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
     ("unwritable-out", _args("--out", "/proc/fedmst-out"), ("/proc/fedmst-out", "cannot write")),
     ("placement-with-tasks", _args("--topology", "line3", "--tasks", "2", "--global-node", "a"),
      ("--global-node", "--tasks")),
+    ("negative-cpus", _args("--workers", "docker", "--cpus", "-1"), ("--cpus -1", "positive")),
+    ("cpus-unknown-node", _args("--workers", "docker", "--cpus", "zz=1"),
+     ("--cpus zz=1", "'zz'", "not in the topology")),
+    ("tiny-memory", _args("--workers", "docker", "--memory", "1k"), ("--memory 1k", "at least 6m")),
+    ("limits-without-docker", _args("--cpus", "1"), ("--cpus", "--workers docker")),
 ]
 
 BASE = {"--topology": "line3", "-k": "2", "--rounds": "1", "--model": "mlp", "--seed": "1"}
@@ -109,7 +114,7 @@ def _command(command: str, extra: list[str], out: str) -> list[str]:
 
 
 COMPARE_CASES = {"unknown-topology", "zero-capacity", "unknown-local-node", "too-many-local-models",
-                 "unknown-model", "factory-raises", "unwritable-out"}
+                 "unknown-model", "factory-raises", "unwritable-out", "negative-cpus"}
 
 
 @pytest.mark.parametrize("command,setup,fragments", [

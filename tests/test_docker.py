@@ -1,0 +1,115 @@
+"""Docker workers in real Mininet: each compute node's agent in its own container on the links.
+
+Needs a running Docker daemon and the ``fedmst-worker`` image; ``scripts/test.sh`` sets both up
+(``scripts/setup-docker.sh``). Under CI a missing daemon or image fails these tests instead of
+skipping them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import FEDMST, run_past_round_one
+from fedmst import containers
+from fedmst.results import read_csv
+
+pytestmark = pytest.mark.integration
+
+
+def _docker_ready() -> str | None:
+    """Why Docker workers cannot run here, or None when they can."""
+    try:
+        containers.require_docker(containers.DEFAULT_IMAGE)
+    except Exception as exc:  # noqa: BLE001 - the reason is the message
+        return str(exc)
+    return None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def docker_ready() -> None:
+    reason = _docker_ready()
+    if reason and os.environ.get("CI"):
+        pytest.fail(f"CI must test Docker workers: {reason}")
+    if reason:
+        pytest.skip(f"{reason} (bash scripts/setup-docker.sh sets Docker up)")
+
+
+TASK = ["--topology", "small", "--local-models", "4", "--rounds", "2", "--global-node", "0",
+        "--local-nodes", "2,3,3,4", "--model", "mlp", "--save-models"]
+
+
+def _compare(out: Path, *extra: str) -> dict:
+    proc = subprocess.run([FEDMST, "compare", *TASK, "--out", str(out), *extra],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads((out / "comparison.json").read_text())
+
+
+def _weight_bytes(run: Path) -> dict[tuple[str, str, str], int]:
+    return {(r["round"], r["src"], r["dst"]): int(r["measured_weight_bytes"])
+            for r in read_csv(run / "links.csv") if int(r["predicted_bytes"]) > 0}
+
+
+def test_docker_workers_match_the_plan_processes_and_aggregate_exactly(tmp_path: Path, clean_host: None) -> None:
+    docker = _compare(tmp_path / "docker", "--workers", "docker", "--cpus", "1", "--cpus", "3=0.5",
+                      "--memory", "1g")
+    process = _compare(tmp_path / "process")
+    for scheduler in ("spff", "mst"):
+        run = tmp_path / "docker" / scheduler
+        summary = docker[scheduler]
+        assert summary["workers"]["backend"] == "docker"
+        assert process[scheduler]["workers"]["backend"] == "process"
+        # at least 3 containerised workers, each limited as asked, as seen from inside
+        seen = json.loads((run / "workers.json").read_text())
+        assert len(seen) >= 3 and all(w["container"] for w in seen.values()), seen
+        assert seen["3"]["cpus"] == 0.5 and seen["0"]["cpus"] == 1.0, seen
+        assert all(w["memory_bytes"] == 1 << 30 for w in seen.values()), seen
+        # every weight-carrying link direction: measured as planned, and as with processes
+        dock, proc = _weight_bytes(run), _weight_bytes(tmp_path / "process" / scheduler)
+        assert dock.keys() == proc.keys() and dock
+        predicted = {(r["round"], r["src"], r["dst"]): int(r["predicted_bytes"]) for r in read_csv(run / "links.csv")}
+        for hop, measured in dock.items():
+            assert abs(measured - predicted[hop]) <= 0.02 * predicted[hop], (hop, measured, predicted[hop])
+            assert abs(measured - proc[hop]) <= 0.02 * proc[hop], (hop, measured, proc[hop])
+        for rnd in (1, 2):  # in-path aggregation inside containers is exact
+            saved = run / "models" / f"round{rnd}"
+            weights = json.loads((saved / "task0-weights.json").read_text())
+            expected = sum(float(w) * torch.load(saved / f"task0-local{i}.pt") for i, w in weights.items())
+            assert (torch.load(saved / "task0-global.pt") - expected).abs().max().item() <= 1e-5
+    assert docker["mst"]["link_bytes_measured"] < docker["spff"]["link_bytes_measured"]
+
+
+def test_missing_image_is_one_line_and_leaves_nothing(tmp_path: Path, clean_host: None) -> None:
+    proc = subprocess.run([FEDMST, "run", *TASK, "--workers", "docker", "--image", "fedmst-no-such-image",
+                           "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert "fedmst-no-such-image" in lines[0] and "not found" in lines[0]
+
+
+def test_ctrl_c_removes_the_containers(tmp_path: Path, clean_host: None) -> None:
+    with run_past_round_one(tmp_path / "run", "--workers", "docker") as proc:
+        assert len(containers.labelled()) >= 3
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert len(read_csv(tmp_path / "run" / "rounds.csv")) >= 1
+
+
+def test_sigkill_then_clean_removes_the_containers(tmp_path: Path, clean_host: None) -> None:
+    with run_past_round_one(tmp_path / "run", "--workers", "docker") as proc:
+        names = [name for name, _ in containers.labelled()]
+        proc.kill()
+        proc.wait(timeout=30)
+    assert len(names) >= 3 and [name for name, _ in containers.labelled()] == names  # left behind...
+    cleaned = subprocess.run([FEDMST, "clean"], capture_output=True, text=True, timeout=120)
+    assert cleaned.returncode == 0, cleaned.stderr
+    for name in names:  # ...and removed by name, one line each
+        assert f"removed container {name}" in cleaned.stdout
