@@ -276,6 +276,11 @@ def clean() -> None:
         console.print(line)
 
 
+def _workers(workers: dict[str, Any]) -> str:
+    """``processes`` or ``docker (IMAGE)``, for the table's caption."""
+    return "processes" if workers["backend"] == "process" else f"docker ({workers['image']})"
+
+
 def _table(summaries: dict[str, dict[str, Any]], ratios: bool = False) -> Table:
     """Side-by-side figures: measured beside predicted, and MST/SPFF ratios for a comparison."""
     names = list(summaries)
@@ -311,5 +316,5 @@ def _table(summaries: dict[str, dict[str, Any]], ratios: bool = False) -> Table:
     first = next(iter(summaries.values()))
     table.caption = (f"{first['local_models']} local models, model {first['model']} "
                      f"({first['model_bytes'] / 1e6:.2f} MB), {first['rounds']} rounds; "
-                     f"delay: {first['emulated']['delay_mechanism']}")
+                     f"delay: {first['emulated']['delay_mechanism']}; workers: {_workers(first['workers'])}")
     return table
