@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 import fedmst
 from fedmst import aggregation, containers, data, models
 from fedmst.control import ControlServer
-from fedmst.emulation import Emulation, probe_capabilities, resolve_delay_mode
+from fedmst.emulation import Emulation, probe_capabilities, require_tools, resolve_delay_mode
 from fedmst.errors import EmulationError, FedmstError
 from fedmst.results import LINK_FIELDS, ROUND_FIELDS, SAMPLE_FIELDS, TASK_FIELDS, write_csv, write_json
 from fedmst.scheduling import Plan
@@ -130,8 +130,9 @@ class CounterSampler:
 
 def prepare(config: RunConfig) -> tuple[Any, WorkloadPlan]:
     """The pure half: load and validate everything, place the tasks and schedule them (no I/O on
-    the network), so bad input fails before any namespace exists."""
-    resolve_delay_mode(config.delay_mode, probe_capabilities())
+    the network), so bad input fails before any namespace or file exists."""
+    require_tools()  # root, and the tools that probing the kernel needs
+    require_tools(resolve_delay_mode(config.delay_mode, probe_capabilities()))
     graph = load_topology(config.topology)
     model = models.build_model(config.model, num_classes=10, input_shape=(1, 8, 8))
     size = models.model_bytes(model)
@@ -148,6 +149,8 @@ def prepare(config: RunConfig) -> tuple[Any, WorkloadPlan]:
     if not workload.plans:
         raise FedmstError(f"every task was blocked, e.g. {workload.blocked[0][0]}: {workload.blocked[0][1]}")
     _worker_limits(config, graph, workload)
+    if config.workers == "docker":
+        containers.require_docker(config.image)
     return graph, workload
 
 
@@ -191,19 +194,25 @@ def run(config: RunConfig, report: Report = print) -> dict[str, Any]:
         docker = containers.DockerWorkers(image=config.image, limits=_worker_limits(config, graph, workload),
                                           mounts=(str(scratch), str(out.resolve())))
     started = time.monotonic()
+    rounds: list[RoundResult] = []
+    emu = Emulation(graph, delay_mode=config.delay_mode, loss=config.loss,
+                    jitter_s=config.jitter_ms / 1e3, mtu=config.mtu, docker=docker)
+    status = "interrupted"
     try:
-        emu = Emulation(graph, delay_mode=config.delay_mode, loss=config.loss,
-                        jitter_s=config.jitter_ms / 1e3, mtu=config.mtu, docker=docker)
         with emu:
-            emulated = emu.emulated()
-            report(f"{tag} links: htb bandwidth; {emulated['note']}")
-            rounds = _run_rounds(config, graph, workload, emu, out, scratch, report)
-        if emu.delay_stats:
-            write_json(out / "delay_lines.json", emu.delay_stats)
+            report(f"{tag} links: htb bandwidth; {emu.emulated()['note']}")
+            _run_rounds(config, graph, workload, emu, out, scratch, report, rounds)
+        status = "completed"
+    except FedmstError as exc:
+        status = f"failed: {' '.join(str(exc).splitlines())}"
+        raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    summary = _summary(config, graph, workload, rounds, emulated, time.monotonic() - started)
-    write_json(out / "summary.json", summary)
+        if emu.delay_stats:
+            write_json(out / "delay_lines.json", emu.delay_stats)
+        if rounds or status == "completed":  # rounds already finished keep their summary
+            summary = _summary(config, graph, workload, rounds, emu.emulated(), time.monotonic() - started, status)
+            write_json(out / "summary.json", summary)
     return summary
 
 
@@ -267,7 +276,8 @@ def _start_agents(nodes: list[str], spec_file: Path, emu: Emulation, token: str,
 
 
 def _run_rounds(config: RunConfig, graph: Any, workload: WorkloadPlan, emu: Emulation, out: Path,
-                scratch: Path, report: Report) -> list[RoundResult]:
+                scratch: Path, report: Report, results: list[RoundResult]) -> None:
+    """Run every round, appending each to ``results`` as soon as it is finished and written."""
     plans = workload.plans
     spec = _agent_spec(config, plans, emu, scratch)
     write_json(out / "plan.json", {
@@ -301,7 +311,6 @@ def _run_rounds(config: RunConfig, graph: Any, workload: WorkloadPlan, emu: Emul
         report(f"[{config.scheduler}] {len(nodes)} agents ({where}) ready in "
                f"{max(r['seconds'] for r in setup.values()):.1f} s")
         write_json(out / "workers.json", {node: r["runs_in"] for node, r in sorted(setup.items())})
-        results: list[RoundResult] = []
         sampler = CounterSampler(emu.counters)
         for r in range(1, config.rounds + 1):
             res = RoundResult(round=r)
@@ -338,7 +347,6 @@ def _run_rounds(config: RunConfig, graph: Any, workload: WorkloadPlan, emu: Emul
                 f"{sum(sum(b.values()) for b in res.link_bytes.values()) / 1e6:.1f} MB on links, "
                 f"accuracy {res.accuracy:.3f}"
             )
-        return results
     finally:
         server.close()
 
@@ -410,12 +418,16 @@ def _workers_summary(config: RunConfig, graph: Any, workload: WorkloadPlan) -> d
 
 
 def _summary(config: RunConfig, graph: Any, workload: WorkloadPlan, rounds: list[RoundResult],
-             emulated: dict[str, object], wall_s: float) -> dict[str, Any]:
+             emulated: dict[str, object], wall_s: float, status: str) -> dict[str, Any]:
+    """summary.json: means over the finished rounds; ``status`` says whether all of them ran
+    (``completed``), or the run was ``interrupted`` or ``failed: REASON`` after ``rounds``."""
     plans = workload.plans
     secs = _predicted_seconds(plans, graph, config, bool(emulated["delay"]))
     rows = [row for r in rounds for row in _link_rows(graph, plans, r, config.mtu)]
     first = plans[0]
     return {
+        "status": status,
+        "rounds_planned": config.rounds,
         "scheduler": config.scheduler,
         "topology": graph.graph["name"],
         "local_models": config.local_models,

@@ -87,7 +87,7 @@ def require_tools(delay_mode: str = "off") -> None:
     """Fail early, in one line, when the host lacks what the emulation needs."""
     if os.geteuid() != 0:
         raise EmulationError("fedmst needs root to create network namespaces: run it as root")
-    tools = [("mnexec", "mininet"), ("tc", "iproute2"), ("ethtool", "ethtool")]
+    tools = [("ip", "iproute2"), ("mnexec", "mininet"), ("tc", "iproute2"), ("ethtool", "ethtool")]
     if delay_mode == "userspace":
         tools.append(("iptables", "iptables"))
     for tool, package in tools:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,11 +23,12 @@ from conftest import leftovers
 FEDMST = Path(sys.executable).with_name("fedmst")
 
 
-def fedmst(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the real command in ``tmp_path`` and check that it left nothing behind."""
+def fedmst(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
+           prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """Run the real command (after ``prefix``) in ``tmp_path`` and check that it left nothing behind."""
     assert not leftovers(), "host not clean before the test"
     full_env = {**os.environ, "COLUMNS": "60", **(env or {})}  # narrow: a message must not wrap
-    proc = subprocess.run([str(FEDMST), *args], cwd=tmp_path, env=full_env, text=True,
+    proc = subprocess.run([*prefix, str(FEDMST), *args], cwd=tmp_path, env=full_env, text=True,
                           capture_output=True, timeout=120)
     left = leftovers()
     assert not left, f"left behind: {left}\nstderr: {proc.stderr}"
@@ -167,3 +169,24 @@ def test_failing_run_keeps_existing_results(tmp_path: Path, command: str, out: s
     for path, (mtime, content) in before.items():
         assert path.read_bytes() == content
         assert path.stat().st_mtime_ns == mtime
+
+
+def test_not_root_is_one_line(tmp_path: Path) -> None:
+    """A real unprivileged user (uid 1000 in a user namespace, so the files stay readable)."""
+    proc = fedmst(tmp_path, *_command("run", [], "out"),
+                  prefix=("unshare", "--user", "--map-user=1000", "--map-group=1000"))
+    assert "needs root" in error_line(proc)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("missing,package", [("mnexec", "mininet"), ("tc", "iproute2"), ("ethtool", "ethtool")])
+def test_missing_tool_is_one_line(tmp_path: Path, missing: str, package: str) -> None:
+    """PATH holds every tool fedmst uses but one."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("ip", "mnexec", "tc", "ethtool", "iptables"):
+        if tool != missing:
+            (bin_dir / tool).symlink_to(shutil.which(tool))
+    line = error_line(fedmst(tmp_path, *_command("run", [], "out"), env={"PATH": str(bin_dir)}))
+    assert f"{missing} not found" in line and package in line, line
+    assert not (tmp_path / "out").exists()

@@ -101,6 +101,7 @@ def test_ctrl_c_removes_the_containers(tmp_path: Path, clean_host: None) -> None
         _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert len(read_csv(tmp_path / "run" / "rounds.csv")) >= 1
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "interrupted"
 
 
 def test_sigkill_then_clean_removes_the_containers(tmp_path: Path, clean_host: None) -> None:

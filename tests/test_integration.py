@@ -96,7 +96,11 @@ def test_a_dying_worker_stops_the_run_cleanly(tmp_path: Path, clean_host: None) 
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and "agent on node" in lines[0], err
     assert (out / "rounds.csv").read_text().startswith(rounds_before.splitlines()[0])
-    assert len(read_csv(out / "rounds.csv")) >= 1
+    finished = len(read_csv(out / "rounds.csv"))
+    assert finished >= 1
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"].startswith("failed: agent on node"), summary["status"]
+    assert summary["rounds"] == finished and summary["rounds_planned"] == 20
 
 
 def test_ctrl_c_tears_everything_down(tmp_path: Path, clean_host: None) -> None:
@@ -106,7 +110,10 @@ def test_ctrl_c_tears_everything_down(tmp_path: Path, clean_host: None) -> None:
         _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "interrupted" in err
-    assert len(read_csv(out / "rounds.csv")) >= 1
+    finished = len(read_csv(out / "rounds.csv"))
+    assert finished >= 1
+    summary = json.loads((out / "summary.json").read_text())  # the finished rounds, marked interrupted
+    assert summary["status"] == "interrupted" and summary["rounds"] == finished, summary
 
 
 def test_sigkill_then_clean_leaves_nothing(tmp_path: Path, clean_host: None) -> None:
