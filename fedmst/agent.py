@@ -49,6 +49,7 @@ class TaskRole:
     local_nodes: list[str]
     seed: int
     transfers: list[Xfer]
+    active: frozenset[int] = frozenset()
     global_model: torch.nn.Module | None = None
     test: tuple[torch.Tensor, torch.Tensor] | None = None
     local: dict[int, tuple[torch.nn.Module, torch.Tensor, torch.Tensor]] = field(default_factory=dict)
@@ -79,7 +80,8 @@ class Agent:
         here = self.node == task["global_node"] or self.node in task["local_nodes"]
         if not mine and not here:
             return None
-        return TaskRole(task["name"], task["global_node"], list(task["local_nodes"]), int(task["seed"]), mine)
+        return TaskRole(task["name"], task["global_node"], list(task["local_nodes"]), int(task["seed"]), mine,
+                        frozenset(task.get("active", range(len(task["local_nodes"])))))
 
     # phases ------------------------------------------------------------------------------------
     def setup(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -106,14 +108,42 @@ class Agent:
         # as representative as the later rounds'
         training.train_local(scratch, xtr[:64], ytr[:64], epochs=1, batch_size=spec["batch_size"],
                              lr=spec["lr"], seed=0)
-        store = Path(spec["store_dir"])
+        self._connect(Path(spec["store_dir"]))
+        return {"samples": {r.name: {str(i): len(v[2]) for i, v in r.local.items()} for r in self.roles},
+                "runs_in": runs_in()}
+
+    def _connect(self, store: Path) -> None:
+        """Open every transfer's process group in one global order (sorted keys), so that no two
+        agents can wait on each other in a cycle."""
         xfers = sorted((t for r in self.roles for t in r.transfers), key=lambda t: t.key)
         for t in xfers:
             rank = transport.SENDER if t.src == self.node else transport.RECEIVER
             addr = t.src_addr if rank == transport.SENDER else t.dst_addr
-            t.pair = transport.open_pair(store / t.key, rank=rank, address=addr, timeout_s=spec["timeout_s"])
-        return {"samples": {r.name: {str(i): len(v[2]) for i, v in r.local.items()} for r in self.roles},
-                "runs_in": runs_in()}
+            t.pair = transport.open_pair(store / t.key, rank=rank, address=addr, timeout_s=self.spec["timeout_s"])
+
+    def replan(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Take up a new plan (after a link failure or a dead worker): close every transfer, then
+        open the new plan's. Models, data shards and trained weights stay; only the local models
+        listed as ``active`` train and send from now on."""
+        for role in self.roles:
+            for t in role.transfers:
+                if t.pair is not None:
+                    transport.close_pair(t.pair)
+                    t.pair = None
+        kept = {r.name: r for r in self.roles}
+        roles = []
+        for task in msg["tasks"]:
+            new = self._role(task)
+            if new is None:
+                continue
+            old = kept.get(new.name)
+            if old is not None:
+                old.transfers, old.active = new.transfers, new.active
+                new = old
+            roles.append(new)
+        self.roles = roles
+        self._connect(Path(msg["store_dir"]))
+        return {}
 
     def _build(self) -> torch.nn.Module:
         return models.build_model(self.spec["model"], num_classes=10, input_shape=(1, 8, 8))
@@ -147,6 +177,8 @@ class Agent:
         start = time.perf_counter()
         for role in self.roles:
             for i, (model, x, y) in sorted(role.local.items()):
+                if i not in role.active:
+                    continue
                 losses[f"{role.name}/{i}"] = training.train_local(
                     model, x, y, epochs=spec["epochs"], batch_size=spec["batch_size"], lr=spec["lr"],
                     seed=role.seed * 1000 + msg["round"] * 100 + i,
@@ -262,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     chan = control.connect(spec["control_socket"], node=args.node, token=os.environ["FEDMST_TOKEN"])
     agent = Agent(spec, args.node)
-    handlers = {name: getattr(agent, name) for name in ("setup", "broadcast", "train", "upload", "evaluate", "save")}
+    handlers = {name: getattr(agent, name)
+                for name in ("setup", "broadcast", "train", "upload", "evaluate", "save", "replan")}
     while True:
         msg = chan.recv()
         if msg is None or msg.get("cmd") == "stop":

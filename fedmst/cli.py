@@ -58,6 +58,12 @@ def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Uniform delay jitter (+-) on every link direction; packet order is kept."),
         click.option("--save-models", is_flag=True,
                      help="Write trained local and aggregated global weights to OUT/models."),
+        click.option("--fail-link", "fail_links", multiple=True, metavar="A-B@ROUND[-ROUND]",
+                     help="Take link A-B down at the start of ROUND (and up again at the second ROUND); "
+                          "the scheduler re-plans around it. Repeatable."),
+        click.option("--kill-worker", "kill_workers", multiple=True, metavar="NODE@ROUND",
+                     help="Kill NODE's worker during ROUND's training; the round finishes with the surviving "
+                          "local models. Repeatable."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
@@ -97,7 +103,8 @@ def _config(out: str, scheduler: str, **kw: Any) -> Any:
         model=kw["model"], seed=kw["seed"], out=out, global_node=kw["global_node"], local_nodes=local_nodes,
         epochs=kw["epochs"], chunk_bytes=kw["chunk_kb"] * 1024, mtu=kw["mtu"],
         delay_mode=kw["delay_mode"], loss=kw["loss"], jitter_ms=kw["jitter_ms"],
-        save_models=kw["save_models"], **_worker_config(kw),
+        save_models=kw["save_models"], fail_links=tuple(kw["fail_links"]), kill_workers=tuple(kw["kill_workers"]),
+        **_worker_config(kw),
     )
 
 

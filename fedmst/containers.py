@@ -158,6 +158,12 @@ def exec_argv(host: str, argv: Sequence[str], env: Mapping[str, str]) -> list[st
     return ["docker", "exec", *(a for key in sorted(env) for a in ("--env", key)), container_name(host), *argv]
 
 
+def kill(host: str) -> None:
+    """SIGKILL every process in ``host``'s container (a crash); its network namespace lives on,
+    held by the node's shell, so the node still forwards."""
+    _docker("kill", "--signal", "KILL", container_name(host), timeout_s=30)
+
+
 def remove(hosts: Iterable[str]) -> None:
     """Force-remove the containers of ``hosts`` (and everything running in them)."""
     remove_names([container_name(h) for h in hosts])

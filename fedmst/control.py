@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from fedmst.errors import EmulationError
+from fedmst.errors import EmulationError, WorkerDied
 
 Message = dict[str, Any]
 
@@ -69,6 +69,8 @@ class ControlServer:
         self.path = path
         self.token = token
         self.agents: dict[str, Channel] = {}
+        self.lost: dict[str, str] = {}
+        """Agents that died in a command run with ``survive``: node -> what was reported."""
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.bind(str(path))
         self._sock.listen(128)
@@ -96,25 +98,44 @@ class ControlServer:
                 continue
             self.agents[node] = chan
 
-    def run(self, msg: Message, *, timeout_s: float, check: Callable[[], None]) -> dict[str, Message]:
+    def run(self, msg: Message, *, timeout_s: float, check: Callable[[], None],
+            survive: bool = False) -> dict[str, Message]:
         """Send ``msg`` to every agent and collect one reply from each.
 
         ``check`` is called while waiting and raises if an agent process died, so a dead agent
-        is reported within a second instead of hanging the run. A reply with ``ok: false``
-        becomes an :class:`EmulationError` naming the node.
+        is reported within a second instead of hanging the run. With ``survive``, a
+        :class:`WorkerDied` only drops that agent (recorded in :attr:`lost`) and the others'
+        replies are collected; otherwise it ends the run. A reply with ``ok: false`` becomes an
+        :class:`EmulationError` naming the node.
         """
-        for node, chan in self.agents.items():
+        def checked(gone: str | None = None) -> None:
+            """Run ``check``; when ``gone``'s connection closed, give its process up to 2 s to be
+            seen dead (the socket closes a moment before the process can be reaped)."""
+            deadline = time.monotonic() + (2.0 if gone else 0.0)
+            while True:
+                try:
+                    check()
+                except WorkerDied as exc:
+                    if not survive or exc.node not in self.agents:
+                        raise
+                    self.drop(exc.node, str(exc))
+                if gone is None or gone not in self.agents or time.monotonic() > deadline:
+                    return
+                time.sleep(0.05)
+
+        for node, chan in list(self.agents.items()):
             try:
                 chan.send(msg)
             except OSError:  # BrokenPipe / ConnectionReset: the agent is gone
-                check()
-                raise EmulationError(
-                    f"agent on node {node} closed its control connection before {msg.get('cmd')}"
-                ) from None
+                checked(node)
+                if node in self.agents:
+                    raise EmulationError(
+                        f"agent on node {node} closed its control connection before {msg.get('cmd')}"
+                    ) from None
         replies: dict[str, Message] = {}
         deadline = time.monotonic() + timeout_s
-        by_sock = {chan.sock: node for node, chan in self.agents.items()}
-        while len(replies) < len(self.agents):
+        while self.agents.keys() - replies.keys():
+            by_sock = {chan.sock: node for node, chan in self.agents.items()}
             waiting = [c.sock for n, c in self.agents.items() if n not in replies]
             ready = [c.sock for n, c in self.agents.items() if n not in replies and c.has_message()]
             if not ready:
@@ -123,19 +144,26 @@ class ControlServer:
                 node = by_sock[sock]
                 reply = self.agents[node].recv()
                 if reply is None:
-                    check()
+                    checked(node)
+                    if node not in self.agents:
+                        continue
                     raise EmulationError(f"agent on node {node} closed its control connection during {msg.get('cmd')}")
                 if not reply.get("ok", False):
                     raise EmulationError(f"agent on node {node} failed in {msg.get('cmd')}: {reply.get('error')}")
                 replies[node] = reply
-            if len(replies) < len(self.agents):
-                check()
+            if self.agents.keys() - replies.keys():
+                checked()
                 if time.monotonic() > deadline:
                     late = ", ".join(sorted(set(self.agents) - replies.keys()))
                     raise EmulationError(
                         f"{msg.get('cmd')} timed out after {timeout_s:.0f} s waiting for node(s) {late}"
                     )
-        return replies
+        return {node: reply for node, reply in replies.items() if node in self.agents}
+
+    def drop(self, node: str, reason: str) -> None:
+        """Forget the agent on ``node``, which died; the others go on without it."""
+        self.lost[node] = reason
+        self.agents.pop(node).close()
 
     def close(self) -> None:
         for chan in self.agents.values():

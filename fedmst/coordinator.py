@@ -21,10 +21,10 @@ from statistics import mean
 from typing import Any, Callable, Iterator
 
 import fedmst
-from fedmst import aggregation, containers, data, models
+from fedmst import aggregation, containers, data, faults, models
 from fedmst.control import ControlServer
 from fedmst.emulation import Emulation, probe_capabilities, require_tools, resolve_delay_mode
-from fedmst.errors import EmulationError, FedmstError
+from fedmst.errors import FedmstError, WorkerDied
 from fedmst.results import LINK_FIELDS, ROUND_FIELDS, SAMPLE_FIELDS, TASK_FIELDS, write_csv, write_json
 from fedmst.scheduling import Plan
 from fedmst.scheduling.plan import (
@@ -32,7 +32,7 @@ from fedmst.scheduling.plan import (
     plan_summary,
     predicted_phase_seconds,
 )
-from fedmst.tasks import place_task
+from fedmst.tasks import Task, place_task
 from fedmst.workload import WorkloadPlan, link_state, make_tasks, schedule_workload
 from fedmst.topology import load_topology, node_order
 from fedmst.wire import DEFAULT_MTU
@@ -70,6 +70,8 @@ class RunConfig:
     image: str = containers.DEFAULT_IMAGE
     cpus: tuple[str, ...] = ()
     memory: tuple[str, ...] = ()
+    fail_links: tuple[str, ...] = ()
+    kill_workers: tuple[str, ...] = ()
 
 
 WORKER_BACKENDS = ("process", "docker")
@@ -84,6 +86,11 @@ class RoundResult:
     link_bytes: dict[str, dict[tuple[str, str], int]] = field(default_factory=dict)
     queue_drops: dict[tuple[str, str], int] = field(default_factory=dict)
     retransmits: int = 0
+    plans: dict[str, tuple[Plan, ...]] = field(default_factory=dict)
+    """The plans each phase ran with: a fault in the round changes them between phases."""
+    local_models: dict[str, int] = field(default_factory=dict)
+    """Local models of each task that took part in the upload."""
+    faults: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def accuracy(self) -> float:
@@ -148,10 +155,18 @@ def prepare(config: RunConfig) -> tuple[Any, WorkloadPlan]:
     workload = schedule_workload(graph, tasks, config.scheduler, wavelengths=config.wavelengths, mtu=config.mtu)
     if not workload.plans:
         raise FedmstError(f"every task was blocked, e.g. {workload.blocked[0][0]}: {workload.blocked[0][1]}")
+    _faults(config, graph)
     _worker_limits(config, graph, workload)
     if config.workers == "docker":
         containers.require_docker(config.image)
     return graph, workload
+
+
+def _faults(config: RunConfig, graph: Any) -> tuple[list[faults.LinkFailure], list[faults.WorkerKill]]:
+    """The faults to inject, checked against the topology and the number of rounds."""
+    links = [faults.parse_link_failure(f, graph, config.rounds) for f in config.fail_links]
+    kills = [faults.parse_worker_kill(k, graph, config.rounds) for k in config.kill_workers]
+    return links, kills
 
 
 def _worker_limits(config: RunConfig, graph: Any, workload: WorkloadPlan) -> dict[str, containers.WorkerLimits]:
@@ -160,11 +175,14 @@ def _worker_limits(config: RunConfig, graph: Any, workload: WorkloadPlan) -> dic
         raise FedmstError(f"unknown worker backend {config.workers!r}; choose one of: {', '.join(WORKER_BACKENDS)}")
     if config.workers == "process" and (config.cpus or config.memory):
         raise FedmstError("--cpus/--memory limit containers: add --workers docker")
-    return containers.worker_limits(_worker_nodes(workload), config.cpus, config.memory, graph.nodes)
+    return containers.worker_limits(_worker_nodes(config, graph, workload), config.cpus, config.memory, graph.nodes)
 
 
-def _worker_nodes(workload: WorkloadPlan) -> list[str]:
-    """Nodes that run an agent: every node holding a model or relaying for one."""
+def _worker_nodes(config: RunConfig, graph: Any, workload: WorkloadPlan) -> list[str]:
+    """Nodes that run an agent: every node holding a model or relaying for one, and with faults
+    to inject every node, since a re-planned tree may aggregate anywhere."""
+    if config.fail_links or config.kill_workers:
+        return sorted(graph.nodes, key=node_order)
     return sorted(set().union(*(p.nodes for p in workload.plans)), key=node_order)
 
 
@@ -226,108 +244,237 @@ def _make_run_dir(out: Path) -> None:
         raise FedmstError(f"output folder {out}: cannot write there ({exc.strerror})") from None
 
 
-def _agent_spec(config: RunConfig, plans: tuple[Plan, ...], emu: Emulation, scratch: Path) -> dict[str, Any]:
-    """What every agent needs: the run's options and each task's transfers with their addresses.
+@dataclass
+class Live:
+    """What the agents run now: each task's plan, which of its original local models take part,
+    and what is broken. Re-planning replaces the plans and bumps ``epoch``."""
 
-    Task i seeds its data shards and initial weights with ``seed + i``.
+    tasks: dict[str, Task]
+    plans: tuple[Plan, ...]
+    models: dict[str, tuple[int, ...]]
+    """Task -> original index of each local model of its current (reduced) task."""
+    down: set[tuple[str, str]] = field(default_factory=set)
+    dead: set[str] = field(default_factory=set)
+    epoch: int = 0
+
+
+def _task_specs(config: RunConfig, live: Live, emu: Emulation) -> list[dict[str, Any]]:
+    """Each task as the agents need it, with its transfers' routes installed in the emulation.
+
+    Task i seeds its data shards and initial weights with ``seed + i``. A transfer names the
+    original indices of the local models it serves, so weights keep their names across re-plans.
     """
-    keys = {p.task.name: {f"{p.task.name}-{i:03d}-{t.phase}": t for i, t in enumerate(p.transfers)} for p in plans}
+    tag = "" if live.epoch == 0 else f"e{live.epoch}-"
+    keys = {p.task.name: {f"{p.task.name}-{tag}{i:03d}-{t.phase}": t for i, t in enumerate(p.transfers)}
+            for p in live.plans}
     flows = emu.install_flows({k: t.path for per_task in keys.values() for k, t in per_task.items()})
-    (scratch / "store").mkdir()
-    return {
-        "control_socket": str(scratch / "control.sock"),
-        "store_dir": str(scratch / "store"),
-        "model": config.model, "epochs": config.epochs, "batch_size": config.batch_size, "lr": config.lr,
-        "alpha": config.alpha, "data_seed": config.seed, "chunk_bytes": config.chunk_bytes,
-        "timeout_s": config.phase_timeout_s,
-        "tasks": [{
-            "name": p.task.name, "global_node": p.task.global_node, "local_nodes": list(p.task.local_nodes),
-            "seed": config.seed + int(p.task.name.removeprefix("task")),
+    specs = []
+    for p in live.plans:
+        task, original = live.tasks[p.task.name], live.models[p.task.name]
+        specs.append({
+            "name": task.name, "global_node": task.global_node, "local_nodes": list(task.local_nodes),
+            "seed": config.seed + int(task.name.removeprefix("task")), "active": list(original),
             "transfers": [
-                {"key": k, "phase": t.phase, "path": list(t.path), "models": sorted(t.models),
+                {"key": k, "phase": t.phase, "path": list(t.path), "models": sorted(original[j] for j in t.models),
                  "src_addr": flows[k].src_addr, "dst_addr": flows[k].dst_addr}
-                for k, t in keys[p.task.name].items()
+                for k, t in keys[task.name].items()
             ],
-        } for p in plans],
+        })
+    return specs
+
+
+class Workers:
+    """The agents the coordinator started, one per node, and the faults that hit them."""
+
+    def __init__(self, nodes: list[str], spec_file: Path, emu: Emulation, token: str, logs: Path) -> None:
+        logs.mkdir(exist_ok=True)
+        self.emu, self.logs = emu, logs
+        self.died: dict[str, float] = {}
+        """Node -> when its death was noticed (monotonic clock)."""
+        env = {"FEDMST_TOKEN": token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        self.procs = {}
+        for node in nodes:
+            with (logs / f"node-{node}.log").open("w") as log:
+                args = ["-m", "fedmst.agent", "--spec", str(spec_file), "--node", node]
+                self.procs[node] = emu.start_worker(node, args, env=env, log_file=log)
+
+    def check(self) -> None:
+        """Raise :class:`WorkerDied`, naming the node, for an agent that has died (once each)."""
+        for node, proc in self.procs.items():
+            if node not in self.died and proc.poll() is not None:
+                self.died[node] = time.monotonic()
+                lines = [line for line in (self.logs / f"node-{node}.log").read_text().splitlines() if line.strip()]
+                hint = " (out of memory? see --memory)" if proc.returncode == 137 and self.emu.docker else ""
+                raise WorkerDied(node, f"agent on node {node} exited with code {proc.returncode}{hint}: "
+                                       f"{(lines or ['(no output)'])[-1]}")
+
+    def kill(self, node: str) -> float:
+        """Kill ``node``'s agent as a crash would; return when (monotonic clock)."""
+        at = time.monotonic()
+        self.emu.kill_worker(node, self.procs[node])
+        return at
+
+
+def _weights(live: Live, samples: dict[str, dict[int, int]]) -> dict[str, dict[str, float]]:
+    """Each task's aggregation weights over the local models taking part (they sum to 1)."""
+    return {name: {str(i): w for i, w in zip(models_, aggregation.sample_weights([samples[name][i] for i in models_]))}
+            for name, models_ in live.models.items()}
+
+
+def _replan(config: RunConfig, graph: Any, live: Live, emu: Emulation, server: ControlServer, scratch: Path,
+            check: Callable[[], None], agents: set[str]) -> dict[str, Any]:
+    """Schedule the tasks again around what is broken, install the new routes and have the
+    agents connect the new transfers; return what it took and which local models left."""
+    t0 = time.perf_counter()
+    remaining = faults.remaining_tasks(graph, [live.tasks[p.task.name] for p in live.plans],
+                                       down_links=live.down, dead_nodes=live.dead)
+    workload = schedule_workload(faults.surviving_graph(graph, live.down, live.dead), [r.task for r in remaining],
+                                 config.scheduler, wavelengths=config.wavelengths, mtu=config.mtu)
+    if workload.blocked:
+        raise FedmstError(f"re-planning: {workload.blocked[0][0]} is blocked: {workload.blocked[0][1]}")
+    missing = set().union(*(p.nodes for p in workload.plans)) - agents
+    if missing:
+        raise FedmstError(f"the re-planned trees need a worker on node(s) {', '.join(sorted(missing))}, which run "
+                          "none: inject faults with --fail-link/--kill-worker to run a worker on every node")
+    t1 = time.perf_counter()
+    live.plans, live.epoch = workload.plans, live.epoch + 1
+    live.models = {r.task.name: r.models for r in remaining}
+    specs = _task_specs(config, live, emu)
+    t2 = time.perf_counter()
+    store = scratch / f"store{live.epoch}"
+    store.mkdir()
+    server.run({"cmd": "replan", "tasks": specs, "store_dir": str(store)}, timeout_s=config.phase_timeout_s,
+               check=check)
+    t3 = time.perf_counter()
+    return {
+        "scheduling_s": t1 - t0, "routes_s": t2 - t1, "reconnect_s": t3 - t2, "replan_s": t3 - t0,
+        "dropped": {r.task.name: {str(i): why for i, why in r.dropped.items()} for r in remaining if r.dropped},
+        "tasks": [{**plan_summary(p), "local_models": list(live.models[p.task.name]), "flows": t["transfers"]}
+                  for p, t in zip(live.plans, specs)],
     }
 
 
-def _start_agents(nodes: list[str], spec_file: Path, emu: Emulation, token: str,
-                  logs: Path) -> Callable[[], None]:
-    """Start one agent per node; return a check that raises, naming the node, if one has died."""
-    logs.mkdir(exist_ok=True)
-    env = {"FEDMST_TOKEN": token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    procs = {}
-    for node in nodes:
-        with (logs / f"node-{node}.log").open("w") as log:
-            args = ["-m", "fedmst.agent", "--spec", str(spec_file), "--node", node]
-            procs[node] = emu.start_worker(node, args, env=env, log_file=log)
-
-    def check() -> None:
-        for node, proc in procs.items():
-            if proc.poll() is not None:
-                lines = [line for line in (logs / f"node-{node}.log").read_text().splitlines() if line.strip()]
-                hint = " (out of memory? see --memory)" if proc.returncode == 137 and emu.docker else ""
-                raise EmulationError(
-                    f"agent on node {node} exited with code {proc.returncode}{hint}: {(lines or ['(no output)'])[-1]}"
-                )
-
-    return check
+def _notice(killed: dict[str, float], workers: Workers, server: ControlServer, timeout_s: float) -> None:
+    """Make sure every killed worker's death is noticed even if it replied just before dying."""
+    for node in killed:
+        if node in server.agents:
+            workers.procs[node].wait(timeout=timeout_s)
+            try:
+                workers.check()
+            except WorkerDied as exc:
+                server.drop(exc.node, str(exc))
 
 
 def _run_rounds(config: RunConfig, graph: Any, workload: WorkloadPlan, emu: Emulation, out: Path,
                 scratch: Path, report: Report, results: list[RoundResult]) -> None:
     """Run every round, appending each to ``results`` as soon as it is finished and written."""
-    plans = workload.plans
-    spec = _agent_spec(config, plans, emu, scratch)
+    tag = f"[{config.scheduler}]"
+    live = Live(tasks={p.task.name: p.task for p in workload.plans}, plans=workload.plans,
+                models={p.task.name: tuple(range(p.task.k)) for p in workload.plans})
+    link_failures, kills = _faults(config, graph)
+    (scratch / "store").mkdir()
+    specs = _task_specs(config, live, emu)
+    spec = {
+        "control_socket": str(scratch / "control.sock"), "store_dir": str(scratch / "store"),
+        "model": config.model, "epochs": config.epochs, "batch_size": config.batch_size, "lr": config.lr,
+        "alpha": config.alpha, "data_seed": config.seed, "chunk_bytes": config.chunk_bytes,
+        "timeout_s": config.phase_timeout_s, "tasks": specs,
+    }
     write_json(out / "plan.json", {
         "scheduler": config.scheduler, "wavelengths": workload.wavelengths,
         "reserved_wavelength_links": workload.reserved_wavelength_links,
         "reserved_capacity_mbps": workload.reserved_capacity_mbps,
         "blocked": [{"task": name, "reason": reason} for name, reason in workload.blocked],
-        "tasks": [{**plan_summary(p), "flows": t["transfers"]} for p, t in zip(plans, spec["tasks"])],
+        "tasks": [{**plan_summary(p), "flows": t["transfers"]} for p, t in zip(live.plans, specs)],
     })
     spec_file = scratch / "agents.json"
     spec_file.write_text(json.dumps(spec))
     token = secrets.token_hex(16)
     server = ControlServer(Path(spec["control_socket"]), token=token)
+    fault_log: list[dict[str, Any]] = []
     try:
-        nodes = _worker_nodes(workload)
-        agents_alive = _start_agents(nodes, spec_file, emu, token, out / "agents")
+        nodes = _worker_nodes(config, graph, workload)
+        workers = Workers(nodes, spec_file, emu, token, out / "agents")
 
         def check() -> None:
-            agents_alive()
+            workers.check()
             emu.check()
 
         t = config.phase_timeout_s
         server.accept(nodes, timeout_s=t, check=check)
         setup = server.run({"cmd": "setup", "source_digest": fedmst.source_digest()}, timeout_s=t, check=check)
-        weights = {}
-        for p in plans:
-            samples = {int(i): n for r in setup.values() for i, n in r["samples"].get(p.task.name, {}).items()}
-            counts = [samples[i] for i in range(p.task.k)]
-            weights[p.task.name] = {str(i): w for i, w in enumerate(aggregation.sample_weights(counts))}
+        samples = {name: {int(i): n for r in setup.values() for i, n in r["samples"].get(name, {}).items()}
+                   for name in live.tasks}
         where = "containers" if config.workers == "docker" else "processes"
-        report(f"[{config.scheduler}] {len(nodes)} agents ({where}) ready in "
-               f"{max(r['seconds'] for r in setup.values()):.1f} s")
+        report(f"{tag} {len(nodes)} agents ({where}) ready in {max(r['seconds'] for r in setup.values()):.1f} s")
         write_json(out / "workers.json", {node: r["runs_in"] for node, r in sorted(setup.items())})
         sampler = CounterSampler(emu.counters)
+
+        def replanned(res: RoundResult, phase: str, event: dict[str, Any]) -> None:
+            event.update(round=res.round, before_phase=phase)
+            event.update(_replan(config, graph, live, emu, server, scratch, check, set(server.agents)))
+            res.faults.append(event)
+            fault_log.append(event)
+            write_json(out / "faults.json", fault_log)
+            dropped = "; ".join(f"{name} drops local model {i} ({why})" for name, d in event["dropped"].items()
+                                for i, why in d.items())
+            report(f"{tag} round {res.round}: {event['event']}; re-planned in {event['replan_s']:.2f} s"
+                   + (f"; {dropped}" if dropped else ""))
+
         for r in range(1, config.rounds + 1):
             res = RoundResult(round=r)
+            changes = []
+            for f in link_failures:
+                u, v = f.link
+                if f.round == r:
+                    lost = emu.set_link(u, v, up=False)
+                    live.down.add(f.link)
+                    changes.append({"event": f"link {u}-{v} down", "in_flight_lost_bytes": lost})
+                if f.until == r:
+                    emu.set_link(u, v, up=True)
+                    live.down.discard(f.link)
+                    changes.append({"event": f"link {u}-{v} up again", "in_flight_lost_bytes": 0})
+            if changes:
+                replanned(res, "broadcast", {"event": ", ".join(c["event"] for c in changes),
+                                             "in_flight_lost_bytes": sum(c["in_flight_lost_bytes"] for c in changes)})
             drops, retransmits = emu.queue_drops(), emu.tcp_retransmits()
             before = emu.counters()
-            for phase, msg in (("broadcast", {}), ("train", {}), ("upload", {"weights": weights})):
+            for phase in ("broadcast", "train", "upload"):
+                res.plans[phase] = live.plans
+                msg: dict[str, Any] = {"cmd": phase, "round": r}
+                if phase == "upload":
+                    msg["weights"] = _weights(live, samples)
+                    res.local_models = {name: len(m) for name, m in live.models.items()}
+                killed = {k.node: 0.0 for k in kills if k.round == r and phase == "train"}
                 start = time.perf_counter()
                 with sampler.sampling(r, phase):
-                    replies = server.run({"cmd": phase, "round": r, **msg}, timeout_s=t, check=check)
+                    # the kills land while the training the message starts is running
+                    timers = [threading.Timer(0.0, lambda n=n, k=killed: k.__setitem__(n, workers.kill(n)))
+                              for n in killed]
+                    for timer in timers:
+                        timer.start()
+                    replies = server.run(msg, timeout_s=t, check=check, survive=phase == "train")
+                    for timer in timers:
+                        timer.join()
+                    _notice(killed, workers, server, timeout_s=t)
                 res.seconds[phase] = time.perf_counter() - start
                 res.task_seconds[phase] = {
                     p.task.name: max(rep["task_seconds"].get(p.task.name, 0.0) for rep in replies.values())
-                    for p in plans
+                    for p in live.plans
                 }
                 after = emu.counters()
                 res.link_bytes[phase] = {hop: after[hop] - before[hop] for hop in after}
                 before = after
+                lost = set(server.lost) - live.dead
+                if lost:
+                    live.dead |= lost
+                    replanned(res, "upload", {
+                        "event": ", ".join(f"worker on node {n} died" for n in sorted(lost, key=node_order)),
+                        "cause": {n: server.lost[n] for n in lost},
+                        "detected_s": {n: workers.died[n] - killed[n] for n in lost if killed.get(n)},
+                        "in_flight_lost_bytes": 0,
+                    })
+                    before = emu.counters()  # re-planning's own handshakes are not the upload's bytes
             res.queue_drops = {hop: n - drops[hop] for hop, n in emu.queue_drops().items()}
             res.retransmits = emu.tcp_retransmits() - retransmits
             evaluated = server.run({"cmd": "evaluate", "round": r}, timeout_s=t, check=check)
@@ -336,13 +483,13 @@ def _run_rounds(config: RunConfig, graph: Any, workload: WorkloadPlan, emu: Emul
                 saved = out / "models" / f"round{r}"
                 saved.mkdir(parents=True, exist_ok=True)
                 server.run({"cmd": "save", "dir": str(saved)}, timeout_s=t, check=check)
-                for name, w in weights.items():
+                for name, w in _weights(live, samples).items():
                     write_json(saved / f"{name}-weights.json", w)
             results.append(res)
-            _write_tables(out, graph, plans, config, results, emu.delay_applied)
+            _write_tables(out, graph, config, results, emu.delay_applied)
             write_csv(out / "samples.csv", SAMPLE_FIELDS, sampler.rows)
             report(
-                f"[{config.scheduler}] round {r}/{config.rounds}: broadcast {res.seconds['broadcast']:.2f} s, "
+                f"{tag} round {r}/{config.rounds}: broadcast {res.seconds['broadcast']:.2f} s, "
                 f"train {res.seconds['train']:.2f} s, upload {res.seconds['upload']:.2f} s, "
                 f"{sum(sum(b.values()) for b in res.link_bytes.values()) / 1e6:.1f} MB on links, "
                 f"accuracy {res.accuracy:.3f}"
@@ -351,20 +498,21 @@ def _run_rounds(config: RunConfig, graph: Any, workload: WorkloadPlan, emu: Emul
         server.close()
 
 
-def _predicted_seconds(plans: tuple[Plan, ...], graph: Any, config: RunConfig, delay: bool) -> dict[str, float]:
-    return {p: predicted_phase_seconds(plans, graph, p, chunk_bytes=config.chunk_bytes, with_delay=delay,
+def _predicted_seconds(res: RoundResult, graph: Any, config: RunConfig, delay: bool) -> dict[str, float]:
+    """The Plans' prediction of each phase of round ``res``, from the plans that phase ran with."""
+    return {p: predicted_phase_seconds(res.plans[p], graph, p, chunk_bytes=config.chunk_bytes, with_delay=delay,
                                        mtu=config.mtu)
             for p in PHASES}
 
 
-def _link_rows(graph: Any, plans: tuple[Plan, ...], res: RoundResult, mtu: int) -> list[dict[str, Any]]:
+def _link_rows(graph: Any, res: RoundResult, mtu: int) -> list[dict[str, Any]]:
     """One row per link direction for one round: predicted weight bytes beside measured bytes.
 
     Within a phase a link direction either carries planned weights or only the ACKs (and ARP)
     of transfers going the other way, so measured bytes split cleanly into weight bytes (phases
     where weights were planned on it) and the rest.
     """
-    predicted = {p: link_state(plans, phase=p, mtu=mtu) for p in PHASES}
+    predicted = {p: link_state(res.plans[p], phase=p, mtu=mtu) for p in PHASES}
     rows = []
     for u, v in sorted(res.link_bytes["broadcast"], key=lambda h: (sorted(map(node_order, h)), node_order(h[0]))):
         hop = (u, v)
@@ -383,17 +531,17 @@ def _link_rows(graph: Any, plans: tuple[Plan, ...], res: RoundResult, mtu: int) 
     return rows
 
 
-def _write_tables(out: Path, graph: Any, plans: tuple[Plan, ...], config: RunConfig, rounds: list[RoundResult],
-                  delay: bool) -> None:
+def _write_tables(out: Path, graph: Any, config: RunConfig, rounds: list[RoundResult], delay: bool) -> None:
     """Rewrite rounds.csv, tasks.csv and links.csv with every finished round (atomically)."""
-    secs = _predicted_seconds(plans, graph, config, delay)
     round_rows, link_rows, task_rows = [], [], []
     for res in rounds:
+        secs = _predicted_seconds(res, graph, config, delay)
         task_rows += [{
             "round": res.round, "task": name, **{f"{p}_s": secs_[name] for p, secs_ in res.task_seconds.items()},
             "round_s": sum(secs_[name] for secs_ in res.task_seconds.values()), "accuracy": res.accuracies[name],
+            "local_models": res.local_models[name],
         } for name in res.task_seconds["broadcast"]]
-        rows = _link_rows(graph, plans, res, config.mtu)
+        rows = _link_rows(graph, res, config.mtu)
         link_rows += rows
         round_rows.append({
             "round": res.round, **{f"{p}_s": res.seconds[p] for p in ("broadcast", "train", "upload")},
@@ -402,7 +550,9 @@ def _write_tables(out: Path, graph: Any, plans: tuple[Plan, ...], config: RunCon
             "bytes_measured": sum(r["measured_bytes"] for r in rows),
             "bytes_predicted": sum(r["predicted_bytes"] for r in rows),
             "retransmitted_segments": res.retransmits, "queue_drops": sum(res.queue_drops.values()),
-            "accuracy": res.accuracy,
+            "accuracy": res.accuracy, "local_models": sum(res.local_models.values()),
+            "faults": "; ".join(f["event"] for f in res.faults),
+            "replan_s": sum(f["replan_s"] for f in res.faults),
         })
     write_csv(out / "rounds.csv", ROUND_FIELDS, round_rows)
     write_csv(out / "tasks.csv", TASK_FIELDS, task_rows)
@@ -422,8 +572,8 @@ def _summary(config: RunConfig, graph: Any, workload: WorkloadPlan, rounds: list
     """summary.json: means over the finished rounds; ``status`` says whether all of them ran
     (``completed``), or the run was ``interrupted`` or ``failed: REASON`` after ``rounds``."""
     plans = workload.plans
-    secs = _predicted_seconds(plans, graph, config, bool(emulated["delay"]))
-    rows = [row for r in rounds for row in _link_rows(graph, plans, r, config.mtu)]
+    secs = [_predicted_seconds(r, graph, config, bool(emulated["delay"])) for r in rounds]
+    rows = [row for r in rounds for row in _link_rows(graph, r, config.mtu)]
     first = plans[0]
     return {
         "status": status,
@@ -454,8 +604,11 @@ def _summary(config: RunConfig, graph: Any, workload: WorkloadPlan, rounds: list
             sum(r.task_seconds[p][name] for p in r.task_seconds) for r in rounds for name in r.task_seconds["train"]
         ),
         **{f"{p}_s": mean(r.seconds[p] for r in rounds) for p in ("broadcast", "train", "upload")},
-        "predicted_broadcast_s": secs["broadcast"],
-        "predicted_upload_s": secs["upload"],
+        "predicted_broadcast_s": mean(s["broadcast"] for s in secs),
+        "predicted_upload_s": mean(s["upload"] for s in secs),
+        "faults": [{"round": f["round"], "event": f["event"], "replan_s": f["replan_s"]}
+                   for r in rounds for f in r.faults],
+        "local_models_per_round": [sum(r.local_models.values()) for r in rounds],
         "final_accuracy": rounds[-1].accuracy,
         "accuracy_per_round": [r.accuracy for r in rounds],
         "emulated": emulated,

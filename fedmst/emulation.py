@@ -399,6 +399,31 @@ class Emulation:
         if not out.endswith("rc=0"):
             raise EmulationError(f"configuring node {node} failed: {out.splitlines()[0]}")
 
+    # faults --------------------------------------------------------------------------------
+    def set_link(self, u: str, v: str, *, up: bool) -> int:
+        """Take link u-v down for real (both interfaces), or bring it back up.
+
+        Returns the bytes its two htb queues still held when it went down, which the kernel
+        drops with them: the weights in flight that the failure lost (0 when bringing it up).
+        The kernel also drops every route through the link; a re-plan installs new ones.
+        """
+        lost = 0
+        for a, b in ((u, v), (v, u)):
+            intf = self._intf[(a, b)]
+            if not up:
+                out = self.cmd(a, f"tc -s qdisc show dev {intf}")
+                lost += sum(int(n) for n in re.findall(r"backlog (\d+)b", out.split("qdisc", 2)[1]))
+            self._ip_batch(a, [f"link set dev {intf} {'up' if up else 'down'}"])
+        return lost
+
+    def kill_worker(self, node: str, proc: subprocess.Popen) -> None:
+        """Kill ``node``'s worker outright (SIGKILL), as a crash would: its process, or every
+        process in its container. The node keeps forwarding packets (that is the kernel's)."""
+        if self.docker is not None and node in self.docker.limits:
+            containers.kill(host_name(self.nodes.index(node)))
+        else:
+            proc.kill()
+
     # measurement -----------------------------------------------------------------------------
     def counters(self) -> dict[LinkDir, int]:
         """Bytes each link direction has carried so far: the sender interface's tx counter."""

@@ -26,3 +26,11 @@ class ModelError(FedmstError):
 
 class EmulationError(FedmstError):
     """The emulated network or one of its agents failed."""
+
+
+class WorkerDied(EmulationError):
+    """The agent on ``node`` died: fatal, unless the round can go on with the other workers."""
+
+    def __init__(self, node: str, message: str) -> None:
+        super().__init__(message)
+        self.node = node

@@ -19,8 +19,9 @@ ROUND_FIELDS = (
     "round", "broadcast_s", "train_s", "upload_s", "round_s",
     "predicted_broadcast_s", "predicted_upload_s",
     "bytes_measured", "bytes_predicted", "retransmitted_segments", "queue_drops", "accuracy",
+    "local_models", "faults", "replan_s",
 )
-TASK_FIELDS = ("round", "task", "broadcast_s", "train_s", "upload_s", "round_s", "accuracy")
+TASK_FIELDS = ("round", "task", "broadcast_s", "train_s", "upload_s", "round_s", "accuracy", "local_models")
 """tasks.csv: each task's own phase latencies (when its last node finished) and accuracy."""
 SAMPLE_FIELDS = ("t_s", "round", "phase", "src", "dst", "bytes")
 """samples.csv: cumulative bytes of each link direction, read about every 100 ms during phases."""

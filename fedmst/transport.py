@@ -44,6 +44,11 @@ def open_pair(store_file: Path, *, rank: int, address: str, timeout_s: float) ->
     return Pair(dist.ProcessGroupGloo(store, rank, 2, opts), rank)
 
 
+def close_pair(pair: Pair) -> None:
+    """Close this end of a transfer's connection (its plan was replaced)."""
+    pair.group.shutdown()
+
+
 def chunks(numel: int, chunk_elems: int) -> list[slice]:
     """Contiguous slices covering ``numel`` elements, ``chunk_elems`` at a time.
 

@@ -102,6 +102,9 @@ CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
      ("--cpus zz=1", "'zz'", "not in the topology")),
     ("tiny-memory", _args("--workers", "docker", "--memory", "1k"), ("--memory 1k", "at least 6m")),
     ("limits-without-docker", _args("--cpus", "1"), ("--cpus", "--workers docker")),
+    ("fail-link-not-a-link", _args("--fail-link", "a-c@1"), ("--fail-link a-c@1", "'a-c' is not a link", "line3")),
+    ("fail-link-bad-round", _args("--fail-link", "a-b@5"), ("--fail-link a-b@5", "round '5' is not one of 1..1")),
+    ("kill-worker-unknown-node", _args("--kill-worker", "zz@1"), ("--kill-worker zz@1", "'zz'", "line3")),
 ]
 
 BASE = {"--topology": "line3", "-k": "2", "--rounds": "1", "--model": "mlp", "--seed": "1"}

@@ -68,7 +68,14 @@ def get_scheduler(name: str) -> Scheduler:
 
 
 def schedule(graph: nx.Graph, task: Task, scheduler: str, link_state: LinkState | None = None) -> Plan:
-    """Plan ``task`` with the scheduler named ``scheduler`` and check the plan's contract."""
+    """Plan ``task`` with the scheduler named ``scheduler`` and check the plan's contract.
+
+    The scheduler sees only the part of ``graph`` that G's node reaches: after link failures the
+    rest of the network may be cut off, and no scheduler need handle a disconnected graph.
+    """
+    reach = nx.node_connected_component(graph, task.global_node) if task.global_node in graph else set()
+    if len(reach) < graph.number_of_nodes():
+        graph = graph.subgraph(reach)
     plan = get_scheduler(scheduler).plan(graph, task, link_state)
     check_plan(plan, graph)
     return plan

@@ -1,0 +1,139 @@
+"""Faults and re-scheduling, the pure half: which faults a run injects, and the tasks that remain
+to be scheduled once links are down and workers are dead.
+
+A failed link is taken out of the graph the schedulers see; a dead worker's node is taken out too
+(it can no longer relay or aggregate, so no tree may branch there), and its local models leave
+their task: the round goes on with the survivors, whose aggregation weights are renormalised. A
+local model cut off from its G by the failures leaves as well. Each remaining task keeps, for each
+of its local models, the index it had in the original task, so weights and saved models keep
+their names across re-plans.
+
+>>> import networkx as nx
+>>> from fedmst.tasks import Task
+>>> g = nx.cycle_graph(["a", "b", "c", "d"])
+>>> t = Task(name="t", global_node="a", local_nodes=("b", "c", "d"), model_bytes=8)
+>>> left = remaining_tasks(g, [t], down_links=[("a", "b")], dead_nodes=["c"])
+>>> left[0].task.local_nodes, left[0].models  # b's only way to a was through c
+(('d',), (2,))
+>>> left[0].dropped
+{0: 'node b is cut off from G on node a', 1: 'its worker on node c died'}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import networkx as nx
+
+from fedmst.errors import FedmstError
+from fedmst.tasks import Task
+
+
+@dataclass(frozen=True)
+class LinkFailure:
+    """Link ``link`` goes down at the start of round ``round`` and, if ``until`` is given, comes
+    back up at the start of round ``until``."""
+
+    link: tuple[str, str]
+    round: int
+    until: int | None = None
+
+
+@dataclass(frozen=True)
+class WorkerKill:
+    """The worker (agent) on ``node`` is killed while round ``round``'s local training runs."""
+
+    node: str
+    round: int
+
+
+def parse_link_failure(spec: str, graph: nx.Graph, rounds: int) -> LinkFailure:
+    """``A-B@R`` or ``A-B@R-R2``: a link of ``graph`` and the round(s).
+
+    >>> g = nx.path_graph(["x-1", "y"])
+    >>> parse_link_failure("x-1-y@2-3", g, rounds=4)
+    LinkFailure(link=('x-1', 'y'), round=2, until=3)
+    """
+    where, at, when = spec.rpartition("@")
+    if not at:
+        raise FedmstError(f"--fail-link {spec}: give LINK@ROUND, e.g. 3-5@2 (or 3-5@2-4 to bring it back at round 4)")
+    links = [(where[:i], where[i + 1:]) for i, ch in enumerate(where) if ch == "-"]
+    found = [(u, v) for u, v in links if graph.has_edge(u, v)]
+    if not found:
+        raise FedmstError(f"--fail-link {spec}: {where!r} is not a link of topology {graph.graph.get('name', '?')!r}")
+    first, dash, last = when.partition("-")
+    start = _round(spec, first, rounds, "--fail-link")
+    until = _round(spec, last, rounds + 1, "--fail-link") if dash else None
+    if until is not None and until <= start:
+        raise FedmstError(f"--fail-link {spec}: the link must come back after round {start}, not at {until}")
+    return LinkFailure(link=found[0], round=start, until=until)
+
+
+def parse_worker_kill(spec: str, graph: nx.Graph, rounds: int) -> WorkerKill:
+    """``NODE@R``: the node whose worker dies in round R.
+
+    >>> parse_worker_kill("7@2", nx.path_graph(["7", "8"]), rounds=3)
+    WorkerKill(node='7', round=2)
+    """
+    node, at, when = spec.rpartition("@")
+    if not at:
+        raise FedmstError(f"--kill-worker {spec}: give NODE@ROUND, e.g. 7@2")
+    if node not in graph:
+        raise FedmstError(f"--kill-worker {spec}: node {node!r} is not in topology {graph.graph.get('name', '?')!r}")
+    return WorkerKill(node=node, round=_round(spec, when, rounds, "--kill-worker"))
+
+
+def _round(spec: str, text: str, rounds: int, option: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= rounds:
+        raise FedmstError(f"{option} {spec}: round {text!r} is not one of 1..{rounds}")
+    return int(text)
+
+
+@dataclass(frozen=True)
+class RemainingTask:
+    """A task as it can still run: ``task`` holds the surviving local models, ``models[j]`` is
+    the original index of its local model ``j``, ``dropped`` says why each other one left."""
+
+    task: Task
+    models: tuple[int, ...]
+    dropped: dict[int, str] = field(default_factory=dict)
+
+
+def surviving_graph(graph: nx.Graph, down_links: Iterable[tuple[str, str]], dead_nodes: Iterable[str]) -> nx.Graph:
+    """``graph`` without the links that are down and the nodes whose worker is dead.
+
+    >>> sorted(surviving_graph(nx.path_graph(3), [(0, 1)], []).edges)
+    [(1, 2)]
+    """
+    g = graph.copy()
+    g.remove_edges_from(list(down_links))
+    g.remove_nodes_from(list(dead_nodes))
+    return g
+
+
+def remaining_tasks(graph: nx.Graph, tasks: Sequence[Task], *, down_links: Iterable[tuple[str, str]] = (),
+                    dead_nodes: Iterable[str] = ()) -> list[RemainingTask]:
+    """Each task reduced to the local models that can still take part; a task whose G is dead
+    or that keeps no local model raises, naming the task and why."""
+    dead = set(dead_nodes)
+    g = surviving_graph(graph, down_links, dead)
+    out = []
+    for task in tasks:
+        if task.global_node in dead:
+            raise FedmstError(f"{task.name}: the worker on node {task.global_node} held its global model and died")
+        reach = nx.node_connected_component(g, task.global_node)
+        kept, dropped = [], {}
+        for i, node in enumerate(task.local_nodes):
+            if node in dead:
+                dropped[i] = f"its worker on node {node} died"
+            elif node not in reach:
+                dropped[i] = f"node {node} is cut off from G on node {task.global_node}"
+            else:
+                kept.append(i)
+        if not kept:
+            raise FedmstError(f"{task.name}: no local model can take part any more ({'; '.join(dropped.values())})")
+        reduced = Task(name=task.name, global_node=task.global_node,
+                       local_nodes=tuple(task.local_nodes[i] for i in kept), model_bytes=task.model_bytes)
+        out.append(RemainingTask(task=reduced, models=tuple(kept), dropped=dropped))
+    return out

@@ -1,0 +1,88 @@
+"""Faults injected into real runs in Mininet: a link that fails and comes back, a worker that
+dies mid-round. Each run must finish its rounds, measure what it planned, aggregate exactly over
+the local models that took part, and (through ``clean_host``) leave nothing behind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import FEDMST
+from fedmst.results import read_csv
+
+pytestmark = pytest.mark.integration
+
+TASK = ["--topology", "small", "--local-models", "4", "--rounds", "3", "--global-node", "0",
+        "--local-nodes", "2,3,3,4", "--save-models"]
+
+
+def _run(out: Path, scheduler: str, *extra: str) -> dict:
+    proc = subprocess.run([FEDMST, "run", "--scheduler", scheduler, *TASK, "--out", str(out), *extra],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["rounds"] == 3
+    return summary
+
+
+def _assert_exact_over_participants(out: Path, rnd: int, participants: int) -> None:
+    saved = out / "models" / f"round{rnd}"
+    weights = json.loads((saved / "task0-weights.json").read_text())
+    assert len(weights) == participants and abs(sum(weights.values()) - 1) < 1e-9
+    expected = sum(float(w) * torch.load(saved / f"task0-local{i}.pt") for i, w in weights.items())
+    assert (torch.load(saved / "task0-global.pt") - expected).abs().max().item() <= 1e-5
+
+
+def _assert_measured_as_planned(out: Path) -> None:
+    for row in read_csv(out / "links.csv"):
+        predicted = int(row["predicted_bytes"])
+        if predicted:
+            assert abs(int(row["measured_weight_bytes"]) - predicted) <= 0.02 * predicted, row
+
+
+def _link_bytes(out: Path, rnd: int, a: str, b: str) -> int:
+    return sum(int(r["measured_bytes"]) for r in read_csv(out / "links.csv")
+               if int(r["round"]) == rnd and {r["src"], r["dst"]} == {a, b})
+
+
+@pytest.mark.parametrize("scheduler", ["mst", "spff"])
+def test_a_failed_link_is_planned_around_and_used_again_when_back(tmp_path: Path, scheduler: str,
+                                                                  clean_host: None) -> None:
+    out = tmp_path / scheduler
+    summary = _run(out, scheduler, "--fail-link", "0-4@2-3")
+    assert [f["event"] for f in summary["faults"]] == ["link 0-4 down", "link 0-4 up again"]
+    events = json.loads((out / "faults.json").read_text())
+    for event in events:  # the new plan, how long it took, and what was in flight, recorded
+        assert event["replan_s"] > 0 and event["in_flight_lost_bytes"] >= 0 and event["tasks"]
+    down_paths = [f["path"] for f in events[0]["tasks"][0]["flows"]]
+    assert all(["0", "4"] != p[i:i + 2] and ["4", "0"] != p[i:i + 2] for p in down_paths for i in range(len(p)))
+    model = summary["model_bytes"]
+    assert _link_bytes(out, 1, "0", "4") > model  # G reaches node 4 directly while the link is up...
+    assert _link_bytes(out, 2, "0", "4") < model / 100  # ...nothing crosses it while it is down...
+    assert _link_bytes(out, 3, "0", "4") > model  # ...and it is used again once it is back
+    _assert_measured_as_planned(out)
+    for rnd in (1, 2, 3):
+        _assert_exact_over_participants(out, rnd, 4)
+
+
+def test_a_killed_relay_worker_leaves_the_round_to_the_survivors(tmp_path: Path, clean_host: None) -> None:
+    """Node 4 holds local model 3 and, in MST's tree, relays for node 3: it dies in round 2's
+    training; round 2 uploads the other three local models over a re-planned tree."""
+    out = tmp_path / "run"
+    summary = _run(out, "mst", "--model", "mlp", "--kill-worker", "4@2")
+    assert summary["local_models_per_round"] == [4, 3, 3]
+    (event,) = json.loads((out / "faults.json").read_text())
+    assert event["event"] == "worker on node 4 died" and event["round"] == 2
+    assert event["dropped"] == {"task0": {"3": "its worker on node 4 died"}}
+    assert 0 < event["detected_s"]["4"] < 2  # noticed within the bounded time
+    assert all("4" not in f["path"] for f in event["tasks"][0]["flows"])
+    assert "4" not in event["tasks"][0]["aggregation_nodes"]
+    _assert_measured_as_planned(out)
+    _assert_exact_over_participants(out, 1, 4)
+    for rnd in (2, 3):
+        _assert_exact_over_participants(out, rnd, 3)
+        assert not (out / "models" / f"round{rnd}" / "task0-local3.pt").exists()
