@@ -114,3 +114,21 @@ def test_sigkill_then_clean_removes_the_containers(tmp_path: Path, clean_host: N
     assert cleaned.returncode == 0, cleaned.stderr
     for name in names:  # ...and removed by name, one line each
         assert f"removed container {name}" in cleaned.stdout
+
+
+def test_a_killed_container_worker_leaves_the_round_to_the_survivors(tmp_path: Path, clean_host: None) -> None:
+    """--kill-worker on a container kills every process in it; the round goes on without it."""
+    out = tmp_path / "run"
+    proc = subprocess.run([FEDMST, "run", *TASK, "--rounds", "3", "--workers", "docker", "--kill-worker", "4@2",
+                           "--out", str(out)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["local_models_per_round"] == [4, 3, 3]
+    (event,) = json.loads((out / "faults.json").read_text())
+    assert event["cause"]["4"].startswith("agent on node 4 exited")
+    for rnd in (2, 3):
+        saved = out / "models" / f"round{rnd}"
+        weights = json.loads((saved / "task0-weights.json").read_text())
+        assert sorted(weights) == ["0", "1", "2"]
+        expected = sum(float(w) * torch.load(saved / f"task0-local{i}.pt") for i, w in weights.items())
+        assert (torch.load(saved / "task0-global.pt") - expected).abs().max().item() <= 1e-5
