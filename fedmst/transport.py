@@ -35,13 +35,32 @@ class Pair:
         return 1 - self.rank
 
 
-def open_pair(store_file: Path, *, rank: int, address: str, timeout_s: float) -> Pair:
-    """Connect this end of a transfer: blocks until the other end has opened it too."""
+def open_pair(store_file: Path, *, rank: int, address: str, timeout_s: float, numel: int) -> Pair:
+    """Connect this end of a transfer: blocks until the other end has opened it too.
+
+    The two ends then agree on the tensor they will move: the sender announces its element
+    count in a fixed-size message and the receiver checks it against its own, so a mismatch
+    (two versions of a model) is an error naming both sizes. gloo itself would abort the whole
+    process on the first message of an unexpected size.
+    """
     store = dist.FileStore(str(store_file), 2)
     opts = dist.ProcessGroupGloo._Options()
     opts._devices = [dist.ProcessGroupGloo.create_device(hostname=address)]
     opts._timeout = datetime.timedelta(seconds=timeout_s)
-    return Pair(dist.ProcessGroupGloo(store, rank, 2, opts), rank)
+    pair = Pair(dist.ProcessGroupGloo(store, rank, 2, opts), rank)
+    count = torch.tensor([numel], dtype=torch.int64)
+    if rank == SENDER:
+        pair.group.send([count], RECEIVER, 0).wait()
+    else:
+        pair.group.recv([count], SENDER, 0).wait()
+        if int(count) != numel:
+            close_pair(pair)
+            raise ShapeMismatch(f"{store_file.name}: the sender offers {int(count)} weights, this node expects {numel}")
+    return pair
+
+
+class ShapeMismatch(RuntimeError):
+    """The two ends of a transfer disagree on the size of the weights."""
 
 
 def close_pair(pair: Pair) -> None:

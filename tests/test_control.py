@@ -65,3 +65,18 @@ def test_a_dead_worker_ends_a_phase_that_cannot_survive_it(tmp_path: Path) -> No
     with pytest.raises(WorkerDied, match="node c"):
         server.run({"cmd": "upload"}, timeout_s=5, check=check)
     server.close()
+
+
+def test_only_the_agents_it_started_are_accepted(tmp_path: Path) -> None:
+    """A connection without the run's token, or for a node not in the run, is refused."""
+    from fedmst.errors import EmulationError
+
+    server = ControlServer(tmp_path / "control.sock", token="secret")
+    intruders = [connect(str(tmp_path / "control.sock"), node="a", token="guess"),
+                 connect(str(tmp_path / "control.sock"), node="zz", token="secret")]
+    with pytest.raises(EmulationError, match="node.s. a did not connect"):
+        server.accept(["a"], timeout_s=1, check=lambda: None)
+    assert server.agents == {}
+    for chan in intruders:
+        assert chan.recv() is None  # the server closed them
+    server.close()
