@@ -174,19 +174,36 @@ class Agent:
         _run_all(streams)
 
     def train(self, msg: dict[str, Any]) -> dict[str, Any]:
-        spec, losses, done = self.spec, {}, {}
+        """Train every active local model on this node, one after another.
+
+        A node slowed by ``slow`` (a factor, from ``--slow-node``) waits ``slow - 1`` times each
+        model's real training time after it, as a CPU that much slower would take. With a
+        ``deadline_s``, a model not done by then is late: its update is dropped (the node still
+        relays and aggregates the others) and the node replies at the deadline.
+        """
+        spec, losses, done, late = self.spec, {}, {}, {}
+        slow = float(spec.get("slow", {}).get(self.node, 1.0))
+        deadline = msg.get("deadline_s")
         start = time.perf_counter()
         for role in self.roles:
             for i, (model, x, y) in sorted(role.local.items()):
                 if i not in role.active:
                     continue
+                role.trained.pop(i, None)
+                began = time.perf_counter()
                 losses[f"{role.name}/{i}"] = training.train_local(
                     model, x, y, epochs=spec["epochs"], batch_size=spec["batch_size"], lr=spec["lr"],
                     seed=role.seed * 1000 + msg["round"] * 100 + i,
                 )
+                finish = time.perf_counter() + (time.perf_counter() - began) * (slow - 1)
+                if deadline is not None and finish - start > deadline:
+                    time.sleep(max(0.0, start + deadline - time.perf_counter()))
+                    late.setdefault(role.name, []).append(i)
+                    continue
+                time.sleep(max(0.0, finish - time.perf_counter()))
                 role.trained[i] = aggregation.flatten(model)
             done[role.name] = time.perf_counter() - start
-        return {"losses": losses, "task_seconds": done}
+        return {"losses": losses, "task_seconds": done, "late": late}
 
     def upload(self, msg: dict[str, Any]) -> dict[str, Any]:
         weights: dict[str, dict[str, float]] = msg["weights"]

@@ -64,6 +64,11 @@ def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--kill-worker", "kill_workers", multiple=True, metavar="NODE@ROUND",
                      help="Kill NODE's worker during ROUND's training; the round finishes with the surviving "
                           "local models. Repeatable."),
+        click.option("--slow-node", "slow_nodes", multiple=True, metavar="NODE:FACTOR",
+                     help="NODE's worker trains FACTOR times slower (a straggler). Repeatable."),
+        click.option("--deadline", "deadline_s", type=float, default=None, metavar="SECONDS",
+                     help="Per-round training deadline: updates of local models not trained by then are dropped "
+                          "(weights renormalised over the others) and recorded."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
@@ -104,6 +109,7 @@ def _config(out: str, scheduler: str, **kw: Any) -> Any:
         epochs=kw["epochs"], chunk_bytes=kw["chunk_kb"] * 1024, mtu=kw["mtu"],
         delay_mode=kw["delay_mode"], loss=kw["loss"], jitter_ms=kw["jitter_ms"],
         save_models=kw["save_models"], fail_links=tuple(kw["fail_links"]), kill_workers=tuple(kw["kill_workers"]),
+        slow_nodes=tuple(kw["slow_nodes"]), deadline_s=kw["deadline_s"],
         **_worker_config(kw),
     )
 

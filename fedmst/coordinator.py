@@ -72,6 +72,8 @@ class RunConfig:
     memory: tuple[str, ...] = ()
     fail_links: tuple[str, ...] = ()
     kill_workers: tuple[str, ...] = ()
+    slow_nodes: tuple[str, ...] = ()
+    deadline_s: float | None = None
 
 
 WORKER_BACKENDS = ("process", "docker")
@@ -89,7 +91,9 @@ class RoundResult:
     plans: dict[str, tuple[Plan, ...]] = field(default_factory=dict)
     """The plans each phase ran with: a fault in the round changes them between phases."""
     local_models: dict[str, int] = field(default_factory=dict)
-    """Local models of each task that took part in the upload."""
+    """Local models of each task whose update went into the aggregate."""
+    late: dict[str, list[int]] = field(default_factory=dict)
+    """Each task's local models whose update missed the deadline and was dropped."""
     faults: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -156,6 +160,9 @@ def prepare(config: RunConfig) -> tuple[Any, WorkloadPlan]:
     if not workload.plans:
         raise FedmstError(f"every task was blocked, e.g. {workload.blocked[0][0]}: {workload.blocked[0][1]}")
     _faults(config, graph)
+    _slow_nodes(config, graph, workload)
+    if config.deadline_s is not None and not config.deadline_s > 0:
+        raise FedmstError(f"--deadline {config.deadline_s}: give a positive number of seconds")
     _worker_limits(config, graph, workload)
     if config.workers == "docker":
         containers.require_docker(config.image)
@@ -167,6 +174,16 @@ def _faults(config: RunConfig, graph: Any) -> tuple[list[faults.LinkFailure], li
     links = [faults.parse_link_failure(f, graph, config.rounds) for f in config.fail_links]
     kills = [faults.parse_worker_kill(k, graph, config.rounds) for k in config.kill_workers]
     return links, kills
+
+
+def _slow_nodes(config: RunConfig, graph: Any, workload: WorkloadPlan) -> dict[str, float]:
+    """Each straggler's slow-down factor; a slowed node must run a worker."""
+    slow = dict(faults.parse_slow_node(spec, graph) for spec in config.slow_nodes)
+    workers = _worker_nodes(config, graph, workload)
+    for node in slow:
+        if node not in workers:
+            raise FedmstError(f"--slow-node {node}: node {node} runs no worker in this run (it only forwards)")
+    return slow
 
 
 def _worker_limits(config: RunConfig, graph: Any, workload: WorkloadPlan) -> dict[str, containers.WorkerLimits]:
@@ -315,10 +332,18 @@ class Workers:
         return at
 
 
-def _weights(live: Live, samples: dict[str, dict[int, int]]) -> dict[str, dict[str, float]]:
-    """Each task's aggregation weights over the local models taking part (they sum to 1)."""
-    return {name: {str(i): w for i, w in zip(models_, aggregation.sample_weights([samples[name][i] for i in models_]))}
-            for name, models_ in live.models.items()}
+def _weights(live: Live, samples: dict[str, dict[int, int]], late: dict[str, list[int]],
+             round_: int) -> dict[str, dict[str, float]]:
+    """Each task's aggregation weights over the local models whose update counts this round
+    (in the plan and not late); they sum to 1."""
+    weights = {}
+    for name, planned in live.models.items():
+        models_ = [i for i in planned if i not in late.get(name, ())]
+        if not models_:
+            raise FedmstError(f"round {round_}: every local model of {name} missed the deadline; raise --deadline")
+        counts = [samples[name][i] for i in models_]
+        weights[name] = {str(i): w for i, w in zip(models_, aggregation.sample_weights(counts))}
+    return weights
 
 
 def _replan(config: RunConfig, graph: Any, live: Live, emu: Emulation, server: ControlServer, scratch: Path,
@@ -354,6 +379,20 @@ def _replan(config: RunConfig, graph: Any, live: Live, emu: Emulation, server: C
     }
 
 
+def _late(replies: dict[str, Any], live: Live, report: Report, tag: str, round_: int,
+          deadline_s: float | None) -> dict[str, list[int]]:
+    """The local models each task's agents reported late in the train phase; reported once."""
+    late: dict[str, list[int]] = {}
+    for reply in replies.values():
+        for name, models_ in reply.get("late", {}).items():
+            late.setdefault(name, []).extend(models_)
+    for name, models_ in sorted(late.items()):
+        where = ", ".join(f"{i} on node {live.tasks[name].local_nodes[i]}" for i in sorted(models_))
+        report(f"{tag} round {round_}: {name}'s local model(s) {where} missed the {deadline_s:g} s deadline; "
+               "their updates are dropped")
+    return {name: sorted(m) for name, m in late.items()}
+
+
 def _notice(killed: dict[str, float], workers: Workers, server: ControlServer, timeout_s: float) -> None:
     """Make sure every killed worker's death is noticed even if it replied just before dying."""
     for node in killed:
@@ -378,7 +417,7 @@ def _run_rounds(config: RunConfig, graph: Any, workload: WorkloadPlan, emu: Emul
         "control_socket": str(scratch / "control.sock"), "store_dir": str(scratch / "store"),
         "model": config.model, "epochs": config.epochs, "batch_size": config.batch_size, "lr": config.lr,
         "alpha": config.alpha, "data_seed": config.seed, "chunk_bytes": config.chunk_bytes,
-        "timeout_s": config.phase_timeout_s, "tasks": specs,
+        "timeout_s": config.phase_timeout_s, "tasks": specs, "slow": _slow_nodes(config, graph, workload),
     }
     write_json(out / "plan.json", {
         "scheduler": config.scheduler, "wavelengths": workload.wavelengths,
@@ -442,9 +481,11 @@ def _run_rounds(config: RunConfig, graph: Any, workload: WorkloadPlan, emu: Emul
             for phase in ("broadcast", "train", "upload"):
                 res.plans[phase] = live.plans
                 msg: dict[str, Any] = {"cmd": phase, "round": r}
+                if phase == "train" and config.deadline_s is not None:
+                    msg["deadline_s"] = config.deadline_s
                 if phase == "upload":
-                    msg["weights"] = _weights(live, samples)
-                    res.local_models = {name: len(m) for name, m in live.models.items()}
+                    weights = msg["weights"] = _weights(live, samples, res.late, r)
+                    res.local_models = {name: len(w) for name, w in weights.items()}
                 killed = {k.node: 0.0 for k in kills if k.round == r and phase == "train"}
                 start = time.perf_counter()
                 with sampler.sampling(r, phase):
@@ -458,6 +499,8 @@ def _run_rounds(config: RunConfig, graph: Any, workload: WorkloadPlan, emu: Emul
                         timer.join()
                     _notice(killed, workers, server, timeout_s=t)
                 res.seconds[phase] = time.perf_counter() - start
+                if phase == "train":
+                    res.late = _late(replies, live, report, tag, r, config.deadline_s)
                 res.task_seconds[phase] = {
                     p.task.name: max(rep["task_seconds"].get(p.task.name, 0.0) for rep in replies.values())
                     for p in live.plans
@@ -483,7 +526,7 @@ def _run_rounds(config: RunConfig, graph: Any, workload: WorkloadPlan, emu: Emul
                 saved = out / "models" / f"round{r}"
                 saved.mkdir(parents=True, exist_ok=True)
                 server.run({"cmd": "save", "dir": str(saved)}, timeout_s=t, check=check)
-                for name, w in _weights(live, samples).items():
+                for name, w in weights.items():
                     write_json(saved / f"{name}-weights.json", w)
             results.append(res)
             _write_tables(out, graph, config, results, emu.delay_applied)
@@ -552,6 +595,7 @@ def _write_tables(out: Path, graph: Any, config: RunConfig, rounds: list[RoundRe
             "retransmitted_segments": res.retransmits, "queue_drops": sum(res.queue_drops.values()),
             "accuracy": res.accuracy, "local_models": sum(res.local_models.values()),
             "faults": "; ".join(f["event"] for f in res.faults),
+            "late_updates": sum(len(m) for m in res.late.values()),
             "replan_s": sum(f["replan_s"] for f in res.faults),
         })
     write_csv(out / "rounds.csv", ROUND_FIELDS, round_rows)
@@ -609,6 +653,7 @@ def _summary(config: RunConfig, graph: Any, workload: WorkloadPlan, rounds: list
         "faults": [{"round": f["round"], "event": f["event"], "replan_s": f["replan_s"]}
                    for r in rounds for f in r.faults],
         "local_models_per_round": [sum(r.local_models.values()) for r in rounds],
+        "late_updates_per_round": [sum(len(m) for m in r.late.values()) for r in rounds],
         "final_accuracy": rounds[-1].accuracy,
         "accuracy_per_round": [r.accuracy for r in rounds],
         "emulated": emulated,

@@ -84,6 +84,26 @@ def parse_worker_kill(spec: str, graph: nx.Graph, rounds: int) -> WorkerKill:
     return WorkerKill(node=node, round=_round(spec, when, rounds, "--kill-worker"))
 
 
+def parse_slow_node(spec: str, graph: nx.Graph) -> tuple[str, float]:
+    """``NODE:FACTOR``: the node whose worker computes FACTOR times slower (a straggler).
+
+    >>> parse_slow_node("4:2.5", nx.path_graph(["4", "5"]))
+    ('4', 2.5)
+    """
+    node, colon, factor = spec.rpartition(":")
+    if not colon:
+        raise FedmstError(f"--slow-node {spec}: give NODE:FACTOR, e.g. 4:3 for a node 3 times slower")
+    if node not in graph:
+        raise FedmstError(f"--slow-node {spec}: node {node!r} is not in topology {graph.graph.get('name', '?')!r}")
+    try:
+        slow = float(factor)
+    except ValueError:
+        slow = 0.0
+    if not slow >= 1:
+        raise FedmstError(f"--slow-node {spec}: the factor must be a number of at least 1, got {factor!r}")
+    return node, slow
+
+
 def _round(spec: str, text: str, rounds: int, option: str) -> int:
     if not text.isdigit() or not 1 <= int(text) <= rounds:
         raise FedmstError(f"{option} {spec}: round {text!r} is not one of 1..{rounds}")

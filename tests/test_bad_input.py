@@ -105,6 +105,9 @@ CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
     ("fail-link-not-a-link", _args("--fail-link", "a-c@1"), ("--fail-link a-c@1", "'a-c' is not a link", "line3")),
     ("fail-link-bad-round", _args("--fail-link", "a-b@5"), ("--fail-link a-b@5", "round '5' is not one of 1..1")),
     ("kill-worker-unknown-node", _args("--kill-worker", "zz@1"), ("--kill-worker zz@1", "'zz'", "line3")),
+    ("slow-node-unknown", _args("--slow-node", "zz:2"), ("--slow-node zz:2", "'zz'", "line3")),
+    ("slow-node-factor", _args("--slow-node", "a:0.5"), ("--slow-node a:0.5", "at least 1")),
+    ("negative-deadline", _args("--deadline", "-1"), ("--deadline -1", "positive")),
 ]
 
 BASE = {"--topology": "line3", "-k": "2", "--rounds": "1", "--model": "mlp", "--seed": "1"}

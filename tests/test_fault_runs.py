@@ -16,16 +16,16 @@ from fedmst.results import read_csv
 
 pytestmark = pytest.mark.integration
 
-TASK = ["--topology", "small", "--local-models", "4", "--rounds", "3", "--global-node", "0",
+TASK = ["--topology", "small", "--local-models", "4", "--global-node", "0",
         "--local-nodes", "2,3,3,4", "--save-models"]
 
 
-def _run(out: Path, scheduler: str, *extra: str) -> dict:
-    proc = subprocess.run([FEDMST, "run", "--scheduler", scheduler, *TASK, "--out", str(out), *extra],
-                          capture_output=True, text=True, timeout=900)
+def _run(out: Path, scheduler: str, *extra: str, rounds: int = 3) -> dict:
+    proc = subprocess.run([FEDMST, "run", "--scheduler", scheduler, *TASK, "--rounds", str(rounds),
+                           "--out", str(out), *extra], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["rounds"] == 3
+    assert summary["status"] == "completed" and summary["rounds"] == rounds
     return summary
 
 
@@ -86,3 +86,23 @@ def test_a_killed_relay_worker_leaves_the_round_to_the_survivors(tmp_path: Path,
     for rnd in (2, 3):
         _assert_exact_over_participants(out, rnd, 3)
         assert not (out / "models" / f"round{rnd}" / "task0-local3.pt").exists()
+
+
+def test_a_straggler_slows_the_round_and_a_deadline_drops_its_update(tmp_path: Path, clean_host: None) -> None:
+    """Node 4 trains 20 times slower: without a deadline the round waits for it; with a 1 s
+    deadline its update is dropped each round, the aggregate is exact over the other three,
+    and the training phase ends at the deadline."""
+    slow = tmp_path / "slow"
+    _run(slow, "mst", "--slow-node", "4:20", rounds=2)
+    timed = tmp_path / "deadline"
+    summary = _run(timed, "mst", "--slow-node", "4:20", "--deadline", "1", rounds=2)
+    assert summary["late_updates_per_round"] == [1, 1] and summary["local_models_per_round"] == [3, 3]
+    slow_rounds, timed_rounds = read_csv(slow / "rounds.csv"), read_csv(timed / "rounds.csv")
+    assert [int(r["late_updates"]) for r in slow_rounds] == [0, 0]
+    for s, t in zip(slow_rounds, timed_rounds):
+        assert float(t["train_s"]) >= 1.0  # the late node replies at the deadline...
+        assert float(s["train_s"]) > float(t["train_s"])  # ...and the straggler alone makes the round longer
+    _assert_measured_as_planned(timed)  # its node still relays: the plan's bytes all flow
+    for rnd in (1, 2):
+        _assert_exact_over_participants(slow, rnd, 4)
+        _assert_exact_over_participants(timed, rnd, 3)
