@@ -120,7 +120,7 @@ class Agent:
             rank = transport.SENDER if t.src == self.node else transport.RECEIVER
             addr = t.src_addr if rank == transport.SENDER else t.dst_addr
             t.pair = transport.open_pair(store / t.key, rank=rank, address=addr, timeout_s=self.spec["timeout_s"],
-                                         numel=self.numel)
+                                         numel=self.numel, stall_s=self.spec.get("stall_s"))
 
     def replan(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Take up a new plan (after a link failure or a dead worker): close every transfer, then

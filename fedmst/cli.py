@@ -58,12 +58,15 @@ def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Uniform delay jitter (+-) on every link direction; packet order is kept."),
         click.option("--save-models", is_flag=True,
                      help="Write trained local and aggregated global weights to OUT/models."),
-        click.option("--fail-link", "fail_links", multiple=True, metavar="A-B@ROUND[-ROUND]",
-                     help="Take link A-B down at the start of ROUND (and up again at the second ROUND); "
-                          "the scheduler re-plans around it. Repeatable."),
+        click.option("--fail-link", "fail_links", multiple=True, metavar="A-B@ROUND[+S][-R2]",
+                     help="Take link A-B down at the start of ROUND (A-B@ROUND+S: S seconds into its broadcast, "
+                          "under the transfers; A-B@ROUND-R2: up again at round R2); the scheduler re-plans "
+                          "around it. Repeatable."),
         click.option("--kill-worker", "kill_workers", multiple=True, metavar="NODE@ROUND",
                      help="Kill NODE's worker during ROUND's training; the round finishes with the surviving "
                           "local models. Repeatable."),
+        click.option("--stall-timeout", "stall_s", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+                     help="A transfer whose next chunk takes longer than this has failed (a dead link or peer)."),
         click.option("--slow-node", "slow_nodes", multiple=True, metavar="NODE:FACTOR",
                      help="NODE's worker trains FACTOR times slower (a straggler). Repeatable."),
         click.option("--deadline", "deadline_s", type=float, default=None, metavar="SECONDS",
@@ -109,7 +112,7 @@ def _config(out: str, scheduler: str, **kw: Any) -> Any:
         epochs=kw["epochs"], chunk_bytes=kw["chunk_kb"] * 1024, mtu=kw["mtu"],
         delay_mode=kw["delay_mode"], loss=kw["loss"], jitter_ms=kw["jitter_ms"],
         save_models=kw["save_models"], fail_links=tuple(kw["fail_links"]), kill_workers=tuple(kw["kill_workers"]),
-        slow_nodes=tuple(kw["slow_nodes"]), deadline_s=kw["deadline_s"],
+        slow_nodes=tuple(kw["slow_nodes"]), deadline_s=kw["deadline_s"], stall_s=kw["stall_s"],
         **_worker_config(kw),
     )
 

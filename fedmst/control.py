@@ -99,14 +99,15 @@ class ControlServer:
             self.agents[node] = chan
 
     def run(self, msg: Message, *, timeout_s: float, check: Callable[[], None],
-            survive: bool = False) -> dict[str, Message]:
+            survive: bool = False, tolerate_errors: bool = False) -> dict[str, Message]:
         """Send ``msg`` to every agent and collect one reply from each.
 
         ``check`` is called while waiting and raises if an agent process died, so a dead agent
         is reported within a second instead of hanging the run. With ``survive``, a
         :class:`WorkerDied` only drops that agent (recorded in :attr:`lost`) and the others'
         replies are collected; otherwise it ends the run. A reply with ``ok: false`` becomes an
-        :class:`EmulationError` naming the node.
+        :class:`EmulationError` naming the node, unless ``tolerate_errors`` (a fault was injected
+        under the command) asks for every reply, failed or not.
         """
         def checked(gone: str | None = None) -> None:
             """Run ``check``; when ``gone``'s connection closed, give its process up to 2 s to be
@@ -148,7 +149,7 @@ class ControlServer:
                     if node not in self.agents:
                         continue
                     raise EmulationError(f"agent on node {node} closed its control connection during {msg.get('cmd')}")
-                if not reply.get("ok", False):
+                if not reply.get("ok", False) and not tolerate_errors:
                     raise EmulationError(f"agent on node {node} failed in {msg.get('cmd')}: {reply.get('error')}")
                 replies[node] = reply
             if self.agents.keys() - replies.keys():

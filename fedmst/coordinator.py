@@ -9,6 +9,7 @@ time on the same links; each task's phase latency is when its last node finished
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import shutil
 import tempfile
@@ -74,6 +75,7 @@ class RunConfig:
     kill_workers: tuple[str, ...] = ()
     slow_nodes: tuple[str, ...] = ()
     deadline_s: float | None = None
+    stall_s: float = 10.0
 
 
 WORKER_BACKENDS = ("process", "docker")
@@ -379,6 +381,64 @@ def _replan(config: RunConfig, graph: Any, live: Live, emu: Emulation, server: C
     }
 
 
+class LinkCut:
+    """A link failure that strikes ``after_s`` seconds into a phase, under its transfers, or at
+    the phase's end if the phase is done sooner."""
+
+    def __init__(self, emu: Emulation, failure: faults.LinkFailure) -> None:
+        self.emu, self.failure = emu, failure
+        self.at_s: float | None = None
+        self.lost_bytes = 0
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(failure.after_s or 0.0, self.strike)
+        self._t0 = 0.0
+
+    def start(self) -> None:
+        self._t0 = time.perf_counter()
+        self._timer.start()
+
+    def strike(self) -> None:
+        with self._lock:
+            if self.at_s is None:
+                self.lost_bytes = self.emu.set_link(*self.failure.link, up=False)
+                self.at_s = time.perf_counter() - self._t0
+
+    def finish(self) -> dict[str, Any]:
+        """Strike now if the phase ended first; return the event as faults.json records it."""
+        self._timer.cancel()
+        if self._timer.is_alive():
+            self._timer.join()
+        self.strike()
+        u, v = self.failure.link
+        return {"event": f"link {u}-{v} down {self.at_s:.2f} s into the broadcast",
+                "in_flight_lost_bytes": self.lost_bytes, "planned_after_s": self.failure.after_s}
+
+
+def _after_cuts(cuts: list[LinkCut], replies: dict[str, Any], msg: dict[str, Any], res: RoundResult, live: Live,
+                emu: Emulation, server: ControlServer, before: dict[tuple[str, str], int],
+                replan: Callable[[RoundResult, str, dict[str, Any]], None], check: Callable[[], None],
+                timeout_s: float) -> dict[str, Any]:
+    """After a phase that links failed under: re-plan around them and, if transfers failed
+    (they stall until the stall timeout), run the phase again on the new plan. What the failed
+    attempt cost is recorded with the event."""
+    events = [c.finish() for c in cuts]
+    for c in cuts:
+        live.down.add(c.failure.link)
+    failed = {node: re.sub(r"\[/[^\]]*\] ", "", rep.get("error", ""))  # gloo's source paths: noise
+              for node, rep in replies.items() if not rep.get("ok", False)}
+    event = {"event": ", ".join(e["event"] for e in events),
+             "in_flight_lost_bytes": sum(e["in_flight_lost_bytes"] for e in events)}
+    if failed:
+        now = emu.counters()
+        event["aborted"] = {"phase": msg["cmd"], "failed_nodes": failed,
+                            "link_bytes": sum(now[h] - before[h] for h in now)}
+    replan(res, msg["cmd"] if failed else "train", event)
+    if not failed:
+        return replies
+    res.plans[msg["cmd"]] = live.plans
+    return server.run(msg, timeout_s=timeout_s, check=check)
+
+
 def _late(replies: dict[str, Any], live: Live, report: Report, tag: str, round_: int,
           deadline_s: float | None) -> dict[str, list[int]]:
     """The local models each task's agents reported late in the train phase; reported once."""
@@ -417,7 +477,8 @@ def _run_rounds(config: RunConfig, graph: Any, workload: WorkloadPlan, emu: Emul
         "control_socket": str(scratch / "control.sock"), "store_dir": str(scratch / "store"),
         "model": config.model, "epochs": config.epochs, "batch_size": config.batch_size, "lr": config.lr,
         "alpha": config.alpha, "data_seed": config.seed, "chunk_bytes": config.chunk_bytes,
-        "timeout_s": config.phase_timeout_s, "tasks": specs, "slow": _slow_nodes(config, graph, workload),
+        "timeout_s": config.phase_timeout_s, "stall_s": config.stall_s, "tasks": specs,
+        "slow": _slow_nodes(config, graph, workload),
     }
     write_json(out / "plan.json", {
         "scheduler": config.scheduler, "wavelengths": workload.wavelengths,
@@ -465,7 +526,7 @@ def _run_rounds(config: RunConfig, graph: Any, workload: WorkloadPlan, emu: Emul
             changes = []
             for f in link_failures:
                 u, v = f.link
-                if f.round == r:
+                if f.round == r and f.after_s is None:
                     lost = emu.set_link(u, v, up=False)
                     live.down.add(f.link)
                     changes.append({"event": f"link {u}-{v} down", "in_flight_lost_bytes": lost})
@@ -487,17 +548,23 @@ def _run_rounds(config: RunConfig, graph: Any, workload: WorkloadPlan, emu: Emul
                     weights = msg["weights"] = _weights(live, samples, res.late, r)
                     res.local_models = {name: len(w) for name, w in weights.items()}
                 killed = {k.node: 0.0 for k in kills if k.round == r and phase == "train"}
+                cuts = [LinkCut(emu, f) for f in link_failures
+                        if f.round == r and f.after_s is not None and phase == "broadcast"]
                 start = time.perf_counter()
                 with sampler.sampling(r, phase):
                     # the kills land while the training the message starts is running
                     timers = [threading.Timer(0.0, lambda n=n, k=killed: k.__setitem__(n, workers.kill(n)))
                               for n in killed]
-                    for timer in timers:
+                    for timer in (*timers, *cuts):
                         timer.start()
-                    replies = server.run(msg, timeout_s=t, check=check, survive=phase == "train")
+                    replies = server.run(msg, timeout_s=t, check=check, survive=phase == "train",
+                                         tolerate_errors=bool(cuts))
                     for timer in timers:
                         timer.join()
                     _notice(killed, workers, server, timeout_s=t)
+                    if cuts:
+                        replies = _after_cuts(cuts, replies, msg, res, live, emu, server, before, replanned,
+                                              check, t)
                 res.seconds[phase] = time.perf_counter() - start
                 if phase == "train":
                     res.late = _late(replies, live, report, tag, r, config.deadline_s)

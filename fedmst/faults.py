@@ -32,12 +32,14 @@ from fedmst.tasks import Task
 
 @dataclass(frozen=True)
 class LinkFailure:
-    """Link ``link`` goes down at the start of round ``round`` and, if ``until`` is given, comes
+    """Link ``link`` goes down at the start of round ``round`` or, with ``after_s``, that many
+    seconds into the round's broadcast, under the transfers; if ``until`` is given it comes
     back up at the start of round ``until``."""
 
     link: tuple[str, str]
     round: int
     until: int | None = None
+    after_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -49,25 +51,38 @@ class WorkerKill:
 
 
 def parse_link_failure(spec: str, graph: nx.Graph, rounds: int) -> LinkFailure:
-    """``A-B@R`` or ``A-B@R-R2``: a link of ``graph`` and the round(s).
+    """``A-B@R[+S][-R2]``: a link of ``graph``, the round it fails in (``+S``: S seconds into
+    that round's broadcast) and the round it is back in.
 
     >>> g = nx.path_graph(["x-1", "y"])
     >>> parse_link_failure("x-1-y@2-3", g, rounds=4)
-    LinkFailure(link=('x-1', 'y'), round=2, until=3)
+    LinkFailure(link=('x-1', 'y'), round=2, until=3, after_s=None)
+    >>> parse_link_failure("y-x-1@1+0.25", g, rounds=4)
+    LinkFailure(link=('y', 'x-1'), round=1, until=None, after_s=0.25)
     """
     where, at, when = spec.rpartition("@")
     if not at:
-        raise FedmstError(f"--fail-link {spec}: give LINK@ROUND, e.g. 3-5@2 (or 3-5@2-4 to bring it back at round 4)")
+        raise FedmstError(f"--fail-link {spec}: give LINK@ROUND, e.g. 3-5@2 (3-5@2+0.5: 0.5 s into round 2's "
+                          "broadcast; 3-5@2-4: back at round 4)")
     links = [(where[:i], where[i + 1:]) for i, ch in enumerate(where) if ch == "-"]
     found = [(u, v) for u, v in links if graph.has_edge(u, v)]
     if not found:
         raise FedmstError(f"--fail-link {spec}: {where!r} is not a link of topology {graph.graph.get('name', '?')!r}")
     first, dash, last = when.partition("-")
+    first, plus, after = first.partition("+")
+    after_s = None
+    if plus:
+        try:
+            after_s = float(after)
+        except ValueError:
+            after_s = -1.0
+        if not after_s >= 0:
+            raise FedmstError(f"--fail-link {spec}: {after!r} is not a number of seconds into the broadcast")
     start = _round(spec, first, rounds, "--fail-link")
     until = _round(spec, last, rounds + 1, "--fail-link") if dash else None
     if until is not None and until <= start:
         raise FedmstError(f"--fail-link {spec}: the link must come back after round {start}, not at {until}")
-    return LinkFailure(link=found[0], round=start, until=until)
+    return LinkFailure(link=found[0], round=start, until=until, after_s=after_s)
 
 
 def parse_worker_kill(spec: str, graph: nx.Graph, rounds: int) -> WorkerKill:

@@ -29,14 +29,19 @@ class Pair:
 
     group: dist.ProcessGroupGloo
     rank: int
+    timeout: datetime.timedelta = datetime.timedelta(minutes=5)
+    """How long one chunk may take before the transfer is declared stalled (a failed link)."""
 
     @property
     def peer(self) -> int:
         return 1 - self.rank
 
 
-def open_pair(store_file: Path, *, rank: int, address: str, timeout_s: float, numel: int) -> Pair:
-    """Connect this end of a transfer: blocks until the other end has opened it too.
+def open_pair(store_file: Path, *, rank: int, address: str, timeout_s: float, numel: int,
+              stall_s: float | None = None) -> Pair:
+    """Connect this end of a transfer: blocks (up to ``timeout_s``) until the other end has
+    opened it too. Once open, a chunk that takes longer than ``stall_s`` (default ``timeout_s``)
+    fails the transfer, so a link that died under it is noticed in bounded time.
 
     The two ends then agree on the tensor they will move: the sender announces its element
     count in a fixed-size message and the receiver checks it against its own, so a mismatch
@@ -47,7 +52,8 @@ def open_pair(store_file: Path, *, rank: int, address: str, timeout_s: float, nu
     opts = dist.ProcessGroupGloo._Options()
     opts._devices = [dist.ProcessGroupGloo.create_device(hostname=address)]
     opts._timeout = datetime.timedelta(seconds=timeout_s)
-    pair = Pair(dist.ProcessGroupGloo(store, rank, 2, opts), rank)
+    pair = Pair(dist.ProcessGroupGloo(store, rank, 2, opts), rank,
+                datetime.timedelta(seconds=stall_s if stall_s is not None else timeout_s))
     count = torch.tensor([numel], dtype=torch.int64)
     if rank == SENDER:
         pair.group.send([count], RECEIVER, 0).wait()
@@ -64,8 +70,11 @@ class ShapeMismatch(RuntimeError):
 
 
 def close_pair(pair: Pair) -> None:
-    """Close this end of a transfer's connection (its plan was replaced)."""
-    pair.group.shutdown()
+    """Close this end of a transfer's connection (its plan was replaced, or it failed)."""
+    try:
+        pair.group.shutdown()
+    except RuntimeError:  # a pair whose transfer failed may already be half closed
+        pass
 
 
 def chunks(numel: int, chunk_elems: int) -> list[slice]:
@@ -96,10 +105,10 @@ def relay(
     sends = []
     for i, part in enumerate(parts):
         if recvs:
-            recvs[i].wait()
-        sends += [s.group.send([buf[part]], s.peer, i) for s in sinks]
-    for work in sends:
-        work.wait()
+            _wait(recvs[i], source)
+        sends += [(s.group.send([buf[part]], s.peer, i), s) for s in sinks]
+    for work, sink in sends:
+        _wait(work, sink)
     return buf
 
 
@@ -117,14 +126,20 @@ def aggregate(
     recvs = [_recv_all(src, b, parts) for src, b in zip(sources, bufs)]
     sends = []
     for i, part in enumerate(parts):
-        for works, b in zip(recvs, bufs):
-            works[i].wait()
+        for works, b, src in zip(recvs, bufs, sources):
+            _wait(works[i], src)
             acc[part] += b[part]
         if sink is not None:
             sends.append(sink.group.send([acc[part]], sink.peer, i))
     for work in sends:
-        work.wait()
+        _wait(work, sink)
     return acc
+
+
+def _wait(work: dist.Work, pair: Pair | None) -> None:
+    """Wait for one chunk, at most the pair's stall timeout."""
+    assert pair is not None
+    work.wait(pair.timeout)
 
 
 def _recv_all(src: Pair | None, buf: torch.Tensor, parts: list[slice]) -> list[dist.Work]:

@@ -5,13 +5,15 @@ dead worker, both in the same round, through the real ``fedmst`` runs.
 The link and the worker are chosen from the MST plan of the task so that both schedulers are
 hit: the link is the first hop of MST's broadcast tree out of G (SPFF's star leaves G over the
 same few links), the worker is a node that holds a local model and aggregates for others in MST's
-tree (a relay). The link fails at the start of round 2 (re-plan before the broadcast), the
-worker is killed during round 2's training (re-plan before the upload), and the link comes back
-at round 3 (re-plan again).
+tree (a relay). The link fails 0.3 s into round 2's broadcast, under the transfers (they stall
+for ``--stall`` seconds, then the tree is re-planned and the broadcast runs again), the worker
+is killed during round 2's training (re-plan before the upload), and the link comes back at
+round 3 (re-plan again).
 
 For each scheduler it prints the rounds completed, each re-plan's time split into scheduling,
 route installation and reconnecting the agents, how long the dead worker took to be noticed,
-the bytes the failed link's queues held when it went down, and per round the local models that
+the bytes the failed link's queues held when it went down and those of the aborted broadcast,
+and per round the local models that
 took part, the measured round latency beside the Plans' prediction, and the link bytes.
 
 Run as root from the repository: ``.venv/bin/python scripts/bench_faults.py [--local-models 8]
@@ -50,15 +52,17 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--model", default="mlp-large")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--stall", type=float, default=3.0, help="stall timeout of the transfers (s)")
     parser.add_argument("--out", default="runs/bench-faults")
     args = parser.parse_args()
 
     base = RunConfig(topology=args.topology, local_models=args.local_models, rounds=args.rounds, model=args.model,
                      seed=args.seed, save_models=False)
     link, node = pick_faults(base)
-    base = replace(base, fail_links=(f"{link}@2-3",), kill_workers=(f"{node}@2",))
-    print(f"## {args.topology}, {args.local_models} local models, {args.model}: link {link} down at round 2 "
-          f"and back at 3, worker on node {node} killed in round 2's training\n")
+    base = replace(base, fail_links=(f"{link}@2+0.3-3",), kill_workers=(f"{node}@2",), stall_s=args.stall)
+    print(f"## {args.topology}, {args.local_models} local models, {args.model}: link {link} down 0.3 s into "
+          f"round 2's broadcast and back at 3, worker on node {node} killed in round 2's training, "
+          f"stall timeout {args.stall:g} s\n")
     summaries = {}
     for scheduler in ("spff", "mst"):
         out = Path(args.out) / scheduler
@@ -69,15 +73,15 @@ def main() -> int:
         print(f"[{scheduler}] done in {time.monotonic() - started:.0f} s", file=sys.stderr)
 
     print("| scheduler | round | event | scheduling (s) | routes (s) | reconnect (s) | re-plan (s) "
-          "| noticed after (s) | in flight lost (B) | local models dropped |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| noticed after (s) | in flight lost (B) | aborted attempt (MB) | local models dropped |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for scheduler in summaries:
         for e in json.loads((Path(args.out) / scheduler / "faults.json").read_text()):
             noticed = ", ".join(f"{n}: {s:.2f}" for n, s in e.get("detected_s", {}).items()) or "-"
             dropped = "; ".join(f"{i} ({why})" for d in e["dropped"].values() for i, why in d.items()) or "-"
             print(f"| {scheduler} | {e['round']} | {e['event']} | {e['scheduling_s']:.3f} | {e['routes_s']:.3f} "
                   f"| {e['reconnect_s']:.3f} | {e['replan_s']:.3f} | {noticed} | {e['in_flight_lost_bytes']} "
-                  f"| {dropped} |")
+                  f"| {e['aborted']['link_bytes'] / 1e6 if 'aborted' in e else 0:.1f} | {dropped} |")
 
     print("\n| scheduler | round | local models | round latency (s) | predicted comm. (s) | link bytes (MB) "
           "| accuracy |")

@@ -106,3 +106,24 @@ def test_a_straggler_slows_the_round_and_a_deadline_drops_its_update(tmp_path: P
     for rnd in (1, 2):
         _assert_exact_over_participants(slow, rnd, 4)
         _assert_exact_over_participants(timed, rnd, 3)
+
+
+def test_a_link_failing_under_the_broadcast_is_noticed_and_the_phase_redone(tmp_path: Path,
+                                                                              clean_host: None) -> None:
+    """Link 0-4 dies 0.3 s into round 2's broadcast, with weights on it: the stalled transfers
+    fail after the 2 s stall timeout, the tree is re-planned around 0-4 and the broadcast runs
+    again; the round still aggregates exactly."""
+    out = tmp_path / "run"
+    summary = _run(out, "mst", "--fail-link", "0-4@2+0.3", "--stall-timeout", "2", rounds=2)
+    (event,) = json.loads((out / "faults.json").read_text())
+    assert event["event"].startswith("link 0-4 down") and event["before_phase"] == "broadcast"
+    assert event["aborted"]["failed_nodes"] and event["aborted"]["link_bytes"] > 0
+    assert all("Timed out" in why for why in event["aborted"]["failed_nodes"].values())
+    assert event["in_flight_lost_bytes"] >= 0
+    for flow in event["tasks"][0]["flows"]:
+        assert all({a, b} != {"0", "4"} for a, b in zip(flow["path"], flow["path"][1:])), flow["path"]
+    broadcast = [float(r["broadcast_s"]) for r in read_csv(out / "rounds.csv")]
+    assert broadcast[1] > 2.0 > broadcast[0]  # round 2 waited out the stall timeout, round 1 did not
+    assert summary["local_models_per_round"] == [4, 4]
+    for rnd in (1, 2):
+        _assert_exact_over_participants(out, rnd, 4)

@@ -13,14 +13,15 @@ from fedmst import transport
 
 
 def _both_ends(store: Path, sender: Callable[[transport.Pair], object], receiver: Callable[[transport.Pair], object],
-               numel: tuple[int, int]) -> dict[int, object]:
+               numel: tuple[int, int], stall_s: float | None = None) -> dict[int, object]:
     """Open one transfer on 127.0.0.1 from two threads and run each end's part; return what each
     end returned or raised."""
     results: dict[int, object] = {}
 
     def end(rank: int, part: Callable[[transport.Pair], object]) -> None:
         try:
-            pair = transport.open_pair(store, rank=rank, address="127.0.0.1", timeout_s=20, numel=numel[rank])
+            pair = transport.open_pair(store, rank=rank, address="127.0.0.1", timeout_s=20, numel=numel[rank],
+                                       stall_s=stall_s)
             results[rank] = part(pair)
         except Exception as exc:  # noqa: BLE001 - the test inspects it
             results[rank] = exc
@@ -48,3 +49,16 @@ def test_a_size_mismatch_is_an_error_naming_both_sizes(tmp_path: Path) -> None:
     got = _both_ends(tmp_path / "task0-000-broadcast", lambda p: "sent", lambda p: "never", numel=(5, 4))
     assert isinstance(got[1], transport.ShapeMismatch)
     assert "task0-000-broadcast" in str(got[1]) and "offers 5 weights" in str(got[1]) and "expects 4" in str(got[1])
+
+
+
+def test_a_stalled_transfer_fails_instead_of_hanging(tmp_path: Path) -> None:
+    """The sender never sends (as behind a dead link): the receiver's wait fails after the
+    stall timeout and the process lives on."""
+    got = _both_ends(
+        tmp_path / "t",
+        lambda p: threading.Event().wait(2),
+        lambda p: transport.relay(torch.empty(4), source=p, sinks=[], chunk_elems=4),
+        numel=(4, 4), stall_s=0.5,
+    )
+    assert isinstance(got[1], RuntimeError) and "Timed out" in str(got[1])
