@@ -62,9 +62,9 @@ def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Take link A-B down at the start of ROUND (A-B@ROUND+S: S seconds into its broadcast, "
                           "under the transfers; A-B@ROUND-R2: up again at round R2); the scheduler re-plans "
                           "around it. Repeatable."),
-        click.option("--kill-worker", "kill_workers", multiple=True, metavar="NODE@ROUND",
-                     help="Kill NODE's worker during ROUND's training; the round finishes with the surviving "
-                          "local models. Repeatable."),
+        click.option("--kill-worker", "kill_workers", multiple=True, metavar="NODE@ROUND[+S]",
+                     help="Kill NODE's worker during ROUND's training (NODE@ROUND+S: S seconds into its "
+                          "broadcast); the round finishes with the surviving local models. Repeatable."),
         click.option("--stall-timeout", "stall_s", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
                      help="A transfer whose next chunk takes longer than this has failed (a dead link or peer)."),
         click.option("--slow-node", "slow_nodes", multiple=True, metavar="NODE:FACTOR",

@@ -25,7 +25,7 @@ import fedmst
 from fedmst import aggregation, containers, data, faults, models
 from fedmst.control import ControlServer
 from fedmst.emulation import Emulation, probe_capabilities, require_tools, resolve_delay_mode
-from fedmst.errors import FedmstError, WorkerDied
+from fedmst.errors import EmulationError, FedmstError, WorkerDied
 from fedmst.results import LINK_FIELDS, ROUND_FIELDS, SAMPLE_FIELDS, TASK_FIELDS, write_csv, write_json
 from fedmst.scheduling import Plan
 from fedmst.scheduling.plan import (
@@ -327,11 +327,9 @@ class Workers:
                 raise WorkerDied(node, f"agent on node {node} exited with code {proc.returncode}{hint}: "
                                        f"{(lines or ['(no output)'])[-1]}")
 
-    def kill(self, node: str) -> float:
-        """Kill ``node``'s agent as a crash would; return when (monotonic clock)."""
-        at = time.monotonic()
+    def kill(self, node: str) -> None:
+        """Kill ``node``'s agent as a crash would."""
         self.emu.kill_worker(node, self.procs[node])
-        return at
 
 
 def _weights(live: Live, samples: dict[str, dict[int, int]], late: dict[str, list[int]],
@@ -381,16 +379,23 @@ def _replan(config: RunConfig, graph: Any, live: Live, emu: Emulation, server: C
     }
 
 
-class LinkCut:
-    """A link failure that strikes ``after_s`` seconds into a phase, under its transfers, or at
-    the phase's end if the phase is done sooner."""
+class Strike:
+    """A fault that strikes ``after_s`` seconds into a phase, under its transfers, or at the
+    phase's end if the phase is done sooner. ``action`` injects it and returns the bytes it
+    destroyed in flight."""
 
-    def __init__(self, emu: Emulation, failure: faults.LinkFailure) -> None:
-        self.emu, self.failure = emu, failure
+    def __init__(self, event: str, after_s: float, action: Callable[[], int], *, node: str | None = None,
+                 link: tuple[str, str] | None = None) -> None:
+        self.event, self.after_s, self.action = event, after_s, action
+        self.node, self.link = node, link
+        """The worker it kills, or the link it takes down."""
+        self.description = ""
         self.at_s: float | None = None
+        self.when = 0.0
+        """When it struck (monotonic clock)."""
         self.lost_bytes = 0
         self._lock = threading.Lock()
-        self._timer = threading.Timer(failure.after_s or 0.0, self.strike)
+        self._timer = threading.Timer(after_s, self.strike)
         self._t0 = 0.0
 
     def start(self) -> None:
@@ -400,42 +405,57 @@ class LinkCut:
     def strike(self) -> None:
         with self._lock:
             if self.at_s is None:
-                self.lost_bytes = self.emu.set_link(*self.failure.link, up=False)
+                self.when = time.monotonic()
+                self.lost_bytes = self.action()
                 self.at_s = time.perf_counter() - self._t0
 
-    def finish(self) -> dict[str, Any]:
-        """Strike now if the phase ended first; return the event as faults.json records it."""
+    def finish(self, phase: str) -> None:
+        """Strike now if the phase ended first, and describe what happened when."""
         self._timer.cancel()
         if self._timer.is_alive():
             self._timer.join()
         self.strike()
-        u, v = self.failure.link
-        return {"event": f"link {u}-{v} down {self.at_s:.2f} s into the broadcast",
-                "in_flight_lost_bytes": self.lost_bytes, "planned_after_s": self.failure.after_s}
+        self.description = f"{self.event} {self.at_s:.2f} s into the {'training' if phase == 'train' else phase}"
 
 
-def _after_cuts(cuts: list[LinkCut], replies: dict[str, Any], msg: dict[str, Any], res: RoundResult, live: Live,
-                emu: Emulation, server: ControlServer, before: dict[tuple[str, str], int],
-                replan: Callable[[RoundResult, str, dict[str, Any]], None], check: Callable[[], None],
-                timeout_s: float) -> dict[str, Any]:
-    """After a phase that links failed under: re-plan around them and, if transfers failed
-    (they stall until the stall timeout), run the phase again on the new plan. What the failed
-    attempt cost is recorded with the event."""
-    events = [c.finish() for c in cuts]
-    for c in cuts:
-        live.down.add(c.failure.link)
+NEXT_PHASE = {"broadcast": "train", "train": "upload", "upload": "broadcast"}
+
+
+def _recover(phase: str, msg: dict[str, Any], replies: dict[str, Any], strikes: list[Strike], res: RoundResult,
+             live: Live, emu: Emulation, server: ControlServer, workers: Workers, before: dict[tuple[str, str], int],
+             replan: Callable[[RoundResult, str, dict[str, Any]], None],
+             weights: Callable[[], dict[str, dict[str, float]]], check: Callable[[], None],
+             timeout_s: float) -> dict[str, Any]:
+    """After a phase in which links failed or workers died: re-plan around them and, if
+    transfers failed (they stall until the stall timeout, or break when a peer dies), run the
+    phase again on the new plan, once. A failure with neither cause ends the run."""
+    dead = set(server.lost) - live.dead
+    kill_times = {st.node: st.when for st in strikes if st.node is not None}
     failed = {node: re.sub(r"\[/[^\]]*\] ", "", rep.get("error", ""))  # gloo's source paths: noise
               for node, rep in replies.items() if not rep.get("ok", False)}
-    event = {"event": ", ".join(e["event"] for e in events),
-             "in_flight_lost_bytes": sum(e["in_flight_lost_bytes"] for e in events)}
+    if not dead and not strikes:
+        if failed:
+            node, why = next(iter(failed.items()))
+            raise EmulationError(f"agent on node {node} failed in {phase}: {why}")
+        return replies
+    live.dead |= dead
+    event: dict[str, Any] = {
+        "event": ", ".join([*(st.description for st in strikes),
+                            *(f"worker on node {n} died" for n in sorted(dead - kill_times.keys(), key=node_order))]),
+        "in_flight_lost_bytes": sum(st.lost_bytes for st in strikes),
+        "cause": {n: server.lost[n] for n in sorted(dead, key=node_order)},
+        "detected_s": {n: workers.died[n] - kill_times[n] for n in dead if n in kill_times},
+    }
     if failed:
         now = emu.counters()
-        event["aborted"] = {"phase": msg["cmd"], "failed_nodes": failed,
-                            "link_bytes": sum(now[h] - before[h] for h in now)}
-    replan(res, msg["cmd"] if failed else "train", event)
-    if not failed:
+        event["aborted"] = {"phase": phase, "failed_nodes": failed, "link_bytes": sum(now[h] - before[h] for h in now)}
+    replan(res, phase if "aborted" in event else NEXT_PHASE[phase], event)
+    if "aborted" not in event:
         return replies
-    res.plans[msg["cmd"]] = live.plans
+    res.plans[phase] = live.plans
+    if phase == "upload":
+        msg["weights"] = weights()
+        res.local_models = {name: len(w) for name, w in msg["weights"].items()}
     return server.run(msg, timeout_s=timeout_s, check=check)
 
 
@@ -453,7 +473,25 @@ def _late(replies: dict[str, Any], live: Live, report: Report, tag: str, round_:
     return {name: sorted(m) for name, m in late.items()}
 
 
-def _notice(killed: dict[str, float], workers: Workers, server: ControlServer, timeout_s: float) -> None:
+def _strikes(round_: int, phase: str, link_failures: list[faults.LinkFailure], kills: list[faults.WorkerKill],
+             emu: Emulation, workers: Workers) -> list[Strike]:
+    """The faults that strike during this phase: links failing under the broadcast, workers
+    killed under the broadcast (``@R+S``) or while they train (``@R``)."""
+    strikes = [Strike(f"link {f.link[0]}-{f.link[1]} down", f.after_s, lambda f=f: emu.set_link(*f.link, up=False),
+                      link=f.link)
+               for f in link_failures if f.round == round_ and f.after_s is not None and phase == "broadcast"]
+    def kill(node: str) -> int:
+        workers.kill(node)
+        return 0
+
+    for k in kills:
+        if k.round == round_ and phase == ("broadcast" if k.after_s is not None else "train"):
+            strikes.append(Strike(f"worker on node {k.node} killed", k.after_s or 0.0, lambda n=k.node: kill(n),
+                                  node=k.node))
+    return strikes
+
+
+def _notice(killed: list[str], workers: Workers, server: ControlServer, timeout_s: float) -> None:
     """Make sure every killed worker's death is noticed even if it replied just before dying."""
     for node in killed:
         if node in server.agents:
@@ -547,24 +585,19 @@ def _run_rounds(config: RunConfig, graph: Any, workload: WorkloadPlan, emu: Emul
                 if phase == "upload":
                     weights = msg["weights"] = _weights(live, samples, res.late, r)
                     res.local_models = {name: len(w) for name, w in weights.items()}
-                killed = {k.node: 0.0 for k in kills if k.round == r and phase == "train"}
-                cuts = [LinkCut(emu, f) for f in link_failures
-                        if f.round == r and f.after_s is not None and phase == "broadcast"]
+                strikes = _strikes(r, phase, link_failures, kills, emu, workers)
                 start = time.perf_counter()
                 with sampler.sampling(r, phase):
-                    # the kills land while the training the message starts is running
-                    timers = [threading.Timer(0.0, lambda n=n, k=killed: k.__setitem__(n, workers.kill(n)))
-                              for n in killed]
-                    for timer in (*timers, *cuts):
-                        timer.start()
-                    replies = server.run(msg, timeout_s=t, check=check, survive=phase == "train",
-                                         tolerate_errors=bool(cuts))
-                    for timer in timers:
-                        timer.join()
-                    _notice(killed, workers, server, timeout_s=t)
-                    if cuts:
-                        replies = _after_cuts(cuts, replies, msg, res, live, emu, server, before, replanned,
-                                              check, t)
+                    for strike in strikes:
+                        strike.start()
+                    replies = server.run(msg, timeout_s=t, check=check, survive=True, tolerate_errors=True)
+                    for strike in strikes:
+                        strike.finish(phase)
+                        if strike.link is not None:
+                            live.down.add(strike.link)
+                    _notice([st.node for st in strikes if st.node is not None], workers, server, timeout_s=t)
+                    replies = _recover(phase, msg, replies, strikes, res, live, emu, server, workers, before,
+                                       replanned, lambda res=res, r=r: _weights(live, samples, res.late, r), check, t)
                 res.seconds[phase] = time.perf_counter() - start
                 if phase == "train":
                     res.late = _late(replies, live, report, tag, r, config.deadline_s)
@@ -575,16 +608,6 @@ def _run_rounds(config: RunConfig, graph: Any, workload: WorkloadPlan, emu: Emul
                 after = emu.counters()
                 res.link_bytes[phase] = {hop: after[hop] - before[hop] for hop in after}
                 before = after
-                lost = set(server.lost) - live.dead
-                if lost:
-                    live.dead |= lost
-                    replanned(res, "upload", {
-                        "event": ", ".join(f"worker on node {n} died" for n in sorted(lost, key=node_order)),
-                        "cause": {n: server.lost[n] for n in lost},
-                        "detected_s": {n: workers.died[n] - killed[n] for n in lost if killed.get(n)},
-                        "in_flight_lost_bytes": 0,
-                    })
-                    before = emu.counters()  # re-planning's own handshakes are not the upload's bytes
             res.queue_drops = {hop: n - drops[hop] for hop, n in emu.queue_drops().items()}
             res.retransmits = emu.tcp_retransmits() - retransmits
             evaluated = server.run({"cmd": "evaluate", "round": r}, timeout_s=t, check=check)

@@ -44,10 +44,12 @@ class LinkFailure:
 
 @dataclass(frozen=True)
 class WorkerKill:
-    """The worker (agent) on ``node`` is killed while round ``round``'s local training runs."""
+    """The worker (agent) on ``node`` is killed while round ``round``'s local training runs or,
+    with ``after_s``, that many seconds into the round's broadcast, under the transfers."""
 
     node: str
     round: int
+    after_s: float | None = None
 
 
 def parse_link_failure(spec: str, graph: nx.Graph, rounds: int) -> LinkFailure:
@@ -70,14 +72,7 @@ def parse_link_failure(spec: str, graph: nx.Graph, rounds: int) -> LinkFailure:
         raise FedmstError(f"--fail-link {spec}: {where!r} is not a link of topology {graph.graph.get('name', '?')!r}")
     first, dash, last = when.partition("-")
     first, plus, after = first.partition("+")
-    after_s = None
-    if plus:
-        try:
-            after_s = float(after)
-        except ValueError:
-            after_s = -1.0
-        if not after_s >= 0:
-            raise FedmstError(f"--fail-link {spec}: {after!r} is not a number of seconds into the broadcast")
+    after_s = _seconds(spec, after, "--fail-link") if plus else None
     start = _round(spec, first, rounds, "--fail-link")
     until = _round(spec, last, rounds + 1, "--fail-link") if dash else None
     if until is not None and until <= start:
@@ -86,17 +81,21 @@ def parse_link_failure(spec: str, graph: nx.Graph, rounds: int) -> LinkFailure:
 
 
 def parse_worker_kill(spec: str, graph: nx.Graph, rounds: int) -> WorkerKill:
-    """``NODE@R``: the node whose worker dies in round R.
+    """``NODE@R[+S]``: the node whose worker dies in round R (``+S``: S seconds into its broadcast).
 
     >>> parse_worker_kill("7@2", nx.path_graph(["7", "8"]), rounds=3)
-    WorkerKill(node='7', round=2)
+    WorkerKill(node='7', round=2, after_s=None)
+    >>> parse_worker_kill("7@2+0.5", nx.path_graph(["7", "8"]), rounds=3).after_s
+    0.5
     """
     node, at, when = spec.rpartition("@")
     if not at:
-        raise FedmstError(f"--kill-worker {spec}: give NODE@ROUND, e.g. 7@2")
+        raise FedmstError(f"--kill-worker {spec}: give NODE@ROUND, e.g. 7@2 (7@2+0.5: 0.5 s into round 2's broadcast)")
     if node not in graph:
         raise FedmstError(f"--kill-worker {spec}: node {node!r} is not in topology {graph.graph.get('name', '?')!r}")
-    return WorkerKill(node=node, round=_round(spec, when, rounds, "--kill-worker"))
+    first, plus, after = when.partition("+")
+    return WorkerKill(node=node, round=_round(spec, first, rounds, "--kill-worker"),
+                      after_s=_seconds(spec, after, "--kill-worker") if plus else None)
 
 
 def parse_slow_node(spec: str, graph: nx.Graph) -> tuple[str, float]:
@@ -117,6 +116,16 @@ def parse_slow_node(spec: str, graph: nx.Graph) -> tuple[str, float]:
     if not slow >= 1:
         raise FedmstError(f"--slow-node {spec}: the factor must be a number of at least 1, got {factor!r}")
     return node, slow
+
+
+def _seconds(spec: str, text: str, option: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise FedmstError(f"{option} {spec}: {text!r} is not a number of seconds into the broadcast")
+    return seconds
 
 
 def _round(spec: str, text: str, rounds: int, option: str) -> int:
