@@ -122,7 +122,12 @@ def _report(line: str) -> None:
 
 
 def _guard(fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` turning fedmst errors into one line and signals into a clean exit."""
+    """Run ``fn`` turning fedmst errors into one line and signals into a clean exit.
+
+    SIGINT is handled even when the parent ignored it (a background job of a non-interactive
+    shell inherits SIGINT ignored): Ctrl-C must always tear the emulation down.
+    """
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         return fn()
