@@ -100,7 +100,7 @@ class Workers:
 
 
 def aggregation_weights(live: Live, samples: dict[str, dict[int, int]], late: dict[str, list[int]],
-             round_: int) -> dict[str, dict[str, float]]:
+                        round_: int) -> dict[str, dict[str, float]]:
     """Each task's aggregation weights over the local models whose update counts this round
     (in the plan and not late); they sum to 1."""
     weights = {}
@@ -114,7 +114,7 @@ def aggregation_weights(live: Live, samples: dict[str, dict[int, int]], late: di
 
 
 def replan(config: RunConfig, graph: Any, live: Live, emu: Emulation, server: ControlServer, scratch: Path,
-            check: Callable[[], None], agents: set[str]) -> dict[str, Any]:
+           check: Callable[[], None], agents: set[str]) -> dict[str, Any]:
     """Schedule the tasks again around what is broken, install the new routes and have the
     agents connect the new transfers; return what it took and which local models left."""
     t0 = time.perf_counter()
@@ -189,10 +189,10 @@ NEXT_PHASE = {"broadcast": "train", "train": "upload", "upload": "broadcast"}
 
 
 def recover(phase: str, msg: dict[str, Any], replies: dict[str, Any], strikes: list[Strike], res: RoundResult,
-             live: Live, emu: Emulation, server: ControlServer, workers: Workers, before: dict[tuple[str, str], int],
-             on_replan: Callable[[RoundResult, str, dict[str, Any]], None],
-             weights: Callable[[], dict[str, dict[str, float]]], check: Callable[[], None],
-             timeout_s: float) -> dict[str, Any]:
+            live: Live, emu: Emulation, server: ControlServer, workers: Workers, before: dict[tuple[str, str], int],
+            on_replan: Callable[[RoundResult, str, dict[str, Any]], None],
+            weights: Callable[[], dict[str, dict[str, float]]], check: Callable[[], None],
+            timeout_s: float) -> dict[str, Any]:
     """After a phase in which links failed or workers died: re-plan around them and, if
     transfers failed (they stall until the stall timeout, or break when a peer dies), run the
     phase again on the new plan, once. A failure with neither cause ends the run."""
@@ -227,7 +227,7 @@ def recover(phase: str, msg: dict[str, Any], replies: dict[str, Any], strikes: l
 
 
 def late_models(replies: dict[str, Any], live: Live, report: Report, tag: str, round_: int,
-          deadline_s: float | None) -> dict[str, list[int]]:
+                deadline_s: float | None) -> dict[str, list[int]]:
     """The local models each task's agents reported late in the train phase; reported once."""
     late: dict[str, list[int]] = {}
     for reply in replies.values():
@@ -241,7 +241,7 @@ def late_models(replies: dict[str, Any], live: Live, report: Report, tag: str, r
 
 
 def strikes_for(round_: int, phase: str, link_failures: list[faults.LinkFailure], kills: list[faults.WorkerKill],
-             emu: Emulation, workers: Workers) -> list[Strike]:
+                emu: Emulation, workers: Workers) -> list[Strike]:
     """The faults that strike during this phase: links failing under the broadcast, workers
     killed under the broadcast (``@R+S``) or while they train (``@R``)."""
     strikes = [Strike(f"link {f.link[0]}-{f.link[1]} down", f.after_s, lambda f=f: emu.set_link(*f.link, up=False),
