@@ -102,11 +102,16 @@ class RoundResult:
     retransmits: int = 0
     plans: dict[str, tuple[Plan, ...]] = field(default_factory=dict)
     """The plans each phase ran with: a fault in the round changes them between phases."""
-    local_models: dict[str, int] = field(default_factory=dict)
-    """Local models of each task whose update went into the aggregate."""
+    weights: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Each task's aggregation weights in the upload that counted, by original local model."""
     late: dict[str, list[int]] = field(default_factory=dict)
     """Each task's local models whose update missed the deadline and was dropped."""
     faults: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def local_models(self) -> dict[str, int]:
+        """Local models of each task whose update went into the aggregate."""
+        return {name: len(w) for name, w in self.weights.items()}
 
     @property
     def accuracy(self) -> float:
@@ -354,8 +359,7 @@ def _run_rounds(config: RunConfig, graph: Any, workload: WorkloadPlan, emu: Emul
                 if phase == "train" and config.deadline_s is not None:
                     msg["deadline_s"] = config.deadline_s
                 if phase == "upload":
-                    weights = msg["weights"] = aggregation_weights(live, samples, res.late, r)
-                    res.local_models = {name: len(w) for name, w in weights.items()}
+                    res.weights = msg["weights"] = aggregation_weights(live, samples, res.late, r)
                 strikes = strikes_for(r, phase, link_failures, kills, emu, workers)
                 start = time.perf_counter()
                 with sampler.sampling(r, phase):
@@ -387,7 +391,7 @@ def _run_rounds(config: RunConfig, graph: Any, workload: WorkloadPlan, emu: Emul
                 saved = out / "models" / f"round{r}"
                 saved.mkdir(parents=True, exist_ok=True)
                 server.run({"cmd": "save", "dir": str(saved)}, timeout_s=t, check=check)
-                for name, w in weights.items():
+                for name, w in res.weights.items():
                     write_json(saved / f"{name}-weights.json", w)
             results.append(res)
             _write_tables(out, graph, config, results, emu.delay_applied)

@@ -221,8 +221,7 @@ def recover(phase: str, msg: dict[str, Any], replies: dict[str, Any], strikes: l
         return replies
     res.plans[phase] = live.plans
     if phase == "upload":
-        msg["weights"] = weights()
-        res.local_models = {name: len(w) for name, w in msg["weights"].items()}
+        res.weights = msg["weights"] = weights()
     return server.run(msg, timeout_s=timeout_s, check=check)
 
 
