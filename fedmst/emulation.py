@@ -149,7 +149,8 @@ class Emulation:
         self._scratch: Path | None = None
         self._flow_hosts = FLOW_NET.hosts()
         self._state: RunState | None = None
-        self._containers: list[str] = []
+        self._containers: dict[str, str] = {}
+        """Node -> host (and container) name, for the nodes that are containers."""
 
     def emulated(self) -> dict[str, object]:
         """The ``emulated`` object of summary.json: what was really applied to the links."""
@@ -274,8 +275,7 @@ class Emulation:
             return {}
         docker = self.docker
         assert self._state is not None
-        hosts = {node: host_name(i) for i, node in enumerate(self.nodes) if node in docker.limits}
-        self._containers = list(hosts.values())
+        hosts = self._containers = {node: host_name(i) for i, node in enumerate(self.nodes) if node in docker.limits}
 
         def start(node: str) -> int:
             return containers.start(hosts[node], docker.image, docker.limits[node], docker.mounts, os.getpid())
@@ -351,8 +351,8 @@ class Emulation:
             for host in self._hosts.values():
                 _reap(host)
         if self._containers:
-            containers.remove(self._containers)
-            self._containers = []
+            containers.remove(self._containers.values())
+            self._containers = {}
         for (u, v), (_, line_log) in self._lines.items():
             stats = line_log.with_suffix(".json")
             if stats.exists():
@@ -419,8 +419,8 @@ class Emulation:
     def kill_worker(self, node: str, proc: subprocess.Popen) -> None:
         """Kill ``node``'s worker outright (SIGKILL), as a crash would: its process, or every
         process in its container. The node keeps forwarding packets (that is the kernel's)."""
-        if self.docker is not None and node in self.docker.limits:
-            containers.kill(host_name(self.nodes.index(node)))
+        if node in self._containers:
+            containers.kill(self._containers[node])
         else:
             proc.kill()
 
@@ -452,20 +452,20 @@ class Emulation:
     # processes ------------------------------------------------------------------------------
     def popen(self, node: str, argv: Sequence[str], *, env: Mapping[str, str], log_file: IO[str]) -> subprocess.Popen:
         """Start a process inside ``node``'s host; it is ended by :meth:`close`."""
-        proc = self._hosts[node].popen(list(argv), env=dict(env), stdout=log_file, stderr=subprocess.STDOUT)
-        self._procs.append(proc)
-        assert self._state is not None
-        self._state.add(proc.pid)
-        return proc
+        return self._track(self._hosts[node].popen(list(argv), env=dict(env), stdout=log_file,
+                                                   stderr=subprocess.STDOUT))
 
     def start_worker(self, node: str, args: Sequence[str], *, env: Mapping[str, str],
                      log_file: IO[str]) -> subprocess.Popen:
         """Run ``python ARGS`` as ``node``'s worker: in its container when it has one, else in
         its host with this interpreter. ``env`` is added to the worker's environment."""
-        if self.docker is None or node not in self.docker.limits:
+        if node not in self._containers:
             return self.popen(node, [sys.executable, *args], env={**os.environ, **env}, log_file=log_file)
-        proc = subprocess.Popen(containers.exec_argv(host_name(self.nodes.index(node)), ["python", *args], env),
-                                env={**os.environ, **env}, stdout=log_file, stderr=subprocess.STDOUT)
+        return self._track(subprocess.Popen(containers.exec_argv(self._containers[node], ["python", *args], env),
+                                            env={**os.environ, **env}, stdout=log_file, stderr=subprocess.STDOUT))
+
+    def _track(self, proc: subprocess.Popen) -> subprocess.Popen:
+        """Record a started process: :meth:`close` ends it, ``fedmst clean`` after a SIGKILL."""
         self._procs.append(proc)
         assert self._state is not None
         self._state.add(proc.pid)
