@@ -79,10 +79,10 @@ def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _worker_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    from fedmst.containers import DEFAULT_IMAGE
+    from fedmst.containers import DEFAULT_IMAGE, WORKER_BACKENDS
 
     opts = [
-        click.option("--workers", type=click.Choice(["process", "docker"]), default="process", show_default=True,
+        click.option("--workers", type=click.Choice(WORKER_BACKENDS), default="process", show_default=True,
                      help="Run each compute node's agent as a process in its host, or in a Docker container "
                           "whose network namespace gets the emulated links."),
         click.option("--image", default=DEFAULT_IMAGE, show_default=True,

@@ -20,6 +20,8 @@ from typing import Iterable, Mapping, Sequence
 from fedmst.errors import EmulationError, FedmstError
 
 DEFAULT_IMAGE = "fedmst-worker"
+WORKER_BACKENDS = ("process", "docker")
+"""Where agents run: processes in their Mininet hosts, or Docker containers."""
 LABEL = "org.fedmst.worker"
 """Every container fedmst starts carries this label (its value is the coordinator's PID)."""
 NAME_PREFIX = "fedmst-"

@@ -88,9 +88,6 @@ class RunConfig:
     stall_s: float = 10.0
 
 
-WORKER_BACKENDS = ("process", "docker")
-
-
 @dataclass
 class RoundResult:
     round: int
@@ -205,8 +202,9 @@ def _slow_nodes(config: RunConfig, graph: Any, workload: WorkloadPlan) -> dict[s
 
 def _worker_limits(config: RunConfig, graph: Any, workload: WorkloadPlan) -> dict[str, containers.WorkerLimits]:
     """Each worker node's container limits (checked even for process workers, which ignore them)."""
-    if config.workers not in WORKER_BACKENDS:
-        raise FedmstError(f"unknown worker backend {config.workers!r}; choose one of: {', '.join(WORKER_BACKENDS)}")
+    if config.workers not in containers.WORKER_BACKENDS:
+        raise FedmstError(f"unknown worker backend {config.workers!r}; "
+                          f"choose one of: {', '.join(containers.WORKER_BACKENDS)}")
     if config.workers == "process" and (config.cpus or config.memory):
         raise FedmstError("--cpus/--memory limit containers: add --workers docker")
     return containers.worker_limits(_worker_nodes(config, graph, workload), config.cpus, config.memory, graph.nodes)
@@ -263,7 +261,7 @@ def run(config: RunConfig, report: Report = print) -> dict[str, Any]:
         if emu.delay_stats:
             write_json(out / "delay_lines.json", emu.delay_stats)
         if rounds or status == "completed":  # rounds already finished keep their summary
-            summary = _summary(config, graph, workload, rounds, emu.emulated(), time.monotonic() - started, status)
+            summary = _summary(config, graph, workload, rounds, emu, time.monotonic() - started, status)
             write_json(out / "summary.json", summary)
     return summary
 
@@ -468,20 +466,20 @@ def _write_tables(out: Path, graph: Any, config: RunConfig, rounds: list[RoundRe
     write_csv(out / "links.csv", LINK_FIELDS, link_rows)
 
 
-def _workers_summary(config: RunConfig, graph: Any, workload: WorkloadPlan) -> dict[str, Any]:
+def _workers_summary(docker: containers.DockerWorkers | None) -> dict[str, Any]:
     """Where the agents ran: processes in the hosts, or containers with their image and limits."""
-    if config.workers == "process":
+    if docker is None:
         return {"backend": "process"}
-    return {"backend": "docker", "image": config.image,
-            "limits": {n: asdict(lim) for n, lim in _worker_limits(config, graph, workload).items()}}
+    return {"backend": "docker", "image": docker.image,
+            "limits": {n: asdict(lim) for n, lim in docker.limits.items()}}
 
 
 def _summary(config: RunConfig, graph: Any, workload: WorkloadPlan, rounds: list[RoundResult],
-             emulated: dict[str, object], wall_s: float, status: str) -> dict[str, Any]:
+             emu: Emulation, wall_s: float, status: str) -> dict[str, Any]:
     """summary.json: means over the finished rounds; ``status`` says whether all of them ran
     (``completed``), or the run was ``interrupted`` or ``failed: REASON`` after ``rounds``."""
     plans = workload.plans
-    secs = [_predicted_seconds(r, graph, config, bool(emulated["delay"])) for r in rounds]
+    secs = [_predicted_seconds(r, graph, config, emu.delay_applied) for r in rounds]
     rows = [row for r in rounds for row in _link_rows(graph, r, config.mtu)]
     first = plans[0]
     return {
@@ -521,7 +519,7 @@ def _summary(config: RunConfig, graph: Any, workload: WorkloadPlan, rounds: list
         "late_updates_per_round": [sum(len(m) for m in r.late.values()) for r in rounds],
         "final_accuracy": rounds[-1].accuracy,
         "accuracy_per_round": [r.accuracy for r in rounds],
-        "emulated": emulated,
-        "workers": _workers_summary(config, graph, workload),
+        "emulated": emu.emulated(),
+        "workers": _workers_summary(emu.docker),
         "wall_s": wall_s,
     }

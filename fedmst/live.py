@@ -153,7 +153,7 @@ class Strike:
 
     def __init__(self, event: str, after_s: float, action: Callable[[], int], *, node: str | None = None,
                  link: tuple[str, str] | None = None) -> None:
-        self.event, self.after_s, self.action = event, after_s, action
+        self.event, self.action = event, action
         self.node, self.link = node, link
         """The worker it kills, or the link it takes down."""
         self.description = ""
@@ -246,6 +246,7 @@ def strikes_for(round_: int, phase: str, link_failures: list[faults.LinkFailure]
     strikes = [Strike(f"link {f.link[0]}-{f.link[1]} down", f.after_s, lambda f=f: emu.set_link(*f.link, up=False),
                       link=f.link)
                for f in link_failures if f.round == round_ and f.after_s is not None and phase == "broadcast"]
+
     def kill(node: str) -> int:
         workers.kill(node)
         return 0
