@@ -1,6 +1,6 @@
 # fedmst worker image: Python 3.11, a venv in /opt/fedmst with torch (CPU) and fedmst, nothing else.
 # The host starts it with --network none --cap-drop ALL --security-opt no-new-privileges, wires its
-# network namespace from outside and runs `python -m fedmst.agent ...` in it with `docker exec`.
+# network namespace from outside and runs `python -m fedmst.workers.agent ...` in it with `docker exec`.
 #
 # Online (any Docker host):  docker build -t fedmst-worker .
 # Offline (this repo's way): scripts/setup-docker.sh puts every dependency as a wheel in build/wheels
@@ -70,7 +70,7 @@ RUN set -eu; \
     pip install --no-index --no-deps --no-build-isolation /src; \
     pip check; \
     rm -rf /src /root/.cache; \
-    python -c "import fedmst.agent, torch; print('fedmst worker ready, torch', torch.__version__)"
+    python -c "import fedmst.workers.agent, torch; print('fedmst worker ready, torch', torch.__version__)"
 
 # Idles until the host runs the agent with `docker exec`. sleep ignores SIGTERM as PID 1, so
 # `docker stop` sends SIGKILL straight away instead of waiting out its timeout.

@@ -23,7 +23,7 @@ err_console = Console(stderr=True, highlight=False)
 
 
 def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    from fedmst.models import DEFAULT_MODEL
+    from fedmst.fl.models import DEFAULT_MODEL
 
     opts = [
         click.option("--topology", default="nsfnet", show_default=True,
@@ -79,7 +79,7 @@ def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _worker_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    from fedmst.containers import DEFAULT_IMAGE, WORKER_BACKENDS
+    from fedmst.workers.docker import DEFAULT_IMAGE, WORKER_BACKENDS
 
     opts = [
         click.option("--workers", type=click.Choice(WORKER_BACKENDS), default="process", show_default=True,
@@ -102,7 +102,7 @@ def _worker_config(kw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _config(out: str, scheduler: str, **kw: Any) -> Any:
-    from fedmst.coordinator import RunConfig
+    from fedmst.run.engine import RunConfig
 
     local_nodes = tuple(n.strip() for n in kw["local_nodes"].split(",")) if kw["local_nodes"] else None
     return RunConfig(
@@ -153,7 +153,7 @@ def main() -> None:
 @_options
 def run(scheduler: str, out: str, **kw: Any) -> None:
     """Run one FL task for real in Mininet with one scheduler."""
-    from fedmst.coordinator import run as run_
+    from fedmst.run.engine import run as run_
 
     summary = _guard(lambda: run_(_config(out, scheduler, **kw), report=_report))
     console.print(_table({scheduler: summary}))
@@ -165,8 +165,8 @@ def run(scheduler: str, out: str, **kw: Any) -> None:
 @_options
 def compare(out: str, **kw: Any) -> None:
     """Run the same task with SPFF and with MST and compare them side by side."""
-    from fedmst.coordinator import prepare, run as run_
-    from fedmst.results import write_json
+    from fedmst.run.engine import prepare, run as run_
+    from fedmst.run.results import write_json
 
     def both() -> dict[str, Any]:
         base = _config(out, "spff", **kw)
@@ -226,9 +226,9 @@ def sweep(out: str, ks: list[int], seeds: list[int], tasks: int, wavelengths: in
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
-    from fedmst.coordinator import RunConfig
-    from fedmst.plots import plot_sweep
-    from fedmst.sweep import points, sweep as sweep_
+    from fedmst.run.engine import RunConfig
+    from fedmst.views.plots import plot_sweep
+    from fedmst.run.experiments import points, sweep as sweep_
 
     folder = Path(out)
     base = RunConfig(topology=topology, tasks=tasks, wavelengths=wavelengths, rounds=rounds, model=model,
@@ -260,7 +260,7 @@ def sweep(out: str, ks: list[int], seeds: list[int], tasks: int, wavelengths: in
               help="Only this round (default: all rounds summed).")
 def links(run_dir: Path, sort: str, round_: int | None) -> None:
     """Per-link traffic of a run folder, or MST minus SPFF for a compare folder."""
-    from fedmst.linkview import diff_table, is_compare_dir, link_table, render
+    from fedmst.views.links import diff_table, is_compare_dir, link_table, render
 
     def table() -> Table:
         if is_compare_dir(run_dir):
@@ -280,7 +280,7 @@ def links(run_dir: Path, sort: str, round_: int | None) -> None:
 def plot(run_dir: Path, out: Path | None, task: str, link: str | None) -> None:
     """Draw the topology with each link coloured by the bytes it carried and the task's broadcast and
     upload trees overlaid; a compare folder gets SPFF and MST side by side."""
-    from fedmst.plots import plot_link_utilisation, plot_run
+    from fedmst.views.plots import plot_link_utilisation, plot_run
 
     if link is not None:
         console.print(f"wrote {_guard(lambda: plot_link_utilisation(run_dir, link, out))}")
@@ -291,7 +291,7 @@ def plot(run_dir: Path, out: Path | None, task: str, link: str | None) -> None:
 @main.command()
 def clean() -> None:
     """Remove every namespace, interface and process a crashed fedmst run left behind."""
-    from fedmst.cleanup import clean as clean_
+    from fedmst.net.cleanup import clean as clean_
 
     for line in _guard(clean_):
         console.print(line)

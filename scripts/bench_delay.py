@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark fedmst's link delay and loss emulation end to end, through ``Emulation`` itself.
 
-Every measurement builds its network with :class:`fedmst.emulation.Emulation` and
+Every measurement builds its network with :class:`fedmst.net.emulation.Emulation` and
 ``delay_mode="userspace"`` (one NFQUEUE delay line per link direction, started and stopped by
 the emulation); nothing is started by hand. It measures, beside what was configured:
 
@@ -41,8 +41,8 @@ from typing import Sequence
 
 import networkx as nx
 
-from fedmst.emulation import Emulation
-from fedmst.topology import load_topology
+from fedmst.net.emulation import Emulation
+from fedmst.core.topology import load_topology
 
 PAYLOAD_PER_FRAME = {1500: 1448 / 1514, 9000: 8948 / 9014}
 """TCP payload per Ethernet frame (IPv4 20 + TCP 20 + timestamps 12, Ethernet header 14)."""

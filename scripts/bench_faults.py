@@ -29,8 +29,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from fedmst.coordinator import RunConfig, prepare, run
-from fedmst.results import read_csv
+from fedmst.run.engine import RunConfig, prepare, run
+from fedmst.run.results import read_csv
 
 
 def pick_faults(config: RunConfig) -> tuple[str, str]:

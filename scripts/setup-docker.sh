@@ -136,5 +136,5 @@ if ! DOCKER_BUILDKIT=${DOCKER_BUILDKIT:-0} docker build --network none --build-a
     die "docker build failed; log: build/docker-build.log"
 fi
 docker run --rm --network none --cap-drop ALL --security-opt no-new-privileges "$IMAGE" \
-    python -c 'import fedmst.agent, torch; print("   torch", torch.__version__, "imports in the image")'
+    python -c 'import fedmst.workers.agent, torch; print("   torch", torch.__version__, "imports in the image")'
 step "ready: $IMAGE ($(docker image inspect -f '{{.Size}}' "$IMAGE" | awk '{printf "%.2f GB", $1/1e9}'), $SECONDS s in all)"

@@ -13,8 +13,8 @@ from typing import Iterator
 import psutil
 import pytest
 
-from fedmst import containers
-from fedmst.cleanup import OURS, STATE_DIR
+from fedmst.workers import docker as containers
+from fedmst.net.cleanup import OURS, STATE_DIR
 
 
 def leftovers() -> list[str]:
@@ -69,5 +69,5 @@ def run_past_round_one(out: Path, *extra: str) -> Iterator[subprocess.Popen[str]
 
 
 def children_running(proc: subprocess.Popen[str], module: str) -> list[psutil.Process]:
-    """The processes ``proc`` started whose command line runs ``module`` (e.g. fedmst.agent)."""
+    """The processes ``proc`` started whose command line runs ``module`` (e.g. fedmst.workers.agent)."""
     return [p for p in psutil.Process(proc.pid).children(recursive=True) if module in " ".join(p.cmdline())]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fedmst.agent import runs_in
+from fedmst.workers.agent import runs_in
 
 
 def _write(root: Path, files: dict[str, str]) -> Path:
@@ -47,7 +47,7 @@ def test_an_agent_refuses_other_fedmst_code() -> None:
     import pytest
 
     import fedmst
-    from fedmst.agent import Agent
+    from fedmst.workers.agent import Agent
 
     agent = Agent({"chunk_bytes": 1024, "tasks": []}, node="0")
     with pytest.raises(RuntimeError, match="rebuild the worker image"):

@@ -4,10 +4,10 @@ import pytest
 import torch
 from torch import nn
 
-from fedmst.aggregation import fedavg, flatten, load_flat, sample_weights, weighted_sum
-from fedmst.data import INPUT_SHAPE, NUM_CLASSES, load_digits_dataset, train_test_split_seeded
-from fedmst.models import build_model
-from fedmst.training import accuracy, train_local
+from fedmst.fl.aggregation import fedavg, flatten, load_flat, sample_weights, weighted_sum
+from fedmst.fl.data import INPUT_SHAPE, NUM_CLASSES, load_digits_dataset, train_test_split_seeded
+from fedmst.fl.models import build_model
+from fedmst.fl.training import accuracy, train_local
 
 
 class WithBuffers(nn.Module):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fedmst.control import Channel, ControlServer, connect
+from fedmst.workers.control import Channel, ControlServer, connect
 from fedmst.errors import WorkerDied
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedmst import data
+from fedmst.fl import data
 from fedmst.errors import TaskError
 
 

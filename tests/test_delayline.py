@@ -2,7 +2,7 @@
 
 The pure tests drive :class:`DelayLine` with explicit times and fake packets. The integration
 tests hold real ICMP packets at a receiving host's ingress (iptables ``raw`` PREROUTING ->
-NFQUEUE -> ``python -m fedmst.delayline``) on topology ``line3`` and measure what ``ping`` sees.
+NFQUEUE -> ``python -m fedmst.net.delayline``) on topology ``line3`` and measure what ``ping`` sees.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import IO, Any, Iterator
 import psutil
 import pytest
 
-from fedmst.delayline import DelayLine, ingress_rule, main
+from fedmst.net.delayline import DelayLine, ingress_rule, main
 
 
 class FakePacket:
@@ -195,7 +195,7 @@ def _start_delay_line(emu: object, node: str, intf: str, tmp: Path, *args: str) 
     stats = tmp / f"{node}-stats.json"
     log: IO[str] = open(tmp / f"{node}-delayline.log", "w")  # noqa: SIM115 - lives as long as the process
     proc = emu.popen(  # type: ignore[attr-defined]
-        node, [sys.executable, "-m", "fedmst.delayline", "--queue", str(QUEUE), "--stats", str(stats), *args],
+        node, [sys.executable, "-m", "fedmst.net.delayline", "--queue", str(QUEUE), "--stats", str(stats), *args],
         env=dict(os.environ), log_file=log,
     )
     deadline = time.monotonic() + 10
@@ -276,7 +276,7 @@ def test_a_dead_delay_line_stops_packets_instead_of_passing_them(tmp_path: Path,
         # a second delay line cannot take the same queue: one line on stderr, exit status 1
         log = tmp_path / "second.log"
         with open(log, "w") as f:
-            second = emu.popen("b", [sys.executable, "-m", "fedmst.delayline", "--queue", str(QUEUE),
+            second = emu.popen("b", [sys.executable, "-m", "fedmst.net.delayline", "--queue", str(QUEUE),
                                      "--delay-ms", "1"], env=dict(os.environ), log_file=f)
             assert second.wait(timeout=30) == 1
         text = log.read_text()
@@ -294,8 +294,8 @@ def test_a_dead_delay_line_stops_packets_instead_of_passing_them(tmp_path: Path,
 @contextmanager
 def _line3() -> Iterator[Any]:
     """line3 (a-b-c, 50 Mbit/s) without netem; link a-b is fm0-eth0 (a) -- fm1-eth0 (b)."""
-    from fedmst.emulation import Emulation
-    from fedmst.topology import load_topology
+    from fedmst.net.emulation import Emulation
+    from fedmst.core.topology import load_topology
 
     with Emulation(load_topology("line3"), delay_mode="off") as emu:
         assert emu.interfaces("a")[0] == "fm0-eth0" and emu.interfaces("b")[0] == "fm1-eth0"

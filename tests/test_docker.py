@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from conftest import FEDMST, run_past_round_one
-from fedmst import containers
-from fedmst.results import read_csv
+from fedmst.workers import docker as containers
+from fedmst.run.results import read_csv
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import FEDMST
-from fedmst.results import read_csv
+from fedmst.run.results import read_csv
 
 pytestmark = pytest.mark.integration
 

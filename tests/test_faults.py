@@ -6,9 +6,9 @@ import networkx as nx
 import pytest
 
 from fedmst.errors import FedmstError
-from fedmst.faults import LinkFailure, WorkerKill, parse_link_failure, parse_worker_kill, remaining_tasks
-from fedmst.scheduling import schedule
-from fedmst.tasks import Task
+from fedmst.core.faults import LinkFailure, WorkerKill, parse_link_failure, parse_worker_kill, remaining_tasks
+from fedmst.core.schedulers import schedule
+from fedmst.core.tasks import Task
 
 
 def ring(n: int = 5) -> nx.Graph:
@@ -80,7 +80,7 @@ def test_a_dead_global_model_or_no_local_model_left_is_an_error() -> None:
 def test_replanned_trees_avoid_down_links_and_dead_relays(scheduler: str) -> None:
     """On the ring, G at 0 and local models at 2 and 3: MST's tree runs 0-1-2-3 or 0-4-3-2;
     with 0-4 down and the ring's other side intact every path avoids 0-4."""
-    from fedmst.faults import surviving_graph
+    from fedmst.core.faults import surviving_graph
 
     task = Task(name="t", global_node="0", local_nodes=("2", "3"), model_bytes=1000)
     g = surviving_graph(ring(), [("0", "4")], [])

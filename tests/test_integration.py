@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from conftest import FEDMST, children_running, run_past_round_one
-from fedmst.emulation import Emulation
-from fedmst.results import read_csv
-from fedmst.topology import load_topology
+from fedmst.net.emulation import Emulation
+from fedmst.run.results import read_csv
+from fedmst.core.topology import load_topology
 
 pytestmark = pytest.mark.integration
 SUMMARY_KEYS = {
@@ -93,7 +93,7 @@ def test_a_dying_global_model_worker_stops_the_run_cleanly(tmp_path: Path, clean
     with run_past_round_one(out) as proc:
         rounds_before = (out / "rounds.csv").read_text()
         g = json.loads((out / "plan.json").read_text())["tasks"][0]["global_node"]
-        (agent,) = [p for p in children_running(proc, "fedmst.agent") if p.cmdline()[-2:] == ["--node", g]]
+        (agent,) = [p for p in children_running(proc, "fedmst.workers.agent") if p.cmdline()[-2:] == ["--node", g]]
         agent.kill()  # an agent this test's run started, by PID
         _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1
@@ -157,7 +157,7 @@ def test_concurrent_tasks_share_the_links_and_each_aggregates_exactly(tmp_path: 
 
 
 def test_sweep_writes_a_tidy_table_and_both_figures(tmp_path: Path, clean_host: None) -> None:
-    from fedmst.sweep import SWEEP_FIELDS
+    from fedmst.run.experiments import SWEEP_FIELDS
 
     out = tmp_path / "sweep"
     proc = subprocess.run(

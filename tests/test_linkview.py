@@ -1,4 +1,4 @@
-"""fedmst.linkview on small hand-made run folders whose every number can be checked by hand.
+"""fedmst.views.links on small hand-made run folders whose every number can be checked by hand.
 
 The run has two links, 2-10 (100 Mbit/s) and 9-10 (200 Mbit/s), so natural node order
 (2 before 9 before 10) differs from string order, and two rounds whose broadcast + upload
@@ -13,8 +13,8 @@ import pytest
 from rich.table import Table
 
 from fedmst.errors import FedmstError
-from fedmst.linkview import diff_table, is_compare_dir, link_table, render
-from fedmst.results import LINK_FIELDS, ROUND_FIELDS, write_csv, write_json
+from fedmst.views.links import diff_table, is_compare_dir, link_table, render
+from fedmst.run.results import LINK_FIELDS, ROUND_FIELDS, write_csv, write_json
 
 CAPACITY = {"2-10": 100, "9-10": 200}
 # (round, src, dst): (predicted, measured, weight, other, drops), in kB

@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from fedmst import models
-from fedmst.data import INPUT_SHAPE, NUM_CLASSES, load_digits_dataset
+from fedmst.fl import models
+from fedmst.fl.data import INPUT_SHAPE, NUM_CLASSES, load_digits_dataset
 from fedmst.errors import ModelError
-from fedmst.models import DEFAULT_MODEL, build_model, model_bytes, register_model
+from fedmst.fl.models import DEFAULT_MODEL, build_model, model_bytes, register_model
 
 
 @pytest.fixture

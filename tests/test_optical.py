@@ -6,10 +6,10 @@ import pytest
 from graphs import graph_from, line
 
 from fedmst.errors import SchedulerError
-from fedmst.scheduling import schedule
-from fedmst.scheduling.optical import Spectrum, admit, lightpath_paths
-from fedmst.tasks import Task
-from fedmst.workload import schedule_workload
+from fedmst.core.schedulers import schedule
+from fedmst.core.optical import Spectrum, admit, lightpath_paths
+from fedmst.core.tasks import Task
+from fedmst.core.workload import schedule_workload
 
 M = 100_000
 

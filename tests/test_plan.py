@@ -7,7 +7,7 @@ import pytest
 from graphs import DELAY_S, graph_from, line
 
 from fedmst.errors import SchedulerError
-from fedmst.scheduling.plan import (
+from fedmst.core.plan import (
     Phase,
     Plan,
     Transfer,
@@ -15,8 +15,8 @@ from fedmst.scheduling.plan import (
     predicted_link_bytes,
     predicted_phase_seconds,
 )
-from fedmst.tasks import Task
-from fedmst.wire import wire_bytes
+from fedmst.core.tasks import Task
+from fedmst.core.wire import wire_bytes
 
 M = 100_000
 W = wire_bytes(M)

@@ -8,9 +8,9 @@ import pytest
 from matplotlib.image import imread
 
 from fedmst.errors import FedmstError
-from fedmst.plots import plot_link_utilisation, plot_run
-from fedmst.results import LINK_FIELDS, SAMPLE_FIELDS, write_csv, write_json
-from fedmst.topology import load_topology
+from fedmst.views.plots import plot_link_utilisation, plot_run
+from fedmst.run.results import LINK_FIELDS, SAMPLE_FIELDS, write_csv, write_json
+from fedmst.core.topology import load_topology
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 MODEL = 1_000_000

@@ -9,10 +9,10 @@ import networkx as nx
 import pytest
 from graphs import random_connected_graph
 
-from fedmst.scheduling import LinkState, scheduler_names, schedule
-from fedmst.scheduling.plan import PHASES, Plan, check_plan, predicted_link_bytes, predicted_phase_seconds
-from fedmst.tasks import Task
-from fedmst.wire import wire_bytes
+from fedmst.core.schedulers import LinkState, scheduler_names, schedule
+from fedmst.core.plan import PHASES, Plan, check_plan, predicted_link_bytes, predicted_phase_seconds
+from fedmst.core.tasks import Task
+from fedmst.core.wire import wire_bytes
 
 SEEDS = range(30)
 

@@ -15,11 +15,11 @@ from graphs import graph_from, line, random_connected_graph
 
 import fedmst
 from fedmst.errors import SchedulerError
-from fedmst.scheduling import get_scheduler, schedule
-from fedmst.scheduling.mst import link_weight, load_discount
-from fedmst.scheduling.plan import Plan, Transfer, plan_summary, predicted_link_bytes
-from fedmst.tasks import Task
-from fedmst.wire import wire_bytes
+from fedmst.core.schedulers import get_scheduler, schedule
+from fedmst.core.schedulers.mst import link_weight, load_discount
+from fedmst.core.plan import Plan, Transfer, plan_summary, predicted_link_bytes
+from fedmst.core.tasks import Task
+from fedmst.core.wire import wire_bytes
 
 M = 100_000
 W = wire_bytes(M)
@@ -202,9 +202,9 @@ def test_same_inputs_same_plan(name: str) -> None:
 _PLANS_SCRIPT = """
 import json
 from graphs import random_connected_graph
-from fedmst.scheduling import schedule
-from fedmst.scheduling.plan import plan_summary
-from fedmst.tasks import place_task
+from fedmst.core.schedulers import schedule
+from fedmst.core.plan import plan_summary
+from fedmst.core.tasks import place_task
 out = []
 for seed in range(30):
     g = random_connected_graph(seed, 12, 0.3, uniform=True)

@@ -8,8 +8,8 @@ import networkx as nx
 import pytest
 
 from fedmst.errors import FedmstError, TaskError
-from fedmst.tasks import Task, place_task
-from fedmst.topology import load_topology
+from fedmst.core.tasks import Task, place_task
+from fedmst.core.topology import load_topology
 
 from graphs import line
 

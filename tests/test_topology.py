@@ -10,7 +10,7 @@ import networkx as nx
 import pytest
 
 from fedmst.errors import TopologyError
-from fedmst.topology import (
+from fedmst.core.topology import (
     PROPAGATION_S_PER_KM,
     TOPOHUB_DEFAULT_CAPACITY_MBPS,
     available_topologies,

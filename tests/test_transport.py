@@ -9,7 +9,7 @@ from typing import Callable
 
 import torch
 
-from fedmst import transport
+from fedmst.workers import transport
 
 
 def _both_ends(store: Path, sender: Callable[[transport.Pair], object], receiver: Callable[[transport.Pair], object],

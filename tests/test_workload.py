@@ -8,12 +8,12 @@ import pytest
 from graphs import graph_from
 
 from fedmst.errors import SchedulerError, TaskError
-from fedmst.scheduling import schedule
-from fedmst.scheduling.plan import check_plan, predicted_link_bytes
-from fedmst.tasks import Task
-from fedmst.topology import load_topology
-from fedmst.wire import wire_bytes
-from fedmst.workload import WorkloadPlan, link_state, make_tasks, schedule_workload
+from fedmst.core.schedulers import schedule
+from fedmst.core.plan import check_plan, predicted_link_bytes
+from fedmst.core.tasks import Task
+from fedmst.core.topology import load_topology
+from fedmst.core.wire import wire_bytes
+from fedmst.core.workload import WorkloadPlan, link_state, make_tasks, schedule_workload
 
 M = 100_000
 WIRE = wire_bytes(M)

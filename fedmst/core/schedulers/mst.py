@@ -20,9 +20,9 @@ from typing import Any, Iterable, Mapping
 import networkx as nx
 from networkx.algorithms.approximation import steiner_tree as approx_steiner_tree
 
-from fedmst.scheduling import LinkState, Scheduler
-from fedmst.scheduling.plan import Plan, Transfer
-from fedmst.tasks import Task
+from fedmst.core.schedulers import LinkState, Scheduler
+from fedmst.core.plan import Plan, Transfer
+from fedmst.core.tasks import Task
 
 
 def load_discount(load: float, model_bytes: int) -> float:

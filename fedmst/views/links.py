@@ -16,8 +16,8 @@ from typing import Any, Callable
 from rich.table import Table
 
 from fedmst.errors import FedmstError
-from fedmst.results import read_csv
-from fedmst.topology import node_order
+from fedmst.run.results import read_csv
+from fedmst.core.topology import node_order
 
 LINK_SORTS = ("measured", "predicted", "error", "utilisation", "peak", "link")
 DIFF_SORTS = ("measured", "spff", "mst", "ratio", "link")

@@ -16,8 +16,8 @@ from typing import Literal, Mapping, Sequence
 import networkx as nx
 
 from fedmst.errors import SchedulerError
-from fedmst.tasks import Task
-from fedmst.wire import DEFAULT_MTU, wire_bytes
+from fedmst.core.tasks import Task
+from fedmst.core.wire import DEFAULT_MTU, wire_bytes
 
 Phase = Literal["broadcast", "upload"]
 PHASES: tuple[Phase, Phase] = ("broadcast", "upload")

@@ -21,9 +21,12 @@ from statistics import mean
 from typing import Any, Callable, Iterator
 
 import fedmst
-from fedmst import containers, data, faults, models
-from fedmst.control import ControlServer
-from fedmst.live import (
+from fedmst.workers import docker as containers
+from fedmst.fl import data
+from fedmst.core import faults
+from fedmst.fl import models
+from fedmst.workers.control import ControlServer
+from fedmst.run.recovery import (
     Live,
     Workers,
     aggregation_weights,
@@ -34,19 +37,19 @@ from fedmst.live import (
     strikes_for,
     task_specs,
 )
-from fedmst.emulation import Emulation, probe_capabilities, require_tools, resolve_delay_mode
+from fedmst.net.emulation import Emulation, probe_capabilities, require_tools, resolve_delay_mode
 from fedmst.errors import FedmstError
-from fedmst.results import LINK_FIELDS, ROUND_FIELDS, SAMPLE_FIELDS, TASK_FIELDS, write_csv, write_json
-from fedmst.scheduling import Plan
-from fedmst.scheduling.plan import (
+from fedmst.run.results import LINK_FIELDS, ROUND_FIELDS, SAMPLE_FIELDS, TASK_FIELDS, write_csv, write_json
+from fedmst.core.schedulers import Plan
+from fedmst.core.plan import (
     PHASES,
     plan_summary,
     predicted_phase_seconds,
 )
-from fedmst.tasks import place_task
-from fedmst.workload import WorkloadPlan, link_state, make_tasks, schedule_workload
-from fedmst.topology import load_topology, node_order
-from fedmst.wire import DEFAULT_MTU
+from fedmst.core.tasks import place_task
+from fedmst.core.workload import WorkloadPlan, link_state, make_tasks, schedule_workload
+from fedmst.core.topology import load_topology, node_order
+from fedmst.core.wire import DEFAULT_MTU
 
 Report = Callable[[str], None]
 

@@ -19,8 +19,8 @@ from typing import Any
 import networkx as nx
 
 from fedmst.errors import FedmstError
-from fedmst.results import read_csv
-from fedmst.topology import load_topology, node_order
+from fedmst.run.results import read_csv
+from fedmst.core.topology import load_topology, node_order
 
 SCHEDULER_ORDER = ("spff", "mst")
 """Panel order of a compare folder: the baseline left, the tree right."""
@@ -349,7 +349,7 @@ def plot_sweep(rows: list[dict[str, Any]], out_dir: Path) -> tuple[Path, Path]:
 def plot_link_utilisation(run_dir: Path, link: str, out: Path | None = None) -> Path:
     """One link's utilisation over the run, both directions, from the counters sampled every
     100 ms (``samples.csv``), with the broadcast/train/upload phases shaded."""
-    from fedmst.linkview import rate_series
+    from fedmst.views.links import rate_series
 
     u, sep, v = link.partition("-")
     caps = {(r["src"], r["dst"]): float(r["capacity_mbps"]) for r in read_csv(run_dir / "links.csv")} \

@@ -16,18 +16,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from fedmst import aggregation, faults
-from fedmst.control import ControlServer
-from fedmst.emulation import Emulation
+from fedmst.fl import aggregation
+from fedmst.core import faults
+from fedmst.workers.control import ControlServer
+from fedmst.net.emulation import Emulation
 from fedmst.errors import EmulationError, FedmstError, WorkerDied
-from fedmst.scheduling import Plan
-from fedmst.scheduling.plan import plan_summary
-from fedmst.tasks import Task
-from fedmst.topology import node_order
-from fedmst.workload import schedule_workload
+from fedmst.core.schedulers import Plan
+from fedmst.core.plan import plan_summary
+from fedmst.core.tasks import Task
+from fedmst.core.topology import node_order
+from fedmst.core.workload import schedule_workload
 
 if TYPE_CHECKING:  # types only: the coordinator imports this module
-    from fedmst.coordinator import Report, RoundResult, RunConfig
+    from fedmst.run.engine import Report, RoundResult, RunConfig
 
 
 @dataclass
@@ -81,7 +82,7 @@ class Workers:
         self.procs = {}
         for node in nodes:
             with (logs / f"node-{node}.log").open("w") as log:
-                args = ["-m", "fedmst.agent", "--spec", str(spec_file), "--node", node]
+                args = ["-m", "fedmst.workers.agent", "--spec", str(spec_file), "--node", node]
                 self.procs[node] = emu.start_worker(node, args, env=env, log_file=log)
 
     def check(self) -> None:

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import psutil
 
-from fedmst import containers
+from fedmst.workers import docker as containers
 
 STATE_DIR = Path(os.environ.get("FEDMST_STATE_DIR", "/run/fedmst"))
-OURS = re.compile(r"mininet:fm\d+|fedmst\.(agent|delayline)")
+OURS = re.compile(r"mininet:fm\d+|fedmst\.(workers\.agent|net\.delayline)")
 """Command lines of the processes fedmst starts: Mininet host shells, agents (or the docker
 clients that run them) and delay lines."""
 _IFACE = re.compile(r"^fm(\d+-eth\d+|probe\d+)$")

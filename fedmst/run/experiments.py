@@ -13,8 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from fedmst.coordinator import RunConfig, prepare, run
-from fedmst.results import read_csv, write_csv
+from fedmst.run.engine import RunConfig, prepare, run
+from fedmst.run.results import read_csv, write_csv
 
 SWEEP_FIELDS = (
     "scheduler", "local_models", "seed", "task", "round",

@@ -5,7 +5,7 @@ them on their own data shards, and plays its part in each transfer the plans rou
 it relays global weights down broadcast transfers and sums updates into upload transfers.
 The coordinator drives it phase by phase over the control channel.
 
-Run as ``python -m fedmst.agent --spec SPEC.json --node NODE``.
+Run as ``python -m fedmst.workers.agent --spec SPEC.json --node NODE``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,12 @@ from typing import Any, Callable
 import torch
 
 import fedmst
-from fedmst import aggregation, control, data, models, training, transport
+from fedmst.fl import aggregation
+from fedmst.workers import control
+from fedmst.fl import data
+from fedmst.fl import models
+from fedmst.fl import training
+from fedmst.workers import transport
 
 
 @dataclass
@@ -302,7 +307,7 @@ def _run_all(fns: list[Callable[[], None]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fedmst.agent")
+    parser = argparse.ArgumentParser(prog="fedmst.workers.agent")
     parser.add_argument("--spec", required=True)
     parser.add_argument("--node", required=True)
     args = parser.parse_args(argv)

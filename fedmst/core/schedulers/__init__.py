@@ -16,8 +16,8 @@ from typing import Mapping
 import networkx as nx
 
 from fedmst.errors import SchedulerError
-from fedmst.scheduling.plan import LinkDir, Plan, check_plan
-from fedmst.tasks import Task
+from fedmst.core.plan import LinkDir, Plan, check_plan
+from fedmst.core.tasks import Task
 
 LinkState = Mapping[LinkDir, float]
 """Bytes per round already planned on each link direction by tasks scheduled earlier."""
@@ -35,8 +35,8 @@ class Scheduler(ABC):
 
 def _registry() -> dict[str, type[Scheduler]]:
     # imported here: the scheduler modules import Scheduler from this package
-    from fedmst.scheduling.mst import MSTScheduler
-    from fedmst.scheduling.spff import SPFFScheduler
+    from fedmst.core.schedulers.mst import MSTScheduler
+    from fedmst.core.schedulers.spff import SPFFScheduler
 
     registry: dict[str, type[Scheduler]] = {"spff": SPFFScheduler, "mst": MSTScheduler}
     for ep in entry_points(group="fedmst.schedulers"):

@@ -14,7 +14,7 @@ The module has two parts:
 
 * :class:`DelayLine`, a pure scheduler with no I/O and an explicit clock, so its rules (order
   kept, exact due times, seeded loss, bounded memory) are unit-tested with a fake clock;
-* :func:`main`, the process (``python -m fedmst.delayline --queue N --delay-ms D ...``) that binds
+* :func:`main`, the process (``python -m fedmst.net.delayline --queue N --delay-ms D ...``) that binds
   an NFQUEUE queue of its network namespace and feeds it through a :class:`DelayLine`.
 
 The rule has no ``--queue-bypass``: if the delay line dies, packets stop instead of silently
@@ -206,7 +206,7 @@ def ingress_rule(interface: str, queue: int) -> str:
 # the process -------------------------------------------------------------------------------------
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m fedmst.delayline",
+        prog="python -m fedmst.net.delayline",
         description="Delay, jitter and drop the packets of one NFQUEUE queue (user-space netem).",
     )
     p.add_argument("--queue", type=int, required=True, help="NFQUEUE number to bind (0..65535)")
@@ -288,12 +288,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.delay_ms / 1e3, args.jitter_ms / 1e3, args.loss, args.capacity, args.seed
         )
     except ValueError as exc:
-        print(f"fedmst.delayline: {exc}", file=sys.stderr)
+        print(f"fedmst.net.delayline: {exc}", file=sys.stderr)
         return 2
     try:
         from netfilterqueue import COPY_META, NetfilterQueue
     except ImportError as exc:
-        print(f"fedmst.delayline: netfilterqueue missing ({exc}); pip install NetfilterQueue", file=sys.stderr)
+        print(f"fedmst.net.delayline: netfilterqueue missing ({exc}); pip install NetfilterQueue", file=sys.stderr)
         return 1
 
     _die_with_parent()
@@ -334,7 +334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # COPY_META: only metadata crosses to user space, never payload; packets stay in the kernel
         nfq.bind(args.queue, on_packet, max_len=args.capacity + KERNEL_QUEUE_SLACK, mode=COPY_META)
     except (OSError, RuntimeError) as exc:
-        print(f"fedmst.delayline: cannot bind NFQUEUE {args.queue} ({exc}); need root, "
+        print(f"fedmst.net.delayline: cannot bind NFQUEUE {args.queue} ({exc}); need root, "
               "and no other process may hold that queue in this network namespace", file=sys.stderr)
         return 1
 
@@ -364,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 except BlockingIOError:
                     pass
     except Exception as exc:  # noqa: BLE001 - report it, still write the counters
-        print(f"fedmst.delayline: stopped by error: {exc!r}", file=sys.stderr)
+        print(f"fedmst.net.delayline: stopped by error: {exc!r}", file=sys.stderr)
         rc = 1
     finally:
         # held packets are dropped, not passed early: stopping must never look like "no delay"

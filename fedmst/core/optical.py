@@ -40,7 +40,7 @@ from typing import Sequence
 import networkx as nx
 
 from fedmst.errors import SchedulerError
-from fedmst.scheduling.plan import Plan
+from fedmst.core.plan import Plan
 
 Path = tuple[str, ...]
 Link = frozenset[str]

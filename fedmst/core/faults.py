@@ -9,7 +9,7 @@ of its local models, the index it had in the original task, so weights and saved
 their names across re-plans.
 
 >>> import networkx as nx
->>> from fedmst.tasks import Task
+>>> from fedmst.core.tasks import Task
 >>> g = nx.cycle_graph(["a", "b", "c", "d"])
 >>> t = Task(name="t", global_node="a", local_nodes=("b", "c", "d"), model_bytes=8)
 >>> left = remaining_tasks(g, [t], down_links=[("a", "b")], dead_nodes=["c"])
@@ -27,7 +27,7 @@ from typing import Iterable, Sequence
 import networkx as nx
 
 from fedmst.errors import FedmstError
-from fedmst.tasks import Task
+from fedmst.core.tasks import Task
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ transfer follows its physical path whatever else shares the nodes. The endpoint 
 ``src`` hint so that unbound sockets (gloo's connecting side) pick the flow's own address.
 
 Segmentation offloads are off on every interface, so the interface byte counters count real
-frames and match :mod:`fedmst.wire`'s arithmetic. This is the only module that imports mininet.
+frames and match :mod:`fedmst.core.wire`'s arithmetic. This is the only module that imports mininet.
 :class:`Emulation` is a context manager that always tears everything down.
 """
 
@@ -30,12 +30,12 @@ from typing import IO, Iterable, Mapping, Sequence
 
 import networkx as nx
 
-from fedmst import containers
-from fedmst.cleanup import RunState
+from fedmst.workers import docker as containers
+from fedmst.net.cleanup import RunState
 from fedmst.errors import EmulationError
-from fedmst.scheduling.plan import LinkDir
-from fedmst.topology import node_order
-from fedmst.wire import DEFAULT_MTU
+from fedmst.core.plan import LinkDir
+from fedmst.core.topology import node_order
+from fedmst.core.wire import DEFAULT_MTU
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class Emulation:
     says how each link's ``delay_s``, and ``loss``/``jitter_s`` if given, are applied: by netem,
     or by one userspace delay line per link direction held at the receiver's ingress, so a packet
     is serialised by the sender's htb first and then propagates. Every interface gets ``mtu``.
-    With ``docker``, the nodes it names are containers (see :mod:`fedmst.containers`) and
+    With ``docker``, the nodes it names are containers (see :mod:`fedmst.workers.docker`) and
     :meth:`start_worker` runs their agents inside them.
     """
 
@@ -286,7 +286,7 @@ class Emulation:
 
     def _start_delay_lines(self) -> None:
         """One delay line per link direction u->v, holding packets at v's ingress interface."""
-        from fedmst.delayline import DEFAULT_CAPACITY, ingress_rule
+        from fedmst.net.delayline import DEFAULT_CAPACITY, ingress_rule
 
         self._scratch = Path(tempfile.mkdtemp(prefix="fedmst-delay-"))
         queues: dict[str, int] = {}
@@ -302,7 +302,7 @@ class Emulation:
             # room for twice the frames a full link keeps in flight over its delay
             in_flight = float(self.graph.edges[u, v]["capacity_mbps"]) * 1e6 * (delay + self.jitter_s) / 8 / self.mtu
             capacity = max(DEFAULT_CAPACITY, 2 * int(in_flight) + 1)
-            argv = [sys.executable, "-m", "fedmst.delayline", "--queue", str(queue), "--capacity", str(capacity),
+            argv = [sys.executable, "-m", "fedmst.net.delayline", "--queue", str(queue), "--capacity", str(capacity),
                     "--delay-ms", f"{delay * 1e3:.6f}", "--jitter-ms", f"{self.jitter_s * 1e3:.6f}",
                     "--loss", str(self.loss), "--seed", str(seed), "--stats", str(log.with_suffix(".json"))]
             with log.open("w") as f:

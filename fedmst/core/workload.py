@@ -6,7 +6,7 @@ by the tasks admitted before it, the bytes per round their plans put on each lin
 MST uses it (links get cheaper where tasks already pass, so it reuses paths); SPFF ignores it
 and routes every task on its own shortest paths.
 
-Under both sits the optical layer (:mod:`fedmst.scheduling.optical`): every path of a plan
+Under both sits the optical layer (:mod:`fedmst.core.optical`): every path of a plan
 needs a lightpath, given by first fit over W wavelengths per link. A task for which some path
 finds no wavelength is blocked: it gets no plan, the lightpaths it already got are released,
 and it is listed in :attr:`WorkloadPlan.blocked` with the reason. Blocked tasks leave no link
@@ -27,11 +27,11 @@ from dataclasses import dataclass
 import networkx as nx
 
 from fedmst.errors import SchedulerError, TaskError
-from fedmst.scheduling import schedule
-from fedmst.scheduling.optical import Lightpath, Spectrum, admit
-from fedmst.scheduling.plan import LinkDir, Phase, Plan, predicted_link_bytes
-from fedmst.tasks import Task, place_task
-from fedmst.wire import DEFAULT_MTU
+from fedmst.core.schedulers import schedule
+from fedmst.core.optical import Lightpath, Spectrum, admit
+from fedmst.core.plan import LinkDir, Phase, Plan, predicted_link_bytes
+from fedmst.core.tasks import Task, place_task
+from fedmst.core.wire import DEFAULT_MTU
 
 
 def task_seed(seed: int, index: int) -> int:
@@ -57,7 +57,7 @@ def make_tasks(graph: nx.Graph, n_tasks: int, local_models: int, model_bytes: in
     """``n_tasks`` tasks named ``task0..task{N-1}``, each placed by a seed derived from (seed, i).
 
     G's are distinct as long as there are nodes for them (then every node hosts one before any
-    hosts two); local models go where :func:`fedmst.tasks.place_task` puts them, on distinct
+    hosts two); local models go where :func:`fedmst.core.tasks.place_task` puts them, on distinct
     nodes other than G while k allows. Task i is the same whatever ``n_tasks`` is.
     """
     if n_tasks < 1:
@@ -147,10 +147,10 @@ def schedule_workload(
 ) -> WorkloadPlan:
     """Schedule ``tasks`` in order with ``scheduler``, each admitted or blocked by first fit.
 
-    Each task's plan comes from :func:`fedmst.scheduling.schedule` (so it is checked), given as
+    Each task's plan comes from :func:`fedmst.core.schedulers.schedule` (so it is checked), given as
     link state the bytes per round of the tasks admitted before it (all zeros with
     ``share_link_state=False``, which makes every task independent). Its paths then get
-    lightpaths on a :class:`~fedmst.scheduling.optical.Spectrum` of ``wavelengths`` per link
+    lightpaths on a :class:`~fedmst.core.optical.Spectrum` of ``wavelengths`` per link
     (per-wavelength capacity ``capacity_mbps / wavelengths``, or ``wavelength_mbps``).
     """
     names = [t.name for t in tasks]

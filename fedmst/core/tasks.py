@@ -1,7 +1,7 @@
 """FL tasks: where a task's global model G and its local models L1..Lk sit on the network.
 
 A task is pure data; the model it trains and the data shards are resolved elsewhere
-(``fedmst.models``, ``fedmst.data``). Placement is seeded so that ``fedmst compare`` can run
+(``fedmst.fl.models``, ``fedmst.fl.data``). Placement is seeded so that ``fedmst compare`` can run
 both schedulers on identical tasks.
 """
 

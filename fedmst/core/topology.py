@@ -45,7 +45,7 @@ PROPAGATION_S_PER_KM = 5e-6
 TOPOHUB_DEFAULT_CAPACITY_MBPS = 100.0
 """topohub graphs carry no capacities; links get this unless ``default_capacity_mbps`` is given."""
 
-SHIPPED_DIR = Path(__file__).resolve().parent.parent / "topologies"
+SHIPPED_DIR = Path(__file__).resolve().parents[2] / "topologies"
 TOPOLOGY_PATH_ENV = "FEDMST_TOPOLOGY_PATH"
 """Colon-separated extra directories of ``NAME.json`` files; they shadow the shipped ones."""
 

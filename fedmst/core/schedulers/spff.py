@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import networkx as nx
 
-from fedmst.scheduling import LinkState, Scheduler
-from fedmst.scheduling.plan import Plan, Transfer
-from fedmst.tasks import Task
+from fedmst.core.schedulers import LinkState, Scheduler
+from fedmst.core.plan import Plan, Transfer
+from fedmst.core.tasks import Task
 
 
 def shortest_paths_from(graph: nx.Graph, source: str) -> dict[str, list[str]]:
