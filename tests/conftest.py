@@ -8,7 +8,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import psutil
 import pytest
@@ -66,6 +66,24 @@ def run_past_round_one(out: Path, *extra: str) -> Iterator[subprocess.Popen[str]
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def assert_fedavg(saved: Path, task: str = "task0") -> dict[str, Any]:
+    """Check that G's model saved in ``saved`` is exactly (within 1e-5) the FedAvg of the local
+    models saved beside it; return the round's FedAvg weights (``<task>-weights.json``), which stand
+    in for the sample counts: ``fedavg`` only needs numbers proportional to them."""
+    import json
+
+    import torch
+
+    from fedmst.fl.aggregation import fedavg
+
+    weights = json.loads((saved / f"{task}-weights.json").read_text())
+    models = sorted(weights, key=int)
+    expected = fedavg([torch.load(saved / f"{task}-local{i}.pt") for i in models], [float(weights[i]) for i in models])
+    error = (torch.load(saved / f"{task}-global.pt") - expected).abs().max().item()
+    assert error <= 1e-5, f"{saved.name}: {task}'s global model is {error:g} off the FedAvg of models {models}"
+    return weights
 
 
 def children_running(proc: subprocess.Popen[str], module: str) -> list[psutil.Process]:

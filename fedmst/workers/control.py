@@ -2,8 +2,8 @@
 
 A Unix-domain socket lives on the filesystem, which every Mininet host shares, so control
 traffic (round start, timings, results) never crosses an emulated link and never shows up in the
-link byte counters. Messages are JSON, never pickles. An agent proves it was started by this
-coordinator with a per-run random token.
+link byte counters. Each line is one :mod:`fedmst.protocol` message, JSON, never a pickle. An
+agent proves it was started by this coordinator with a per-run random token.
 """
 
 from __future__ import annotations
@@ -16,22 +16,29 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from fedmst.errors import EmulationError, WorkerDied
-
-Message = dict[str, Any]
+from fedmst.protocol import Command, Failed, ProtocolError, Reply, decode, encode
 
 
 class Channel:
-    """One JSON-lines connection."""
+    """One JSON-lines connection carrying protocol messages (either way)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self._buf = b""
 
-    def send(self, msg: Message) -> None:
-        self.sock.sendall(json.dumps(msg).encode() + b"\n")
+    def send(self, msg: Command | Reply) -> None:
+        self._send_json(encode(msg))
 
-    def recv(self) -> Message | None:
-        """The next message, or None when the peer closed the connection."""
+    def recv(self) -> Command | Reply | None:
+        """The next message, or None when the peer closed the connection. A line that is no
+        message raises :class:`ProtocolError` once it is consumed, so the next one can be read."""
+        obj = self._recv_json()
+        return None if obj is None else decode(obj)
+
+    def _send_json(self, obj: dict[str, Any]) -> None:
+        self.sock.sendall(json.dumps(obj).encode() + b"\n")
+
+    def _recv_json(self) -> Any:
         while b"\n" not in self._buf:
             try:
                 data = self.sock.recv(1 << 16)
@@ -41,10 +48,10 @@ class Channel:
                 return None
             self._buf += data
         line, self._buf = self._buf.split(b"\n", 1)
-        msg = json.loads(line)
-        if not isinstance(msg, dict):
-            raise EmulationError(f"control channel: expected a JSON object, got {line[:80]!r}")
-        return msg
+        try:
+            return json.loads(line)
+        except ValueError:
+            raise ProtocolError(f"control channel: not JSON: {line[:80]!r}") from None
 
     def has_message(self) -> bool:
         return b"\n" in self._buf
@@ -58,7 +65,7 @@ def connect(path: str, *, node: str, token: str) -> Channel:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(path)
     chan = Channel(sock)
-    chan.send({"hello": node, "token": token})
+    chan._send_json({"hello": node, "token": token})
     return chan
 
 
@@ -90,25 +97,30 @@ class ControlServer:
             conn, _ = self._sock.accept()
             chan = Channel(conn)
             conn.settimeout(5)
-            hello = chan.recv()
+            try:
+                hello = chan._recv_json()
+            except (ProtocolError, OSError):  # garbage, or silence: not one of ours
+                hello = None
             conn.settimeout(None)
-            node = hello.get("hello") if hello else None
+            node = hello.get("hello") if isinstance(hello, dict) else None
             if not hello or hello.get("token") != self.token or node not in expected or node in self.agents:
                 chan.close()  # not one of ours: refuse it
                 continue
             self.agents[node] = chan
 
-    def run(self, msg: Message, *, timeout_s: float, check: Callable[[], None],
-            survive: bool = False, tolerate_errors: bool = False) -> dict[str, Message]:
-        """Send ``msg`` to every agent and collect one reply from each.
+    def run(self, cmd: Command, *, timeout_s: float, check: Callable[[], None],
+            survive: bool = False, tolerate_errors: bool = False) -> dict[str, Reply]:
+        """Send ``cmd`` to every agent and collect one reply from each.
 
         ``check`` is called while waiting and raises if an agent process died, so a dead agent
         is reported within a second instead of hanging the run. With ``survive``, a
         :class:`WorkerDied` only drops that agent (recorded in :attr:`lost`) and the others'
-        replies are collected; otherwise it ends the run. A reply with ``ok: false`` becomes an
+        replies are collected; otherwise it ends the run. A :class:`Failed` reply becomes an
         :class:`EmulationError` naming the node, unless ``tolerate_errors`` (a fault was injected
         under the command) asks for every reply, failed or not.
         """
+        name = type(cmd).__name__.lower()
+
         def checked(gone: str | None = None) -> None:
             """Run ``check``; when ``gone``'s connection closed, give its process up to 2 s to be
             seen dead (the socket closes a moment before the process can be reaped)."""
@@ -125,15 +137,17 @@ class ControlServer:
                 time.sleep(0.05)
 
         for node, chan in list(self.agents.items()):
+            if node not in self.agents:  # dropped while another agent's death was looked into
+                continue
             try:
-                chan.send(msg)
+                chan.send(cmd)
             except OSError:  # BrokenPipe / ConnectionReset: the agent is gone
                 checked(node)
                 if node in self.agents:
                     raise EmulationError(
-                        f"agent on node {node} closed its control connection before {msg.get('cmd')}"
+                        f"agent on node {node} closed its control connection before {name}"
                     ) from None
-        replies: dict[str, Message] = {}
+        replies: dict[str, Reply] = {}
         deadline = time.monotonic() + timeout_s
         while self.agents.keys() - replies.keys():
             by_sock = {chan.sock: node for node, chan in self.agents.items()}
@@ -143,22 +157,27 @@ class ControlServer:
                 ready, _, _ = select.select(waiting, [], [], 0.5)
             for sock in ready:
                 node = by_sock[sock]
-                reply = self.agents[node].recv()
+                if node not in self.agents:  # dropped while another agent's death was looked into
+                    continue
+                try:
+                    reply = self.agents[node].recv()
+                except ProtocolError as exc:
+                    raise ProtocolError(f"agent on node {node}, in {name}: {exc}") from None
                 if reply is None:
                     checked(node)
                     if node not in self.agents:
                         continue
-                    raise EmulationError(f"agent on node {node} closed its control connection during {msg.get('cmd')}")
-                if not reply.get("ok", False) and not tolerate_errors:
-                    raise EmulationError(f"agent on node {node} failed in {msg.get('cmd')}: {reply.get('error')}")
+                    raise EmulationError(f"agent on node {node} closed its control connection during {name}")
+                if not isinstance(reply, Reply):
+                    raise ProtocolError(f"agent on node {node} answered {name} with a {type(reply).__name__}")
+                if isinstance(reply, Failed) and not tolerate_errors:
+                    raise EmulationError(f"agent on node {node} failed in {name}: {reply.error}")
                 replies[node] = reply
             if self.agents.keys() - replies.keys():
                 checked()
                 if time.monotonic() > deadline:
                     late = ", ".join(sorted(set(self.agents) - replies.keys()))
-                    raise EmulationError(
-                        f"{msg.get('cmd')} timed out after {timeout_s:.0f} s waiting for node(s) {late}"
-                    )
+                    raise EmulationError(f"{name} timed out after {timeout_s:.0f} s waiting for node(s) {late}")
         return {node: reply for node, reply in replies.items() if node in self.agents}
 
     def drop(self, node: str, reason: str) -> None:

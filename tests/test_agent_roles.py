@@ -1,0 +1,137 @@
+"""Agents playing their roles in a plan, without Mininet: one ``Agent`` per node, each in a thread
+of this process, every transfer a real gloo pair on 127.0.0.1. Broadcast must hand every local
+model exactly G's weights, and upload (relays summing their children's updates into their own)
+must leave G with exactly the FedAvg of the trained local models."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import torch
+
+import fedmst
+from fedmst.fl import aggregation
+from fedmst.protocol import (AgentSpec, Broadcast, Evaluate, Evaluated, Failed, PhaseDone, Reply, Replan, Setup,
+                             SetupDone, TaskSpec, Train, Trained, TransferSpec, Upload, decode, encode)
+from fedmst.workers import transport
+from fedmst.workers.agent import Agent
+
+DIGEST = "test-digest"
+
+
+def _task(local_nodes: tuple[str, ...], edges: list[tuple[str, str, tuple[int, ...]]], epoch: str = "") -> TaskSpec:
+    """Task ``task0`` with G on node ``g``: each edge (parent, child, models served) is a broadcast
+    transfer down and an upload transfer back up."""
+    transfers = []
+    for i, (parent, child, served) in enumerate(edges):
+        for phase, path in (("broadcast", (parent, child)), ("upload", (child, parent))):
+            transfers.append(TransferSpec(key=f"task0-{epoch}{i:03d}-{phase}", phase=phase, path=path, models=served,
+                                          src_addr="127.0.0.1", dst_addr="127.0.0.1"))
+    return TaskSpec(name="task0", global_node="g", local_nodes=local_nodes, seed=7,
+                    active=tuple(range(len(local_nodes))), transfers=tuple(transfers))
+
+
+TREE = _task(("r", "a", "b"), [("g", "r", (0, 1, 2)), ("r", "a", (1,)), ("r", "b", (2,))])
+"""G on g; relay r holds local model 0 and serves a (1) and b (2)."""
+STAR = _task(("a", "a", "b", "g"), [("g", "a", (0,)), ("g", "a", (1,)), ("g", "b", (2,))])
+"""G on g, which holds local model 3 itself; node a holds two local models, each on its own transfer."""
+
+
+def _spec(tmp_path: Path, task: TaskSpec) -> AgentSpec:
+    spec = AgentSpec(control_socket="unused", store_dir=str(tmp_path / "store"), model="mlp", epochs=1,
+                     batch_size=32, lr=0.05, alpha=0.5, data_seed=0, chunk_bytes=4096, timeout_s=30.0,
+                     stall_s=30.0, slow={}, tasks=(task,))
+    return AgentSpec.from_json(spec.to_json())  # as an agent reads it
+
+
+@pytest.fixture
+def agents(tmp_path: Path, request: pytest.FixtureRequest,
+           monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Agent]]:
+    """One agent per node of ``request.param`` (a task), its pairs closed on the way out."""
+    monkeypatch.setattr(fedmst, "source_digest", lambda: DIGEST)  # others may edit sources meanwhile
+    (tmp_path / "store").mkdir()
+    task: TaskSpec = request.param
+    nodes = sorted({"g", *task.local_nodes, *(n for t in task.transfers for n in t.path)})
+    spec = _spec(tmp_path, task)
+    by_node = {n: Agent(spec, n) for n in nodes}
+    try:
+        yield by_node
+    finally:
+        for agent in by_node.values():
+            for role in agent.roles:
+                for pair in role.pairs.values():
+                    transport.close_pair(pair)
+
+
+def _everywhere(agents: dict[str, Agent], cmd: object) -> dict[str, Reply]:
+    """Run ``cmd`` on every agent at once (they wait on each other over the pairs), through the
+    wire form, as the control channel would."""
+    cmd = decode(encode(cmd))
+    with ThreadPoolExecutor(len(agents)) as pool:
+        futures = {n: pool.submit(a.handle, cmd) for n, a in agents.items()}
+        replies = {n: decode(encode(f.result(timeout=60))) for n, f in futures.items()}
+    failed = {n: r.error for n, r in replies.items() if isinstance(r, Failed)}
+    assert not failed, failed
+    return replies
+
+
+def _round(agents: dict[str, Agent], task: TaskSpec, samples: dict[int, int], rnd: int) -> None:
+    """One round: broadcast, train, upload; checks each phase's result against G's weights."""
+    g = agents["g"].roles[0]
+    assert g.global_model is not None
+    initial = aggregation.flatten(g.global_model)
+    assert all(isinstance(r, PhaseDone) for r in _everywhere(agents, Broadcast(round=rnd)).values())
+    received = {(node, i): aggregation.flatten(agent.roles[0].local[i][0])
+                for node, agent in agents.items() if agent.roles for i in agent.roles[0].local}
+    assert sorted(i for _, i in received) == sorted(task.active)
+    for where, weights in received.items():
+        assert torch.equal(weights, initial), f"local model {where} did not get G's weights"
+
+    trained = _everywhere(agents, Train(round=rnd))
+    assert all(isinstance(r, Trained) and not r.late for r in trained.values())
+    vectors = {i: v for a in agents.values() for r in a.roles for i, v in r.trained.items()}
+    assert sorted(vectors) == sorted(task.active)
+
+    active = sorted(task.active)
+    weights = dict(zip(active, aggregation.sample_weights([samples[i] for i in active])))
+    _everywhere(agents, Upload(round=rnd, weights={task.name: weights}))
+    expected = aggregation.fedavg([vectors[i] for i in active], [samples[i] for i in active])
+    got = aggregation.flatten(g.global_model)
+    assert (got - expected).abs().max().item() <= 1e-5
+    assert not torch.equal(got, initial)
+
+
+@pytest.mark.parametrize("agents", [TREE, STAR], ids=["tree", "star"], indirect=True)
+def test_broadcast_hands_out_g_and_upload_sums_to_fedavg(agents: dict[str, Agent]) -> None:
+    task = agents["g"].spec.tasks[0]
+    setup = _everywhere(agents, Setup(source_digest=DIGEST))
+    assert all(isinstance(r, SetupDone) and r.seconds > 0 for r in setup.values())
+    samples = {i: n for r in setup.values() for i, n in r.samples.get(task.name, {}).items()}
+    assert sorted(samples) == list(range(len(task.local_nodes))) and all(n > 0 for n in samples.values())
+    for rnd in (1, 2):
+        _round(agents, task, samples, rnd)
+    accuracy = _everywhere(agents, Evaluate(round=2))
+    assert {n for n, r in accuracy.items() if isinstance(r, Evaluated) and r.accuracy} == {"g"}
+    assert 0 <= accuracy["g"].accuracy["task0"] <= 1
+
+
+@pytest.mark.parametrize("agents", [TREE], ids=["tree"], indirect=True)
+def test_a_replan_keeps_the_models_and_leaves_a_dropped_model_out(agents: dict[str, Agent], tmp_path: Path) -> None:
+    """After a re-plan that routes around node a (its model dropped), the tree's models are the
+    same objects, the new pairs carry the weights, and G aggregates the remaining models only."""
+    setup = _everywhere(agents, Setup(source_digest=DIGEST))
+    samples = {i: n for r in setup.values() for i, n in r.samples.get("task0", {}).items()}
+    _round(agents, TREE, samples, 1)
+    models_before = {n: dict(a.roles[0].local) for n, a in agents.items() if a.roles}
+    reduced = _task(("r", "a", "b"), [("g", "r", (0, 2)), ("r", "b", (2,))], epoch="e1-")
+    reduced = TaskSpec(reduced.name, reduced.global_node, reduced.local_nodes, reduced.seed, (0, 2), reduced.transfers)
+    (tmp_path / "store1").mkdir()
+    _everywhere(agents, Replan(tasks=(reduced,), store_dir=str(tmp_path / "store1")))
+    assert agents["a"].roles[0].pairs == {} and agents["a"].roles[0].spec == reduced
+    for node, before in models_before.items():
+        assert agents[node].roles[0].local == before
+    live = {n: a for n, a in agents.items() if n != "a"}
+    _round(live, reduced, samples, 2)
