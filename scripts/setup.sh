@@ -9,11 +9,12 @@ if [[ $(id -u) -ne 0 ]]; then
     exit 1
 fi
 
-echo "== system packages (mininet for mnexec, iproute2/tc, ethtool, ping)"
+echo "== system packages (mininet for mnexec, net-tools for Mininet's ifconfig, iproute2/tc, ethtool, sysctl, ping)"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
+# net-tools and procps by name: Mininet exits without ifconfig, fedmst configures hosts with sysctl
 apt-get install -y -qq --no-install-recommends \
-    mininet iproute2 ethtool iputils-ping python3 python3-venv python3-dev gcc \
+    mininet net-tools iproute2 ethtool procps iputils-ping python3 python3-venv python3-dev gcc \
     iptables libnetfilter-queue-dev >/dev/null
 
 echo "== virtual environment in .venv"

@@ -3,6 +3,7 @@ kernel has it, and a clear refusal where it does not."""
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 from pathlib import Path
@@ -14,7 +15,15 @@ from conftest import FEDMST, children_running, run_past_round_one
 from fedmst.net.emulation import Emulation, probe_capabilities
 from fedmst.core.topology import validate_topology
 
-NETEM = probe_capabilities().netem
+NO_NETEM = "this kernel lacks sch_netem (tc qdisc netem)"
+
+
+@functools.cache
+def netem() -> bool:
+    """Probed once, when a test that depends on it is about to run: probing creates an interface,
+    which merely collecting (or deselecting) tests must not do. The string skip conditions below
+    are evaluated then, not at import."""
+    return probe_capabilities().netem
 
 
 def _two_nodes(delay_ms: float) -> nx.Graph:
@@ -36,7 +45,7 @@ def _rtt_ms(emu: Emulation) -> float:
 @pytest.mark.parametrize("mode,mechanism", [
     ("userspace", "nfqueue-delay-line"),
     pytest.param("netem", "netem",
-                 marks=pytest.mark.skipif(not NETEM, reason="this kernel lacks sch_netem (tc qdisc netem)")),
+                 marks=pytest.mark.skipif("not netem()", reason=NO_NETEM)),
 ])
 def test_delay_mode_applies_each_links_delay(mode: str, mechanism: str, clean_host: None) -> None:
     with Emulation(_two_nodes(0), delay_mode="off") as emu:
@@ -72,7 +81,8 @@ def test_a_dying_delay_line_stops_the_run(tmp_path: Path, clean_host: None) -> N
     assert len(lines) == 1 and "delay line of link" in lines[0], err
 
 
-@pytest.mark.skipif(NETEM, reason="the kernel has sch_netem, so asking for it is not an error")
+@pytest.mark.host
+@pytest.mark.skipif("netem()", reason="the kernel has sch_netem, so asking for it is not an error")
 def test_netem_mode_without_netem_is_refused_in_one_line(tmp_path: Path) -> None:
     proc = subprocess.run([FEDMST, "run", "--topology", "line3", "--model", "mlp", "--delay-mode", "netem",
                            "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)

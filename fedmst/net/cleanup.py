@@ -4,8 +4,8 @@ While an emulation runs, it keeps a state file naming the processes it started (
 shells, agents). A run that ends normally, by error or by Ctrl-C removes everything itself and
 deletes its file; one that was SIGKILLed leaves the file, and ``clean`` ends exactly the
 processes it names (after checking each is still one of ours), which frees their namespaces,
-removes the worker containers labelled as fedmst's, then deletes any emulated interface left in
-the root namespace. Nothing is killed by name.
+then deletes any emulated interface left in the root namespace. Nothing is killed by name.
+Worker containers are the Docker backend's to remove (:func:`fedmst.workers.docker.clean_dead`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ import subprocess
 from pathlib import Path
 
 import psutil
-
-from fedmst.workers import docker as containers
 
 STATE_DIR = Path(os.environ.get("FEDMST_STATE_DIR", "/run/fedmst"))
 OURS = re.compile(r"mininet:fm\d+|fedmst\.(workers\.agent|net\.delayline)")
@@ -62,9 +60,6 @@ def clean() -> list[str]:
                 done.append(f"ended process {pid}")
         state.unlink(missing_ok=True)
         done.append(f"removed the record of dead run {info['coordinator']}")
-    dead = [name for name, owner in containers.labelled() if owner == os.getpid() or not psutil.pid_exists(owner)]
-    containers.remove_names(dead)
-    done += [f"removed container {name}" for name in dead]
     for iface in _root_interfaces():
         if subprocess.run(["ip", "link", "del", iface], capture_output=True).returncode == 0:
             done.append(f"deleted interface {iface}")

@@ -8,7 +8,9 @@ transfer follows its physical path whatever else shares the nodes. The endpoint 
 
 Segmentation offloads are off on every interface, so the interface byte counters count real
 frames and match :mod:`fedmst.core.wire`'s arithmetic. This is the only module that imports mininet.
-:class:`Emulation` is a context manager that always tears everything down.
+:class:`Emulation` is a context manager that always tears everything down. A node may be given
+the network namespace of a process started elsewhere (a worker container); what runs there is
+the worker backend's business, not this module's.
 """
 
 from __future__ import annotations
@@ -23,14 +25,13 @@ import time
 import shutil
 import subprocess
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterable, Mapping, Sequence
+from typing import IO, Iterable, Iterator, Mapping, Sequence
 
 import networkx as nx
 
-from fedmst.workers import docker as containers
 from fedmst.net.cleanup import RunState
 from fedmst.errors import EmulationError
 from fedmst.core.plan import LinkDir
@@ -45,6 +46,18 @@ LINK_NET = ipaddress.ip_network("10.0.0.0/10")
 FLOW_NET = ipaddress.ip_network("10.128.0.0/9")
 _HARMLESS_TC = ("quantum of class", "Consider r2q change")
 _HTB_DROPS = re.compile(r"qdisc htb \S+ dev (\S+) root.*?\n Sent \d+ bytes \d+ pkt \(dropped (\d+)")
+_OFFLOADS = ("tcp-segmentation-offload", "generic-segmentation-offload", "generic-receive-offload")
+"""What ``ethtool -K IF tso off gso off gro off`` switches off, as ``ethtool -k`` names it."""
+_TOOLS = [
+    ("ip", "iproute2"), ("tc", "iproute2"), ("mnexec", "mininet"), ("ethtool", "ethtool"),
+    # Mininet's own: Node.setup exits unless `which` finds mnexec and ifconfig; every host is a
+    # bash whose set-up runs stty; Mininet() counts cores with grep
+    ("ifconfig", "net-tools"), ("which", "debianutils"), ("bash", "bash"), ("stty", "coreutils"),
+    ("grep", "grep"),
+    # fedmst's set-up of every host
+    ("sysctl", "procps"),
+]
+"""Every external program an emulation runs, with the Debian package that installs it."""
 
 
 @dataclass(frozen=True)
@@ -83,13 +96,16 @@ def resolve_delay_mode(requested: str, capabilities: Capabilities) -> str:
     return requested
 
 
-def require_tools(delay_mode: str = "off") -> None:
-    """Fail early, in one line, when the host lacks what the emulation needs."""
+def require_tools(delay_mode: str = "off", *, join_netns: bool = False) -> None:
+    """Fail early, in one line, when the host lacks what the emulation needs: Mininet itself
+    would only ``exit(1)`` half-way through, or its hosts would silently skip a command."""
     if os.geteuid() != 0:
         raise EmulationError("fedmst needs root to create network namespaces: run it as root")
-    tools = [("ip", "iproute2"), ("mnexec", "mininet"), ("tc", "iproute2"), ("ethtool", "ethtool")]
+    tools = list(_TOOLS)
     if delay_mode == "userspace":
         tools.append(("iptables", "iptables"))
+    if join_netns:
+        tools.append(("nsenter", "util-linux"))
     for tool, package in tools:
         if shutil.which(tool) is None:
             raise EmulationError(f"{tool} not found on PATH: install Debian's {package} package")
@@ -119,25 +135,34 @@ class Emulation:
     says how each link's ``delay_s``, and ``loss``/``jitter_s`` if given, are applied: by netem,
     or by one userspace delay line per link direction held at the receiver's ingress, so a packet
     is serialised by the sender's htb first and then propagates. Every interface gets ``mtu``.
-    With ``docker``, the nodes it names are containers (see :mod:`fedmst.workers.docker`) and
-    :meth:`start_worker` runs their agents inside them.
+    ``netns`` maps a node to a running process (a worker container's) whose network namespace
+    that node's host joins instead of getting a new one; whoever started it removes it.
+    ``capabilities`` are the kernel's when the caller probed them already (probing creates an
+    interface, so a command does it once).
     """
 
     def __init__(self, graph: nx.Graph, *, delay_mode: str = "auto", loss: float = 0.0,
-                 jitter_s: float = 0.0, mtu: int = DEFAULT_MTU,
-                 docker: containers.DockerWorkers | None = None) -> None:
+                 jitter_s: float = 0.0, mtu: int = DEFAULT_MTU, netns: Mapping[str, int] | None = None,
+                 capabilities: Capabilities | None = None) -> None:
         if not 0 <= loss < 1:
             raise EmulationError(f"loss must be a probability in [0, 1), got {loss}")
         if jitter_s < 0:
             raise EmulationError(f"jitter must not be negative, got {jitter_s} s")
+        self.netns = dict(netns or {})
+        unknown = sorted(set(self.netns) - set(graph.nodes), key=str)
+        if unknown:
+            raise EmulationError(f"netns names node(s) {', '.join(map(str, unknown))}, not in the topology")
         self.graph = graph
         self.mtu = mtu
-        self.docker = docker
-        self.capabilities = probe_capabilities()
+        if capabilities is None:
+            require_tools()  # probing the kernel already runs ip and tc as root
+            capabilities = probe_capabilities()
+        self.capabilities = capabilities
         self.delay_mode = resolve_delay_mode(delay_mode, self.capabilities)
         self.delay_applied = self.delay_mode != "off"
-        self.loss = loss if self.delay_applied else 0.0
-        self.jitter_s = jitter_s if self.delay_applied else 0.0
+        if not self.delay_applied and (loss or jitter_s):
+            raise EmulationError("loss and jitter are applied with the delay: not with delay mode off")
+        self.loss, self.jitter_s = loss, jitter_s
         self.nodes: list[str] = sorted(graph.nodes, key=node_order)
         self.delay_stats: dict[str, dict[str, object]] = {}
         self._net = None
@@ -149,8 +174,6 @@ class Emulation:
         self._scratch: Path | None = None
         self._flow_hosts = FLOW_NET.hosts()
         self._state: RunState | None = None
-        self._containers: dict[str, str] = {}
-        """Node -> host (and container) name, for the nodes that are containers."""
 
     def emulated(self) -> dict[str, object]:
         """The ``emulated`` object of summary.json: what was really applied to the links."""
@@ -169,12 +192,15 @@ class Emulation:
 
     # life cycle -----------------------------------------------------------------------------
     def __enter__(self) -> "Emulation":
-        require_tools(self.delay_mode)
-        if self.docker is not None:
-            containers.require_docker(self.docker.image)
+        require_tools(self.delay_mode, join_netns=bool(self.netns))
+        for node, pid in self.netns.items():
+            if not Path(f"/proc/{pid}/ns/net").exists():
+                raise EmulationError(f"node {node}: process {pid}, whose network namespace it should join, "
+                                     "is not running")
         self._state = RunState()
         try:
-            self._build()
+            with _mininet_exits():
+                self._build()
         except BaseException:
             self.close()
             raise
@@ -185,11 +211,9 @@ class Emulation:
 
     def _build(self) -> None:
         from mininet.link import TCIntf, TCLink
-        from mininet.log import setLogLevel
         from mininet.net import Mininet
         from mininet.node import Host
 
-        setLogLevel("critical")
         tc_errors: list[str] = []
 
         class _Intf(TCIntf):  # type: ignore[misc]
@@ -228,10 +252,9 @@ class Emulation:
 
         net = Mininet(topo=None, build=False, controller=None, link=_Link, host=Host, autoSetMacs=False)
         self._net = net
-        netns = self._start_containers()
         for i, node in enumerate(self.nodes):
-            if node in netns:
-                host = net.addHost(host_name(i), cls=_ContainerHost, netns_pid=netns[node], ip=None)
+            if node in self.netns:
+                host = net.addHost(host_name(i), cls=_ContainerHost, netns_pid=self.netns[node], ip=None)
             else:
                 host = net.addHost(host_name(i), ip=None)
             assert self._state is not None
@@ -261,28 +284,24 @@ class Emulation:
         net.build()
         if tc_errors:
             raise EmulationError("shaping a link failed: " + "; ".join(tc_errors[:3]))
-        for node in self.nodes:  # real frames on the counters: no segmentation offloads
+        for node in self.nodes:
             intfs = self.interfaces(node)
             if intfs:
-                self.cmd(node, "; ".join(f"ethtool -K {i} tso off gso off gro off >/dev/null 2>&1" for i in intfs))
+                self._offloads_off(node, intfs)
                 self._ip_batch(node, [f"link set dev {i} mtu {self.mtu}" for i in intfs])
         if self.delay_mode == "userspace":
             self._start_delay_lines()
 
-    def _start_containers(self) -> dict[str, int]:
-        """Start the worker containers (a few at a time) and return each one's namespace PID."""
-        if self.docker is None:
-            return {}
-        docker = self.docker
-        assert self._state is not None
-        hosts = self._containers = {node: host_name(i) for i, node in enumerate(self.nodes) if node in docker.limits}
-
-        def start(node: str) -> int:
-            return containers.start(hosts[node], docker.image, docker.limits[node], docker.mounts, os.getpid())
-
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            futures = {node: pool.submit(start, node) for node in hosts}
-        return {node: future.result() for node, future in futures.items()}
+    def _offloads_off(self, node: str, intfs: Iterable[str]) -> None:
+        """Switch off segmentation offloads and check they are off: with one still on, the
+        counters would count super-frames, not the frames that crossed the link."""
+        for intf in intfs:
+            out = self.cmd(node, f"ethtool -K {intf} tso off gso off gro off 2>&1 >/dev/null; echo rc=$?; "
+                                 f"ethtool -k {intf} 2>&1")
+            reason = _offload_failure(out)
+            if reason:
+                raise EmulationError(f"switching off segmentation offloads on node {node}, interface {intf}, "
+                                     f"failed: {reason}")
 
     def _start_delay_lines(self) -> None:
         """One delay line per link direction u->v, holding packets at v's ingress interface."""
@@ -346,13 +365,10 @@ class Emulation:
             net, self._net = self._net, None
             try:
                 net.stop()
-            except Exception as exc:  # noqa: BLE001 - teardown must finish; report what failed
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - teardown must finish; report what failed
                 log.warning("mininet stop failed: %s", exc)
             for host in self._hosts.values():
                 _reap(host)
-        if self._containers:
-            containers.remove(self._containers.values())
-            self._containers = {}
         for (u, v), (_, line_log) in self._lines.items():
             stats = line_log.with_suffix(".json")
             if stats.exists():
@@ -416,14 +432,6 @@ class Emulation:
             self._ip_batch(a, [f"link set dev {intf} {'up' if up else 'down'}"])
         return lost
 
-    def kill_worker(self, node: str, proc: subprocess.Popen) -> None:
-        """Kill ``node``'s worker outright (SIGKILL), as a crash would: its process, or every
-        process in its container. The node keeps forwarding packets (that is the kernel's)."""
-        if node in self._containers:
-            containers.kill(self._containers[node])
-        else:
-            proc.kill()
-
     # measurement -----------------------------------------------------------------------------
     def counters(self) -> dict[LinkDir, int]:
         """Bytes each link direction has carried so far: the sender interface's tx counter."""
@@ -451,23 +459,18 @@ class Emulation:
 
     # processes ------------------------------------------------------------------------------
     def popen(self, node: str, argv: Sequence[str], *, env: Mapping[str, str], log_file: IO[str]) -> subprocess.Popen:
-        """Start a process inside ``node``'s host; it is ended by :meth:`close`."""
-        return self._track(self._hosts[node].popen(list(argv), env=dict(env), stdout=log_file,
-                                                   stderr=subprocess.STDOUT))
+        """Start a process inside ``node``'s host (``env`` is its whole environment); it is
+        ended by :meth:`close`."""
+        return self.track(self._hosts[node].popen(list(argv), env=dict(env), stdout=log_file,
+                                                  stderr=subprocess.STDOUT))
 
-    def start_worker(self, node: str, args: Sequence[str], *, env: Mapping[str, str],
-                     log_file: IO[str]) -> subprocess.Popen:
-        """Run ``python ARGS`` as ``node``'s worker: in its container when it has one, else in
-        its host with this interpreter. ``env`` is added to the worker's environment."""
-        if node not in self._containers:
-            return self.popen(node, [sys.executable, *args], env={**os.environ, **env}, log_file=log_file)
-        return self._track(subprocess.Popen(containers.exec_argv(self._containers[node], ["python", *args], env),
-                                            env={**os.environ, **env}, stdout=log_file, stderr=subprocess.STDOUT))
-
-    def _track(self, proc: subprocess.Popen) -> subprocess.Popen:
-        """Record a started process: :meth:`close` ends it, ``fedmst clean`` after a SIGKILL."""
+    def track(self, proc: subprocess.Popen) -> subprocess.Popen:
+        """Record a process started elsewhere (e.g. a ``docker exec`` client running an agent):
+        :meth:`close` ends it, and after a SIGKILL ``fedmst clean`` does, if its command line
+        is one of fedmst's (:data:`fedmst.net.cleanup.OURS`). Returns ``proc``."""
+        if self._state is None:
+            raise EmulationError("track: the emulation is not running (use it inside `with`)")
         self._procs.append(proc)
-        assert self._state is not None
         self._state.add(proc.pid)
         return proc
 
@@ -477,6 +480,67 @@ class Emulation:
     def cmd(self, node: str, command: str) -> str:
         """Run a shell command inside ``node``'s host and return its output (tests, benchmarks)."""
         return str(self._hosts[node].cmd(command))
+
+
+def _offload_failure(out: str) -> str | None:
+    """Why the offloads are not all off, from ``ethtool -K ...; echo rc=$?; ethtool -k``; None if they are.
+
+    >>> _offload_failure("netlink error: Operation not permitted\\nrc=1\\n")
+    'netlink error: Operation not permitted'
+    >>> print(_offload_failure("rc=0\\ntcp-segmentation-offload: on\\ngeneric-segmentation-offload: off\\n"))
+    tcp-segmentation-offload is still on
+    """
+    errors, _, features = out.partition("rc=")
+    code, _, features = features.partition("\n")
+    if code.strip() != "0":
+        return _first_line(errors) if errors.strip() else f"ethtool exited with code {code.strip() or '?'}"
+    state = dict(line.split(":", 1) for line in features.splitlines() if ":" in line)
+    for feature in _OFFLOADS:
+        value = state.get(feature, "").split()
+        if not value:
+            return f"ethtool -k does not list {feature}: {_first_line(features)}"
+        if value[0] != "off":
+            return f"{feature} is still {value[0]}"
+    return None
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "(no output)")
+
+
+class _MininetLog(logging.Handler):
+    """Keeps what Mininet logs as an error: its only word on why it calls ``exit(1)``."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+    def reason(self) -> str:
+        """All messages as one line, without Mininet's ``***`` markers."""
+        words = " ".join(" ".join(self.messages).replace("***", " ").split())
+        return words.removeprefix("Error: ").strip()
+
+
+@contextmanager
+def _mininet_exits() -> Iterator[None]:
+    """Turn Mininet giving up (``exit(1)``, i.e. SystemExit) into one EmulationError with the
+    reason it logged; its console output stays silent."""
+    from mininet.log import lg
+
+    lg.setLogLevel("critical")  # Mininet's console handler: silent
+    lg.setLevel(logging.ERROR)  # ... while its errors still reach ours
+    getattr(lg, "_cache", {}).clear()  # lg is not in logging's registry, so setLevel leaves its cache stale
+    handler = _MininetLog()
+    lg.addHandler(handler)
+    try:
+        yield
+    except SystemExit as exc:
+        raise EmulationError(f"Mininet gave up: {handler.reason() or f'it called exit({exc.code})'}") from None
+    finally:
+        lg.removeHandler(handler)
 
 
 def _read_tx_bytes(path: Path) -> dict[str, int]:

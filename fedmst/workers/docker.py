@@ -11,11 +11,14 @@ privileges. The container itself needs no capability at all; the agent inside it
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
+
+import psutil
 
 from fedmst.errors import EmulationError, FedmstError
 
@@ -182,6 +185,14 @@ def labelled() -> list[tuple[str, int]]:
                      f'{{{{.Names}}}} {{{{.Label "{LABEL}"}}}}', timeout_s=30)
     rows = [line.split() for line in listed.stdout.splitlines()] if listed.returncode == 0 else []
     return [(row[0], int(row[1]) if row[1:] and row[1].isdigit() else 0) for row in rows if row]
+
+
+def clean_dead() -> list[str]:
+    """Remove the containers of runs whose coordinator is gone (SIGKILLed: it could not remove
+    them itself), and report each one removed, one line each."""
+    dead = [name for name, owner in labelled() if owner == os.getpid() or not psutil.pid_exists(owner)]
+    remove_names(dead)
+    return [f"removed container {name}" for name in dead]
 
 
 def remove_names(names: Sequence[str]) -> None:
