@@ -28,6 +28,7 @@ import networkx as nx
 
 from fedmst.errors import FedmstError
 from fedmst.core.tasks import Task
+from fedmst.core.workload import WorkloadPlan, schedule_workload
 
 
 @dataclass(frozen=True)
@@ -181,3 +182,24 @@ def remaining_tasks(graph: nx.Graph, tasks: Sequence[Task], *, down_links: Itera
                        local_nodes=tuple(task.local_nodes[i] for i in kept), model_bytes=task.model_bytes)
         out.append(RemainingTask(task=reduced, models=tuple(kept), dropped=dropped))
     return out
+
+
+def replan_workload(graph: nx.Graph, tasks: Sequence[Task], scheduler: str, *, down_links: Iterable[tuple[str, str]],
+                    dead_nodes: Iterable[str], workers: Iterable[str], wavelengths: int,
+                    mtu: int) -> tuple[WorkloadPlan, list[RemainingTask]]:
+    """Schedule ``tasks`` again on what survives: each reduced to the local models that can still
+    take part, planned on ``graph`` without the failed links and dead nodes. The new plans may
+    only use nodes in ``workers`` (those with a live agent), since every other node only forwards.
+    """
+    dead = set(dead_nodes)
+    down = list(down_links)
+    remaining = remaining_tasks(graph, tasks, down_links=down, dead_nodes=dead)
+    workload = schedule_workload(surviving_graph(graph, down, dead), [r.task for r in remaining], scheduler,
+                                 wavelengths=wavelengths, mtu=mtu)
+    if workload.blocked:
+        raise FedmstError(f"re-planning: {workload.blocked[0][0]} is blocked: {workload.blocked[0][1]}")
+    missing = set().union(*(p.nodes for p in workload.plans)) - set(workers)
+    if missing:
+        raise FedmstError(f"the re-planned trees need a worker on node(s) {', '.join(sorted(missing))}, which run "
+                          "none: inject faults with --fail-link/--kill-worker to run a worker on every node")
+    return workload, remaining

@@ -2,7 +2,7 @@
 
 A factory is called as ``factory(num_classes=..., input_shape=...)`` and returns an
 ``nn.Module``. Besides the built-ins, models come from ``register_model``, from the
-``fedmst.fl.models`` entry-point group (loaded on first lookup; a broken plugin only warns), or
+``fedmst.models`` entry-point group (loaded on first lookup; a broken plugin only warns), or
 directly from an importable ``package.module:factory`` spec. The default is big enough
 (~4.5 MB of weights) that moving it dominates a round's fixed overheads, which is what makes
 the schedulers' routing measurable.
@@ -24,8 +24,7 @@ from fedmst.errors import ModelError
 Factory = Callable[..., nn.Module]
 """Called as ``factory(num_classes=..., input_shape=...)``."""
 
-ENTRY_POINT_GROUP = "fedmst.fl.models"
-DEFAULT_MODEL = "mlp-large"
+ENTRY_POINT_GROUP = "fedmst.models"
 
 
 def _mlp(hidden: tuple[int, ...]) -> Factory:
@@ -75,7 +74,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _load_plugins() -> None:
-    """Register the ``fedmst.fl.models`` entry points once; a plugin that fails is skipped."""
+    """Register the ``fedmst.models`` entry points once; a plugin that fails is skipped."""
     global _plugins_loaded
     if _plugins_loaded:
         return

@@ -1,70 +1,96 @@
 """Schedulers: pure functions of (topology, task, link state) to a :class:`Plan`.
 
-A scheduler is one class with a ``name`` and a ``plan`` method. The built-ins are listed in
-``_registry``; another package adds one through the ``fedmst.schedulers`` entry-point group
-(``name = "package.module:Class"``) and every command can then use it by name.
+A scheduler is one class with a ``name`` and a ``plan`` method. Besides the built-ins, one comes
+from :func:`register_scheduler`, from the ``fedmst.schedulers`` entry-point group (loaded on first
+lookup; a broken plugin only warns), or directly as ``package.module:Class``, like models.
 Every scheduler must pass the shared contract in ``tests/test_scheduler_contract.py``.
 """
 
 from __future__ import annotations
 
+import importlib
 import warnings
-from abc import ABC, abstractmethod
+from functools import cache
 from importlib.metadata import entry_points
-from typing import Mapping
 
 import networkx as nx
 
 from fedmst.errors import SchedulerError
-from fedmst.core.plan import LinkDir, Plan, check_plan
+from fedmst.core.plan import Plan, check_plan
+from fedmst.core.schedulers.base import LinkState, Scheduler
+from fedmst.core.schedulers.mst import MSTScheduler
+from fedmst.core.schedulers.spff import SPFFScheduler
 from fedmst.core.tasks import Task
 
-LinkState = Mapping[LinkDir, float]
-"""Bytes per round already planned on each link direction by tasks scheduled earlier."""
+_REGISTRY: dict[str, type[Scheduler]] = {}
+_plugins_loaded = False
 
 
-class Scheduler(ABC):
-    """Decides how one task's weights travel: which transfers, over which paths."""
+def register_scheduler(name: str, cls: type[Scheduler]) -> None:
+    """Make ``cls`` available to every command as ``name``; a name already taken is refused."""
+    if name in _REGISTRY:
+        raise SchedulerError(f"scheduler {name!r} is already registered; pick another name")
+    if not (isinstance(cls, type) and issubclass(cls, Scheduler)):
+        raise SchedulerError(f"scheduler {name!r}: {cls!r} is not a subclass of fedmst.api.Scheduler")
+    _REGISTRY[name] = cls
 
-    name: str
 
-    @abstractmethod
-    def plan(self, graph: nx.Graph, task: Task, link_state: LinkState | None = None) -> Plan:
-        """Return the plan for ``task`` on ``graph``, given the load already on its links."""
-
-
-def _registry() -> dict[str, type[Scheduler]]:
-    # imported here: the scheduler modules import Scheduler from this package
-    from fedmst.core.schedulers.mst import MSTScheduler
-    from fedmst.core.schedulers.spff import SPFFScheduler
-
-    registry: dict[str, type[Scheduler]] = {"spff": SPFFScheduler, "mst": MSTScheduler}
-    for ep in entry_points(group="fedmst.schedulers"):
-        if ep.name in registry:
-            warnings.warn(f"scheduler plugin {ep.name!r} ({ep.value}) clashes with a built-in; skipped", stacklevel=2)
-            continue
-        try:
-            registry[ep.name] = ep.load()
-        except Exception as exc:  # noqa: BLE001 - one broken plugin must not break the others
-            warnings.warn(
-                f"skipping scheduler plugin {ep.name!r} ({ep.value}): {type(exc).__name__}: {exc}", stacklevel=2
-            )
-    return registry
+def _load_registry() -> dict[str, type[Scheduler]]:
+    """The built-ins, then the ``fedmst.schedulers`` entry points, once; a plugin that fails to
+    load or clashes with a name already taken only warns, so it cannot break the others."""
+    global _plugins_loaded
+    if not _plugins_loaded:
+        _plugins_loaded = True
+        for builtin in (SPFFScheduler, MSTScheduler):
+            _REGISTRY.setdefault(builtin.name, builtin)
+        for ep in entry_points(group="fedmst.schedulers"):
+            try:
+                register_scheduler(ep.name, ep.load())
+            except Exception as exc:  # noqa: BLE001 - one broken plugin must not break the others
+                warnings.warn(f"skipping scheduler plugin {ep.name!r} ({ep.value}): {type(exc).__name__}: {exc}",
+                              stacklevel=2)
+    return _REGISTRY
 
 
 def scheduler_names() -> tuple[str, ...]:
     """Names of every registered scheduler, sorted (the CLI's choices, the contract's cases)."""
-    return tuple(sorted(_registry()))
+    return tuple(sorted(_load_registry()))
 
 
-def get_scheduler(name: str) -> Scheduler:
-    """The scheduler registered as ``name``; an unknown name fails with the valid choices."""
+def _import_spec(spec: str) -> type[Scheduler]:
+    """The class named by ``package.module:Class``, checked to be a Scheduler."""
+    module_name, _, attr = spec.partition(":")
     try:
-        return _registry()[name]()
-    except KeyError:
-        raise SchedulerError(
-            f"unknown scheduler {name!r}; choose one of: {', '.join(scheduler_names())}"
-        ) from None
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - any import failure is the spec's fault
+        raise SchedulerError(f"scheduler {spec!r}: cannot import module {module_name!r} "
+                             f"({type(exc).__name__}: {' '.join(str(exc).split())})") from exc
+    cls = getattr(module, attr, None)
+    if cls is None:
+        raise SchedulerError(f"scheduler {spec!r}: module {module_name!r} has no attribute {attr!r}")
+    if not (isinstance(cls, type) and issubclass(cls, Scheduler)):
+        raise SchedulerError(f"scheduler {spec!r}: {attr} is not a subclass of fedmst.api.Scheduler")
+    return cls
+
+
+@cache
+def get_scheduler(spec: str) -> Scheduler:
+    """The scheduler registered as ``spec``, or the class ``package.module:Class``; an unknown
+    name fails with the valid choices. One instance per spec: schedulers are pure."""
+    if ":" in spec:
+        cls = _import_spec(spec)
+    else:
+        try:
+            cls = _load_registry()[spec]
+        except KeyError:
+            raise SchedulerError(
+                f"unknown scheduler {spec!r}; choose one of: {', '.join(scheduler_names())}, "
+                "or give package.module:Class (did you forget to register it?)"
+            ) from None
+    try:
+        return cls()
+    except Exception as exc:  # noqa: BLE001 - a constructor that fails is the plugin's fault
+        raise SchedulerError(f"scheduler {spec!r}: {cls.__name__}() raised {type(exc).__name__}: {exc}") from exc
 
 
 def schedule(graph: nx.Graph, task: Task, scheduler: str, link_state: LinkState | None = None) -> Plan:
@@ -81,4 +107,4 @@ def schedule(graph: nx.Graph, task: Task, scheduler: str, link_state: LinkState 
     return plan
 
 
-__all__ = ["LinkState", "Plan", "Scheduler", "get_scheduler", "schedule", "scheduler_names"]
+__all__ = ["LinkState", "Plan", "Scheduler", "get_scheduler", "register_scheduler", "schedule", "scheduler_names"]

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping
 import networkx as nx
 from networkx.algorithms.approximation import steiner_tree as approx_steiner_tree
 
-from fedmst.core.schedulers import LinkState, Scheduler
+from fedmst.core.schedulers.base import LinkState, Scheduler
 from fedmst.core.plan import Plan, Transfer
 from fedmst.core.tasks import Task
 

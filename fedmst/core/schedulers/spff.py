@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import networkx as nx
 
-from fedmst.core.schedulers import LinkState, Scheduler
+from fedmst.core.schedulers.base import LinkState, Scheduler
 from fedmst.core.plan import Plan, Transfer
 from fedmst.core.tasks import Task
 
