@@ -1,60 +1,85 @@
-"""The ``fedmst`` command: run, compare, clean.
+"""The ``fedmst`` command: run, compare, sweep, links, plot, clean.
 
-Every :class:`FedmstError` becomes one line on stderr and exit code 1; Ctrl-C and SIGTERM tear
-the emulation down (the ``with`` blocks do it) and exit with 130.
+Every :class:`FedmstError` becomes one line on stderr and exit code 1 (a usage error from the
+option parser one line and exit code 2); Ctrl-C and SIGTERM tear the emulation down (the ``with``
+blocks do it) and exit with 130. Imports are lazy: ``fedmst --help``, ``links`` and ``clean``
+never load torch.
 """
 
 from __future__ import annotations
 
 import signal
 import sys
-from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from fedmst.errors import FedmstError
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from fedmst.run.config import RunConfig
+
+DEFAULT_MODEL, DEFAULT_IMAGE = "mlp-large", "fedmst-worker"
+"""Option defaults; fedmst.run.config checks they are its own (tests/test_cli.py)."""
+DELAY_MODES, BACKENDS = ("auto", "netem", "userspace", "off"), ("process", "docker")
+
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
 
 
-def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    from fedmst.fl.models import DEFAULT_MODEL
+class _Group(click.Group):
+    """Turns the option parser's usage errors into one ``fedmst: error:`` line (exit 2)."""
 
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("fedmst: interrupted", err=True)
+            sys.exit(130)
+        except click.ClickException as exc:
+            click.echo(f"fedmst: error: {' '.join(exc.format_message().split())}", err=True)
+            sys.exit(exc.exit_code)
+
+
+def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The options of one run, shared by ``run`` and ``compare``; ranges are checked by
+    :func:`fedmst.run.config.validate`, so a config file's values are checked the same way."""
     opts = [
         click.option("--topology", default="nsfnet", show_default=True,
                      help="A file in topologies/, a .json/.graphml path, or a topohub key such as sndlib/polska."),
-        click.option("--local-models", "-k", type=click.IntRange(min=1), default=4, show_default=True,
+        click.option("--local-models", "-k", type=int, default=4, show_default=True,
                      help="Number of local models of the task."),
-        click.option("--tasks", type=click.IntRange(min=1), default=1, show_default=True,
+        click.option("--tasks", type=int, default=1, show_default=True,
                      help="Concurrent FL tasks sharing the network, each placed by seed."),
-        click.option("--wavelengths", type=click.IntRange(min=1), default=40, show_default=True,
+        click.option("--wavelengths", type=int, default=40, show_default=True,
                      help="Wavelengths per link of the optical layer (first fit; a task that finds none is blocked)."),
-        click.option("--rounds", "-r", type=click.IntRange(min=1), default=2, show_default=True),
+        click.option("--rounds", "-r", type=int, default=2, show_default=True),
         click.option("--model", default=DEFAULT_MODEL, show_default=True,
                      help="A registered model name or package.module:factory."),
         click.option("--seed", type=int, default=1, show_default=True,
-                     help="Seeds task placement, data split and model initialisation."),
+                     help="Seeds task placement, data split and model initialisation (0 or more)."),
         click.option("--global-node", default=None, help="Node of the global model (default: seeded)."),
         click.option("--local-nodes", default=None,
                      help="Comma-separated nodes of the local models (default: seeded)."),
-        click.option("--epochs", type=click.IntRange(min=1), default=1, show_default=True,
+        click.option("--epochs", type=int, default=1, show_default=True,
                      help="Local training epochs per round."),
-        click.option("--chunk-kb", type=click.IntRange(min=1), default=256, show_default=True,
+        click.option("--chunk-kb", type=int, default=256, show_default=True,
                      help="Relays forward weights in chunks of this size (pipelining)."),
-        click.option("--mtu", type=click.IntRange(min=576, max=9000), default=1500, show_default=True,
-                     help="MTU of every emulated link (jumbo frames cut per-packet CPU cost)."),
-        click.option("--delay-mode", type=click.Choice(["auto", "netem", "userspace", "off"]), default="auto",
-                     show_default=True,
+        click.option("--mtu", type=int, default=1500, show_default=True,
+                     help="MTU of every emulated link, 576 to 9000 (jumbo frames cut per-packet CPU cost)."),
+        click.option("--delay-mode", type=click.Choice(DELAY_MODES), default="auto", show_default=True,
                      help="How link propagation delay is applied: netem where the kernel has it (auto), "
                           "fedmst's NFQUEUE delay line, or not at all."),
-        click.option("--loss", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True,
-                     help="Packet loss probability on every link direction."),
-        click.option("--jitter-ms", type=click.FloatRange(min=0), default=0.0, show_default=True,
+        click.option("--loss", type=float, default=0.0, show_default=True,
+                     help="Packet loss probability on every link direction (needs a delay mode other than off)."),
+        click.option("--jitter-ms", type=float, default=0.0, show_default=True,
                      help="Uniform delay jitter (+-) on every link direction; packet order is kept."),
         click.option("--save-models", is_flag=True,
                      help="Write trained local and aggregated global weights to OUT/models."),
@@ -65,7 +90,7 @@ def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--kill-worker", "kill_workers", multiple=True, metavar="NODE@ROUND[+S]",
                      help="Kill NODE's worker during ROUND's training (NODE@ROUND+S: S seconds into its "
                           "broadcast); the round finishes with the surviving local models. Repeatable."),
-        click.option("--stall-timeout", "stall_s", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+        click.option("--stall-timeout", "stall_s", type=float, default=10.0, show_default=True,
                      help="A transfer whose next chunk takes longer than this has failed (a dead link or peer)."),
         click.option("--slow-node", "slow_nodes", multiple=True, metavar="NODE:FACTOR",
                      help="NODE's worker trains FACTOR times slower (a straggler). Repeatable."),
@@ -79,10 +104,8 @@ def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _worker_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    from fedmst.workers.docker import DEFAULT_IMAGE, WORKER_BACKENDS
-
     opts = [
-        click.option("--workers", type=click.Choice(WORKER_BACKENDS), default="process", show_default=True,
+        click.option("--workers", type=click.Choice(BACKENDS), default="process", show_default=True,
                      help="Run each compute node's agent as a process in its host, or in a Docker container "
                           "whose network namespace gets the emulated links."),
         click.option("--image", default=DEFAULT_IMAGE, show_default=True,
@@ -91,30 +114,47 @@ def _worker_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="CPU limit of every worker container, or NODE=CPUS for one node; repeatable."),
         click.option("--memory", multiple=True, metavar="[NODE=]SIZE",
                      help="Memory limit of every worker container (e.g. 1g), or NODE=SIZE for one node; repeatable."),
+        click.option("--config", "config_file", type=click.Path(path_type=Path), default=None, metavar="FILE",
+                     help="Take options from a TOML file or an earlier run's config.json (re-run it exactly); "
+                          "options given on the command line win."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
     return fn
 
 
-def _worker_config(kw: dict[str, Any]) -> dict[str, Any]:
-    return {"workers": kw["workers"], "image": kw["image"], "cpus": tuple(kw["cpus"]), "memory": tuple(kw["memory"])}
+_FIELD = {"chunk_kb": "chunk_bytes"}
+"""Command-line parameters whose RunConfig field has another name."""
 
 
-def _config(out: str, scheduler: str, **kw: Any) -> Any:
-    from fedmst.run.engine import RunConfig
+def _config(ctx: click.Context, kw: dict[str, Any]) -> tuple[RunConfig, dict[str, Any]]:
+    """The run configuration from the defaults, then ``--config FILE``, then what the command line
+    gives explicitly; and the command's other options (e.g. ``schedulers``) merged the same way."""
+    from dataclasses import fields
 
-    local_nodes = tuple(n.strip() for n in kw["local_nodes"].split(",")) if kw["local_nodes"] else None
-    return RunConfig(
-        topology=kw["topology"], scheduler=scheduler, local_models=kw["local_models"], tasks=kw["tasks"],
-        wavelengths=kw["wavelengths"], rounds=kw["rounds"],
-        model=kw["model"], seed=kw["seed"], out=out, global_node=kw["global_node"], local_nodes=local_nodes,
-        epochs=kw["epochs"], chunk_bytes=kw["chunk_kb"] * 1024, mtu=kw["mtu"],
-        delay_mode=kw["delay_mode"], loss=kw["loss"], jitter_ms=kw["jitter_ms"],
-        save_models=kw["save_models"], fail_links=tuple(kw["fail_links"]), kill_workers=tuple(kw["kill_workers"]),
-        slow_nodes=tuple(kw["slow_nodes"]), deadline_s=kw["deadline_s"], stall_s=kw["stall_s"],
-        **_worker_config(kw),
-    )
+    from fedmst.run.config import RunConfig, read_config_file
+
+    path = kw.pop("config_file", None)
+    names = {f.name for f in fields(RunConfig)}
+    values: dict[str, Any] = {}
+    for param, value in kw.items():
+        if param == "local_nodes" and value is not None:
+            value = tuple(n.strip() for n in value.split(","))
+        elif param == "chunk_kb":
+            value *= 1024
+        elif isinstance(value, list):
+            value = tuple(value)
+        values[_FIELD.get(param, param)] = value
+    if path is not None:
+        from_file = read_config_file(path, extra_keys=tuple(k for k in kw if k not in names and k not in _FIELD))
+        if path.suffix == ".json":  # an earlier run's config.json: re-running it must not overwrite it
+            from_file.pop("out", None)
+        explicit = {_FIELD.get(p, p) for p in ctx.params
+                    if ctx.get_parameter_source(p) in (click.core.ParameterSource.COMMANDLINE,
+                                                       click.core.ParameterSource.ENVIRONMENT)}
+        values.update({k: v for k, v in from_file.items() if k not in explicit})
+    config = RunConfig(**{k: v for k, v in values.items() if k in names})
+    return config, {k: v for k, v in values.items() if k not in names}
 
 
 def _report(line: str) -> None:
@@ -141,49 +181,58 @@ def _guard(fn: Callable[[], Any]) -> Any:
         sys.exit(130)
 
 
-@click.group()
+def _schedulers(value: str) -> list[str]:
+    return [s.strip() for s in str(value).split(",") if s.strip()]
+
+
+@click.group(cls=_Group)
 def main() -> None:
     """fedmst: federated learning over emulated links, MST trees with in-path aggregation vs SPFF."""
 
 
 @main.command()
 @click.option("--scheduler", default="mst", show_default=True,
-              help="spff, mst, or a scheduler registered through the fedmst.schedulers entry points.")
+              help="spff, mst, a registered scheduler, or package.module:Class.")
 @click.option("--out", default="runs/run", show_default=True, help="Run folder to write.")
 @_options
-def run(scheduler: str, out: str, **kw: Any) -> None:
+@click.pass_context
+def run(ctx: click.Context, **kw: Any) -> None:
     """Run one FL task for real in Mininet with one scheduler."""
-    from fedmst.run.engine import run as run_
+    def go() -> Any:
+        from fedmst.run.config import resolve
+        from fedmst.run.engine import run as run_
 
-    summary = _guard(lambda: run_(_config(out, scheduler, **kw), report=_report))
-    console.print(_table({scheduler: summary}))
-    console.print(f"results in {out}/")
+        config, _ = _config(ctx, kw)
+        return config, run_(resolve(config)[0], report=_report)
+
+    config, summary = _guard(go)
+    from fedmst.run.report import summary_table
+
+    console.print(summary_table({config.scheduler: summary}))
+    console.print(f"results in {config.out}/")
 
 
 @main.command()
-@click.option("--out", default="runs/compare", show_default=True, help="Folder for spff/, mst/ and comparison.json.")
+@click.option("--schedulers", default="spff,mst", show_default=True,
+              help="Comma-separated schedulers to run on identical tasks, the first being the baseline: "
+                   "registered names or package.module:Class.")
+@click.option("--out", default="runs/compare", show_default=True,
+              help="Folder for one run folder per scheduler and comparison.json.")
 @_options
-def compare(out: str, **kw: Any) -> None:
-    """Run the same task with SPFF and with MST and compare them side by side."""
-    from fedmst.run.engine import prepare, run as run_
-    from fedmst.run.results import write_json
+@click.pass_context
+def compare(ctx: click.Context, **kw: Any) -> None:
+    """Run the same tasks with every scheduler and compare them side by side."""
+    def go() -> Any:
+        from fedmst.run.experiments import compare as compare_
 
-    def both() -> dict[str, Any]:
-        base = _config(out, "spff", **kw)
-        for s in ("spff", "mst"):  # validate every input before building any network
-            prepare(replace(base, scheduler=s))
-        return {s: run_(replace(base, scheduler=s, out=str(Path(out) / s)), report=_report)
-                for s in ("spff", "mst")}
+        config, extra = _config(ctx, kw)
+        return config, compare_(config, _schedulers(extra["schedulers"]), Path(config.out), report=_report)
 
-    summaries = _guard(both)
-    comparison = {
-        "spff": summaries["spff"], "mst": summaries["mst"],
-        "bytes_ratio": summaries["mst"]["link_bytes_measured"] / summaries["spff"]["link_bytes_measured"],
-        "latency_ratio": summaries["mst"]["round_latency_s"] / summaries["spff"]["round_latency_s"],
-    }
-    write_json(Path(out) / "comparison.json", comparison)
-    console.print(_table(summaries, ratios=True))
-    console.print(f"results in {out}/ (spff/, mst/, comparison.json)")
+    config, summaries = _guard(go)
+    from fedmst.run.report import summary_table
+
+    console.print(summary_table(summaries, ratios_to_first=True))
+    console.print(f"results in {config.out}/ (one folder per scheduler, comparison.json)")
 
 
 def _int_list(_ctx: object, _param: object, value: str) -> list[int]:
@@ -206,37 +255,36 @@ def _int_list(_ctx: object, _param: object, value: str) -> list[int]:
 
 @main.command()
 @click.option("--out", default="runs/sweep", show_default=True, help="Folder for every run, sweep.csv and the figures.")
+@click.option("--schedulers", default="spff,mst", show_default=True,
+              help="Comma-separated schedulers: registered names or package.module:Class.")
 @click.option("--local-models", "ks", default="2,4,6,8,10,12,14,15", show_default=True,
               callback=_int_list, help="Local-model counts to sweep (list or range a-b:step).")
 @click.option("--seeds", default="1,2", show_default=True, callback=_int_list, help="Seeds to repeat every point with.")
-@click.option("--tasks", type=click.IntRange(min=1), default=30, show_default=True)
-@click.option("--wavelengths", type=click.IntRange(min=1), default=120, show_default=True,
+@click.option("--tasks", type=int, default=30, show_default=True)
+@click.option("--wavelengths", type=int, default=120, show_default=True,
               help="Enough that SPFF blocks no task of the default sweep (with 40 it blocks 17 of 30 at 15 "
                    "local models); blocking is reported either way.")
-@click.option("--rounds", "-r", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--rounds", "-r", type=int, default=1, show_default=True)
 @click.option("--model", default="mlp", show_default=True,
               help="Small by default: 30 tasks x 15 local models must fit a 2-core host.")
 @click.option("--topology", default="nsfnet", show_default=True)
-@click.option("--delay-mode", type=click.Choice(["auto", "netem", "userspace", "off"]), default="auto",
-              show_default=True)
+@click.option("--delay-mode", type=click.Choice(DELAY_MODES), default="auto", show_default=True)
 @_worker_options
-def sweep(out: str, ks: list[int], seeds: list[int], tasks: int, wavelengths: int, rounds: int, model: str,
-          topology: str, delay_mode: str, **worker_kw: Any) -> None:
-    """Reproduce the poster's Figure 3: both schedulers, many concurrent tasks, for real, with figures."""
+@click.pass_context
+def sweep(ctx: click.Context, ks: list[int], seeds: list[int], **kw: Any) -> None:
+    """Reproduce the poster's Figure 3: every scheduler, many concurrent tasks, for real, with figures."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
-    from fedmst.run.engine import RunConfig
-    from fedmst.views.plots import plot_sweep
     from fedmst.run.experiments import points, sweep as sweep_
 
-    folder = Path(out)
-    base = RunConfig(topology=topology, tasks=tasks, wavelengths=wavelengths, rounds=rounds, model=model,
-                     delay_mode=delay_mode, **_worker_config(worker_kw))
+    config, extra = _guard(lambda: _config(ctx, kw))
+    schedulers = _schedulers(extra["schedulers"])
+    folder = Path(config.out)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("left"), TimeRemainingColumn())
     with Progress(*columns, console=console) as bar:
-        job = bar.add_task("checking inputs", total=len(points(ks, seeds)))
+        job = bar.add_task("checking inputs", total=len(points(ks, seeds, schedulers)))
         started = [False]
 
         def progress(what: str) -> None:
@@ -245,8 +293,10 @@ def sweep(out: str, ks: list[int], seeds: list[int], tasks: int, wavelengths: in
             started[0] = True
             bar.update(job, description=what)
 
-        rows = _guard(lambda: sweep_(base, ks, seeds, folder, progress))
+        rows = _guard(lambda: sweep_(config, ks, seeds, folder, progress, schedulers))
         bar.advance(job)
+    from fedmst.views.plots import plot_sweep
+
     latency, bandwidth = plot_sweep(rows, folder)
     console.print(f"sweep.csv, {latency.name} and {bandwidth.name} in {folder}/")
 
@@ -254,19 +304,26 @@ def sweep(out: str, ks: list[int], seeds: list[int], tasks: int, wavelengths: in
 @main.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--sort", default="measured", show_default=True,
-              help="measured, predicted, error, utilisation, peak or link (compare folders: measured, spff, "
-                   "mst, ratio or link).")
+              help="measured, predicted, error, utilisation, peak or link (compare folders: measured = largest "
+                   "difference, a scheduler's name = its bytes, ratio or link).")
 @click.option("--round", "round_", type=click.IntRange(min=1), default=None,
-              help="Only this round (default: all rounds summed).")
-def links(run_dir: Path, sort: str, round_: int | None) -> None:
-    """Per-link traffic of a run folder, or MST minus SPFF for a compare folder."""
-    from fedmst.views.links import diff_table, is_compare_dir, link_table, render
+              help="Only this round (default: all rounds summed); in a compare folder, round N of every run.")
+@click.option("--against", default=None, metavar="NAME",
+              help="Compare folders: the scheduler the others are measured against (default: the baseline, "
+                   "the compare's first).")
+def links(run_dir: Path, sort: str, round_: int | None, against: str | None) -> None:
+    """Per-link traffic of a run folder, or of every scheduler of a compare folder against one of them."""
+    from fedmst.views.links import diff_table, is_compare_dir, link_table, render, scheduler_label
 
     def table() -> Table:
         if is_compare_dir(run_dir):
-            if round_ is not None:
-                raise FedmstError("--round applies to one run folder; give RUN_DIR/spff or RUN_DIR/mst")
-            return render(diff_table(run_dir, sort=sort), title=f"{run_dir}: MST - SPFF per link direction")
+            rows = diff_table(run_dir, sort=sort, against=against, round_=round_)
+            labels = [scheduler_label(n) for n in rows[0]["ratio"]] if rows else []
+            vs = " - ".join([", ".join(labels), scheduler_label(rows[0]["against"])] if labels else ["measured"])
+            when = f", round {round_}" if round_ is not None else ""
+            return render(rows, title=f"{run_dir}: {vs} per link direction{when}")
+        if against is not None:
+            raise FedmstError(f"--against compares the runs of a compare folder; {run_dir} is not one")
         return render(link_table(run_dir, sort=sort, round_=round_), title=f"{run_dir}: links")
 
     console.print(_guard(table))
@@ -279,7 +336,7 @@ def links(run_dir: Path, sort: str, round_: int | None) -> None:
 @click.option("--link", default=None, help="Instead: one link's utilisation over time, e.g. --link 10-11.")
 def plot(run_dir: Path, out: Path | None, task: str, link: str | None) -> None:
     """Draw the topology with each link coloured by the bytes it carried and the task's broadcast and
-    upload trees overlaid; a compare folder gets SPFF and MST side by side."""
+    upload trees overlaid; a compare folder gets one panel per scheduler, side by side."""
     from fedmst.views.plots import plot_link_utilisation, plot_run
 
     if link is not None:
@@ -290,52 +347,13 @@ def plot(run_dir: Path, out: Path | None, task: str, link: str | None) -> None:
 
 @main.command()
 def clean() -> None:
-    """Remove every namespace, interface and process a crashed fedmst run left behind."""
-    from fedmst.net.cleanup import clean as clean_
+    """Remove every namespace, interface, process and container a crashed fedmst run left behind."""
+    def both() -> list[str]:
+        from fedmst.net.cleanup import clean as clean_network
+        from fedmst.workers.docker import clean_dead
 
-    for line in _guard(clean_):
+        done = [line for line in clean_network() if line != "nothing to clean"] + clean_dead()
+        return done or ["nothing to clean"]
+
+    for line in _guard(both):
         console.print(line)
-
-
-def _workers(workers: dict[str, Any]) -> str:
-    """``processes`` or ``docker (IMAGE)``, for the table's caption."""
-    return "processes" if workers["backend"] == "process" else f"docker ({workers['image']})"
-
-
-def _table(summaries: dict[str, dict[str, Any]], ratios: bool = False) -> Table:
-    """Side-by-side figures: measured beside predicted, and MST/SPFF ratios for a comparison."""
-    names = list(summaries)
-    table = Table(title=f"fedmst on {next(iter(summaries.values()))['topology']}")
-    table.add_column("per round (mean)")
-    for n in names:
-        table.add_column(n.upper(), justify="right")
-    if ratios:
-        table.add_column("MST/SPFF", justify="right")
-
-    def row(label: str, get: Callable[[dict[str, Any]], float], fmt: str, ratio: bool = True) -> None:
-        values = [get(summaries[n]) for n in names]
-        cells = [fmt.format(v) for v in values]
-        if ratios:
-            cells.append(f"{values[1] / values[0]:.2f}" if ratio and values[0] else "")
-        table.add_row(label, *cells)
-
-    rounds = lambda s: s["rounds"]  # noqa: E731
-    row("broadcast (s)", lambda s: s["broadcast_s"], "{:.2f}")
-    row("  predicted (s)", lambda s: s["predicted_broadcast_s"], "{:.2f}")
-    row("train (s)", lambda s: s["train_s"], "{:.2f}")
-    row("upload (s)", lambda s: s["upload_s"], "{:.2f}")
-    row("  predicted (s)", lambda s: s["predicted_upload_s"], "{:.2f}")
-    row("round latency (s)", lambda s: s["round_latency_s"], "{:.2f}")
-    row("link bytes measured (MB)", lambda s: s["link_bytes_measured"] / rounds(s) / 1e6, "{:.2f}")
-    row("  weights (MB)", lambda s: s["weight_bytes_measured"] / rounds(s) / 1e6, "{:.2f}")
-    row("  weights predicted (MB)", lambda s: s["link_bytes_predicted"] / rounds(s) / 1e6, "{:.2f}")
-    row("  ACKs and other (MB)", lambda s: s["ack_bytes_measured"] / rounds(s) / 1e6, "{:.2f}")
-    row("TCP retransmissions (segments)", lambda s: s["tcp_retransmitted_segments"] / rounds(s), "{:.0f}", ratio=False)
-    row("queue drops (packets)", lambda s: s["queue_drops"] / rounds(s), "{:.0f}", ratio=False)
-    row("max per-link weight error (%)", lambda s: 100 * s["max_link_bytes_error"], "{:.2f}", ratio=False)
-    row("final accuracy", lambda s: s["final_accuracy"], "{:.3f}", ratio=False)
-    first = next(iter(summaries.values()))
-    table.caption = (f"{first['local_models']} local models, model {first['model']} "
-                     f"({first['model_bytes'] / 1e6:.2f} MB), {first['rounds']} rounds; "
-                     f"delay: {first['emulated']['delay_mechanism']}; workers: {_workers(first['workers'])}")
-    return table

@@ -29,14 +29,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from fedmst.run.engine import RunConfig, prepare, run
+from fedmst.run.config import RunConfig, resolve
+from fedmst.run.experiments import compare
 from fedmst.run.results import read_csv
 
 
 def pick_faults(config: RunConfig) -> tuple[str, str]:
     """The link (first hop of MST's broadcast tree out of G) and the relay worker to break."""
-    _, workload = prepare(replace(config, scheduler="mst"))
-    plan = workload.plans[0]
+    plan = resolve(config, ["mst"])[0].workload.plans[0]
     g = plan.task.global_node
     first = next(t.path for t in plan.phase("broadcast") if t.path[0] == g)
     relays = sorted(n for n in plan.aggregation_nodes if n != g and n in plan.task.local_nodes)
@@ -63,14 +63,9 @@ def main() -> int:
     print(f"## {args.topology}, {args.local_models} local models, {args.model}: link {link} down 0.3 s into "
           f"round 2's broadcast and back at 3, worker on node {node} killed in round 2's training, "
           f"stall timeout {args.stall:g} s\n")
-    summaries = {}
-    for scheduler in ("spff", "mst"):
-        out = Path(args.out) / scheduler
-        started = time.monotonic()
-        print(f"[{scheduler}] running ...", file=sys.stderr)
-        summaries[scheduler] = run(replace(base, scheduler=scheduler, out=str(out)),
-                                   report=lambda line: print(line, file=sys.stderr))
-        print(f"[{scheduler}] done in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    started = time.monotonic()
+    summaries = compare(base, ["spff", "mst"], Path(args.out), report=lambda line: print(line, file=sys.stderr))
+    print(f"both schedulers done in {time.monotonic() - started:.0f} s", file=sys.stderr)
 
     print("| scheduler | round | event | scheduling (s) | routes (s) | reconnect (s) | re-plan (s) "
           "| noticed after (s) | in flight lost (B) | aborted attempt (MB) | local models dropped |")
@@ -91,8 +86,8 @@ def main() -> int:
             predicted = float(r["predicted_broadcast_s"]) + float(r["predicted_upload_s"])
             print(f"| {scheduler} | {r['round']} | {r['local_models']} | {float(r['round_s']):.2f} | {predicted:.2f} "
                   f"| {int(r['bytes_measured']) / 1e6:.1f} | {float(r['accuracy']):.3f} |")
-        print(f"| {scheduler} | **rounds completed** | {summary['rounds']} of {summary['rounds_planned']} "
-              f"({summary['status']}) | | | | |")
+        print(f"| {scheduler} | **rounds completed** | {summary.rounds} of {summary.rounds_planned} "
+              f"({summary.status}) | | | | |")
     return 0
 
 

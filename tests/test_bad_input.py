@@ -20,6 +20,8 @@ import pytest
 
 from conftest import leftovers
 
+pytestmark = pytest.mark.host
+
 FEDMST = Path(sys.executable).with_name("fedmst")
 
 
@@ -108,6 +110,13 @@ CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
     ("slow-node-unknown", _args("--slow-node", "zz:2"), ("--slow-node zz:2", "'zz'", "line3")),
     ("slow-node-factor", _args("--slow-node", "a:0.5"), ("--slow-node a:0.5", "at least 1")),
     ("negative-deadline", _args("--deadline", "-1"), ("--deadline -1", "positive")),
+    ("zero-local-models", _args("-k", "0"), ("--local-models 0", "1 or more")),
+    ("negative-seed", _args("--seed", "-3"), ("--seed -3", "0 or more")),
+    ("loss-without-delay", _args("--delay-mode", "off", "--loss", "0.1"), ("--loss", "--delay-mode off")),
+    ("unknown-scheduler", _args("--scheduler", "no-such-sched"), ("'no-such-sched'", "spff", "mst")),
+    ("scheduler-module-missing", _args("--scheduler", "no_such_pkg.mod:Sched"), ("no_such_pkg", "cannot import")),
+    ("config-unknown-key", lambda p: (["--config", _write_topology(p, "exp.toml", "local_modles = 3\n")], {}),
+     ("exp.toml", "unknown option 'local_modles'")),
 ]
 
 BASE = {"--topology": "line3", "-k": "2", "--rounds": "1", "--model": "mlp", "--seed": "1"}
@@ -122,7 +131,8 @@ def _command(command: str, extra: list[str], out: str) -> list[str]:
 
 
 COMPARE_CASES = {"unknown-topology", "zero-capacity", "unknown-local-node", "too-many-local-models",
-                 "unknown-model", "factory-raises", "unwritable-out", "negative-cpus"}
+                 "unknown-model", "factory-raises", "unwritable-out", "negative-cpus", "zero-local-models",
+                 "config-unknown-key"}
 
 
 @pytest.mark.parametrize("command,setup,fragments", [
@@ -137,15 +147,22 @@ def test_bad_input(tmp_path: Path, command: str, setup: Setup, fragments: tuple[
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+@pytest.mark.parametrize("schedulers,fragments", [
+    ("spff,no-such-sched", ("'no-such-sched'", "choose one of")),
+    ("spff,mst,spff", ("--schedulers", "spff given twice")),
+])
+def test_bad_scheduler_lists(tmp_path: Path, schedulers: str, fragments: tuple[str, ...]) -> None:
+    line = error_line(fedmst(tmp_path, *_command("compare", ["--schedulers", schedulers], "out")))
+    assert all(f in line for f in fragments), line
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("command", ["run", "compare"])
-def test_zero_local_models_is_a_usage_error(tmp_path: Path, command: str) -> None:
-    proc = fedmst(tmp_path, command, "--topology", "line3", "-k", "0", "--rounds", "1", "--model", "mlp",
-                  "--out", "out")
+def test_a_usage_error_is_one_line_too(tmp_path: Path, command: str) -> None:
+    proc = fedmst(tmp_path, command, "--topology", "line3", "--delay-mode", "zzz", "--out", "out")
     assert proc.returncode == 2, proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
-    assert len(errors) == 1, proc.stderr
-    assert "--local-models" in errors[0] and "0" in errors[0]
-    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("fedmst: error: ") and "--delay-mode" in lines[0], proc.stderr
     assert not (tmp_path / "out").exists()
 
 

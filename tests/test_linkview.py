@@ -1,20 +1,27 @@
-"""fedmst.views.links on small hand-made run folders whose every number can be checked by hand.
+"""fedmst.views.links and ``fedmst links`` on small hand-made run and compare folders whose every
+number can be checked by hand.
 
 The run has two links, 2-10 (100 Mbit/s) and 9-10 (200 Mbit/s), so natural node order
 (2 before 9 before 10) differs from string order, and two rounds whose broadcast + upload
-times add up to 0.8 s + 1.2 s = 2 s.
+times add up to 0.8 s + 1.2 s = 2 s. Compare folders hold two or three such runs.
 """
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pytest
+from click.testing import CliRunner, Result
+from rich.console import Console
 from rich.table import Table
 
+from fedmst import cli
 from fedmst.errors import FedmstError
-from fedmst.views.links import diff_table, is_compare_dir, link_table, render
+from fedmst.run.layout import run_folder_name
 from fedmst.run.results import LINK_FIELDS, ROUND_FIELDS, write_csv, write_json
+from fedmst.views.links import compare_runs, diff_table, is_compare_dir, link_table, render
 
 CAPACITY = {"2-10": 100, "9-10": 200}
 # (round, src, dst): (predicted, measured, weight, other, drops), in kB
@@ -37,6 +44,7 @@ def _link_row(rnd: int, src: str, dst: str, values: tuple[int, ...]) -> dict[str
     drops = values[4]
     link = "-".join(sorted((src, dst), key=int))
     return {
+        **dict.fromkeys(LINK_FIELDS, 0),  # columns these views do not read
         "round": rnd, "link": link, "src": src, "dst": dst, "capacity_mbps": CAPACITY[link],
         "predicted_bytes": predicted, "measured_bytes": measured, "measured_weight_bytes": weight,
         "measured_other_bytes": other, "error_pct": 0.0, "broadcast_bytes": 0, "upload_bytes": 0,
@@ -45,9 +53,10 @@ def _link_row(rnd: int, src: str, dst: str, values: tuple[int, ...]) -> dict[str
 
 
 def write_run(path: Path, links: dict[tuple[int, str, str], tuple[int, ...]] = LINKS,
-              samples: list[tuple[float, int, str, str, str, int]] | None = None) -> Path:
+              samples: list[tuple[float, int, str, str, str, int]] | None = None, scheduler: str = "mst") -> Path:
     """A run folder as the coordinator writes it (plus samples.csv when given)."""
     path.mkdir(parents=True)
+    write_json(path / "config.json", {"scheduler": scheduler, "topology": "test"})
     write_csv(path / "links.csv", LINK_FIELDS, [_link_row(r, s, d, v) for (r, s, d), v in links.items()])
     rounds = sorted({r for r, _, _ in links})
     write_csv(path / "rounds.csv", ROUND_FIELDS, [
@@ -55,7 +64,6 @@ def write_run(path: Path, links: dict[tuple[int, str, str], tuple[int, ...]] = L
          "upload_s": TIMES[r][2], "round_s": sum(TIMES[r])}
         for r in rounds
     ])
-    write_json(path / "summary.json", {"scheduler": "mst", "topology": "test"})
     if samples is not None:
         write_csv(path / "samples.csv", ("t_s", "round", "phase", "src", "dst", "bytes"), [
             dict(zip(("t_s", "round", "phase", "src", "dst", "bytes"), s)) for s in samples
@@ -151,28 +159,140 @@ def test_no_samples_means_no_peak(tmp_path: Path) -> None:
     assert [r["peak_utilisation"] for r in rows] == [None] * 4
 
 
-def write_compare(path: Path) -> Path:
-    spff = {"2->10": 3000, "10->2": 100, "9->10": 1000, "10->9": 0}
-    mst = {"2->10": 1000, "10->2": 50, "9->10": 1500, "10->9": 40}
-    for name, measured in (("spff", spff), ("mst", mst)):
-        write_run(path / name, {(1, *d.split("->")): (0, kb, 0, kb, 0) for d, kb in measured.items()})
-    write_json(path / "comparison.json", {})
+# measured kB per direction in round 1 of each scheduler's run
+SPFF = {"2->10": 3000, "10->2": 100, "9->10": 1000, "10->9": 0}
+MST = {"2->10": 1000, "10->2": 50, "9->10": 1500, "10->9": 40}
+MINE = {"2->10": 500, "10->2": 100, "9->10": 4000, "10->9": 0}
+PLUGIN = "mypkg.mod:MySched"
+
+
+def one_round(measured: dict[str, int]) -> dict[tuple[int, str, str], tuple[int, ...]]:
+    return {(1, *d.split("->")): (0, kb, 0, kb, 0) for d, kb in measured.items()}
+
+
+def write_compare(path: Path, runs: dict[str, dict[str, int]] | None = None, *, comparison: bool = True) -> Path:
+    """A compare folder as `fedmst compare --schedulers spff,mst[,...]` writes it (by default spff and mst);
+    without ``comparison`` it is one still running: its run folders and no comparison.json."""
+    runs = runs or {"spff": SPFF, "mst": MST}
+    for name, measured in runs.items():
+        write_run(path / run_folder_name(name), one_round(measured), scheduler=name)
+    if comparison:
+        write_json(path / "comparison.json", {"schedulers": list(runs), "baseline": next(iter(runs))})
     return path
 
 
 def test_diff_of_a_compare_folder(tmp_path: Path) -> None:
     folder = write_compare(tmp_path / "cmp")
     assert is_compare_dir(folder) and not is_compare_dir(folder / "spff")
+    assert compare_runs(folder) == [("spff", folder / "spff"), ("mst", folder / "mst")]
     rows = diff_table(folder)
     assert directions(rows) == ["2->10", "9->10", "10->2", "10->9"]  # by size of the difference
     r = by_direction(rows)
-    assert (r["2->10"]["spff_bytes"], r["2->10"]["mst_bytes"], r["2->10"]["difference_bytes"]) == (
-        3_000_000, 1_000_000, -2_000_000)
-    assert r["2->10"]["ratio"] == pytest.approx(1 / 3)
-    assert r["9->10"]["difference_bytes"] == 500_000 and r["9->10"]["ratio"] == pytest.approx(1.5)
-    assert r["10->9"]["ratio"] is None  # SPFF sent nothing there
+    assert r["2->10"]["against"] == "spff"
+    assert r["2->10"]["bytes"] == {"spff": 3_000_000, "mst": 1_000_000}
+    assert r["2->10"]["difference_bytes"] == {"mst": -2_000_000}
+    assert r["2->10"]["ratio"]["mst"] == pytest.approx(1 / 3)
+    assert r["9->10"]["difference_bytes"]["mst"] == 500_000 and r["9->10"]["ratio"]["mst"] == pytest.approx(1.5)
+    assert r["10->9"]["ratio"] == {"mst": None}  # SPFF sent nothing there
     assert directions(diff_table(folder, sort="ratio")) == ["9->10", "10->2", "2->10", "10->9"]
     assert directions(diff_table(folder, sort="link")) == ["2->10", "10->2", "9->10", "10->9"]
+    assert directions(diff_table(folder, sort="spff")) == ["2->10", "9->10", "10->2", "10->9"]
+    assert directions(diff_table(folder, sort="mst")) == ["9->10", "2->10", "10->2", "10->9"]
+
+
+def test_three_schedulers(tmp_path: Path) -> None:
+    folder = write_compare(tmp_path / "cmp", {"spff": SPFF, "mst": MST, PLUGIN: MINE})
+    assert compare_runs(folder) == [("spff", folder / "spff"), ("mst", folder / "mst"),
+                                    (PLUGIN, folder / "mypkg.mod_MySched")]
+    r = by_direction(diff_table(folder))
+    assert r["9->10"]["bytes"] == {"spff": 1_000_000, "mst": 1_500_000, PLUGIN: 4_000_000}
+    assert r["9->10"]["difference_bytes"] == {"mst": 500_000, PLUGIN: 3_000_000}
+    assert r["2->10"]["ratio"] == {"mst": pytest.approx(1 / 3), PLUGIN: pytest.approx(1 / 6)}
+    assert r["10->2"]["ratio"] == {"mst": 0.5, PLUGIN: 1.0}
+    # the largest change of any scheduler first: MySched's +3 MB on 9->10 beats MST's -2 MB on 2->10
+    assert directions(diff_table(folder)) == ["9->10", "2->10", "10->2", "10->9"]
+    # the largest ratio of any scheduler; none known (SPFF sent nothing) goes last
+    assert directions(diff_table(folder, sort="ratio")) == ["9->10", "10->2", "2->10", "10->9"]
+    # a scheduler's name sorts by its bytes; its run folder's name or label does the same
+    for key in (PLUGIN, "mypkg.mod_MySched", "MySched"):
+        assert directions(diff_table(folder, sort=key)) == ["9->10", "2->10", "10->2", "10->9"]
+    with pytest.raises(FedmstError, match=f"choose one of measured, spff, mst, {PLUGIN}, ratio, link$"):
+        diff_table(folder, sort="ring")
+
+
+def test_render_three_schedulers(tmp_path: Path) -> None:
+    folder = write_compare(tmp_path / "cmp", {"spff": SPFF, "mst": MST, PLUGIN: MINE})
+    table = render(diff_table(folder, sort="link"), "diff")
+    cells = {str(col.header): list(col.cells) for col in table.columns}
+    assert list(cells) == ["link direction", "SPFF MB", "MST MB", "MYSCHED MB", "MST - SPFF MB", "MST / SPFF",
+                           "MYSCHED - SPFF MB", "MYSCHED / SPFF"]
+    assert cells["MYSCHED MB"] == ["0.50", "0.10", "4.00", "0.00", "4.60"]
+    assert cells["MYSCHED - SPFF MB"] == ["-2.50", "+0.00", "+3.00", "+0.00", "+0.50"]
+    assert cells["MYSCHED / SPFF"] == ["0.17", "1.00", "4.00", "-", f"{4.6 / 4.1:.2f}"]
+    assert cells["MST - SPFF MB"][-1] == "-1.51"
+
+
+def test_against_another_scheduler(tmp_path: Path) -> None:
+    folder = write_compare(tmp_path / "cmp", {"spff": SPFF, "mst": MST, PLUGIN: MINE})
+    r = by_direction(diff_table(folder, against="mst"))
+    assert r["2->10"]["against"] == "mst"
+    assert r["2->10"]["difference_bytes"] == {"spff": 2_000_000, PLUGIN: -500_000}
+    assert r["10->9"]["ratio"] == {"spff": 0.0, PLUGIN: 0.0}  # MST sent 40 kB there, the others nothing
+    assert by_direction(diff_table(folder, against="mypkg.mod_MySched"))["2->10"]["against"] == PLUGIN
+    cells = {str(col.header): list(col.cells) for col in render(diff_table(folder, against="mst"), "x").columns}
+    assert "SPFF - MST MB" in cells and "MYSCHED / MST" in cells and "MST / SPFF" not in cells
+    with pytest.raises(FedmstError) as exc:
+        diff_table(folder, against="ring")
+    assert str(exc.value) == f"{folder}: no scheduler 'ring' to compare against (schedulers: spff, mst, {PLUGIN})"
+
+
+def test_one_round_of_a_compare_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "cmp"
+    write_run(folder / "spff", scheduler="spff")
+    # MST sends as much as SPFF in round 1 and half of it in round 2
+    write_run(folder / "mst", {(r, s, d): (v[0], v[1] // 2 if r == 2 else v[1], *v[2:])
+                               for (r, s, d), v in LINKS.items()}, scheduler="mst")
+    write_json(folder / "comparison.json", {"schedulers": ["spff", "mst"], "baseline": "spff"})
+    assert by_direction(diff_table(folder, round_=1))["2->10"]["difference_bytes"] == {"mst": 0}
+    r = by_direction(diff_table(folder, round_=2))["2->10"]
+    assert r["bytes"] == {"spff": 900_000, "mst": 450_000} and r["ratio"] == {"mst": 0.5}
+    assert by_direction(diff_table(folder))["2->10"]["difference_bytes"] == {"mst": -450_000}
+    with pytest.raises(FedmstError, match=r"spff has no round 3 \(rounds: 1, 2\)"):
+        diff_table(folder, round_=3)
+
+
+def test_compare_folder_without_comparison_json(tmp_path: Path) -> None:
+    """A compare still running or interrupted: its run folders, spff then mst then by name."""
+    folder = write_compare(tmp_path / "cmp", {"zz": MINE, PLUGIN: MINE, "mst": MST, "aa": MINE, "spff": SPFF},
+                           comparison=False)
+    (folder / "notes").mkdir()  # a folder without links.csv is no run
+    write_run(folder / "renamed", one_round(MINE), scheduler="ring")  # config.json names another folder
+    assert [name for name, _ in compare_runs(folder)] == ["spff", "mst", "aa", PLUGIN, "renamed", "zz"]
+    assert compare_runs(folder)[3][1] == folder / "mypkg.mod_MySched"
+    assert by_direction(diff_table(folder))["2->10"]["against"] == "spff"
+    # the comparison.json of the two-scheduler compare names no schedulers: its runs are found the same way
+    write_json(folder / "comparison.json", {"spff": {}, "mst": {}, "bytes_ratio": 0.5, "latency_ratio": 0.5})
+    assert [name for name, _ in compare_runs(folder)][:2] == ["spff", "mst"]
+
+
+def test_one_run_folder_is_no_compare_folder(tmp_path: Path) -> None:
+    folder = write_compare(tmp_path / "cmp", {"mst": MST}, comparison=False)
+    assert compare_runs(folder) == [] and not is_compare_dir(folder)
+    with pytest.raises(FedmstError, match=f"only one run folder inside: give {folder / 'mst'}"):
+        link_table(folder)
+
+
+def test_comparison_json_order_and_faults(tmp_path: Path) -> None:
+    folder = write_compare(tmp_path / "cmp", {PLUGIN: MINE, "spff": SPFF})
+    assert [name for name, _ in compare_runs(folder)] == [PLUGIN, "spff"]  # its order, not spff first
+    write_json(folder / "comparison.json", {"schedulers": ["spff", PLUGIN], "baseline": PLUGIN})
+    assert [name for name, _ in compare_runs(folder)] == [PLUGIN, "spff"]  # the baseline always first
+    write_json(folder / "comparison.json", {"schedulers": "spff,mst"})
+    with pytest.raises(FedmstError, match="'schedulers' is not a list of scheduler names"):
+        compare_runs(folder)
+    (folder / "comparison.json").write_text("{")
+    with pytest.raises(FedmstError, match="comparison.json: cannot read JSON"):
+        compare_runs(folder)
 
 
 def test_unknown_sort_lists_the_choices(tmp_path: Path) -> None:
@@ -196,7 +316,7 @@ def test_not_a_run_folder(tmp_path: Path) -> None:
 
 def test_compare_folder_given_as_run_folder(tmp_path: Path) -> None:
     folder = write_compare(tmp_path / "cmp")
-    with pytest.raises(FedmstError, match="is a compare folder"):
+    with pytest.raises(FedmstError, match="is a compare folder: give one of its run folders"):
         link_table(folder)
 
 
@@ -215,9 +335,54 @@ def test_render_links_with_totals(tmp_path: Path) -> None:
 
 
 def test_render_diff_with_totals(tmp_path: Path) -> None:
+    """Two schedulers read exactly as before the compare took any list of them."""
     table = render(diff_table(write_compare(tmp_path / "cmp")), "diff")
     cells = {str(col.header): list(col.cells) for col in table.columns}
+    assert list(cells) == ["link direction", "SPFF MB", "MST MB", "MST - SPFF MB", "MST / SPFF"]
     assert cells["link direction"][-1] == "total"
     assert cells["SPFF MB"][-1] == "4.10" and cells["MST MB"][-1] == "2.59"
     assert cells["MST - SPFF MB"] == ["-2.00", "+0.50", "-0.05", "+0.04", "-1.51"]
     assert cells["MST / SPFF"][-2:] == ["-", f"{2.59 / 4.10:.2f}"]
+
+
+@pytest.fixture
+def fedmst_links(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Result]]:
+    """``fedmst links ARGS`` in this process, on a console wide enough that no header wraps; the
+    signal handlers the command installs are put back afterwards."""
+    monkeypatch.setattr(cli, "console", Console(highlight=False, width=250))
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield lambda *args: CliRunner().invoke(cli.main, ["links", *map(str, args)])
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+
+
+def words(text: str) -> str:
+    """Console output with runs of whitespace made one space: rich wraps a title to its table's width."""
+    return " ".join(text.split())
+
+
+def test_links_command_on_a_compare_folder(tmp_path: Path, fedmst_links: Callable[..., Result]) -> None:
+    folder = write_compare(tmp_path / "cmp", {"spff": SPFF, "mst": MST, PLUGIN: MINE})
+    result = fedmst_links(folder, "--against", "mst", "--round", "1", "--sort", "link")
+    assert result.exit_code == 0, result.output
+    assert f"{folder}: SPFF, MYSCHED - MST per link direction, round 1" in words(result.stdout)
+    assert "SPFF - MST MB" in result.stdout and "MYSCHED / MST" in result.stdout
+    result = fedmst_links(folder, "--against", "ring")
+    assert result.exit_code == 1
+    assert result.stderr == f"fedmst: error: {folder}: no scheduler 'ring' to compare against " \
+                            f"(schedulers: spff, mst, {PLUGIN})\n"
+    result = fedmst_links(folder, "--round", "2")
+    assert result.exit_code == 1 and "has no round 2 (rounds: 1)" in result.stderr
+    two = write_compare(tmp_path / "two")
+    result = fedmst_links(two)
+    assert result.exit_code == 0 and f"{two}: MST - SPFF per link direction" in words(result.stdout)
+
+
+def test_links_command_on_a_run_folder(tmp_path: Path, fedmst_links: Callable[..., Result]) -> None:
+    run = write_run(tmp_path / "run")
+    result = fedmst_links(run, "--round", "2", "--sort", "link")
+    assert result.exit_code == 0 and f"{run}: links" in words(result.stdout) and "measured MB" in result.stdout
+    result = fedmst_links(run, "--against", "mst")
+    assert result.exit_code == 1 and "--against compares the runs of a compare folder" in result.stderr

@@ -10,7 +10,8 @@ from torch import nn
 from fedmst.fl import models
 from fedmst.fl.data import INPUT_SHAPE, NUM_CLASSES, load_digits_dataset
 from fedmst.errors import ModelError
-from fedmst.fl.models import DEFAULT_MODEL, build_model, model_bytes, register_model
+from fedmst.fl.models import build_model, model_bytes, register_model
+from fedmst.run.config import DEFAULT_MODEL
 
 
 @pytest.fixture

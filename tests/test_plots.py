@@ -1,16 +1,23 @@
-"""plot_run on synthetic run and compare folders (topology "small"): no network, no emulation."""
+"""plot_run and plot_sweep on synthetic run and compare folders (topology "small"): no network, no emulation."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pytest
+from matplotlib.colors import to_hex
+from matplotlib.figure import Figure
 from matplotlib.image import imread
 
-from fedmst.errors import FedmstError
-from fedmst.views.plots import plot_link_utilisation, plot_run
-from fedmst.run.results import LINK_FIELDS, SAMPLE_FIELDS, write_csv, write_json
 from fedmst.core.topology import load_topology
+from fedmst.errors import FedmstError
+from fedmst.run.layout import run_folder_name
+from fedmst.run.report import Summary
+from fedmst.run.results import LINK_FIELDS, SAMPLE_FIELDS, write_csv, write_json
+from fedmst.views import plots
+from fedmst.views.plots import plot_link_utilisation, plot_run, plot_sweep
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 MODEL = 1_000_000
@@ -18,6 +25,10 @@ MODEL = 1_000_000
 # path, MST one copy per tree link (relays 1 and 3 aggregate).
 SPFF = [(["0", "1", "2"], [0]), (["0", "1", "3"], [1]), (["0", "1", "3"], [2]), (["0", "4"], [3])]
 MST = [(["0", "1"], [0, 1, 2]), (["1", "2"], [0]), (["1", "3"], [1, 2]), (["0", "4"], [3])]
+# a third scheduler, given as package.module:Class: one chain 0-4-3-2
+PLUGIN = "mypkg.mod:MySched"
+CHAIN = [(["0", "4"], [0, 1, 2, 3]), (["4", "3"], [0, 1, 2]), (["3", "2"], [0])]
+LATENCY = {"spff": 1.5, "mst": 1.0, PLUGIN: 1.25}
 
 
 def write_run(folder: Path, scheduler: str, broadcasts: list[tuple[list[str], list[int]]]) -> Path:
@@ -41,6 +52,7 @@ def write_run(folder: Path, scheduler: str, broadcasts: list[tuple[list[str], li
             for u, v in ((a, b), (b, a)):
                 measured = carried.get((u, v), 0)
                 rows.append({
+                    **dict.fromkeys(LINK_FIELDS, 0),  # columns the plots do not read
                     "round": rnd, "link": f"{a}-{b}", "src": u, "dst": v, "capacity_mbps": 50.0,
                     "predicted_bytes": measured, "measured_bytes": measured, "measured_weight_bytes": measured,
                     "measured_other_bytes": 0, "error_pct": 0.0, "broadcast_bytes": measured // 2,
@@ -48,19 +60,40 @@ def write_run(folder: Path, scheduler: str, broadcasts: list[tuple[list[str], li
                 })
     write_csv(folder / "links.csv", LINK_FIELDS, rows)
     write_json(folder / "summary.json", {
-        "scheduler": scheduler, "topology": "small", "round_latency_s": 1.5 if scheduler == "spff" else 1.0,
+        **{f.name: 0 for f in fields(Summary) if f.name != "extra"},  # a complete summary; these matter:
+        "scheduler": scheduler, "topology": "small", "round_latency_s": LATENCY.get(scheduler, 2.0),
         "link_bytes_measured": sum(r["measured_bytes"] for r in rows),
     })
     return folder
 
 
+def write_compare(root: Path, runs: dict[str, list[tuple[list[str], list[int]]]], *, comparison: bool = True) -> Path:
+    """A compare folder as `fedmst compare --schedulers ...` writes it (without comparison.json: still running)."""
+    for name, broadcasts in runs.items():
+        write_run(root / run_folder_name(name), name, broadcasts)
+    if comparison:
+        write_json(root / "comparison.json", {"schedulers": list(runs), "baseline": next(iter(runs))})
+    return root
+
+
 @pytest.fixture
 def compare_dir(tmp_path: Path) -> Path:
-    root = tmp_path / "cmp"
-    write_run(root / "spff", "spff", SPFF)
-    write_run(root / "mst", "mst", MST)
-    write_json(root / "comparison.json", {"bytes_ratio": 0.8})
-    return root
+    return write_compare(tmp_path / "cmp", {"spff": SPFF, "mst": MST})
+
+
+@pytest.fixture
+def panels(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """What every panel drawn was given: its scheduler and latency, and the positions and colour
+    scale it shared with the others."""
+    drawn: list[dict[str, Any]] = []
+    draw = plots._draw_panel
+
+    def spy(ax: Any, panel: dict[str, Any], pos: dict[str, Any], cmap: Any, norm: Any) -> None:
+        drawn.append({"scheduler": panel["scheduler"], "latency_s": panel["latency_s"], "pos": pos, "norm": norm})
+        draw(ax, panel, pos, cmap, norm)
+
+    monkeypatch.setattr(plots, "_draw_panel", spy)
+    return drawn
 
 
 def aspect(png: Path) -> float:
@@ -83,9 +116,49 @@ def test_compare_folder_is_two_panels_wide(compare_dir: Path, tmp_path: Path) ->
     assert aspect(both) > 1.5 * aspect(single)
 
 
-def test_only_one_scheduler_in_compare_folder(compare_dir: Path, tmp_path: Path) -> None:
+def test_only_one_scheduler_in_compare_folder(compare_dir: Path, tmp_path: Path, panels: list[dict]) -> None:
     (compare_dir / "spff" / "plan.json").unlink()  # an interrupted compare: only mst finished
     assert aspect(plot_run(compare_dir, tmp_path / "mst-only.png")) < 1.8
+    assert [p["scheduler"] for p in panels] == ["mst"]
+
+
+def test_three_schedulers_in_compare_order(tmp_path: Path, panels: list[dict]) -> None:
+    two = plot_run(write_compare(tmp_path / "two", {"spff": SPFF, "mst": MST}), tmp_path / "two.png")
+    panels.clear()
+    # comparison.json's order, baseline first, not spff first
+    three = write_compare(tmp_path / "three", {"mst": MST, PLUGIN: CHAIN, "spff": SPFF})
+    assert (three / "mypkg.mod_MySched" / "links.csv").is_file()
+    assert aspect(plot_run(three, tmp_path / "three.png")) > 1.3 * aspect(two)
+    assert [p["scheduler"] for p in panels] == ["mst", PLUGIN, "spff"]
+    assert [p["latency_s"] for p in panels] == [1.0, 1.25, 1.5]  # each run's summary.json
+    assert all(p["pos"] is panels[0]["pos"] and p["norm"] is panels[0]["norm"] for p in panels)
+    # one colour scale, up to SPFF's busiest link: 0-1, 3 copies each way in each of 2 rounds
+    assert panels[0]["norm"].vmax == pytest.approx(12.0)
+
+
+def test_many_schedulers_wrap_onto_rows(tmp_path: Path, panels: list[dict]) -> None:
+    three = plot_run(write_compare(tmp_path / "three", {"spff": SPFF, "mst": MST, PLUGIN: CHAIN}))
+    five = write_compare(tmp_path / "five", {"spff": SPFF, "mst": MST, PLUGIN: CHAIN, "a": MST, "b": CHAIN})
+    assert aspect(plot_run(five)) < 0.7 * aspect(three)  # 2 rows of 3, the last panel empty
+    assert [p["scheduler"] for p in panels][3:] == ["spff", "mst", PLUGIN, "a", "b"]
+
+
+def test_compare_folder_without_comparison_json(tmp_path: Path, panels: list[dict]) -> None:
+    """A compare still running: every run folder drawn, spff first, then mst, then the others by name;
+    a run without summary.json yet has no latency."""
+    folder = write_compare(tmp_path / "cmp", {"zz": CHAIN, "mst": MST, PLUGIN: CHAIN, "spff": SPFF},
+                           comparison=False)
+    (folder / "zz" / "summary.json").unlink()
+    plot_run(folder)
+    assert [p["scheduler"] for p in panels] == ["spff", "mst", PLUGIN, "zz"]
+    assert panels[-1]["latency_s"] is None
+
+
+def test_summary_read_through_the_typed_summary(compare_dir: Path, tmp_path: Path) -> None:
+    write_json(compare_dir / "mst" / "summary.json", {"scheduler": "mst", "round_latency_s": 1.0})
+    with pytest.raises(FedmstError, match="summary.json: not a fedmst summary \\(missing "):
+        plot_run(compare_dir, tmp_path / "x.png")
+    assert not (tmp_path / "x.png").exists()
 
 
 def test_bad_folders_raise_one_line_fedmst_errors(compare_dir: Path, tmp_path: Path) -> None:
@@ -100,6 +173,10 @@ def test_bad_folders_raise_one_line_fedmst_errors(compare_dir: Path, tmp_path: P
     with pytest.raises(FedmstError, match="cannot read JSON"):
         plot_run(compare_dir / "mst", tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
+    for run in ("spff", "mst"):
+        (compare_dir / run / "config.json").unlink()
+    with pytest.raises(FedmstError, match="nor a compare folder with a finished run"):
+        plot_run(compare_dir)
 
 
 def test_link_utilisation_over_time(compare_dir: Path) -> None:
@@ -115,3 +192,38 @@ def test_link_utilisation_over_time(compare_dir: Path) -> None:
     (run / "samples.csv").unlink()
     with pytest.raises(FedmstError, match="no samples.csv"):
         plot_link_utilisation(run, "0-1")
+    with pytest.raises(FedmstError, match="is a compare folder: --link draws one run"):
+        plot_link_utilisation(compare_dir, "0-1")
+
+
+def sweep_rows(scheduler: str, scale: float) -> list[dict[str, Any]]:
+    """sweep.csv rows of one scheduler: two local-model counts, two seeds, one task and round."""
+    return [{"scheduler": scheduler, "local_models": k, "seed": seed, "task": "task0", "round": 1,
+             "broadcast_s": 0.1, "train_s": 1.0, "upload_s": 0.1, "round_s": scale * k + seed / 10, "accuracy": 0.9,
+             "run_link_bytes_measured": scale * k * 1e6, "run_link_bytes_predicted": scale * k * 1e6,
+             "run_reserved_capacity_mbps": scale * 1e4, "run_tasks_blocked": 0, "run_predicted_comm_s": scale * k}
+            for k in (2, 4) for seed in (1, 2)]
+
+
+def test_sweep_draws_a_line_per_scheduler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    legends: list[dict[str, str]] = []
+    save = Figure.savefig
+
+    def spy(fig: Figure, *args: Any, **kw: Any) -> None:
+        for ax in fig.axes:
+            handles, labels = ax.get_legend_handles_labels()
+            legends.append({label: to_hex((h[0] if isinstance(h, tuple) else h).get_color())
+                            for h, label in zip(handles, labels)})
+        save(fig, *args, **kw)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    rows = sweep_rows(PLUGIN, 0.8) + sweep_rows("mst", 0.5) + sweep_rows("spff", 1.0)
+    latency, bandwidth = plot_sweep(rows, tmp_path)
+    assert latency.read_bytes()[:8] == PNG_MAGIC and bandwidth.read_bytes()[:8] == PNG_MAGIC
+    # in the order the rows name them; spff red and mst blue whatever the order, the others from the cycle
+    colour = {"MYSCHED": to_hex("tab:green"), "MST": to_hex("tab:blue"), "SPFF": to_hex("tab:red")}
+    latency_axes, bytes_axes, capacity_axes = legends
+    assert latency_axes == {f"{s} {what}": c for s, c in colour.items()
+                            for what in ("measured", "predicted (fluid model + measured training)")}
+    assert bytes_axes == {f"{s} {what}": c for s, c in colour.items() for what in ("measured", "predicted")}
+    assert list(capacity_axes.items()) == list(colour.items())

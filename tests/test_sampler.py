@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from fedmst.run.engine import CounterSampler
+from fedmst.run.measure import CounterSampler
 
 
 def test_samples_at_start_every_interval_and_end() -> None:

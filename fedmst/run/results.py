@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping, Sequence
 ROUND_FIELDS = (
     "round", "broadcast_s", "train_s", "upload_s", "round_s",
     "predicted_broadcast_s", "predicted_upload_s",
-    "bytes_measured", "bytes_predicted", "retransmitted_segments", "queue_drops", "accuracy",
+    "bytes_measured", "bytes_predicted", "bytes_aborted", "retransmitted_segments", "queue_drops", "accuracy",
     "local_models", "faults", "replan_s", "late_updates",
 )
 TASK_FIELDS = ("round", "task", "broadcast_s", "train_s", "upload_s", "round_s", "accuracy", "local_models")
@@ -28,7 +28,7 @@ SAMPLE_FIELDS = ("t_s", "round", "phase", "src", "dst", "bytes")
 LINK_FIELDS = (
     "round", "link", "src", "dst", "capacity_mbps", "predicted_bytes", "measured_bytes",
     "measured_weight_bytes", "measured_other_bytes", "error_pct", "broadcast_bytes", "upload_bytes",
-    "queue_drops",
+    "aborted_bytes", "queue_drops",
 )
 
 

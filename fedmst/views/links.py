@@ -1,26 +1,33 @@
-"""Per-link views of a finished run folder, or of a compare folder's two runs side by side.
+"""Per-link views of a finished run folder, or of a compare folder's runs side by side.
 
 ``links.csv`` holds one row per link direction *and round*; the question a reader asks is
-"which links carried the traffic, how close to capacity were they, and where did MST save
-bytes over SPFF", so these functions aggregate over rounds, add utilisation (mean from
+"which links carried the traffic, how close to capacity were they, and where did one scheduler
+save bytes over another", so these functions aggregate over rounds, add utilisation (mean from
 ``rounds.csv`` phase times, peak from ``samples.csv`` counters when the run has them) and sort.
 Everything here only reads CSV/JSON, so it works on any machine, with no network or torch.
 """
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
 from rich.table import Table
 
-from fedmst.errors import FedmstError
-from fedmst.run.results import read_csv
 from fedmst.core.topology import node_order
+from fedmst.errors import FedmstError
+from fedmst.run.layout import run_folder_name
+from fedmst.run.report import scheduler_labels
+from fedmst.run.results import read_csv
 
 LINK_SORTS = ("measured", "predicted", "error", "utilisation", "peak", "link")
-DIFF_SORTS = ("measured", "spff", "mst", "ratio", "link")
+DIFF_SORTS = ("measured", "ratio", "link")
+"""Sort keys of a compare folder's table besides the schedulers' own names."""
+COMPARISON = "comparison.json"
+FIRST_SCHEDULERS = ("spff", "mst")
+"""Without comparison.json these come first, in this order (the usual baseline, then the tree)."""
 
 # Samples come about every 100 ms, but the sampler also records one at each phase boundary, so
 # two samples can be a fraction of a millisecond apart; one frame or an htb burst in such a
@@ -36,9 +43,78 @@ _SAMPLE_COLUMNS = ("t_s", "round", "src", "dst", "bytes")
 Row = dict[str, Any]
 
 
+def compare_runs(path: Path) -> list[tuple[str, Path]]:
+    """The runs of a compare folder as (scheduler, run folder), baseline first; ``[]`` for any other folder.
+
+    ``comparison.json`` names the schedulers and their order. A compare still running or
+    interrupted has none yet, so then every subfolder holding ``links.csv`` is a run, ``spff``
+    first, then ``mst``, then the others by name, and two of them make a compare folder (so does
+    one point of a sweep, ``k4-seed1/``). The one place links and plots learn what a compare holds.
+    """
+    names = _comparison_schedulers(path / COMPARISON)
+    if names is not None:
+        return [(name, path / run_folder_name(name)) for name in names]
+    runs = _scan(path)
+    return runs if len(runs) >= 2 else []
+
+
 def is_compare_dir(path: Path) -> bool:
-    """True for a ``fedmst compare`` folder: both schedulers' run folders inside it."""
-    return all((path / s / "links.csv").is_file() for s in ("spff", "mst"))
+    """True for a ``fedmst compare`` folder (see :func:`compare_runs`)."""
+    return bool(compare_runs(path))
+
+
+def scheduler_label(name: str) -> str:
+    """A scheduler's name in headers and titles, as the run/compare summary table writes it:
+    ``SPFF``, ``MST``, and ``MYSCHED`` for ``mypkg.mod:MySched``."""
+    return scheduler_labels([name])[0].upper()
+
+
+def _comparison_schedulers(path: Path) -> list[str] | None:
+    """The schedulers comparison.json names, baseline first; ``None`` without the file or the key
+    (comparison.json of the two-scheduler compare predates the key: the folder scan finds its runs)."""
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise FedmstError(f"{path}: cannot read JSON: {' '.join(str(exc).split())}") from exc
+    names = data.get("schedulers") if isinstance(data, dict) else None
+    if names is None:
+        return None
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+        raise FedmstError(f"{path}: 'schedulers' is not a list of scheduler names")
+    baseline = data.get("baseline")
+    if baseline in names:
+        names = [baseline] + [n for n in names if n != baseline]
+    return list(dict.fromkeys(names))
+
+
+def _scan(path: Path) -> list[tuple[str, Path]]:
+    """Every subfolder of ``path`` holding links.csv, named by its scheduler, in compare order."""
+    if not path.is_dir():
+        return []
+    runs = [(_scheduler_of(sub), sub) for sub in path.iterdir() if (sub / "links.csv").is_file()]
+    rank = {name: i for i, name in enumerate(FIRST_SCHEDULERS)}
+    return sorted(runs, key=lambda run: (rank.get(run[0], len(rank)), run[0]))
+
+
+def _scheduler_of(run: Path) -> str:
+    """The scheduler config.json names (written when the run starts), if the folder is named after it:
+    that turns ``mypkg.mod_MySched/`` back into ``mypkg.mod:MySched``; else the folder's name."""
+    try:
+        name = json.loads((run / "config.json").read_text()).get("scheduler")
+    except (OSError, ValueError, AttributeError):
+        return run.name
+    return name if isinstance(name, str) and run_folder_name(name) == run.name else run.name
+
+
+def _resolve(name: str, schedulers: list[str]) -> str | None:
+    """``name`` as one of ``schedulers``: the scheduler itself, or, if only one fits, its run folder's
+    name or its label in any case (``mypkg.mod_MySched``, ``MySched`` for ``mypkg.mod:MySched``)."""
+    if name in schedulers:
+        return name
+    matches = [s for s in schedulers if name == run_folder_name(s) or name.upper() == scheduler_label(s)]
+    return matches[0] if len(matches) == 1 else None
 
 
 def link_table(run_dir: Path, *, sort: str = "measured", round_: int | None = None) -> list[Row]:
@@ -92,61 +168,94 @@ def link_table(run_dir: Path, *, sort: str = "measured", round_: int | None = No
     }, sort)
 
 
-def diff_table(compare_dir: Path, *, sort: str = "measured") -> list[Row]:
-    """Per link direction of a compare folder: measured bytes under SPFF and MST over all rounds.
+def diff_table(compare_dir: Path, *, sort: str = "measured", against: str | None = None,
+               round_: int | None = None) -> list[Row]:
+    """Per link direction of a compare folder: measured bytes under every scheduler, and each other
+    scheduler against ``against`` (default: the baseline), over all rounds or round ``round_`` of each run.
 
-    Rows hold ``link``, ``direction``, ``src``, ``dst``, ``spff_bytes``, ``mst_bytes``,
-    ``difference_bytes`` (MST - SPFF, negative where MST saved traffic) and ``ratio`` (MST / SPFF,
-    ``None`` where SPFF sent nothing). The default ``sort="measured"`` orders by the size of the
-    difference in measured bytes, biggest change first, since that is where the schedulers part.
+    Rows hold ``link``, ``direction``, ``src``, ``dst``, ``against`` (the scheduler compared against),
+    ``bytes`` ({scheduler: measured bytes}, in compare order), and for every other scheduler
+    ``difference_bytes`` ({scheduler: its bytes - against's}, negative where it saved traffic) and
+    ``ratio`` ({scheduler: its bytes / against's}, ``None`` where against sent nothing). ``sort`` is
+    ``measured`` (the default: the largest absolute difference of any scheduler first, since that is
+    where the schedulers part), ``ratio`` (the largest ratio), ``link``, or a scheduler's name (its bytes).
     """
-    _check_sort(sort, DIFF_SORTS)
-    if not is_compare_dir(compare_dir):
-        raise FedmstError(f"{compare_dir} is not a compare folder: missing spff/links.csv or mst/links.csv")
-    per_scheduler = {s: {r["direction"]: r for r in link_table(compare_dir / s)} for s in ("spff", "mst")}
+    runs = compare_runs(compare_dir)
+    if not runs:
+        raise FedmstError(f"{compare_dir} is not a compare folder: no {COMPARISON} and fewer than two run folders "
+                          f"(subfolders with links.csv) inside")
+    names = [name for name, _ in runs]
+    by_name = None if sort in DIFF_SORTS else _resolve(sort, names)
+    if by_name is None:
+        _check_sort(sort, (DIFF_SORTS[0], *names, *DIFF_SORTS[1:]))
+    base = names[0] if against is None else _resolve(against, names)
+    if base is None:
+        raise FedmstError(f"{compare_dir}: no scheduler {against!r} to compare against "
+                          f"(schedulers: {', '.join(names)})")
+    others = [n for n in names if n != base]
+    per_run = {name: {r["direction"]: r for r in link_table(run, round_=round_)} for name, run in runs}
     rows = []
-    for direction in per_scheduler["spff"].keys() | per_scheduler["mst"].keys():
-        spff, mst = (per_scheduler[s].get(direction) for s in ("spff", "mst"))
-        either = spff or mst
-        spff_bytes = spff["measured_bytes"] if spff else 0
-        mst_bytes = mst["measured_bytes"] if mst else 0
+    for direction in set().union(*per_run.values()):
+        any_run = next(r[direction] for r in per_run.values() if direction in r)
+        measured = {n: per_run[n][direction]["measured_bytes"] if direction in per_run[n] else 0 for n in names}
         rows.append({
-            "link": either["link"], "direction": direction, "src": either["src"], "dst": either["dst"],
-            "spff_bytes": spff_bytes, "mst_bytes": mst_bytes, "difference_bytes": mst_bytes - spff_bytes,
-            "ratio": mst_bytes / spff_bytes if spff_bytes else None,
+            "link": any_run["link"], "direction": direction, "src": any_run["src"], "dst": any_run["dst"],
+            "against": base, "bytes": measured,
+            "difference_bytes": {n: measured[n] - measured[base] for n in others},
+            "ratio": {n: measured[n] / measured[base] if measured[base] else None for n in others},
         })
-    return _sorted(rows, {
-        "measured": lambda r: abs(r["difference_bytes"]),
-        "spff": lambda r: r["spff_bytes"],
-        "mst": lambda r: r["mst_bytes"],
-        "ratio": lambda r: r["ratio"],
-    }, sort)
+    keys: dict[str, Callable[[Row], float | None]] = {
+        "measured": lambda r: max(map(abs, r["difference_bytes"].values()), default=0),
+        "ratio": lambda r: max((x for x in r["ratio"].values() if x is not None), default=None),
+    }
+    if by_name is not None:
+        keys[sort] = lambda r: r["bytes"][by_name]
+    return _sorted(rows, keys, sort)
 
 
 def render(rows: list[Row], title: str) -> Table:
     """A rich Table of ``link_table`` or ``diff_table`` rows in human units, with a totals row.
 
     Totals are given only where adding up means something: bytes and drops, the overall error
-    of weight against predicted bytes, and the overall MST/SPFF ratio; utilisations and
+    of weight against predicted bytes, and each scheduler's overall ratio; utilisations and
     capacities are per link and left blank.
     """
-    diff = bool(rows) and "spff_bytes" in rows[0]
-    columns = _DIFF_RENDER if diff else _LINK_RENDER
+    columns, totals = _diff_columns(rows) if rows and "bytes" in rows[0] else _link_columns(rows)
     table = Table(title=title)
     table.add_column("link direction")
     for header, _, _ in columns:
         table.add_column(header, justify="right")
     for i, row in enumerate(rows):
-        table.add_row(row["direction"], *(fmt(row[key]) for _, key, fmt in columns),
+        table.add_row(row["direction"], *(fmt(get(row)) for _, get, fmt in columns),
                       end_section=i == len(rows) - 1)
-    totals = {key: sum(r[key] for r in rows) for _, key, _ in columns if key in _SUMMED}
-    if diff:
-        totals["ratio"] = totals["mst_bytes"] / totals["spff_bytes"] if totals["spff_bytes"] else None
-    else:
-        totals["error_pct"] = _error_pct(totals["weight_bytes"], totals["predicted_bytes"])
-    table.add_row("total", *(fmt(totals[key]) if key in totals else "" for _, key, fmt in columns),
-                  style="bold")
+    table.add_row("total", *totals, style="bold")
     return table
+
+
+Column = tuple[str, Callable[[Row], Any], Callable[[Any], str]]
+"""A rendered column: header, the row's value, its format."""
+
+
+def _link_columns(rows: list[Row]) -> tuple[list[Column], list[str]]:
+    totals = {key: sum(r[key] for r in rows) for _, key, _ in _LINK_RENDER if key in _SUMMED}
+    totals["error_pct"] = _error_pct(totals["weight_bytes"], totals["predicted_bytes"])
+    columns: list[Column] = [(header, lambda r, key=key: r[key], fmt) for header, key, fmt in _LINK_RENDER]
+    return columns, [fmt(totals[key]) if key in totals else "" for _, key, fmt in _LINK_RENDER]
+
+
+def _diff_columns(rows: list[Row]) -> tuple[list[Column], list[str]]:
+    """Each scheduler's MB in compare order, then per other scheduler its difference and ratio, so two
+    schedulers read SPFF MB, MST MB, MST - SPFF MB, MST / SPFF."""
+    base, names, others = rows[0]["against"], list(rows[0]["bytes"]), list(rows[0]["ratio"])
+    total = {n: sum(r["bytes"][n] for r in rows) for n in names}
+    columns: list[Column] = [(f"{scheduler_label(n)} MB", lambda r, n=n: r["bytes"][n], _mb) for n in names]
+    totals = [_mb(total[n]) for n in names]
+    for n in others:
+        vs = f"{scheduler_label(n)} {{}} {scheduler_label(base)}"
+        columns += [(vs.format("-") + " MB", lambda r, n=n: r["difference_bytes"][n], _signed_mb),
+                    (vs.format("/"), lambda r, n=n: r["ratio"][n], _ratio)]
+        totals += [_signed_mb(total[n] - total[base]), _ratio(total[n] / total[base] if total[base] else None)]
+    return columns, totals
 
 
 def _mb(n: int) -> str:
@@ -165,8 +274,7 @@ def _ratio(r: float | None) -> str:
     return "-" if r is None else f"{r:.2f}"
 
 
-_SUMMED = {"measured_bytes", "predicted_bytes", "weight_bytes", "other_bytes", "queue_drops",
-           "spff_bytes", "mst_bytes", "difference_bytes"}
+_SUMMED = {"measured_bytes", "predicted_bytes", "weight_bytes", "other_bytes", "queue_drops"}
 _LINK_RENDER: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("measured MB", "measured_bytes", _mb),
     ("predicted MB", "predicted_bytes", _mb),
@@ -178,14 +286,6 @@ _LINK_RENDER: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("peak util", "peak_utilisation", _pct),
     ("drops", "queue_drops", str),
 )
-_DIFF_RENDER: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
-    ("SPFF MB", "spff_bytes", _mb),
-    ("MST MB", "mst_bytes", _mb),
-    ("MST - SPFF MB", "difference_bytes", _signed_mb),
-    ("MST / SPFF", "ratio", _ratio),
-)
-
-
 def _check_sort(sort: str, choices: tuple[str, ...]) -> None:
     if sort not in choices:
         raise FedmstError(f"unknown sort key {sort!r}: choose one of {', '.join(choices)}")
@@ -195,14 +295,17 @@ def _check_run_dir(run_dir: Path) -> None:
     """Refuse anything but a run folder with a one-line message saying what is missing."""
     if not run_dir.is_dir():
         raise FedmstError(f"{run_dir} is not a folder")
-    if is_compare_dir(run_dir):
+    runs = compare_runs(run_dir)
+    if runs:
         # callers show a compare folder with diff_table; this guards the ones that did not check
-        raise FedmstError(f"{run_dir} is a compare folder: give {run_dir / 'spff'} or {run_dir / 'mst'} "
-                          f"for one scheduler's links")
+        raise FedmstError(f"{run_dir} is a compare folder: give one of its run folders "
+                          f"({', '.join(str(path) for _, path in runs)}) for one scheduler's links")
     missing = [name for name in ("links.csv", "rounds.csv") if not (run_dir / name).is_file()]
     if missing:
-        raise FedmstError(f"{run_dir} is not a run folder (missing {', '.join(missing)}) "
-                          f"nor a compare folder (missing spff/ and mst/ run folders)")
+        inside = _scan(run_dir)
+        raise FedmstError(f"{run_dir} is not a run folder (missing {', '.join(missing)}) nor a compare folder ("
+                          + (f"only one run folder inside: give {inside[0][1]}" if inside else
+                             f"no {COMPARISON}, no run folders inside") + ")")
 
 
 def _read(path: Path, needed: tuple[str, ...]) -> list[dict[str, str]]:

@@ -4,12 +4,13 @@ Numbers in ``links.csv`` say how much each link carried; a picture says *where*:
 SPFF piles copies onto the links next to G, the MST tree spreads one copy over each link. Each
 panel shows the topology with every link coloured and sized by the bytes it carried, G, the
 local models and the aggregation nodes, and the task's broadcast and upload transfers drawn as
-arrows along their physical paths. A compare folder gets one panel per scheduler with the same
-node positions and colour scale, so the two can be read side by side.
+arrows along their physical paths. A compare folder gets one panel per scheduler, in its order,
+with the same node positions and colour scale, so the panels can be read side by side.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections import Counter
@@ -18,12 +19,18 @@ from typing import Any
 
 import networkx as nx
 
-from fedmst.errors import FedmstError
-from fedmst.run.results import read_csv
 from fedmst.core.topology import load_topology, node_order
+from fedmst.errors import FedmstError
+from fedmst.run.report import Summary
+from fedmst.run.results import read_csv
+from fedmst.views.links import COMPARISON, compare_runs, rate_series, scheduler_label
 
-SCHEDULER_ORDER = ("spff", "mst")
-"""Panel order of a compare folder: the baseline left, the tree right."""
+SCHEDULER_COLOURS = {"spff": "tab:red", "mst": "tab:blue"}
+"""Fixed colours of the two built-in schedulers in every figure; the others take ``COLOUR_CYCLE`` in turn."""
+COLOUR_CYCLE = ("tab:green", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan",
+                "tab:gray")
+MAX_COLUMNS = 3
+"""Panels per row of a compare folder's picture: more schedulers wrap onto further rows."""
 RUN_FILES = ("config.json", "plan.json", "links.csv")
 PHASE_STYLE = {
     "broadcast": {"color": "tab:blue", "linestyle": "-", "label": "broadcast (G → local models)"},
@@ -40,11 +47,10 @@ def plot_run(run_dir: Path, out: Path | None = None, *, task: str = "task0") -> 
     """Draw the run folder or compare folder ``run_dir`` as a PNG and return its path.
 
     ``out`` defaults to ``run_dir / "links.png"``. A folder that is neither a run folder nor a
-    compare folder (``spff/`` and/or ``mst/`` run folders inside) raises :class:`FedmstError`.
+    compare folder (see :func:`fedmst.views.links.compare_runs`) raises :class:`FedmstError`.
     """
     run_dir = Path(run_dir)
-    runs = _find_runs(run_dir)
-    panels = [_load_run(r, task) for r in runs]
+    panels = [_load_run(run, task, name) for name, run in _find_runs(run_dir)]
     names = {p["topology_name"] for p in panels}
     if len(names) > 1:
         raise FedmstError(f"{run_dir}: runs use different topologies ({', '.join(sorted(names))}); cannot compare")
@@ -60,11 +66,15 @@ def plot_run(run_dir: Path, out: Path | None = None, *, task: str = "task0") -> 
     greys = matplotlib.colormaps["Greys"]([i / 10 for i in range(2, 11)])
     cmap = colors.LinearSegmentedColormap.from_list("links", greys)  # no near-white: idle links stay visible
     norm = colors.Normalize(vmin=0, vmax=vmax)
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.4 * len(panels) + 1.2, 6.6), squeeze=False)
+    rows = math.ceil(len(panels) / MAX_COLUMNS)
+    columns = math.ceil(len(panels) / rows)  # 4 panels: 2 x 2, not 3 + 1
+    fig, axes = plt.subplots(rows, columns, figsize=(6.4 * columns + 1.2, 6.6 * rows), squeeze=False)
     try:
-        for ax, panel in zip(axes[0], panels):
+        for ax in axes.flat[len(panels):]:
+            ax.axis("off")
+        for ax, panel in zip(axes.flat, panels):
             _draw_panel(ax, panel, pos, cmap, norm)
-        bar = fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), ax=list(axes[0]), fraction=0.035, pad=0.02)
+        bar = fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), ax=list(axes.flat), fraction=0.035, pad=0.02)
         bar.set_label("MB carried per link (both directions, all rounds)")
         fig.legend(handles=_legend_handles(), loc="lower center", ncol=5 if len(panels) > 1 else 3,
                    frameon=False, fontsize=9)
@@ -78,17 +88,21 @@ def plot_run(run_dir: Path, out: Path | None = None, *, task: str = "task0") -> 
     return out
 
 
-def _find_runs(run_dir: Path) -> list[Path]:
-    """The run folders to draw: ``run_dir`` itself, or its scheduler subfolders in panel order."""
+def _find_runs(run_dir: Path) -> list[tuple[str | None, Path]]:
+    """The runs to draw as (scheduler, folder): ``run_dir`` itself (its scheduler read from its files),
+    or a compare folder's runs in its order, less those with nothing to draw yet (a compare still
+    running or interrupted)."""
     if _is_run(run_dir):
-        return [run_dir]
-    runs = [run_dir / s for s in SCHEDULER_ORDER if _is_run(run_dir / s)]
-    if not runs:
+        return [(None, run_dir)]
+    runs = compare_runs(run_dir)
+    drawable = [(name, run) for name, run in runs if _is_run(run)]
+    if not drawable:
         raise FedmstError(
             f"{run_dir}: neither a run folder ({', '.join(RUN_FILES)}) nor a compare folder "
-            f"(run folders {' or '.join(f'{s}/' for s in SCHEDULER_ORDER)} inside)"
+            + (f"with a finished run ({', '.join(str(run) for _, run in runs)} lack {' or '.join(RUN_FILES)})" if runs
+               else f"({COMPARISON}, or two or more run folders inside)")
         )
-    return runs
+    return drawable
 
 
 def _is_run(path: Path) -> bool:
@@ -105,10 +119,14 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _load_run(run: Path, task: str) -> dict[str, Any]:
-    """Everything one panel needs, checked against the topology so a stale file fails loudly."""
+def _load_run(run: Path, task: str, name: str | None = None) -> dict[str, Any]:
+    """Everything one panel needs, checked against the topology so a stale file fails loudly.
+
+    ``name`` is the scheduler as the compare folder knows it; a lone run folder names its own.
+    summary.json is optional (a run still going has none): the title then says latency n/a.
+    """
     config, workload = _read_json(run / "config.json"), _read_json(run / "plan.json")
-    summary = _read_json(run / "summary.json") if (run / "summary.json").is_file() else {}
+    summary = Summary.read(run / "summary.json") if (run / "summary.json").is_file() else None
     if "topology" not in config:
         raise FedmstError(f"{run / 'config.json'}: no 'topology'")
     graph = load_topology(str(config["topology"]))
@@ -131,7 +149,7 @@ def _load_run(run: Path, task: str) -> dict[str, Any]:
         if t.get("phase") not in PHASE_STYLE or any(not graph.has_edge(a, b) for a, b in zip(path, path[1:])):
             raise FedmstError(f"{run / 'plan.json'}: transfer {t} is not a broadcast/upload along topology links")
     return {
-        "scheduler": str(workload.get("scheduler") or summary.get("scheduler") or run.name),
+        "scheduler": name or str(workload.get("scheduler") or (summary and summary.scheduler) or run.name),
         "topology_name": graph.graph.get("name", str(config["topology"])),
         "graph": graph,
         "global_node": plan.get("global_node"),
@@ -139,7 +157,7 @@ def _load_run(run: Path, task: str) -> dict[str, Any]:
         "aggregation_nodes": set(plan.get("aggregation_nodes", [])),
         "transfers": transfers,
         "link_bytes": link_bytes,
-        "latency_s": summary.get("round_latency_s"),
+        "latency_s": summary.round_latency_s if summary else None,
     }
 
 
@@ -211,7 +229,7 @@ def _draw_panel(ax: Any, panel: dict[str, Any], pos: dict[str, tuple[float, floa
     _draw_nodes(ax, panel, pos)
     ax.axis("off")
     latency = panel["latency_s"]
-    ax.set_title(f"{panel['scheduler'].upper()}: {sum(mb):.1f} MB on links, round "
+    ax.set_title(f"{scheduler_label(panel['scheduler'])}: {sum(mb):.1f} MB on links, round "
                  + (f"{latency:.2f} s" if isinstance(latency, (int, float)) else "latency n/a"), fontsize=12)
 
 
@@ -289,10 +307,22 @@ def _pyplot() -> Any:
     return plt
 
 
+def scheduler_colours(schedulers: list[str]) -> dict[str, str]:
+    """A colour per scheduler: spff red and mst blue always, the others the fixed cycle in the order
+    given, so one sweep's figures agree and the two built-in schedulers look the same in every one.
+
+    >>> scheduler_colours(["mst", "ring", "spff", "tree"])
+    {'mst': 'tab:blue', 'ring': 'tab:green', 'spff': 'tab:red', 'tree': 'tab:orange'}
+    """
+    others = itertools.cycle(COLOUR_CYCLE)
+    return {s: SCHEDULER_COLOURS.get(s) or next(others) for s in schedulers}
+
+
 def plot_sweep(rows: list[dict[str, Any]], out_dir: Path) -> tuple[Path, Path]:
     """The poster's Figure 3, measured: task latency and consumed bandwidth against the number of
-    local models, one line per scheduler with the spread over seeds as error bars and the Plans'
-    prediction dashed beside it. Returns the two PNGs (latency, bandwidth)."""
+    local models, one line per scheduler in the rows (in the order they first appear) with the
+    spread over seeds as error bars and the Plans' prediction dashed beside it. Returns the two PNGs
+    (latency, bandwidth)."""
     from statistics import mean, pstdev
 
     plt = _pyplot()
@@ -310,14 +340,15 @@ def plot_sweep(rows: list[dict[str, Any]], out_dir: Path) -> tuple[Path, Path]:
             spreads.append(pstdev(seed_means) if len(seed_means) > 1 else 0.0)
         return ks, means, spreads
 
-    colours = {"spff": "tab:red", "mst": "tab:blue"}
+    colours = scheduler_colours(list(dict.fromkeys(r["scheduler"] for r in rows)))
     paths = (out_dir / "latency_vs_local_models.png", out_dir / "bandwidth_vs_local_models.png")
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for s, c in colours.items():
         ks, m, e = series(s, lambda r: r["round_s"])
-        ax.errorbar(ks, m, yerr=e, color=c, marker="o", capsize=3, label=f"{s.upper()} measured")
+        label = scheduler_label(s)
+        ax.errorbar(ks, m, yerr=e, color=c, marker="o", capsize=3, label=f"{label} measured")
         ks, m, _ = series(s, lambda r: r["run_predicted_comm_s"] + r["train_s"])
-        ax.plot(ks, m, color=c, linestyle="--", label=f"{s.upper()} predicted (fluid model + measured training)")
+        ax.plot(ks, m, color=c, linestyle="--", label=f"{label} predicted (fluid model + measured training)")
     ax.set(xlabel="local models per task", ylabel="task round latency (s)",
            title="Latency (training + communication) vs local models")
     ax.grid(alpha=0.3)
@@ -328,11 +359,12 @@ def plot_sweep(rows: list[dict[str, Any]], out_dir: Path) -> tuple[Path, Path]:
     fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 4.2))
     for s, c in colours.items():
         ks, m, e = series(s, lambda r: r["run_link_bytes_measured"] / 1e6)
-        left.errorbar(ks, m, yerr=e, color=c, marker="o", capsize=3, label=f"{s.upper()} measured")
+        label = scheduler_label(s)
+        left.errorbar(ks, m, yerr=e, color=c, marker="o", capsize=3, label=f"{label} measured")
         ks, m, _ = series(s, lambda r: r["run_link_bytes_predicted"] / 1e6)
-        left.plot(ks, m, color=c, linestyle="--", label=f"{s.upper()} predicted")
+        left.plot(ks, m, color=c, linestyle="--", label=f"{label} predicted")
         ks, m, e = series(s, lambda r: r["run_reserved_capacity_mbps"] / 1e3)
-        right.errorbar(ks, m, yerr=e, color=c, marker="s", capsize=3, label=s.upper())
+        right.errorbar(ks, m, yerr=e, color=c, marker="s", capsize=3, label=label)
     left.set(xlabel="local models per task", ylabel="MB on all links per round",
              title="Consumed bandwidth: bytes on links")
     right.set(xlabel="local models per task", ylabel="Gbit/s reserved",
@@ -349,8 +381,10 @@ def plot_sweep(rows: list[dict[str, Any]], out_dir: Path) -> tuple[Path, Path]:
 def plot_link_utilisation(run_dir: Path, link: str, out: Path | None = None) -> Path:
     """One link's utilisation over the run, both directions, from the counters sampled every
     100 ms (``samples.csv``), with the broadcast/train/upload phases shaded."""
-    from fedmst.views.links import rate_series
-
+    runs = compare_runs(run_dir)
+    if runs:
+        raise FedmstError(f"{run_dir} is a compare folder: --link draws one run, give one of "
+                          f"{', '.join(str(run) for _, run in runs)}")
     u, sep, v = link.partition("-")
     caps = {(r["src"], r["dst"]): float(r["capacity_mbps"]) for r in read_csv(run_dir / "links.csv")} \
         if (run_dir / "links.csv").is_file() else {}

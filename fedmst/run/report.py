@@ -1,0 +1,191 @@
+"""What a run reports: the typed :class:`Summary` behind ``summary.json``, the comparison of
+several schedulers, and the console table that shows them side by side.
+
+``summary.json`` is read by the CLI, the sweep and the views; reading it through one dataclass
+means a renamed or missing key fails in one place, with the file named, instead of as a
+``KeyError`` wherever it is used. No torch here: the views import this module.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from fedmst.errors import FedmstError
+from fedmst.run.results import write_json
+
+
+@dataclass(frozen=True)
+class Summary:
+    """``summary.json``: the means over the finished rounds of one run, and what it ran with.
+
+    ``status`` is ``completed``, ``interrupted`` or ``failed: REASON``; an interrupted or failed
+    run still reports the ``rounds`` it finished out of ``rounds_planned``.
+    """
+
+    status: str
+    rounds_planned: int
+    scheduler: str
+    topology: str
+    local_models: int
+    tasks: int
+    tasks_blocked: int
+    rounds: int
+    model: str
+    model_bytes: int
+    global_node: str
+    local_nodes: list[str]
+    aggregation_nodes: list[str]
+    wavelengths: int
+    reserved_wavelength_links: int
+    reserved_capacity_mbps: float
+    link_bytes_measured: int
+    link_bytes_predicted: int
+    weight_bytes_measured: int
+    ack_bytes_measured: int
+    tcp_retransmitted_segments: int
+    queue_drops: int
+    max_link_bytes_error: float
+    round_latency_s: float
+    task_round_latency_s: float
+    broadcast_s: float
+    train_s: float
+    upload_s: float
+    predicted_broadcast_s: float
+    predicted_upload_s: float
+    faults: list[dict[str, Any]]
+    local_models_per_round: list[int]
+    late_updates_per_round: list[int]
+    final_accuracy: float
+    accuracy_per_round: list[float]
+    emulated: dict[str, Any]
+    workers: dict[str, Any]
+    wall_s: float
+    aborted_link_bytes: int = 0
+    """Bytes that phases given up after a fault put on the links (not in ``link_bytes_measured``);
+    a default, so summaries written before it existed still read."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Keys this version does not know (a newer fedmst wrote the file); kept, not dropped."""
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.update(out.pop("extra"))
+        return out
+
+    def write(self, path: Path) -> None:
+        write_json(path, self.to_json())
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any], source: str = "summary.json") -> Summary:
+        known = {f.name for f in fields(cls)} - {"extra"}
+        missing = sorted(f.name for f in fields(cls) if f.name in known and f.name not in obj
+                         and f.default is MISSING)
+        if missing:
+            raise FedmstError(f"{source}: not a fedmst summary (missing {', '.join(missing)})")
+        return cls(**{k: obj[k] for k in known if k in obj}, extra={k: v for k, v in obj.items() if k not in known})
+
+    @classmethod
+    def read(cls, path: Path) -> Summary:
+        try:
+            obj = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise FedmstError(f"{path}: cannot read the summary: {' '.join(str(exc).split())}") from exc
+        if not isinstance(obj, dict):
+            raise FedmstError(f"{path}: expected a JSON object")
+        return cls.from_json(obj, str(path))
+
+    @property
+    def per_round_bytes(self) -> float:
+        return self.link_bytes_measured / self.rounds if self.rounds else 0.0
+
+
+def comparison(summaries: Mapping[str, Summary]) -> dict[str, Any]:
+    """``comparison.json``: every scheduler's summary and its ratios to the first (the baseline).
+
+    ``bytes_ratio`` and ``latency_ratio`` at the top level are MST over SPFF, kept for readers of
+    the two-scheduler format, when both ran.
+
+    >>> s = lambda n, b, t: Summary.from_json({**{f.name: 0 for f in fields(Summary)},
+    ...     "scheduler": n, "link_bytes_measured": b, "round_latency_s": t})
+    >>> c = comparison({"spff": s("spff", 100, 2.0), "mst": s("mst", 50, 1.0)})
+    >>> c["baseline"], c["ratios"]["mst"], c["bytes_ratio"]
+    ('spff', {'bytes_ratio': 0.5, 'latency_ratio': 0.5}, 0.5)
+    """
+    names = list(summaries)
+    base = summaries[names[0]]
+    out: dict[str, Any] = {
+        "schedulers": names, "baseline": names[0],
+        "summaries": {n: s.to_json() for n, s in summaries.items()},
+        "ratios": {n: ratios(s, base) for n, s in summaries.items() if n != names[0]},
+    }
+    if "spff" in summaries and "mst" in summaries:
+        out.update(ratios(summaries["mst"], summaries["spff"]))
+    return out
+
+
+def ratios(summary: Summary, baseline: Summary) -> dict[str, float | None]:
+    """Link bytes and round latency of ``summary`` over ``baseline`` (None where it is 0)."""
+    def ratio(a: float, b: float) -> float | None:
+        return a / b if b else None
+
+    return {"bytes_ratio": ratio(summary.link_bytes_measured, baseline.link_bytes_measured),
+            "latency_ratio": ratio(summary.round_latency_s, baseline.round_latency_s)}
+
+
+def _workers(workers: Mapping[str, Any]) -> str:
+    """``processes`` or ``docker (IMAGE)``, for the table's caption."""
+    return "processes" if workers["backend"] == "process" else f"docker ({workers['image']})"
+
+
+def summary_table(summaries: Mapping[str, Summary], ratios_to_first: bool = False) -> Any:
+    """A rich Table: one column per scheduler, measured beside predicted, and with
+    ``ratios_to_first`` one ratio column per other scheduler against the first (the baseline)."""
+    from rich.table import Table
+
+    names = list(summaries)
+    labels = [label.upper() for label in scheduler_labels(names)]
+    first = summaries[names[0]]
+    table = Table(title=f"fedmst on {first.topology}")
+    table.add_column("per round (mean)")
+    for label in labels:
+        table.add_column(label, justify="right")
+    others = names[1:] if ratios_to_first else []
+    for label in labels[1:len(others) + 1]:
+        table.add_column(f"{label}/{labels[0]}", justify="right")
+
+    def row(label: str, get: Callable[[Summary], float], fmt: str, ratio: bool = True) -> None:
+        values = [get(summaries[n]) for n in names]
+        cells = [fmt.format(v) for v in values]
+        cells += [f"{values[i] / values[0]:.2f}" if ratio and values[0] else "" for i in range(1, len(others) + 1)]
+        table.add_row(label, *cells)
+
+    def per_round(value: Callable[[Summary], float]) -> Callable[[Summary], float]:
+        return lambda s: value(s) / s.rounds if s.rounds else 0.0
+
+    row("broadcast (s)", lambda s: s.broadcast_s, "{:.2f}")
+    row("  predicted (s)", lambda s: s.predicted_broadcast_s, "{:.2f}")
+    row("train (s)", lambda s: s.train_s, "{:.2f}")
+    row("upload (s)", lambda s: s.upload_s, "{:.2f}")
+    row("  predicted (s)", lambda s: s.predicted_upload_s, "{:.2f}")
+    row("round latency (s)", lambda s: s.round_latency_s, "{:.2f}")
+    row("link bytes measured (MB)", per_round(lambda s: s.link_bytes_measured / 1e6), "{:.2f}")
+    row("  weights (MB)", per_round(lambda s: s.weight_bytes_measured / 1e6), "{:.2f}")
+    row("  weights predicted (MB)", per_round(lambda s: s.link_bytes_predicted / 1e6), "{:.2f}")
+    row("  ACKs and other (MB)", per_round(lambda s: s.ack_bytes_measured / 1e6), "{:.2f}")
+    if any(s.aborted_link_bytes for s in summaries.values()):
+        row("  in phases given up (MB)", per_round(lambda s: s.aborted_link_bytes / 1e6), "{:.2f}", ratio=False)
+    row("TCP retransmissions (segments)", per_round(lambda s: s.tcp_retransmitted_segments), "{:.0f}", ratio=False)
+    row("queue drops (packets)", per_round(lambda s: s.queue_drops), "{:.0f}", ratio=False)
+    row("max per-link weight error (%)", lambda s: 100 * s.max_link_bytes_error, "{:.2f}", ratio=False)
+    row("final accuracy", lambda s: s.final_accuracy, "{:.3f}", ratio=False)
+    table.caption = (f"{first.local_models} local models, model {first.model} "
+                     f"({first.model_bytes / 1e6:.2f} MB), {first.rounds} rounds; "
+                     f"delay: {first.emulated['delay_mechanism']}; workers: {_workers(first.workers)}")
+    return table
+
+
+def scheduler_labels(names: Sequence[str]) -> list[str]:
+    """Column labels: registered names as they are, ``package.module:Class`` by its class name."""
+    return [n.rpartition(":")[2] if ":" in n else n for n in names]

@@ -1,0 +1,168 @@
+"""Where agents run: a small :class:`WorkerBackend` interface and its two implementations.
+
+A backend checks that it can run here, sets up what the nodes' agents live in before the network
+is built (nothing for processes; for Docker a container per worker node, whose network namespace
+the node's Mininet host then joins), starts an agent, kills one as a crash would, tears down,
+and describes itself for ``summary.json``. :class:`Agents` is the set of agents one run started.
+The emulation only learns "this node's namespace is that PID's".
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Mapping, Sequence
+
+from fedmst.errors import WorkerDied
+from fedmst.workers import docker
+from fedmst.workers.docker import DEFAULT_IMAGE, WorkerLimits, worker_limits
+
+if TYPE_CHECKING:
+    from fedmst.net.emulation import Emulation
+
+BACKENDS = ("process", "docker")
+AGENT = ("-m", "fedmst.workers.agent")
+
+
+class WorkerBackend(ABC):
+    """How the agents of one run are started, killed and described."""
+
+    name: str
+
+    @abstractmethod
+    def check(self) -> None:
+        """Raise a one-line error if this backend cannot run here (before anything is created)."""
+
+    def up(self, hosts: Mapping[str, str], mounts: Sequence[str]) -> dict[str, int]:
+        """Prepare the worker nodes before the network exists; return node -> PID whose network
+        namespace that node's host must join (none for plain processes)."""
+        return {}
+
+    @abstractmethod
+    def start(self, emu: Emulation, node: str, argv: Sequence[str], *, env: Mapping[str, str],
+              log_file: IO[str]) -> subprocess.Popen:
+        """Run ``python ARGV`` as ``node``'s agent, with ``env`` added to its environment."""
+
+    @abstractmethod
+    def kill(self, node: str, proc: subprocess.Popen) -> None:
+        """Kill ``node``'s agent outright (SIGKILL), as a crash would; the node keeps forwarding."""
+
+    def down(self) -> None:  # noqa: B027 - nothing to remove unless the backend made something in up()
+        """Remove what :meth:`up` made; safe to call twice."""
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """The ``workers`` object of summary.json."""
+
+
+class ProcessBackend(WorkerBackend):
+    """Each agent is a process in its node's Mininet host, run with this interpreter."""
+
+    name = "process"
+
+    def check(self) -> None:
+        pass
+
+    def start(self, emu: Emulation, node: str, argv: Sequence[str], *, env: Mapping[str, str],
+              log_file: IO[str]) -> subprocess.Popen:
+        return emu.popen(node, [sys.executable, *argv], env={**os.environ, **env}, log_file=log_file)
+
+    def kill(self, node: str, proc: subprocess.Popen) -> None:
+        proc.kill()
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": "process"}
+
+
+class DockerBackend(WorkerBackend):
+    """Each worker node's agent runs in its own container (see :mod:`fedmst.workers.docker`)."""
+
+    name = "docker"
+
+    def __init__(self, image: str, limits: Mapping[str, WorkerLimits] | None = None) -> None:
+        self.image, self.limits = image, dict(limits or {})
+        self._hosts: dict[str, str] = {}
+
+    def check(self) -> None:
+        docker.require_docker(self.image)
+
+    def up(self, hosts: Mapping[str, str], mounts: Sequence[str]) -> dict[str, int]:
+        """Start the worker containers, a few at a time, each named after its node's host."""
+        self._hosts = {node: hosts[node] for node in self.limits}
+
+        def start(node: str) -> int:
+            return docker.start(self._hosts[node], self.image, self.limits[node], mounts, os.getpid())
+
+        try:
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                futures = {node: pool.submit(start, node) for node in self._hosts}
+            return {node: future.result() for node, future in futures.items()}
+        except BaseException:
+            self.down()
+            raise
+
+    def start(self, emu: Emulation, node: str, argv: Sequence[str], *, env: Mapping[str, str],
+              log_file: IO[str]) -> subprocess.Popen:
+        command = docker.exec_argv(self._hosts[node], ["python", *argv], env)
+        return emu.track(subprocess.Popen(command, env={**os.environ, **env}, stdout=log_file,
+                                          stderr=subprocess.STDOUT))
+
+    def kill(self, node: str, proc: subprocess.Popen) -> None:
+        docker.kill(self._hosts[node])
+
+    def down(self) -> None:
+        if self._hosts:
+            docker.remove(self._hosts.values())
+            self._hosts = {}
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": "docker", "image": self.image,
+                "limits": {n: asdict(lim) for n, lim in self.limits.items()}}
+
+
+def backend_for(name: str, image: str = DEFAULT_IMAGE,
+                limits: Mapping[str, WorkerLimits] | None = None) -> WorkerBackend:
+    """The backend called ``name`` (one of :data:`BACKENDS`)."""
+    return DockerBackend(image, limits) if name == "docker" else ProcessBackend()
+
+
+class Agents:
+    """The agents one run started, one per worker node, and which of them died."""
+
+    def __init__(self, backend: WorkerBackend, emu: Emulation, nodes: Sequence[str], spec_file: Path,
+                 token: str, logs: Path) -> None:
+        logs.mkdir(exist_ok=True)
+        self.backend, self.logs = backend, logs
+        self.died: dict[str, float] = {}
+        """Node -> when its death was noticed (monotonic clock)."""
+        env = {"FEDMST_TOKEN": token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        self.procs: dict[str, subprocess.Popen] = {}
+        for node in nodes:
+            with (logs / f"node-{node}.log").open("w") as log:
+                self.procs[node] = backend.start(emu, node, [*AGENT, "--spec", str(spec_file), "--node", node],
+                                                 env=env, log_file=log)
+
+    def check(self) -> None:
+        """Raise :class:`WorkerDied`, naming the node, for an agent that has died (once each)."""
+        for node, proc in self.procs.items():
+            if node not in self.died and proc.poll() is not None:
+                self.died[node] = time.monotonic()
+                lines = [line for line in (self.logs / f"node-{node}.log").read_text().splitlines() if line.strip()]
+                oom = proc.returncode == 137 and self.backend.name == "docker"
+                hint = " (out of memory? see --memory)" if oom else ""
+                raise WorkerDied(node, f"agent on node {node} exited with code {proc.returncode}{hint}: "
+                                       f"{(lines or ['(no output)'])[-1]}")
+
+    def kill(self, node: str) -> None:
+        """Kill ``node``'s agent as a crash would."""
+        self.backend.kill(node, self.procs[node])
+
+
+__all__ = ["AGENT", "BACKENDS", "DEFAULT_IMAGE", "Agents", "DockerBackend", "ProcessBackend", "WorkerBackend",
+           "WorkerLimits", "backend_for", "worker_limits"]
