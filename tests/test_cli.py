@@ -101,7 +101,7 @@ def test_cli_defaults_are_the_run_configs() -> None:
 @pytest.mark.parametrize("change,fragment", [
     ({"local_models": 0}, "--local-models 0: give a number of 1 or more"),
     ({"seed": -3}, "--seed -3: give a seed of 0 or more"),
-    ({"loss": 0.1, "delay_mode": "off"}, "--loss need a delay mechanism"),
+    ({"loss": 0.1, "delay_mode": "off"}, "--loss needs a delay mechanism"),
     ({"jitter_ms": 2.0, "loss": 0.01, "delay_mode": "off"}, "--loss and --jitter-ms need a delay mechanism"),
     ({"mtu": 100}, "--mtu 100"),
     ({"cpus": ("1",)}, "add --workers docker"),

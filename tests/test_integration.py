@@ -6,14 +6,14 @@ Each test checks, through ``clean_host``, that no namespace, interface or proces
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 from pathlib import Path
 
 import pytest
-import torch
 
-from conftest import FEDMST, children_running, run_past_round_one
+from conftest import FEDMST, assert_fedavg, children_running, run_past_round_one
 from fedmst.net.emulation import Emulation
 from fedmst.run.results import read_csv
 from fedmst.core.topology import load_topology
@@ -44,25 +44,58 @@ def test_each_transfer_follows_its_planned_path(clean_host: None) -> None:
             assert sent < 40 * 1400 / 10, f"{hop} off the planned path carried {sent} bytes"
 
 
+PLUGIN = '''"""A user's own tree scheduler written against fedmst.api alone: a breadth-first tree from G."""
+import networkx as nx
+
+from fedmst.api import Plan, Scheduler, Transfer
+
+
+class BfsTree(Scheduler):
+    name = "bfs-tree"
+
+    def plan(self, graph, task, link_state=None):
+        parent = dict(nx.bfs_predecessors(graph, task.global_node, sort_neighbors=sorted))
+        below = {}
+        for i, node in enumerate(task.local_nodes):
+            while node != task.global_node:
+                below.setdefault(node, set()).add(i)
+                node = parent[node]
+        depth = nx.single_source_shortest_path_length(graph, task.global_node)
+        hops = sorted((((parent[n], n), frozenset(m)) for n, m in below.items()), key=lambda h: depth[h[0][1]])
+        return Plan(self.name, task, tuple([Transfer("broadcast", p, m) for p, m in hops]
+                                           + [Transfer("upload", p[::-1], m) for p, m in reversed(hops)]))
+'''
+SCHEDULERS = ("spff", "mst", "userplans.trees:BfsTree")
+
+
 def _compare(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    (out.parent / "plugins" / "userplans").mkdir(parents=True)
+    (out.parent / "plugins" / "userplans" / "__init__.py").write_text("")
+    (out.parent / "plugins" / "userplans" / "trees.py").write_text(PLUGIN)
     return subprocess.run(
         [FEDMST, "compare", "--topology", "small", "--local-models", "4", "--rounds", "2",
-         "--global-node", "0", "--local-nodes", "2,3,3,4", "--save-models", "--out", str(out), *extra],
-        capture_output=True, text=True, timeout=900,
+         "--global-node", "0", "--local-nodes", "2,3,3,4", "--save-models", "--out", str(out),
+         "--schedulers", ",".join(SCHEDULERS), *extra],
+        capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(out.parent / "plugins")},
     )
 
 
 def test_compare_measures_plan_and_aggregates_exactly(tmp_path: Path, clean_host: None) -> None:
+    """Two built-in schedulers and a user's own, written against fedmst.api, on identical tasks."""
     out = tmp_path / "cmp"
     proc = _compare(out)
     assert proc.returncode == 0, proc.stderr[-2000:]
     comparison = json.loads((out / "comparison.json").read_text())
-    for scheduler in ("spff", "mst"):
-        summary = comparison[scheduler]
+    assert comparison["schedulers"] == list(SCHEDULERS) and comparison["baseline"] == "spff"
+    assert set(comparison["ratios"]) == {"mst", "userplans.trees:BfsTree"}
+    accuracies = set()
+    for scheduler, folder in zip(SCHEDULERS, ("spff", "mst", "userplans.trees_BfsTree")):
+        summary = comparison["summaries"][scheduler]
         assert SUMMARY_KEYS <= summary.keys()
         assert summary["scheduler"] == scheduler and summary["rounds"] == 2
         assert set(summary["emulated"]) >= {"bandwidth", "delay", "loss"}
-        run = out / scheduler
+        accuracies.add(summary["final_accuracy"])
+        run = out / folder
         for name in ("config.json", "plan.json", "rounds.csv", "links.csv", "summary.json"):
             assert (run / name).is_file()
         rows = read_csv(run / "links.csv")
@@ -74,16 +107,12 @@ def test_compare_measures_plan_and_aggregates_exactly(tmp_path: Path, clean_host
         # ACKs of the transfers are measured and reported, not hidden
         assert sum(int(r["measured_other_bytes"]) for r in rows) > 0
         for rnd in (1, 2):
-            saved = run / "models" / f"round{rnd}"
-            weights = json.loads((saved / "task0-weights.json").read_text())
-            expected = sum(
-                float(w) * torch.load(saved / f"task0-local{i}.pt") for i, w in weights.items()
-            )
-            got = torch.load(saved / "task0-global.pt")
-            assert (got - expected).abs().max().item() <= 1e-5
-    assert comparison["mst"]["link_bytes_measured"] < comparison["spff"]["link_bytes_measured"]
+            assert_fedavg(run / "models" / f"round{rnd}")
+    assert len(accuracies) == 1, "in-path aggregation is exact: every scheduler ends with the same model"
+    summaries = comparison["summaries"]
+    assert summaries["mst"]["link_bytes_measured"] < summaries["spff"]["link_bytes_measured"]
     assert comparison["bytes_ratio"] < 1
-    assert "MST/SPFF" in proc.stdout
+    assert "MST/SPFF" in proc.stdout and "BFSTREE/SPFF" in proc.stdout
 
 
 def test_a_dying_global_model_worker_stops_the_run_cleanly(tmp_path: Path, clean_host: None) -> None:
@@ -142,18 +171,18 @@ def test_concurrent_tasks_share_the_links_and_each_aggregates_exactly(tmp_path: 
     comparison = json.loads((out / "comparison.json").read_text())
     for scheduler in ("spff", "mst"):
         run = out / scheduler
-        assert comparison[scheduler]["tasks"] == 3 and comparison[scheduler]["tasks_blocked"] == 0
+        summary = comparison["summaries"][scheduler]
+        assert summary["tasks"] == 3 and summary["tasks_blocked"] == 0
         plan = json.loads((run / "plan.json").read_text())
         assert [t["task"] for t in plan["tasks"]] == ["task0", "task1", "task2"]
         rows = read_csv(run / "tasks.csv")
         assert sorted(r["task"] for r in rows) == ["task0", "task1", "task2"]
-        assert all(0 < float(r["broadcast_s"]) <= comparison[scheduler]["broadcast_s"] + 1e-6 for r in rows)
+        assert all(0 < float(r["broadcast_s"]) <= summary["broadcast_s"] + 1e-6 for r in rows)
         saved = run / "models" / "round1"
         for task in ("task0", "task1", "task2"):
-            weights = json.loads((saved / f"{task}-weights.json").read_text())
-            expected = sum(float(w) * torch.load(saved / f"{task}-local{i}.pt") for i, w in weights.items())
-            assert (torch.load(saved / f"{task}-global.pt") - expected).abs().max().item() <= 1e-5
-    assert comparison["mst"]["link_bytes_predicted"] <= comparison["spff"]["link_bytes_predicted"]
+            assert_fedavg(saved, task)
+    summaries = comparison["summaries"]
+    assert summaries["mst"]["link_bytes_predicted"] <= summaries["spff"]["link_bytes_predicted"]
 
 
 def test_sweep_writes_a_tidy_table_and_both_figures(tmp_path: Path, clean_host: None) -> None:

@@ -15,7 +15,7 @@ from graphs import graph_from, line, random_connected_graph
 
 import fedmst
 from fedmst.errors import SchedulerError
-from fedmst.core.schedulers import get_scheduler, schedule
+from fedmst.core.schedulers import Scheduler, get_scheduler, register_scheduler, schedule, scheduler_names
 from fedmst.core.schedulers.mst import link_weight, load_discount
 from fedmst.core.plan import Plan, Transfer, plan_summary, predicted_link_bytes
 from fedmst.core.tasks import Task
@@ -241,3 +241,43 @@ def test_mst_never_costs_more_link_bytes(seed: int) -> None:
 def test_plan_summary_is_json_ready() -> None:
     summary = plan_summary(schedule(line("a", "b", "c"), task("a", "b", "c"), "mst"))
     assert json.loads(json.dumps(summary))["aggregation_nodes"] == ["a", "b"]
+
+
+class _Broken(Scheduler):
+    name = "broken"
+
+    def plan(self, graph, task, link_state=None):  # type: ignore[no-untyped-def]
+        raise ValueError("a bug\nin the plugin")
+
+
+class _NotAPlan(Scheduler):
+    name = "not-a-plan"
+
+    def plan(self, graph, task, link_state=None):  # type: ignore[no-untyped-def]
+        return [("a", "b")]
+
+
+def test_a_plugin_that_raises_or_returns_no_plan_is_one_schedulererror() -> None:
+    import types
+
+    module = types.ModuleType("fedmst_test_plugins")
+    module._Broken, module._NotAPlan = _Broken, _NotAPlan  # type: ignore[attr-defined]
+    sys.modules["fedmst_test_plugins"] = module
+    g = nx.path_graph(["a", "b"])
+    nx.set_edge_attributes(g, 0.001, "delay_s")
+    nx.set_edge_attributes(g, 10.0, "capacity_mbps")
+    task = Task("t", "a", ("b",), model_bytes=100)
+    with pytest.raises(SchedulerError, match=r"'fedmst_test_plugins:_Broken' failed to plan t: ValueError: a bug in"):
+        schedule(g, task, "fedmst_test_plugins:_Broken")
+    with pytest.raises(SchedulerError, match="returned list, not a fedmst.api.Plan"):
+        schedule(g, task, "fedmst_test_plugins:_NotAPlan")
+    with pytest.raises(SchedulerError, match="has no attribute 'Nope'"):
+        schedule(g, task, "fedmst_test_plugins:Nope")
+
+
+def test_register_scheduler_refuses_duplicates_and_non_schedulers() -> None:
+    with pytest.raises(SchedulerError, match="already registered"):
+        register_scheduler("mst", _Broken)
+    with pytest.raises(SchedulerError, match="not a subclass"):
+        register_scheduler("something", dict)  # type: ignore[arg-type]
+    assert "something" not in scheduler_names()

@@ -89,9 +89,9 @@ def validate(config: RunConfig) -> None:
     if config.jitter_ms < 0:
         raise FedmstError(f"--jitter-ms {config.jitter_ms:g}: give 0 or more milliseconds")
     if config.delay_mode == "off" and (config.loss or config.jitter_ms):
-        given = " and ".join(o for o, v in (("--loss", config.loss), ("--jitter-ms", config.jitter_ms)) if v)
-        raise FedmstError(f"{given} need a delay mechanism: --delay-mode off applies neither; "
-                          "use --delay-mode auto, netem or userspace")
+        given = [o for o, v in (("--loss", config.loss), ("--jitter-ms", config.jitter_ms)) if v]
+        raise FedmstError(f"{' and '.join(given)} need{'s' if len(given) == 1 else ''} a delay mechanism: "
+                          "--delay-mode off applies neither; use --delay-mode auto, netem or userspace")
     if not config.stall_s >= 0.1:
         raise FedmstError(f"--stall-timeout {config.stall_s:g}: give at least 0.1 seconds")
     if config.deadline_s is not None and not config.deadline_s > 0:

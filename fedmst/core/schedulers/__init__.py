@@ -28,7 +28,7 @@ _plugins_loaded = False
 
 def register_scheduler(name: str, cls: type[Scheduler]) -> None:
     """Make ``cls`` available to every command as ``name``; a name already taken is refused."""
-    if name in _REGISTRY:
+    if name in _load_registry():
         raise SchedulerError(f"scheduler {name!r} is already registered; pick another name")
     if not (isinstance(cls, type) and issubclass(cls, Scheduler)):
         raise SchedulerError(f"scheduler {name!r}: {cls!r} is not a subclass of fedmst.api.Scheduler")
@@ -42,7 +42,7 @@ def _load_registry() -> dict[str, type[Scheduler]]:
     if not _plugins_loaded:
         _plugins_loaded = True
         for builtin in (SPFFScheduler, MSTScheduler):
-            _REGISTRY.setdefault(builtin.name, builtin)
+            _REGISTRY[builtin.name] = builtin
         for ep in entry_points(group="fedmst.schedulers"):
             try:
                 register_scheduler(ep.name, ep.load())
@@ -102,7 +102,15 @@ def schedule(graph: nx.Graph, task: Task, scheduler: str, link_state: LinkState 
     reach = nx.node_connected_component(graph, task.global_node) if task.global_node in graph else set()
     if len(reach) < graph.number_of_nodes():
         graph = graph.subgraph(reach)
-    plan = get_scheduler(scheduler).plan(graph, task, link_state)
+    try:
+        plan = get_scheduler(scheduler).plan(graph, task, link_state)
+    except SchedulerError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plugin's bug is reported as its fault, in one line
+        raise SchedulerError(f"scheduler {scheduler!r} failed to plan {task.name}: {type(exc).__name__}: "
+                             f"{' '.join(str(exc).split())}") from exc
+    if not isinstance(plan, Plan):
+        raise SchedulerError(f"scheduler {scheduler!r} returned {type(plan).__name__}, not a fedmst.api.Plan")
     check_plan(plan, graph)
     return plan
 
