@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from fedmst.errors import FedmstError
 from fedmst.run.config import ResolvedRun, RunConfig, check_host, resolve
 from fedmst.run.layout import run_folder_name
 from fedmst.run.report import Summary, comparison
@@ -32,8 +33,6 @@ Progress = Callable[[str], None]
 
 def check_schedulers(schedulers: Sequence[str]) -> None:
     """Refuse an empty list or a scheduler named twice (two runs would share one folder)."""
-    from fedmst.errors import FedmstError
-
     if not schedulers:
         raise FedmstError("--schedulers: name at least one scheduler, e.g. spff,mst")
     folders = [run_folder_name(s) for s in schedulers]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 from fedmst.errors import FedmstError
 from fedmst.run.results import write_json
@@ -145,7 +145,7 @@ def summary_table(summaries: Mapping[str, Summary], ratios_to_first: bool = Fals
     from rich.table import Table
 
     names = list(summaries)
-    labels = [label.upper() for label in scheduler_labels(names)]
+    labels = [scheduler_label(n) for n in names]
     first = summaries[names[0]]
     table = Table(title=f"fedmst on {first.topology}")
     table.add_column("per round (mean)")
@@ -186,6 +186,7 @@ def summary_table(summaries: Mapping[str, Summary], ratios_to_first: bool = Fals
     return table
 
 
-def scheduler_labels(names: Sequence[str]) -> list[str]:
-    """Column labels: registered names as they are, ``package.module:Class`` by its class name."""
-    return [n.rpartition(":")[2] if ":" in n else n for n in names]
+def scheduler_label(name: str) -> str:
+    """A scheduler's name in column headers and titles: ``SPFF``, ``MST``, and the class name for
+    ``package.module:Class`` (``MYSCHED`` for ``mypkg.mod:MySched``)."""
+    return name.rpartition(":")[2].upper()

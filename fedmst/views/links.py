@@ -19,7 +19,7 @@ from rich.table import Table
 from fedmst.core.topology import node_order
 from fedmst.errors import FedmstError
 from fedmst.run.layout import run_folder_name
-from fedmst.run.report import scheduler_labels
+from fedmst.run.report import scheduler_label
 from fedmst.run.results import read_csv
 
 LINK_SORTS = ("measured", "predicted", "error", "utilisation", "peak", "link")
@@ -61,12 +61,6 @@ def compare_runs(path: Path) -> list[tuple[str, Path]]:
 def is_compare_dir(path: Path) -> bool:
     """True for a ``fedmst compare`` folder (see :func:`compare_runs`)."""
     return bool(compare_runs(path))
-
-
-def scheduler_label(name: str) -> str:
-    """A scheduler's name in headers and titles, as the run/compare summary table writes it:
-    ``SPFF``, ``MST``, and ``MYSCHED`` for ``mypkg.mod:MySched``."""
-    return scheduler_labels([name])[0].upper()
 
 
 def _comparison_schedulers(path: Path) -> list[str] | None:
