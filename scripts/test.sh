@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh, scripts/setup-docker.sh) and run the whole test suite: unit tests,
+# Set up (scripts/setup.sh, scripts/setup-docker.sh), lint (ruff) and run the whole test suite: unit tests,
 # real-Mininet integration tests and Docker-worker tests. A dockerd this script had to start is
 # stopped again at the end.
 set -euo pipefail
@@ -10,4 +10,5 @@ bash scripts/setup-docker.sh
 if [[ $had_dockerd == no ]]; then
     trap 'bash scripts/setup-docker.sh --stop' EXIT
 fi
+.venv/bin/ruff check fedmst tests scripts
 .venv/bin/python -m pytest -q "$@"
