@@ -91,7 +91,8 @@ def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Kill NODE's worker during ROUND's training (NODE@ROUND+S: S seconds into its "
                           "broadcast); the round finishes with the surviving local models. Repeatable."),
         click.option("--stall-timeout", "stall_s", type=float, default=10.0, show_default=True,
-                     help="A transfer whose next chunk takes longer than this has failed (a dead link or peer)."),
+                     help="A transfer under way whose path has a link that carried nothing at all for this long "
+                          "has stalled (a dead link): the phase is aborted. A slow, shared link is never stalled."),
         click.option("--slow-node", "slow_nodes", multiple=True, metavar="NODE:FACTOR",
                      help="NODE's worker trains FACTOR times slower (a straggler). Repeatable."),
         click.option("--deadline", "deadline_s", type=float, default=None, metavar="SECONDS",

@@ -6,9 +6,9 @@ wire a message is a JSON object ``{"type": ..., "version": ..., <fields>}`` (see
 nothing is unpickled. :func:`decode` is written once from the dataclasses' type hints, so a new
 field needs no parsing code. No torch here: the coordinator and the CLI import this module.
 
->>> msg = Upload(round=3, weights={"task0": {0: 0.25, 2: 0.75}})
+>>> msg = Upload(round=3, progress_dir="/tmp/p", weights={"task0": {0: 0.25, 2: 0.75}})
 >>> encode(msg)
-{'type': 'Upload', 'version': 1, 'round': 3, 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
+{'type': 'Upload', 'version': 2, 'round': 3, 'progress_dir': '/tmp/p', 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
 >>> decode(encode(msg)) == msg
 True
 """
@@ -24,7 +24,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from fedmst.errors import FedmstError
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 """Raised whenever a message's shape changes, so that an agent from another checkout is refused."""
 
 
@@ -84,7 +84,6 @@ class AgentSpec:
     data_seed: int
     chunk_bytes: int
     timeout_s: float
-    stall_s: float
     slow: Mapping[str, float]
     """Node -> straggler factor (from ``--slow-node``)."""
     tasks: tuple[TaskSpec, ...]
@@ -106,6 +105,9 @@ class AgentSpec:
 
 
 # commands: coordinator -> agent -----------------------------------------------------------------
+ABORT_FILE = "abort"
+"""The file in a transfer phase's ``progress_dir`` that tells the agents to give the phase up."""
+
 @dataclass(frozen=True)
 class Setup:
     """Build models and data, open the transfers; refused by an agent running other sources."""
@@ -116,6 +118,10 @@ class Setup:
 @dataclass(frozen=True)
 class Broadcast:
     round: int
+    progress_dir: str
+    """Where the agents mark each transfer whose last chunk arrived here (an empty file named
+    after its key), and where the coordinator leaves an ``abort`` file (its text says why) when it
+    finds a transfer stalled: see :mod:`fedmst.run.stall`."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,8 @@ class Train:
 @dataclass(frozen=True)
 class Upload:
     round: int
+    progress_dir: str
+    """As in :class:`Broadcast`."""
     weights: Mapping[str, Mapping[int, float]]
     """Task -> original local-model index -> FedAvg weight (decided by the coordinator, which
     alone knows which models are late or gone)."""
@@ -224,7 +232,7 @@ def encode(msg: Command | Reply | AgentSpec) -> dict[str, Any]:
     """``msg`` as a JSON-ready object: tuples become lists, integer mapping keys strings.
 
     >>> encode(Trained(task_seconds={"t": 1.5}, losses={}, late={"t": (2,)}))
-    {'type': 'Trained', 'version': 1, 'task_seconds': {'t': 1.5}, 'losses': {}, 'late': {'t': [2]}, 'seconds': 0.0}
+    {'type': 'Trained', 'version': 2, 'task_seconds': {'t': 1.5}, 'losses': {}, 'late': {'t': [2]}, 'seconds': 0.0}
     """
     if _MESSAGES.get(type(msg).__name__) is not type(msg):
         raise ProtocolError(f"not a protocol message: {type(msg).__name__}")
@@ -235,18 +243,18 @@ def decode(obj: Any) -> Command | Reply | AgentSpec:
     """The message ``obj`` (from :func:`encode`, through JSON) stands for, checked against its
     dataclass: known type, this protocol version, every required field and no other.
 
-    >>> decode({"type": "Train", "version": 1, "round": 2})
+    >>> decode({"type": "Train", "version": 2, "round": 2})
     Train(round=2, deadline_s=None)
-    >>> decode({"type": "Train", "version": 1, "round": 2, "deadline": 5})
+    >>> decode({"type": "Train", "version": 2, "round": 2, "deadline": 5})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Train: unknown field deadline
     >>> decode({"type": "Train", "version": 0, "round": 2})
     Traceback (most recent call last):
-    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 1
-    >>> decode({"type": "SetupDone", "version": 1, "samples": {"task0": {"0": 5}}})
+    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 2
+    >>> decode({"type": "SetupDone", "version": 2, "samples": {"task0": {"0": 5}}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: SetupDone: missing field runs_in
-    >>> decode({"type": "Evaluated", "version": 1, "accuracy": {"task0": "high"}})
+    >>> decode({"type": "Evaluated", "version": 2, "accuracy": {"task0": "high"}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Evaluated.accuracy.task0: expected float, got a string
     """

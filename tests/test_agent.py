@@ -48,7 +48,7 @@ def test_no_cgroup_files(tmp_path: Path) -> None:
 
 def _spec() -> AgentSpec:
     return AgentSpec(control_socket="unused", store_dir="unused", model="mlp", epochs=1, batch_size=32, lr=0.05,
-                     alpha=0.5, data_seed=0, chunk_bytes=1024, timeout_s=5.0, stall_s=5.0, slow={}, tasks=())
+                     alpha=0.5, data_seed=0, chunk_bytes=1024, timeout_s=5.0, slow={}, tasks=())
 
 
 def test_an_agent_refuses_other_fedmst_code() -> None:
@@ -80,10 +80,11 @@ def test_the_spec_file_round_trips_and_refuses_another_protocol() -> None:
     assert back == spec and back.tasks[0].transfers[0].dst == "2" and isinstance(back.tasks[0].active, tuple)
     obj = json.loads(spec.to_json())
     assert obj["version"] == PROTOCOL_VERSION and obj["tasks"][0]["transfers"][0]["path"] == ["0", "1", "2"]
-    with pytest.raises(ProtocolError, match="AgentSpec: protocol version 2, this side speaks 1"):
-        AgentSpec.from_json(json.dumps({**obj, "version": 2}))
+    other = PROTOCOL_VERSION + 1
+    with pytest.raises(ProtocolError, match=f"version {other}, this side speaks {PROTOCOL_VERSION}"):
+        AgentSpec.from_json(json.dumps({**obj, "version": other}))
     obj["tasks"][0]["transfers"][0]["hops"] = 2
     with pytest.raises(ProtocolError, match=r"AgentSpec.tasks\[0\].transfers\[0\]: unknown field hops"):
         AgentSpec.from_json(json.dumps(obj))
     with pytest.raises(ProtocolError, match="expected an AgentSpec, got a Stop"):
-        AgentSpec.from_json('{"type": "Stop", "version": 1}')
+        AgentSpec.from_json(json.dumps({"type": "Stop", "version": PROTOCOL_VERSION}))

@@ -5,7 +5,9 @@ must leave G with exactly the FedAvg of the trained local models."""
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -14,8 +16,8 @@ import torch
 
 import fedmst
 from fedmst.fl import aggregation
-from fedmst.protocol import (AgentSpec, Broadcast, Evaluate, Evaluated, Failed, PhaseDone, Reply, Replan, Setup,
-                             SetupDone, TaskSpec, Train, Trained, TransferSpec, Upload, decode, encode)
+from fedmst.protocol import (ABORT_FILE, AgentSpec, Broadcast, Evaluate, Evaluated, Failed, PhaseDone, Reply, Replan,
+                             Setup, SetupDone, TaskSpec, Train, Trained, TransferSpec, Upload, decode, encode)
 from fedmst.workers import transport
 from fedmst.workers.agent import Agent
 
@@ -43,7 +45,7 @@ STAR = _task(("a", "a", "b", "g"), [("g", "a", (0,)), ("g", "a", (1,)), ("g", "b
 def _spec(tmp_path: Path, task: TaskSpec) -> AgentSpec:
     spec = AgentSpec(control_socket="unused", store_dir=str(tmp_path / "store"), model="mlp", epochs=1,
                      batch_size=32, lr=0.05, alpha=0.5, data_seed=0, chunk_bytes=4096, timeout_s=30.0,
-                     stall_s=30.0, slow={}, tasks=(task,))
+                     slow={}, tasks=(task,))
     return AgentSpec.from_json(spec.to_json())  # as an agent reads it
 
 
@@ -78,12 +80,23 @@ def _everywhere(agents: dict[str, Agent], cmd: object) -> dict[str, Reply]:
     return replies
 
 
-def _round(agents: dict[str, Agent], task: TaskSpec, samples: dict[int, int], rnd: int) -> None:
+@contextmanager
+def _progress(tmp_path: Path, task: TaskSpec, phase: str, rnd: int) -> Iterator[str]:
+    """A fresh progress folder for one phase; once the phase ran, every transfer of it must have
+    been marked in by its receiver, and nothing else."""
+    folder = tmp_path / f"progress-{rnd}-{phase}"
+    folder.mkdir()
+    yield str(folder)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(t.key for t in task.transfers if t.phase == phase)
+
+
+def _round(agents: dict[str, Agent], task: TaskSpec, samples: dict[int, int], rnd: int, tmp_path: Path) -> None:
     """One round: broadcast, train, upload; checks each phase's result against G's weights."""
     g = agents["g"].roles[0]
     assert g.global_model is not None
     initial = aggregation.flatten(g.global_model)
-    assert all(isinstance(r, PhaseDone) for r in _everywhere(agents, Broadcast(round=rnd)).values())
+    with _progress(tmp_path, task, "broadcast", rnd) as folder:
+        assert all(isinstance(r, PhaseDone) for r in _everywhere(agents, Broadcast(rnd, folder)).values())
     received = {(node, i): aggregation.flatten(agent.roles[0].local[i][0])
                 for node, agent in agents.items() if agent.roles for i in agent.roles[0].local}
     assert sorted(i for _, i in received) == sorted(task.active)
@@ -97,7 +110,8 @@ def _round(agents: dict[str, Agent], task: TaskSpec, samples: dict[int, int], rn
 
     active = sorted(task.active)
     weights = dict(zip(active, aggregation.sample_weights([samples[i] for i in active])))
-    _everywhere(agents, Upload(round=rnd, weights={task.name: weights}))
+    with _progress(tmp_path, task, "upload", rnd) as folder:
+        _everywhere(agents, Upload(rnd, folder, weights={task.name: weights}))
     expected = aggregation.fedavg([vectors[i] for i in active], [samples[i] for i in active])
     got = aggregation.flatten(g.global_model)
     assert (got - expected).abs().max().item() <= 1e-5
@@ -105,14 +119,14 @@ def _round(agents: dict[str, Agent], task: TaskSpec, samples: dict[int, int], rn
 
 
 @pytest.mark.parametrize("agents", [TREE, STAR], ids=["tree", "star"], indirect=True)
-def test_broadcast_hands_out_g_and_upload_sums_to_fedavg(agents: dict[str, Agent]) -> None:
+def test_broadcast_hands_out_g_and_upload_sums_to_fedavg(agents: dict[str, Agent], tmp_path: Path) -> None:
     task = agents["g"].spec.tasks[0]
     setup = _everywhere(agents, Setup(source_digest=DIGEST))
     assert all(isinstance(r, SetupDone) and r.seconds > 0 for r in setup.values())
     samples = {i: n for r in setup.values() for i, n in r.samples.get(task.name, {}).items()}
     assert sorted(samples) == list(range(len(task.local_nodes))) and all(n > 0 for n in samples.values())
     for rnd in (1, 2):
-        _round(agents, task, samples, rnd)
+        _round(agents, task, samples, rnd, tmp_path)
     accuracy = _everywhere(agents, Evaluate(round=2))
     assert {n for n, r in accuracy.items() if isinstance(r, Evaluated) and r.accuracy} == {"g"}
     assert 0 <= accuracy["g"].accuracy["task0"] <= 1
@@ -124,7 +138,7 @@ def test_a_replan_keeps_the_models_and_leaves_a_dropped_model_out(agents: dict[s
     same objects, the new pairs carry the weights, and G aggregates the remaining models only."""
     setup = _everywhere(agents, Setup(source_digest=DIGEST))
     samples = {i: n for r in setup.values() for i, n in r.samples.get("task0", {}).items()}
-    _round(agents, TREE, samples, 1)
+    _round(agents, TREE, samples, 1, tmp_path)
     models_before = {n: dict(a.roles[0].local) for n, a in agents.items() if a.roles}
     reduced = _task(("r", "a", "b"), [("g", "r", (0, 2)), ("r", "b", (2,))], epoch="e1-")
     reduced = TaskSpec(reduced.name, reduced.global_node, reduced.local_nodes, reduced.seed, (0, 2), reduced.transfers)
@@ -134,4 +148,28 @@ def test_a_replan_keeps_the_models_and_leaves_a_dropped_model_out(agents: dict[s
     for node, before in models_before.items():
         assert agents[node].roles[0].local == before
     live = {n: a for n, a in agents.items() if n != "a"}
-    _round(live, reduced, samples, 2)
+    _round(live, reduced, samples, 2, tmp_path)
+
+
+@pytest.mark.parametrize("agents", [TREE], ids=["tree"], indirect=True)
+def test_an_aborted_phase_fails_at_once_with_the_coordinators_reason(agents: dict[str, Agent],
+                                                                     tmp_path: Path) -> None:
+    """G never sends (as behind a dead link): its receivers wait, bounded only by the 30 s phase
+    timeout, until the coordinator leaves the abort file; then every one of them gives the phase up
+    within a second, saying why, and no transfer was marked in."""
+    _everywhere(agents, Setup(source_digest=DIGEST))
+    folder = tmp_path / "progress"
+    folder.mkdir()
+    waiting = {n: a for n, a in agents.items() if n != "g"}
+    cmd = Broadcast(1, str(folder))
+    with ThreadPoolExecutor(len(waiting)) as pool:
+        futures = {n: pool.submit(a.handle, cmd) for n, a in waiting.items()}
+        time.sleep(1.0)
+        assert not any(f.done() for f in futures.values())
+        (folder / ABORT_FILE).write_text("transfer task0-000-broadcast stalled: test")
+        aborted = time.monotonic()
+        replies = {n: f.result(timeout=10) for n, f in futures.items()}
+    assert time.monotonic() - aborted < 1.5
+    assert {n: r.error for n, r in replies.items()} == {
+        n: "PhaseAborted: transfer task0-000-broadcast stalled: test" for n in waiting}
+    assert [p.name for p in folder.iterdir()] == [ABORT_FILE]

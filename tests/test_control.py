@@ -17,7 +17,7 @@ from fedmst.workers.control import Channel, ControlServer, connect
 def test_a_peer_reset_reads_as_closed() -> None:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     chan = Channel(ours)
-    chan.send(Broadcast(round=1))
+    chan.send(Broadcast(round=1, progress_dir="p"))
     theirs.close()  # closed with our message unread: the kernel resets the connection
     assert chan.recv() is None
 
@@ -26,11 +26,11 @@ def test_messages_round_trip_as_json_lines() -> None:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     Channel(theirs).send(PhaseDone(task_seconds={"task0": 0.25}, seconds=0.5))
     Channel(theirs).send(Failed("RuntimeError: boom"))
-    Channel(theirs).send(Upload(round=2, weights={"task0": {0: 0.25, 3: 0.75}}))
+    Channel(theirs).send(Upload(round=2, progress_dir="p", weights={"task0": {0: 0.25, 3: 0.75}}))
     chan = Channel(ours)
     assert chan.recv() == PhaseDone(task_seconds={"task0": 0.25}, seconds=0.5)
     assert chan.recv() == Failed("RuntimeError: boom")
-    assert chan.recv() == Upload(round=2, weights={"task0": {0: 0.25, 3: 0.75}})
+    assert chan.recv() == Upload(round=2, progress_dir="p", weights={"task0": {0: 0.25, 3: 0.75}})
 
 
 def test_a_line_that_is_no_message_is_an_error_and_is_consumed() -> None:
@@ -80,7 +80,7 @@ def test_a_dead_worker_ends_a_phase_that_cannot_survive_it(tmp_path: Path) -> No
         raise WorkerDied("c", "agent on node c exited with code -9")
 
     with pytest.raises(WorkerDied, match="node c"):
-        server.run(Upload(round=1, weights={}), timeout_s=5, check=check)
+        server.run(Upload(round=1, progress_dir="p", weights={}), timeout_s=5, check=check)
     server.close()
 
 
@@ -100,11 +100,11 @@ def test_agents_dying_at_once_are_all_dropped(tmp_path: Path, reported: tuple[st
             node = pending.pop(0)
             raise WorkerDied(node, f"agent on node {node} exited with code -9")
 
-    replies = server.run(Broadcast(round=1), timeout_s=5, check=check, survive=True)
+    replies = server.run(Broadcast(round=1, progress_dir="p"), timeout_s=5, check=check, survive=True)
     assert replies == {"c": PhaseDone(task_seconds={})}
     assert set(server.lost) == {"a", "b"} and set(server.agents) == {"c"}
     for node in ("a", "b"):
-        assert agents[node].recv() == Broadcast(round=1)
+        assert agents[node].recv() == Broadcast(round=1, progress_dir="p")
     server.close()
 
 
@@ -113,10 +113,10 @@ def test_a_failed_reply_names_the_node_unless_errors_are_tolerated(tmp_path: Pat
     for _ in range(2):
         agents["a"].send(PhaseDone(task_seconds={"task0": 0.5}))
         agents["b"].send(Failed("RuntimeError: Timed out"))
-    replies = server.run(Broadcast(round=1), timeout_s=5, check=lambda: None, tolerate_errors=True)
+    replies = server.run(Broadcast(round=1, progress_dir="p"), timeout_s=5, check=lambda: None, tolerate_errors=True)
     assert replies == {"a": PhaseDone(task_seconds={"task0": 0.5}), "b": Failed("RuntimeError: Timed out")}
     with pytest.raises(EmulationError, match="node b failed in broadcast: RuntimeError: Timed out"):
-        server.run(Broadcast(round=2), timeout_s=5, check=lambda: None)
+        server.run(Broadcast(round=2, progress_dir="p"), timeout_s=5, check=lambda: None)
     server.close()
 
 

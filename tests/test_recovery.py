@@ -8,6 +8,7 @@ from fedmst.core.tasks import Task
 from fedmst.errors import EmulationError, FedmstError
 from fedmst.protocol import Failed, PhaseDone
 from fedmst.run.recovery import Live, Strike, aggregation_weights, assess, late_models
+from fedmst.run.stall import Stall
 
 TASK = Task("task0", "g", ("a", "b", "b"), model_bytes=100)
 
@@ -16,8 +17,8 @@ def _live() -> Live:
     return Live(tasks={"task0": TASK}, plans=(), models={"task0": (0, 1, 2)})
 
 
-def _struck(event: str, *, node: str | None = None) -> Strike:
-    strike = Strike(event, 0.0, lambda: 7, node=node)
+def _struck(event: str, *, node: str | None = None, link: tuple[str, str] | None = None) -> Strike:
+    strike = Strike(event, 0.0, lambda: 7, node=node, link=link)
     strike.start()
     strike.finish("broadcast")
     return strike
@@ -52,6 +53,23 @@ def test_failed_transfers_under_a_fault_ask_for_the_phase_again() -> None:
                      {}, {})
     assert outcome.redo and outcome.event is not None
     assert outcome.event["aborted"] == {"phase": "broadcast", "failed_nodes": {"a": "RuntimeError: timed out"}}
+
+
+def test_a_stall_without_a_fault_ends_the_run_naming_the_link() -> None:
+    stall = Stall("task0-001-broadcast", ("r", "a"), 10.2, at=0.0)
+    replies = {"a": Failed("PhaseAborted: " + str(stall))}
+    with pytest.raises(EmulationError, match=r"broadcast: transfer task0-001-broadcast stalled: link r->a on its "
+                                             r"path carried nothing for 10.2 s, and no fault was injected there"):
+        assess("broadcast", replies, [], _live(), {}, {}, stall)
+
+
+def test_a_stall_over_a_failed_link_says_how_soon_it_was_found() -> None:
+    strike = _struck("link a-r down", link=("a", "r"))
+    stall = Stall("task0-001-broadcast", ("r", "a"), 2.0, at=strike.when + 2.25)
+    outcome = assess("broadcast", {"a": Failed("PhaseAborted: " + str(stall))}, [strike], _live(), {}, {}, stall)
+    assert outcome.redo and outcome.event is not None
+    assert outcome.event["stall"] == str(stall)
+    assert outcome.event["detected_s"] == {"a-r": pytest.approx(2.25)}
 
 
 def test_aggregation_weights_renormalise_over_the_models_that_count() -> None:

@@ -4,6 +4,7 @@ error for the receiver, not an abort of its process (which gloo itself would do)
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -13,15 +14,14 @@ from fedmst.workers import transport
 
 
 def _both_ends(store: Path, sender: Callable[[transport.Pair], object], receiver: Callable[[transport.Pair], object],
-               numel: tuple[int, int], stall_s: float | None = None) -> dict[int, object]:
+               numel: tuple[int, int]) -> dict[int, object]:
     """Open one transfer on 127.0.0.1 from two threads and run each end's part; return what each
     end returned or raised."""
     results: dict[int, object] = {}
 
     def end(rank: int, part: Callable[[transport.Pair], object]) -> None:
         try:
-            pair = transport.open_pair(store, rank=rank, address="127.0.0.1", timeout_s=20, numel=numel[rank],
-                                       stall_s=stall_s)
+            pair = transport.open_pair(store, rank=rank, address="127.0.0.1", timeout_s=20, numel=numel[rank])
             results[rank] = part(pair)
         except Exception as exc:  # noqa: BLE001 - the test inspects it
             results[rank] = exc
@@ -52,13 +52,29 @@ def test_a_size_mismatch_is_an_error_naming_both_sizes(tmp_path: Path) -> None:
 
 
 
-def test_a_stalled_transfer_fails_instead_of_hanging(tmp_path: Path) -> None:
-    """The sender never sends (as behind a dead link): the receiver's wait fails after the
-    stall timeout and the process lives on."""
-    got = _both_ends(
-        tmp_path / "t",
-        lambda p: threading.Event().wait(2),
-        lambda p: transport.relay(torch.empty(4), source=p, sinks=[], chunk_elems=4),
-        numel=(4, 4), stall_s=0.5,
+def test_aborting_the_connections_wakes_a_blocked_wait(tmp_path: Path) -> None:
+    """The sender never sends (as behind a dead link): the receiver's wait, bounded only by the
+    20 s timeout, fails within a moment of ``abort_connections`` and the process lives on."""
+    def receive(pair: transport.Pair) -> object:
+        threading.Timer(0.5, transport.abort_connections).start()
+        started = time.monotonic()
+        try:
+            return transport.relay(torch.empty(4), source=pair, sinks=[], chunk_elems=4)
+        except RuntimeError as exc:
+            return exc, time.monotonic() - started
+
+    got = _both_ends(tmp_path / "t", lambda p: threading.Event().wait(5), receive, numel=(4, 4))
+    error, waited = got[1]
+    assert "Connection closed" in str(error) and waited < 2
+
+
+def test_the_receiver_is_told_when_the_last_chunk_is_in(tmp_path: Path) -> None:
+    arrived: list[str] = []
+    _both_ends(
+        tmp_path / "task0-000-upload",
+        lambda p: transport.aggregate(torch.ones(10), sources=[], sink=p, chunk_elems=3),
+        lambda p: transport.aggregate(torch.zeros(10), sources=[p], sink=None, chunk_elems=3,
+                                      received=lambda pair: arrived.append(pair.name)),
+        numel=(10, 10),
     )
-    assert isinstance(got[1], RuntimeError) and "Timed out" in str(got[1])
+    assert arrived == ["task0-000-upload"]

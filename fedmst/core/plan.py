@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Literal, Mapping, Sequence
+from typing import Collection, Literal, Mapping, Protocol, Sequence, TypeVar
 
 import networkx as nx
 
@@ -51,6 +51,40 @@ class Transfer:
         return tuple(zip(self.path, self.path[1:]))
 
 
+class Routed(Protocol):
+    """What :func:`feeders` needs of a transfer: a :class:`Transfer`, or an agent's view of one."""
+
+    @property
+    def phase(self) -> str: ...
+    @property
+    def src(self) -> str: ...
+    @property
+    def dst(self) -> str: ...
+    @property
+    def models(self) -> Collection[int]: ...
+
+
+R = TypeVar("R", bound=Routed)
+
+
+def feeders(transfer: R, transfers: Sequence[R]) -> list[R]:
+    """The transfers of ``transfers`` whose weights ``transfer`` passes on at its source: in
+    broadcast the one bringing the global model for all of its local models, in upload those
+    whose updates it sums. None where it starts the phase (at G in broadcast, at a leaf in upload).
+
+    The agents relay and sum by this rule, and a transfer can only finish once its feeders did.
+
+    >>> down = Transfer("broadcast", ("G", "r"), frozenset({0, 1}))
+    >>> on = Transfer("broadcast", ("r", "a"), frozenset({1}))
+    >>> feeders(on, [down, on]) == [down], feeders(down, [down, on])
+    (True, [])
+    """
+    arriving = [t for t in transfers if t.phase == transfer.phase and t.dst == transfer.src]
+    if transfer.phase == "broadcast":
+        return [t for t in arriving if set(transfer.models) <= set(t.models)]
+    return [t for t in arriving if set(t.models) <= set(transfer.models)]
+
+
 @dataclass(frozen=True)
 class Plan:
     """How one task's weights travel in one round, as chosen by ``scheduler``."""
@@ -74,9 +108,8 @@ class Plan:
         up = self.phase("upload")
 
         def inputs(out: Transfer) -> int:
-            incoming = [t for t in up if t.dst == out.src and t.models <= out.models]
             own = [i for i in self.task.models_at(out.src) if i in out.models]
-            return len(incoming) + len(own)
+            return len(feeders(out, up)) + len(own)
 
         return frozenset({self.task.global_node} | {t.src for t in up if inputs(t) >= 2})
 

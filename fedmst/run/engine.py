@@ -26,6 +26,7 @@ from fedmst.core.topology import node_order
 from fedmst.errors import FedmstError
 from fedmst.net.emulation import Capabilities, Emulation, host_name
 from fedmst.protocol import (
+    ABORT_FILE,
     AgentSpec,
     Broadcast,
     Evaluate,
@@ -50,6 +51,7 @@ from fedmst.run.recovery import (
 )
 from fedmst.run.report import Summary
 from fedmst.run.results import SAMPLE_FIELDS, write_csv, write_json
+from fedmst.run.stall import Stall, StallWatch
 from fedmst.workers.backends import Agents, WorkerBackend, backend_for
 from fedmst.workers.control import ControlServer
 
@@ -141,6 +143,12 @@ class Engine:
         self.fault_log: list[dict[str, Any]] = []
         self.samples: dict[str, dict[int, int]] = {}
         self.sampler = CounterSampler(emu.counters)
+        self.specs: tuple[TaskSpec, ...] = ()
+        self.watch: StallWatch | None = None
+        self.progress: Path | None = None
+        self.stall: Stall | None = None
+        self._attempts = 0
+        self._looked = 0.0
 
     # set-up ------------------------------------------------------------------------------------
     def task_specs(self) -> tuple[TaskSpec, ...]:
@@ -165,7 +173,8 @@ class Engine:
                                  src_addr=flows[k].src_addr, dst_addr=flows[k].dst_addr)
                     for k, t in keys[task.name].items()),
             ))
-        return tuple(specs)
+        self.specs = tuple(specs)
+        return self.specs
 
     def run(self, results: list[RoundResult]) -> None:
         """Start the agents and run every round, appending each to ``results`` once written."""
@@ -175,7 +184,7 @@ class Engine:
         spec = AgentSpec(
             control_socket=str(self.scratch / "control.sock"), store_dir=str(self.scratch / "store"),
             model=config.model, epochs=config.epochs, batch_size=config.batch_size, lr=config.lr, alpha=config.alpha,
-            data_seed=config.seed, chunk_bytes=config.chunk_bytes, timeout_s=self.timeout_s, stall_s=config.stall_s,
+            data_seed=config.seed, chunk_bytes=config.chunk_bytes, timeout_s=self.timeout_s,
             slow=dict(self.run_.slow), tasks=specs,
         )
         workload = self.run_.workload
@@ -217,9 +226,27 @@ class Engine:
             self.server.close()
 
     def check(self) -> None:
-        """Raise if an agent or a delay line died (called while waiting on the agents)."""
+        """Raise if an agent or a delay line died, and abort a transfer phase that stalled
+        (called while waiting on the agents)."""
         self.agents.check()
         self.emu.check()
+        self.look_for_stalls()
+
+    def look_for_stalls(self) -> None:
+        """Feed the stall watch a reading of the links and the arrivals; once it finds a transfer
+        stalled, leave the abort file that makes every agent give the phase up."""
+        watch, progress = self.watch, self.progress
+        if watch is None or progress is None or self.stall is not None:
+            return
+        now = time.monotonic()
+        if now - self._looked < 0.25:  # check() runs at every reply too: read the links 4 times a second at most
+            return
+        self._looked = now
+        watch.observe(now, self.emu.counters())
+        watch.arrive((p.name for p in progress.iterdir() if p.name != ABORT_FILE), now)
+        self.stall = watch.stalled(now)
+        if self.stall is not None:
+            (progress / ABORT_FILE).write_text(str(self.stall))
 
     # rounds ------------------------------------------------------------------------------------
     def round(self, r: int) -> RoundResult:
@@ -254,13 +281,20 @@ class Engine:
         return res
 
     def command(self, res: RoundResult, phase: str) -> Broadcast | Train | Upload:
+        """The phase's command; a transfer phase gets a fresh progress folder and stall watch."""
         r = res.round
-        if phase == "broadcast":
-            return Broadcast(round=r)
+        self.watch, self.progress, self.stall = None, None, None
         if phase == "train":
             return Train(round=r, deadline_s=self.config.deadline_s)
+        self._attempts += 1
+        self.progress = self.scratch / "progress" / f"{self._attempts:04d}-round{r}-{phase}"
+        self.progress.mkdir(parents=True)
+        self.watch = StallWatch(self.specs, phase, stall_s=self.config.stall_s, start=time.monotonic())
+        self.watch.observe(self.watch.start, self.emu.counters())
+        if phase == "broadcast":
+            return Broadcast(round=r, progress_dir=str(self.progress))
         res.weights = aggregation_weights(self.live, self.samples, res.late, r)
-        return Upload(round=r, weights=res.weights)
+        return Upload(round=r, progress_dir=str(self.progress), weights=res.weights)
 
     def phase(self, res: RoundResult, phase: str) -> None:
         """Run one phase, with the faults that strike under it; after a fault, re-plan and, if
@@ -283,7 +317,7 @@ class Engine:
                     self.live.down.add(strike.link)
             notice_kills([st.node for st in strikes if st.node is not None], self.agents, self.server,
                          timeout_s=self.timeout_s)
-            outcome = assess(phase, replies, strikes, self.live, self.server.lost, self.agents.died)
+            outcome = assess(phase, replies, strikes, self.live, self.server.lost, self.agents.died, self.stall)
             if outcome.event is not None:
                 after = self.emu.counters()
                 if outcome.redo:
@@ -294,6 +328,7 @@ class Engine:
                 if outcome.redo:
                     res.plans[phase] = self.live.plans
                     replies = self.server.run(self.command(res, phase), timeout_s=self.timeout_s, check=self.check)
+        self.watch = self.progress = None
         res.seconds[phase] = time.perf_counter() - start
         if phase == "train":
             res.late = late_models(replies)

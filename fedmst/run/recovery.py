@@ -21,6 +21,7 @@ from fedmst.core.tasks import Task
 from fedmst.core.topology import node_order
 from fedmst.errors import EmulationError, FedmstError, WorkerDied
 from fedmst.protocol import Failed, Reply
+from fedmst.run.stall import Stall
 from fedmst.workers.backends import Agents
 from fedmst.workers.control import ControlServer
 
@@ -136,18 +137,22 @@ class Assessment:
 
 
 def assess(phase: str, replies: Mapping[str, Reply], strikes: list[Strike], live: Live,
-           lost: Mapping[str, str], died: Mapping[str, float]) -> Assessment:
+           lost: Mapping[str, str], died: Mapping[str, float], stall: Stall | None = None) -> Assessment:
     """After a phase: did links fail or workers die under it (``strikes`` injected, ``lost``
     agents dropped by the control server, ``died`` when each death was noticed)? Then the tasks
-    are re-planned around them, and if transfers failed (they stall, or break when a peer dies)
-    the phase runs again. A failure with neither cause ends the run. Marks the newly dead nodes
-    in ``live``.
+    are re-planned around them, and if transfers failed (they break when a peer dies, or the
+    coordinator aborted the phase on the ``stall`` it found) the phase runs again. A failure
+    with neither cause ends the run, naming the stall if there was one. Marks the newly dead
+    nodes in ``live``.
     """
     dead = set(lost) - live.dead
     kill_times = {st.node: st.when for st in strikes if st.node is not None}
     failed = {node: re.sub(r"\[/[^\]]*\] ", "", rep.error)  # gloo's source paths: noise
               for node, rep in replies.items() if isinstance(rep, Failed)}
     if not dead and not strikes:
+        if stall is not None:
+            raise EmulationError(f"{phase}: {stall}, and no fault was injected there "
+                                 "(raise --stall-timeout if a link can stand idle that long)")
         if failed:
             node, why = next(iter(failed.items()))
             raise EmulationError(f"agent on node {node} failed in {phase}: {why}")
@@ -160,6 +165,11 @@ def assess(phase: str, replies: Mapping[str, Reply], strikes: list[Strike], live
         "cause": {n: lost[n] for n in sorted(dead, key=node_order)},
         "detected_s": {n: died[n] - kill_times[n] for n in dead if n in kill_times},
     }
+    if stall is not None:
+        event["stall"] = str(stall)
+        for st in strikes:
+            if st.link is not None and set(st.link) == set(stall.hop):
+                event["detected_s"]["-".join(st.link)] = stall.at - st.when
     if failed:
         event["aborted"] = {"phase": phase, "failed_nodes": failed}
     return Assessment(event, redo=bool(failed))

@@ -15,12 +15,13 @@ import argparse
 import dataclasses
 import os
 import sys
+import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -29,7 +30,8 @@ from fedmst.fl import aggregation
 from fedmst.fl import data
 from fedmst.fl import models
 from fedmst.fl import training
-from fedmst.protocol import (AgentSpec, Broadcast, Command, Done, Evaluate, Evaluated, Failed, PhaseDone,
+from fedmst.core.plan import feeders
+from fedmst.protocol import (ABORT_FILE, AgentSpec, Broadcast, Command, Done, Evaluate, Evaluated, Failed, PhaseDone,
                              ProtocolError, Replan, Reply, RunsIn, Save, Setup, SetupDone, Stop, TaskSpec, Train,
                              Trained, TransferSpec, Upload)
 from fedmst.workers import control
@@ -62,6 +64,28 @@ class TaskRole:
 
     def outgoing(self, node: str, phase: str) -> list[TransferSpec]:
         return [t for t in self.transfers if t.phase == phase and t.src == node]
+
+
+class PhaseAborted(RuntimeError):
+    """The coordinator gave the phase up (it found a transfer stalled)."""
+
+
+class Progress:
+    """A transfer phase's folder, shared with the coordinator: the agent marks there each transfer
+    whose last chunk arrived, and looks there for the coordinator's abort file."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def arrived(self, pair: transport.Pair) -> None:
+        (self.folder / pair.name).touch()
+
+    def abort_reason(self) -> str | None:
+        """Why the coordinator aborted the phase, or None while it has not."""
+        try:
+            return (self.folder / ABORT_FILE).read_text().strip() or "aborted"
+        except FileNotFoundError:
+            return None
 
 
 class Agent:
@@ -134,8 +158,7 @@ class Agent:
             rank = transport.SENDER if t.src == self.node else transport.RECEIVER
             addr = t.src_addr if rank == transport.SENDER else t.dst_addr
             role.pairs[t.key] = transport.open_pair(store / t.key, rank=rank, address=addr,
-                                                    timeout_s=self.spec.timeout_s, numel=self.numel,
-                                                    stall_s=self.spec.stall_s)
+                                                    timeout_s=self.spec.timeout_s, numel=self.numel)
 
     def replan(self, cmd: Replan) -> Done:
         """Take up a new plan (after a link failure or a dead worker): close every transfer, then
@@ -164,23 +187,60 @@ class Agent:
         return models.build_model(self.spec.model, num_classes=10, input_shape=(1, 8, 8))
 
     def broadcast(self, cmd: Broadcast) -> PhaseDone:
-        return PhaseDone(task_seconds=self._each_role(self._broadcast_role))
+        return PhaseDone(task_seconds=self._transfer_phase(cmd.progress_dir, self._broadcast_role))
 
-    def _broadcast_role(self, role: TaskRole) -> None:
+    def _transfer_phase(self, progress_dir: str, fn: Callable[[TaskRole, Progress], None],
+                        poll_s: float = 0.1) -> dict[str, float]:
+        """Run a transfer phase's part of every task in a thread of its own, marking progress,
+        while this thread looks for the coordinator's abort.
+
+        On an abort the phase fails at once with the coordinator's reason. Its connections are
+        shut, which wakes every wait except one on a message already partly through (gloo signals
+        no error to those): that thread is left to end at its own timeout, holding only the
+        connections the re-plan replaces.
+        """
+        progress = Progress(Path(progress_dir))
+        outcome: dict[str, Any] = {}
+
+        def phase() -> None:
+            try:
+                outcome["seconds"] = self._each_role(lambda role: fn(role, progress))
+            except Exception as exc:  # noqa: BLE001 - handed to the agent's thread below
+                outcome["error"] = exc
+
+        worker = threading.Thread(target=phase, name="phase", daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(poll_s)
+            reason = progress.abort_reason()
+            if reason is not None and worker.is_alive():
+                transport.abort_connections()
+                worker.join(1.0)
+                raise PhaseAborted(reason)
+        if "error" in outcome:
+            reason = progress.abort_reason()
+            if reason is not None:
+                raise PhaseAborted(reason) from None
+            raise outcome["error"]
+        return outcome["seconds"]
+
+    def _broadcast_role(self, role: TaskRole, progress: Progress) -> None:
         streams: list[Callable[[], None]] = []
         feeds: list[tuple[torch.Tensor, TransferSpec | None, list[TransferSpec], set[int]]] = []
+        outgoing = role.outgoing(self.node, "broadcast")
         if self.node == role.spec.global_node:
             assert role.global_model is not None
             flat = aggregation.flatten(role.global_model)
-            feeds.append((flat, None, role.outgoing(self.node, "broadcast"), set(role.local)))
+            feeds.append((flat, None, outgoing, set(role.local)))
         else:
             for t_in in role.incoming(self.node, "broadcast"):
-                outs = [t for t in role.outgoing(self.node, "broadcast") if set(t.models) <= set(t_in.models)]
+                outs = [t for t in outgoing if t_in in feeders(t, role.transfers)]
                 feeds.append((torch.empty(self.numel), t_in, outs, set(role.local) & set(t_in.models)))
         for buf, t_in, outs, locals_ in feeds:
             def stream(buf=buf, t_in=t_in, outs=outs, locals_=locals_) -> None:
                 transport.relay(buf, source=role.pairs[t_in.key] if t_in else None,
-                                sinks=[role.pairs[t.key] for t in outs], chunk_elems=self.chunk_elems)
+                                sinks=[role.pairs[t.key] for t in outs], chunk_elems=self.chunk_elems,
+                                received=progress.arrived)
                 for i in locals_:
                     aggregation.load_flat(role.local[i][0], buf)
             streams.append(stream)
@@ -223,9 +283,10 @@ class Agent:
         return Trained(task_seconds=done, losses=losses, late={name: tuple(v) for name, v in late.items()})
 
     def upload(self, cmd: Upload) -> PhaseDone:
-        return PhaseDone(task_seconds=self._each_role(lambda role: self._upload_role(role, cmd.weights[role.name])))
+        return PhaseDone(task_seconds=self._transfer_phase(
+            cmd.progress_dir, lambda role, progress: self._upload_role(role, cmd.weights[role.name], progress)))
 
-    def _upload_role(self, role: TaskRole, weights: Mapping[int, float]) -> None:
+    def _upload_role(self, role: TaskRole, weights: Mapping[int, float], progress: Progress) -> None:
         def own(models_: set[int]) -> torch.Tensor:
             acc = torch.zeros(self.numel)
             for i in sorted(models_ & role.trained.keys()):
@@ -237,15 +298,15 @@ class Agent:
             assert role.global_model is not None
             acc = own(set(role.trained))
             transport.aggregate(acc, sources=[role.pairs[t.key] for t in incoming], sink=None,
-                                chunk_elems=self.chunk_elems)
+                                chunk_elems=self.chunk_elems, received=progress.arrived)
             aggregation.load_flat(role.global_model, acc)
             return
         streams = []
         for t_out in role.outgoing(self.node, "upload"):
-            sources = [role.pairs[t.key] for t in incoming if set(t.models) <= set(t_out.models)]
+            sources = [role.pairs[t.key] for t in feeders(t_out, incoming)]
             def stream(t_out=t_out, sources=sources) -> None:
                 transport.aggregate(own(set(t_out.models)), sources=sources, sink=role.pairs[t_out.key],
-                                    chunk_elems=self.chunk_elems)
+                                    chunk_elems=self.chunk_elems, received=progress.arrived)
             streams.append(stream)
         _run_all(streams)
 

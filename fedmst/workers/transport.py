@@ -8,14 +8,20 @@ received is unpickled. This is the only module that touches ``torch.distributed`
 
 Relays are pipelined: a chunk is forwarded (or summed and forwarded) as soon as it lands, while
 the next one is already being received.
+
+A wait is bounded only by the run's phase timeout: a chunk may take long on a shared link. Deciding
+that a transfer has stalled needs the link counters, which only the coordinator sees; when it does,
+:func:`abort_connections` wakes every wait of the process.
 """
 
 from __future__ import annotations
 
 import datetime
+import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -29,19 +35,19 @@ class Pair:
 
     group: dist.ProcessGroupGloo
     rank: int
+    name: str
+    """The transfer's key (its rendezvous file's name)."""
     timeout: datetime.timedelta = datetime.timedelta(minutes=5)
-    """How long one chunk may take before the transfer is declared stalled (a failed link)."""
+    """The longest one chunk may take: a guard against a hang, not a judgement on the link."""
 
     @property
     def peer(self) -> int:
         return 1 - self.rank
 
 
-def open_pair(store_file: Path, *, rank: int, address: str, timeout_s: float, numel: int,
-              stall_s: float | None = None) -> Pair:
+def open_pair(store_file: Path, *, rank: int, address: str, timeout_s: float, numel: int) -> Pair:
     """Connect this end of a transfer: blocks (up to ``timeout_s``) until the other end has
-    opened it too. Once open, a chunk that takes longer than ``stall_s`` (default ``timeout_s``)
-    fails the transfer, so a link that died under it is noticed in bounded time.
+    opened it too. Once open, each chunk may take up to ``timeout_s`` too.
 
     The two ends then agree on the tensor they will move: the sender announces its element
     count in a fixed-size message and the receiver checks it against its own, so a mismatch
@@ -52,8 +58,8 @@ def open_pair(store_file: Path, *, rank: int, address: str, timeout_s: float, nu
     opts = dist.ProcessGroupGloo._Options()
     opts._devices = [dist.ProcessGroupGloo.create_device(hostname=address)]
     opts._timeout = datetime.timedelta(seconds=timeout_s)
-    pair = Pair(dist.ProcessGroupGloo(store, rank, 2, opts), rank,
-                datetime.timedelta(seconds=stall_s if stall_s is not None else timeout_s))
+    pair = Pair(dist.ProcessGroupGloo(store, rank, 2, opts), rank, store_file.name,
+                datetime.timedelta(seconds=timeout_s))
     count = torch.tensor([numel], dtype=torch.int64)
     if rank == SENDER:
         pair.group.send([count], RECEIVER, 0).wait()
@@ -77,6 +83,33 @@ def close_pair(pair: Pair) -> None:
         pass
 
 
+def abort_connections() -> int:
+    """Shut down every connected TCP socket of this process: each gloo wait on them fails at
+    once ("connection closed"), and so do the peers' (they read the end of the stream), where
+    neither ``ProcessGroupGloo.abort()`` nor ``shutdown()`` wakes a wait that is blocked. Listening
+    sockets are left alone: gloo aborts the process when its listener fails. An agent has no
+    other TCP connections (its control channel is a Unix socket). Returns how many it shut.
+    """
+    shut = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                continue
+            sock = socket.socket(fileno=os.dup(int(name)))
+        except OSError:  # closed meanwhile, or not ours to duplicate
+            continue
+        try:
+            if (sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM
+                    and not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)):
+                sock.shutdown(socket.SHUT_RDWR)
+                shut += 1
+        except OSError:  # not connected (yet, or any more)
+            pass
+        finally:
+            sock.close()  # the duplicate only: gloo's descriptor stays open
+    return shut
+
+
 def chunks(numel: int, chunk_elems: int) -> list[slice]:
     """Contiguous slices covering ``numel`` elements, ``chunk_elems`` at a time.
 
@@ -92,9 +125,11 @@ def relay(
     source: Pair | None,
     sinks: Sequence[Pair],
     chunk_elems: int,
+    received: Callable[[Pair], None] | None = None,
 ) -> torch.Tensor:
     """Broadcast step at one node: fill ``buf`` from ``source`` (or use it as it is when there is
-    no source) and forward every chunk to each sink as soon as it is complete.
+    no source) and forward every chunk to each sink as soon as it is complete. ``received`` is
+    told once the source's last chunk is in.
 
     Every receive is posted up front: gloo lets a sender write a message only once the receiver
     has announced the matching receive, so posting them one by one would cost a round trip per
@@ -106,6 +141,8 @@ def relay(
     for i, part in enumerate(parts):
         if recvs:
             _wait(recvs[i], source)
+            if i == len(parts) - 1 and received is not None:
+                received(source)
         sends += [(s.group.send([buf[part]], s.peer, i), s) for s in sinks]
     for work, sink in sends:
         _wait(work, sink)
@@ -118,9 +155,11 @@ def aggregate(
     sources: Sequence[Pair],
     sink: Pair | None,
     chunk_elems: int,
+    received: Callable[[Pair], None] | None = None,
 ) -> torch.Tensor:
     """Upload step at one node: add every source's tensor into ``acc`` chunk by chunk and forward
-    each summed chunk to ``sink`` at once (in-path partial aggregation: one tensor goes up)."""
+    each summed chunk to ``sink`` at once (in-path partial aggregation: one tensor goes up).
+    ``received`` is told of each source once its last chunk is in."""
     parts = chunks(acc.numel(), chunk_elems)
     bufs = [torch.empty_like(acc) for _ in sources]
     recvs = [_recv_all(src, b, parts) for src, b in zip(sources, bufs)]
@@ -129,6 +168,8 @@ def aggregate(
         for works, b, src in zip(recvs, bufs, sources):
             _wait(works[i], src)
             acc[part] += b[part]
+            if i == len(parts) - 1 and received is not None:
+                received(src)
         if sink is not None:
             sends.append(sink.group.send([acc[part]], sink.peer, i))
     for work in sends:
@@ -137,7 +178,7 @@ def aggregate(
 
 
 def _wait(work: dist.Work, pair: Pair | None) -> None:
-    """Wait for one chunk, at most the pair's stall timeout."""
+    """Wait for one chunk, at most the pair's timeout."""
     assert pair is not None
     work.wait(pair.timeout)
 
