@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 DEFAULT_MODEL, DEFAULT_IMAGE = "mlp-large", "fedmst-worker"
 """Option defaults; fedmst.run.config checks they are its own (tests/test_cli.py)."""
 DELAY_MODES, BACKENDS = ("auto", "netem", "userspace", "off"), ("process", "docker")
+OPTIMIZERS = ("sgd", "momentum", "adam")
 
 
 console = Console(highlight=False)
@@ -68,8 +69,14 @@ def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--global-node", default=None, help="Node of the global model (default: seeded)."),
         click.option("--local-nodes", default=None,
                      help="Comma-separated nodes of the local models (default: seeded)."),
-        click.option("--epochs", type=int, default=1, show_default=True,
+        click.option("--epochs", type=int, default=5, show_default=True,
                      help="Local training epochs per round."),
+        click.option("--lr", type=float, default=0.1, show_default=True, help="Local learning rate."),
+        click.option("--batch-size", type=int, default=32, show_default=True, help="Local minibatch size."),
+        click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="momentum", show_default=True,
+                     help="Local optimizer (momentum: SGD with momentum 0.9); its state starts afresh each round."),
+        click.option("--target-accuracy", type=float, default=0.8, show_default=True,
+                     help="Report the wall-clock time of the rounds until the global model first reaches this."),
         click.option("--chunk-kb", type=int, default=256, show_default=True,
                      help="Relays forward weights in chunks of this size (pipelining)."),
         click.option("--mtu", type=int, default=1500, show_default=True,
@@ -335,12 +342,18 @@ def links(run_dir: Path, sort: str, round_: int | None, against: str | None) -> 
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="PNG to write (default RUN_DIR/links.png).")
 @click.option("--task", default="task0", show_default=True, help="Task whose trees are overlaid.")
 @click.option("--link", default=None, help="Instead: one link's utilisation over time, e.g. --link 10-11.")
-def plot(run_dir: Path, out: Path | None, task: str, link: str | None) -> None:
+@click.option("--accuracy", is_flag=True,
+              help="Instead: accuracy against round and against wall-clock time, every scheduler of a compare folder.")
+def plot(run_dir: Path, out: Path | None, task: str, link: str | None, accuracy: bool) -> None:
     """Draw the topology with each link coloured by the bytes it carried and the task's broadcast and
     upload trees overlaid; a compare folder gets one panel per scheduler, side by side."""
-    from fedmst.views.plots import plot_link_utilisation, plot_run
+    from fedmst.views.plots import plot_accuracy, plot_link_utilisation, plot_run
 
-    if link is not None:
+    if link is not None and accuracy:
+        raise click.UsageError("give --link or --accuracy, not both")
+    if accuracy:
+        console.print(f"wrote {_guard(lambda: plot_accuracy(run_dir, out))}")
+    elif link is not None:
         console.print(f"wrote {_guard(lambda: plot_link_utilisation(run_dir, link, out))}")
     else:
         console.print(f"wrote {_guard(lambda: plot_run(run_dir, out, task=task))}")

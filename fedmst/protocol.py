@@ -8,7 +8,7 @@ field needs no parsing code. No torch here: the coordinator and the CLI import t
 
 >>> msg = Upload(round=3, progress_dir="/tmp/p", weights={"task0": {0: 0.25, 2: 0.75}})
 >>> encode(msg)
-{'type': 'Upload', 'version': 2, 'round': 3, 'progress_dir': '/tmp/p', 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
+{'type': 'Upload', 'version': 3, 'round': 3, 'progress_dir': '/tmp/p', 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
 >>> decode(encode(msg)) == msg
 True
 """
@@ -24,7 +24,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from fedmst.errors import FedmstError
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 """Raised whenever a message's shape changes, so that an agent from another checkout is refused."""
 
 
@@ -80,6 +80,7 @@ class AgentSpec:
     epochs: int
     batch_size: int
     lr: float
+    optimizer: str
     alpha: float
     data_seed: int
     chunk_bytes: int
@@ -232,7 +233,7 @@ def encode(msg: Command | Reply | AgentSpec) -> dict[str, Any]:
     """``msg`` as a JSON-ready object: tuples become lists, integer mapping keys strings.
 
     >>> encode(Trained(task_seconds={"t": 1.5}, losses={}, late={"t": (2,)}))
-    {'type': 'Trained', 'version': 2, 'task_seconds': {'t': 1.5}, 'losses': {}, 'late': {'t': [2]}, 'seconds': 0.0}
+    {'type': 'Trained', 'version': 3, 'task_seconds': {'t': 1.5}, 'losses': {}, 'late': {'t': [2]}, 'seconds': 0.0}
     """
     if _MESSAGES.get(type(msg).__name__) is not type(msg):
         raise ProtocolError(f"not a protocol message: {type(msg).__name__}")
@@ -243,18 +244,18 @@ def decode(obj: Any) -> Command | Reply | AgentSpec:
     """The message ``obj`` (from :func:`encode`, through JSON) stands for, checked against its
     dataclass: known type, this protocol version, every required field and no other.
 
-    >>> decode({"type": "Train", "version": 2, "round": 2})
+    >>> decode({"type": "Train", "version": 3, "round": 2})
     Train(round=2, deadline_s=None)
-    >>> decode({"type": "Train", "version": 2, "round": 2, "deadline": 5})
+    >>> decode({"type": "Train", "version": 3, "round": 2, "deadline": 5})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Train: unknown field deadline
     >>> decode({"type": "Train", "version": 0, "round": 2})
     Traceback (most recent call last):
-    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 2
-    >>> decode({"type": "SetupDone", "version": 2, "samples": {"task0": {"0": 5}}})
+    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 3
+    >>> decode({"type": "SetupDone", "version": 3, "samples": {"task0": {"0": 5}}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: SetupDone: missing field runs_in
-    >>> decode({"type": "Evaluated", "version": 2, "accuracy": {"task0": "high"}})
+    >>> decode({"type": "Evaluated", "version": 3, "accuracy": {"task0": "high"}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Evaluated.accuracy.task0: expected float, got a string
     """

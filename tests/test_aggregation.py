@@ -104,3 +104,34 @@ def test_training_is_deterministic_by_seed() -> None:
 
     assert torch.equal(run(3), run(3))
     assert not torch.equal(run(3), run(4))
+
+
+@pytest.mark.parametrize("optimizer,lr", [("sgd", 0.1), ("momentum", 0.05), ("adam", 0.003)])
+def test_every_optimizer_learns_and_starts_afresh_each_call(optimizer: str, lr: float) -> None:
+    """Two calls with the same seed from the same weights give the same update: no optimizer state
+    (momentum, Adam's moments) is carried from one round to the next."""
+    X, y = load_digits_dataset()
+    X_train, y_train, X_test, y_test = train_test_split_seeded(X, y, seed=0)
+    torch.manual_seed(0)
+    model = build_model("mlp", NUM_CLASSES, INPUT_SHAPE)
+    start = flatten(model)
+    train_local(model, X_train, y_train, epochs=3, batch_size=32, lr=lr, seed=0, optimizer=optimizer)
+    assert accuracy(model, X_test, y_test) > 0.8
+    once = flatten(model)
+    load_flat(model, start)
+    train_local(model, X_train, y_train, epochs=3, batch_size=32, lr=lr, seed=0, optimizer=optimizer)
+    assert torch.equal(flatten(model), once)
+
+
+def test_an_unknown_optimizer_names_the_choices() -> None:
+    model = build_model("mlp", NUM_CLASSES, INPUT_SHAPE)
+    with pytest.raises(ValueError, match="unknown optimizer 'rmsprop'; choose one of: sgd, momentum, adam"):
+        train_local(model, torch.zeros(4, *INPUT_SHAPE), torch.zeros(4, dtype=torch.int64), epochs=1, batch_size=2,
+                    lr=0.1, seed=0, optimizer="rmsprop")
+
+
+def test_the_optimizer_names_are_the_run_configs() -> None:
+    from fedmst.fl.training import OPTIMIZERS
+    from fedmst.run.config import OPTIMIZERS as NAMES
+
+    assert tuple(OPTIMIZERS) == NAMES

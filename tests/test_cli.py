@@ -11,6 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import networkx as nx
+import click
 import pytest
 
 import fedmst
@@ -96,6 +97,31 @@ def test_cli_defaults_are_the_run_configs() -> None:
 
     assert (cli.DEFAULT_MODEL, cli.DEFAULT_IMAGE) == (config.DEFAULT_MODEL, backends.DEFAULT_IMAGE)
     assert (cli.DELAY_MODES, cli.BACKENDS) == (config.DELAY_MODES, backends.BACKENDS)
+    assert cli.OPTIMIZERS == config.OPTIMIZERS
+
+
+def test_every_run_option_defaults_to_the_run_configs_field() -> None:
+    """The options repeat RunConfig's defaults (the CLI must not import it to start at once):
+    each one that sets a field must say the same as the field."""
+    from dataclasses import fields
+
+    from fedmst import cli
+    from fedmst.run.config import RunConfig
+
+    defaults = {f.name: f.default for f in fields(RunConfig)}
+    ctx = click.Context(cli.run)
+    compared = 0
+    for param in cli.run.params:
+        field = cli._FIELD.get(param.name, param.name)
+        if field not in defaults or field == "out":
+            continue
+        compared += 1
+        default = param.get_default(ctx)
+        default = default * 1024 if param.name == "chunk_kb" else default
+        if param.multiple:  # no default given: click's UNSET, an empty tuple once parsed
+            default = tuple(default) if isinstance(default, (list, tuple)) else ()
+        assert default == defaults[field], param.name
+    assert compared >= 25
 
 
 @pytest.mark.parametrize("change,fragment", [
@@ -107,6 +133,9 @@ def test_cli_defaults_are_the_run_configs() -> None:
     ({"cpus": ("1",)}, "add --workers docker"),
     ({"tasks": 2, "global_node": "0"}, "place one task"),
     ({"deadline_s": 0.0}, "--deadline 0"),
+    ({"optimizer": "rmsprop"}, "--optimizer rmsprop: choose one of sgd, momentum, adam"),
+    ({"lr": 0.0}, "--lr 0: give a positive learning rate"),
+    ({"target_accuracy": 1.5}, "--target-accuracy 1.5: give an accuracy in (0, 1]"),
 ])
 def test_validate_refuses_in_one_line(change: dict[str, object], fragment: str) -> None:
     with pytest.raises(FedmstError, match=None) as exc:

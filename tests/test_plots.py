@@ -227,3 +227,30 @@ def test_sweep_draws_a_line_per_scheduler(tmp_path: Path, monkeypatch: pytest.Mo
                             for what in ("measured", "predicted (fluid model + measured training)")}
     assert bytes_axes == {f"{s} {what}": c for s, c in colour.items() for what in ("measured", "predicted")}
     assert list(capacity_axes.items()) == list(colour.items())
+
+
+def test_accuracy_against_round_and_wall_clock_per_scheduler(compare_dir: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from matplotlib.axes import Axes
+
+    from fedmst.run.results import ROUND_FIELDS
+
+    for name, seconds in (("spff", 3.0), ("mst", 1.5)):
+        write_csv(compare_dir / name / "rounds.csv", ROUND_FIELDS,
+                  [{**dict.fromkeys(ROUND_FIELDS, 0), "round": r, "round_s": seconds, "accuracy": a}
+                   for r, a in ((1, 0.5), (2, 0.85), (3, 0.9))])
+        summary = Summary.read(compare_dir / name / "summary.json")
+        write_json(compare_dir / name / "summary.json", {**summary.to_json(), "target_accuracy": 0.8,
+                                                         "rounds_to_accuracy": 2, "time_to_accuracy_s": 2 * seconds})
+    lines: list[tuple[str, list[float], list[float]]] = []
+    plot = Axes.plot
+    monkeypatch.setattr(Axes, "plot", lambda ax, x, y, **kw: (lines.append((kw["label"], list(x), list(y))),
+                                                               plot(ax, x, y, **kw))[1])
+    png = plots.plot_accuracy(compare_dir)
+    assert png == compare_dir / "accuracy.png" and png.read_bytes()[:8] == PNG_MAGIC
+    assert sorted(lines) == sorted([
+        ("SPFF", [1, 2, 3], [0.5, 0.85, 0.9]), ("SPFF, 0.8 after 6.0 s", [3.0, 6.0, 9.0], [0.5, 0.85, 0.9]),
+        ("MST", [1, 2, 3], [0.5, 0.85, 0.9]), ("MST, 0.8 after 3.0 s", [1.5, 3.0, 4.5], [0.5, 0.85, 0.9])])
+    (compare_dir / "mst" / "rounds.csv").unlink()
+    with pytest.raises(FedmstError, match="no rounds.csv"):
+        plots.plot_accuracy(compare_dir)

@@ -28,6 +28,8 @@ from fedmst.workers.backends import BACKENDS, DEFAULT_IMAGE, WorkerLimits, worke
 
 DEFAULT_MODEL = "mlp-large"
 DELAY_MODES = ("auto", "netem", "userspace", "off")
+OPTIMIZERS = ("sgd", "momentum", "adam")
+"""Local optimizers, as :data:`fedmst.fl.training.OPTIMIZERS` names them (no torch here)."""
 
 
 @dataclass(frozen=True)
@@ -45,9 +47,12 @@ class RunConfig:
     out: str = "runs/latest"
     global_node: str | None = None
     local_nodes: tuple[str, ...] | None = None
-    epochs: int = 1
+    epochs: int = 5
     batch_size: int = 32
-    lr: float = 0.05
+    lr: float = 0.1
+    optimizer: str = "momentum"
+    """Local training: chosen with scripts/bench_learning.py (README, "Learning")."""
+    target_accuracy: float = 0.8
     alpha: float = 0.5
     chunk_bytes: int = 256 * 1024
     mtu: int = DEFAULT_MTU
@@ -96,8 +101,14 @@ def validate(config: RunConfig) -> None:
         raise FedmstError(f"--stall-timeout {config.stall_s:g}: give at least 0.1 seconds")
     if config.deadline_s is not None and not config.deadline_s > 0:
         raise FedmstError(f"--deadline {config.deadline_s:g}: give a positive number of seconds")
-    if not (config.lr > 0 and config.alpha > 0):
-        raise FedmstError(f"lr {config.lr:g} and alpha {config.alpha:g} must be positive")
+    if not config.lr > 0:
+        raise FedmstError(f"--lr {config.lr:g}: give a positive learning rate")
+    if not config.alpha > 0:
+        raise FedmstError(f"alpha {config.alpha:g}: give a positive Dirichlet concentration")
+    if not 0 < config.target_accuracy <= 1:
+        raise FedmstError(f"--target-accuracy {config.target_accuracy:g}: give an accuracy in (0, 1]")
+    if config.optimizer not in OPTIMIZERS:
+        raise FedmstError(f"--optimizer {config.optimizer}: choose one of {', '.join(OPTIMIZERS)}")
     if config.workers not in BACKENDS:
         raise FedmstError(f"unknown worker backend {config.workers!r}; choose one of: {', '.join(BACKENDS)}")
     if config.workers == "process" and (config.cpus or config.memory):

@@ -183,7 +183,8 @@ class Engine:
         specs = self.task_specs()
         spec = AgentSpec(
             control_socket=str(self.scratch / "control.sock"), store_dir=str(self.scratch / "store"),
-            model=config.model, epochs=config.epochs, batch_size=config.batch_size, lr=config.lr, alpha=config.alpha,
+            model=config.model, epochs=config.epochs, batch_size=config.batch_size, lr=config.lr,
+            optimizer=config.optimizer, alpha=config.alpha,
             data_seed=config.seed, chunk_bytes=config.chunk_bytes, timeout_s=self.timeout_s,
             slow=dict(self.run_.slow), tasks=specs,
         )

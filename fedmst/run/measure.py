@@ -21,7 +21,7 @@ import networkx as nx
 from fedmst.core.plan import PHASES, Plan, predicted_phase_seconds
 from fedmst.core.topology import node_order
 from fedmst.core.workload import link_state
-from fedmst.run.report import Summary
+from fedmst.run.report import Summary, time_to_accuracy
 from fedmst.run.results import LINK_FIELDS, ROUND_FIELDS, TASK_FIELDS, write_csv
 
 LinkDir = tuple[str, str]
@@ -177,6 +177,8 @@ def summarise(run: Any, prediction: Prediction, rounds: list[RoundResult], *, em
     secs = [prediction.seconds(r) for r in rounds]
     rows = [row for r in rounds for row in prediction.link_rows(r)]
     first = workload.plans[0]
+    reached = time_to_accuracy([sum(r.seconds.values()) for r in rounds], [r.accuracy for r in rounds],
+                               config.target_accuracy)
     return Summary(
         status=status,
         rounds_planned=config.rounds,
@@ -219,4 +221,7 @@ def summarise(run: Any, prediction: Prediction, rounds: list[RoundResult], *, em
         emulated=emulated,
         workers=workers,
         wall_s=wall_s,
+        target_accuracy=config.target_accuracy,
+        rounds_to_accuracy=reached[0] if reached else None,
+        time_to_accuracy_s=reached[1] if reached else None,
     )

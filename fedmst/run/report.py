@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from fedmst.errors import FedmstError
 from fedmst.run.results import write_json
@@ -66,6 +66,12 @@ class Summary:
     aborted_link_bytes: int = 0
     """Bytes that phases given up after a fault put on the links (not in ``link_bytes_measured``);
     a default, so summaries written before it existed still read."""
+    target_accuracy: float = 0.8
+    rounds_to_accuracy: int | None = None
+    """The first round after which the global model reached ``target_accuracy`` (None: never)."""
+    time_to_accuracy_s: float | None = None
+    """Wall-clock seconds of the rounds up to and including that one: the systems metric FL
+    papers report (set-up and evaluation left out)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Keys this version does not know (a newer fedmst wrote the file); kept, not dropped."""
 
@@ -101,8 +107,27 @@ class Summary:
         return self.link_bytes_measured / self.rounds if self.rounds else 0.0
 
 
+def time_to_accuracy(round_seconds: Sequence[float], accuracies: Sequence[float],
+                     target: float) -> tuple[int, float] | None:
+    """The first round whose global model reaches ``target``, and the seconds of the rounds up to
+    and including it; None when no round does.
+
+    >>> time_to_accuracy([2.0, 3.0, 1.0], [0.5, 0.85, 0.9], 0.8)
+    (2, 5.0)
+    >>> time_to_accuracy([2.0], [0.5], 0.8) is None
+    True
+    """
+    elapsed = 0.0
+    for i, (seconds, acc) in enumerate(zip(round_seconds, accuracies), start=1):
+        elapsed += seconds
+        if acc >= target:
+            return i, elapsed
+    return None
+
+
 def comparison(summaries: Mapping[str, Summary]) -> dict[str, Any]:
-    """``comparison.json``: every scheduler's summary and its ratios to the first (the baseline).
+    """``comparison.json``: every scheduler's summary and its ratios to the first (the baseline),
+    and each one's time to the target accuracy.
 
     ``bytes_ratio`` and ``latency_ratio`` at the top level are MST over SPFF, kept for readers of
     the two-scheduler format, when both ran.
@@ -111,7 +136,7 @@ def comparison(summaries: Mapping[str, Summary]) -> dict[str, Any]:
     ...     "scheduler": n, "link_bytes_measured": b, "round_latency_s": t})
     >>> c = comparison({"spff": s("spff", 100, 2.0), "mst": s("mst", 50, 1.0)})
     >>> c["baseline"], c["ratios"]["mst"], c["bytes_ratio"]
-    ('spff', {'bytes_ratio': 0.5, 'latency_ratio': 0.5}, 0.5)
+    ('spff', {'bytes_ratio': 0.5, 'latency_ratio': 0.5, 'time_to_accuracy_ratio': None}, 0.5)
     """
     names = list(summaries)
     base = summaries[names[0]]
@@ -119,6 +144,8 @@ def comparison(summaries: Mapping[str, Summary]) -> dict[str, Any]:
         "schedulers": names, "baseline": names[0],
         "summaries": {n: s.to_json() for n, s in summaries.items()},
         "ratios": {n: ratios(s, base) for n, s in summaries.items() if n != names[0]},
+        "target_accuracy": base.target_accuracy,
+        "time_to_accuracy_s": {n: s.time_to_accuracy_s for n, s in summaries.items()},
     }
     if "spff" in summaries and "mst" in summaries:
         out.update(ratios(summaries["mst"], summaries["spff"]))
@@ -131,7 +158,10 @@ def ratios(summary: Summary, baseline: Summary) -> dict[str, float | None]:
         return a / b if b else None
 
     return {"bytes_ratio": ratio(summary.link_bytes_measured, baseline.link_bytes_measured),
-            "latency_ratio": ratio(summary.round_latency_s, baseline.round_latency_s)}
+            "latency_ratio": ratio(summary.round_latency_s, baseline.round_latency_s),
+            "time_to_accuracy_ratio": (ratio(summary.time_to_accuracy_s, baseline.time_to_accuracy_s)
+                                       if summary.time_to_accuracy_s is not None
+                                       and baseline.time_to_accuracy_s is not None else None)}
 
 
 def _workers(workers: Mapping[str, Any]) -> str:
@@ -155,10 +185,11 @@ def summary_table(summaries: Mapping[str, Summary], ratios_to_first: bool = Fals
     for label in labels[1:len(others) + 1]:
         table.add_column(f"{label}/{labels[0]}", justify="right")
 
-    def row(label: str, get: Callable[[Summary], float], fmt: str, ratio: bool = True) -> None:
+    def row(label: str, get: Callable[[Summary], float | None], fmt: str, ratio: bool = True) -> None:
         values = [get(summaries[n]) for n in names]
-        cells = [fmt.format(v) for v in values]
-        cells += [f"{values[i] / values[0]:.2f}" if ratio and values[0] else "" for i in range(1, len(others) + 1)]
+        cells = ["-" if v is None else fmt.format(v) for v in values]
+        cells += [f"{v / values[0]:.2f}" if ratio and values[0] and v is not None else ""
+                  for v in values[1:len(others) + 1]]
         table.add_row(label, *cells)
 
     def per_round(value: Callable[[Summary], float]) -> Callable[[Summary], float]:
@@ -180,6 +211,7 @@ def summary_table(summaries: Mapping[str, Summary], ratios_to_first: bool = Fals
     row("queue drops (packets)", per_round(lambda s: s.queue_drops), "{:.0f}", ratio=False)
     row("max per-link weight error (%)", lambda s: 100 * s.max_link_bytes_error, "{:.2f}", ratio=False)
     row("final accuracy", lambda s: s.final_accuracy, "{:.3f}", ratio=False)
+    row(f"time to accuracy {first.target_accuracy:g} (s)", lambda s: s.time_to_accuracy_s, "{:.2f}")
     table.caption = (f"{first.local_models} local models, model {first.model} "
                      f"({first.model_bytes / 1e6:.2f} MB), {first.rounds} rounds; "
                      f"delay: {first.emulated['delay_mechanism']}; workers: {_workers(first.workers)}")

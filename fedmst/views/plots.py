@@ -378,6 +378,55 @@ def plot_sweep(rows: list[dict[str, Any]], out_dir: Path) -> tuple[Path, Path]:
     return paths
 
 
+def plot_accuracy(run_dir: Path, out: Path | None = None) -> Path:
+    """The global model's test accuracy after each round, against the round and against the
+    wall-clock time of the rounds, for the run or for every scheduler of a compare folder, with
+    the target accuracy of ``summary.json`` (time to accuracy) dashed across."""
+    runs = []
+    for name, run in _find_runs(run_dir):
+        rows = read_csv(run / "rounds.csv") if (run / "rounds.csv").is_file() else []
+        if not rows:
+            raise FedmstError(f"{run}: no rounds.csv with a finished round to draw")
+        label = name or _read_json(run / "config.json").get("scheduler", run.name)
+        summary = Summary.read(run / "summary.json") if (run / "summary.json").is_file() else None
+        runs.append((label, rows, summary))
+    plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
+    colours = scheduler_colours([label for label, _, _ in runs])
+    fig, (by_round, by_time) = plt.subplots(1, 2, figsize=(10.5, 4.2), sharey=True)
+    for label, rows, summary in runs:
+        rounds = [int(r["round"]) for r in rows]
+        acc = [float(r["accuracy"]) for r in rows]
+        elapsed = list(itertools.accumulate(float(r["round_s"]) for r in rows))
+        reached = (f", {summary.target_accuracy:g} after {summary.time_to_accuracy_s:.1f} s"
+                   if summary is not None and summary.time_to_accuracy_s is not None else "")
+        style = {"color": colours[label], "marker": "o"}
+        by_round.plot(rounds, acc, label=scheduler_label(label), **style)
+        by_time.plot(elapsed, acc, label=f"{scheduler_label(label)}{reached}", **style)
+    targets = {s.target_accuracy for _, _, s in runs if s is not None}
+    for ax in (by_round, by_time):
+        for target in targets:
+            ax.axhline(target, color="grey", linestyle="--", linewidth=1)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    same = len({tuple(float(r["accuracy"]) for r in rows) for _, rows, _ in runs}) == 1 < len(runs)
+    by_round.set(xlabel="round", ylabel="test accuracy of the global model",
+                 title="Accuracy per round" + (" (the same under every scheduler)" if same else ""))
+    by_round.xaxis.set_major_locator(MaxNLocator(integer=True))
+    by_time.set(xlabel="wall-clock time of the rounds (s)", title="Accuracy against time (time to accuracy)")
+    by_round.set_ylim(0, 1)
+    fig.tight_layout()
+    target_path = out or Path(run_dir) / "accuracy.png"
+    try:
+        fig.savefig(target_path, dpi=130)
+    except OSError as exc:
+        raise FedmstError(f"{target_path}: cannot write: {exc.strerror or exc}") from exc
+    finally:
+        plt.close(fig)
+    return target_path
+
+
 def plot_link_utilisation(run_dir: Path, link: str, out: Path | None = None) -> Path:
     """One link's utilisation over the run, both directions, from the counters sampled every
     100 ms (``samples.csv``), with the broadcast/train/upload phases shaded."""

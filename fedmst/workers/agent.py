@@ -145,7 +145,8 @@ class Agent:
         self.numel = aggregation.flatten(scratch).numel()
         # warm torch up (allocator, kernels) on a throw-away model so round 1's training time is
         # as representative as the later rounds'
-        training.train_local(scratch, xtr[:64], ytr[:64], epochs=1, batch_size=spec.batch_size, lr=spec.lr, seed=0)
+        training.train_local(scratch, xtr[:64], ytr[:64], epochs=1, batch_size=spec.batch_size, lr=spec.lr, seed=0,
+                             optimizer=spec.optimizer)
         self._connect(Path(spec.store_dir))
         return SetupDone(samples={r.name: {i: len(v[2]) for i, v in r.local.items()} for r in self.roles},
                          runs_in=runs_in())
@@ -269,7 +270,7 @@ class Agent:
                 role.trained.pop(i, None)
                 began = time.perf_counter()
                 losses[f"{role.name}/{i}"] = training.train_local(
-                    model, x, y, epochs=spec.epochs, batch_size=spec.batch_size, lr=spec.lr,
+                    model, x, y, epochs=spec.epochs, batch_size=spec.batch_size, lr=spec.lr, optimizer=spec.optimizer,
                     seed=role.spec.seed * 1000 + cmd.round * 100 + i,
                 )
                 finish = time.perf_counter() + (time.perf_counter() - began) * (slow - 1)
