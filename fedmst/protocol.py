@@ -22,6 +22,7 @@ from dataclasses import MISSING, dataclass, fields, is_dataclass
 from functools import cache
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
+from fedmst.core.route import Along
 from fedmst.errors import FedmstError
 
 PROTOCOL_VERSION = 3
@@ -35,7 +36,7 @@ class ProtocolError(FedmstError):
 
 # the plan as the agents need it -----------------------------------------------------------------
 @dataclass(frozen=True)
-class TransferSpec:
+class TransferSpec(Along):
     """One transfer of a plan as an agent needs it: where it runs and which local models it serves.
 
     ``models`` are ORIGINAL local-model indices, so weights keep their names across re-plans.
@@ -48,14 +49,6 @@ class TransferSpec:
     models: tuple[int, ...]
     src_addr: str
     dst_addr: str
-
-    @property
-    def src(self) -> str:
-        return self.path[0]
-
-    @property
-    def dst(self) -> str:
-        return self.path[-1]
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ def fedavg_accuracy(model: str, k: int, rounds: int, seed: int, optimizer: str, 
             idx = torch.as_tensor(shard)
             began = time.perf_counter()
             training.train_local(local, xtr[idx], ytr[idx], epochs=epochs, batch_size=batch_size, lr=lr,
-                                 seed=task_seed * 1000 + rnd * 100 + i, optimizer=optimizer)
+                                 seed=training.local_seed(task_seed, rnd, i), optimizer=optimizer)
             seconds.append(time.perf_counter() - began)
             updates.append(aggregation.flatten(local))
             counts.append(len(shard))

@@ -16,17 +16,16 @@ from typing import Collection, Literal, Mapping, Protocol, Sequence, TypeVar
 import networkx as nx
 
 from fedmst.errors import SchedulerError
+from fedmst.core.route import Along, LinkDir
 from fedmst.core.tasks import Task
 from fedmst.core.wire import DEFAULT_MTU, wire_bytes
 
 Phase = Literal["broadcast", "upload"]
 PHASES: tuple[Phase, Phase] = ("broadcast", "upload")
-LinkDir = tuple[str, str]
-"""A link direction ``(u, v)``: bytes sent by u towards v."""
 
 
 @dataclass(frozen=True)
-class Transfer:
+class Transfer(Along):
     """One directed overlay transfer of a whole model's worth of weights.
 
     ``models`` are the local-model indices whose weights this transfer serves: in broadcast,
@@ -37,18 +36,6 @@ class Transfer:
     phase: Phase
     path: tuple[str, ...]
     models: frozenset[int]
-
-    @property
-    def src(self) -> str:
-        return self.path[0]
-
-    @property
-    def dst(self) -> str:
-        return self.path[-1]
-
-    @property
-    def hops(self) -> tuple[LinkDir, ...]:
-        return tuple(zip(self.path, self.path[1:]))
 
 
 class Routed(Protocol):

@@ -54,6 +54,11 @@ class RoundResult:
         return {name: len(w) for name, w in self.weights.items()}
 
     @property
+    def round_s(self) -> float:
+        """Wall-clock seconds of the round's phases (evaluation left out)."""
+        return sum(self.seconds.values())
+
+    @property
     def accuracy(self) -> float:
         """Mean test accuracy of the tasks' global models after this round."""
         return mean(self.accuracies.values())
@@ -152,7 +157,7 @@ def write_tables(out: Path, prediction: Prediction, rounds: list[RoundResult]) -
         link_rows += rows
         round_rows.append({
             "round": res.round, **{f"{p}_s": res.seconds[p] for p in STEPS},
-            "round_s": sum(res.seconds.values()),
+            "round_s": res.round_s,
             "predicted_broadcast_s": secs["broadcast"], "predicted_upload_s": secs["upload"],
             "bytes_measured": sum(r["measured_bytes"] for r in rows),
             "bytes_predicted": sum(r["predicted_bytes"] for r in rows),
@@ -177,7 +182,7 @@ def summarise(run: Any, prediction: Prediction, rounds: list[RoundResult], *, em
     secs = [prediction.seconds(r) for r in rounds]
     rows = [row for r in rounds for row in prediction.link_rows(r)]
     first = workload.plans[0]
-    reached = time_to_accuracy([sum(r.seconds.values()) for r in rounds], [r.accuracy for r in rounds],
+    reached = time_to_accuracy([r.round_s for r in rounds], [r.accuracy for r in rounds],
                                config.target_accuracy)
     return Summary(
         status=status,
@@ -204,7 +209,7 @@ def summarise(run: Any, prediction: Prediction, rounds: list[RoundResult], *, em
         tcp_retransmitted_segments=sum(r.retransmits for r in rounds),
         queue_drops=sum(sum(r.queue_drops.values()) for r in rounds),
         max_link_bytes_error=max((abs(r["error_pct"]) / 100 for r in rows if r["predicted_bytes"]), default=0.0),
-        round_latency_s=mean(sum(r.seconds.values()) for r in rounds),
+        round_latency_s=mean(r.round_s for r in rounds),
         task_round_latency_s=mean(sum(r.task_seconds[p][name] for p in r.task_seconds)
                                    for r in rounds for name in r.task_seconds["train"]),
         broadcast_s=mean(r.seconds["broadcast"] for r in rounds),

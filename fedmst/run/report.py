@@ -153,15 +153,14 @@ def comparison(summaries: Mapping[str, Summary]) -> dict[str, Any]:
 
 
 def ratios(summary: Summary, baseline: Summary) -> dict[str, float | None]:
-    """Link bytes and round latency of ``summary`` over ``baseline`` (None where it is 0)."""
-    def ratio(a: float, b: float) -> float | None:
-        return a / b if b else None
+    """Link bytes, round latency and time to accuracy of ``summary`` over ``baseline`` (None where
+    the baseline's is 0, or either never reached the target accuracy)."""
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return a / b if a is not None and b else None
 
     return {"bytes_ratio": ratio(summary.link_bytes_measured, baseline.link_bytes_measured),
             "latency_ratio": ratio(summary.round_latency_s, baseline.round_latency_s),
-            "time_to_accuracy_ratio": (ratio(summary.time_to_accuracy_s, baseline.time_to_accuracy_s)
-                                       if summary.time_to_accuracy_s is not None
-                                       and baseline.time_to_accuracy_s is not None else None)}
+            "time_to_accuracy_ratio": ratio(summary.time_to_accuracy_s, baseline.time_to_accuracy_s)}
 
 
 def _workers(workers: Mapping[str, Any]) -> str:

@@ -56,7 +56,7 @@ class StallWatch:
         for task in tasks:
             transfers = [t for t in task.transfers if t.phase == phase]
             for t in transfers:
-                self.hops[t.key] = tuple(zip(t.path, t.path[1:]))
+                self.hops[t.key] = t.hops
                 self.feeders[t.key] = [f.key for f in feeders(t, transfers)]
         self.arrived: dict[str, float] = {}
         self.moved: dict[LinkDir, float] = {}

@@ -79,13 +79,18 @@ def plot_run(run_dir: Path, out: Path | None = None, *, task: str = "task0") -> 
         fig.legend(handles=_legend_handles(), loc="lower center", ncol=5 if len(panels) > 1 else 3,
                    frameon=False, fontsize=9)
         out = Path(out) if out is not None else run_dir / "links.png"
-        try:
-            fig.savefig(out, dpi=150, bbox_inches="tight")
-        except OSError as exc:
-            raise FedmstError(f"{out}: cannot write: {exc.strerror or exc}") from exc
+        _save(fig, out, dpi=150, bbox_inches="tight")
     finally:
         plt.close(fig)
     return out
+
+
+def _save(fig: Any, out: Path, **options: Any) -> None:
+    """Write ``fig`` to ``out``; a folder that cannot be written is one :class:`FedmstError` line."""
+    try:
+        fig.savefig(out, **options)
+    except OSError as exc:
+        raise FedmstError(f"{out}: cannot write: {exc.strerror or exc}") from exc
 
 
 def _find_runs(run_dir: Path) -> list[tuple[str | None, Path]]:
@@ -419,9 +424,7 @@ def plot_accuracy(run_dir: Path, out: Path | None = None) -> Path:
     fig.tight_layout()
     target_path = out or Path(run_dir) / "accuracy.png"
     try:
-        fig.savefig(target_path, dpi=130)
-    except OSError as exc:
-        raise FedmstError(f"{target_path}: cannot write: {exc.strerror or exc}") from exc
+        _save(fig, target_path, dpi=130)
     finally:
         plt.close(fig)
     return target_path

@@ -271,7 +271,7 @@ class Agent:
                 began = time.perf_counter()
                 losses[f"{role.name}/{i}"] = training.train_local(
                     model, x, y, epochs=spec.epochs, batch_size=spec.batch_size, lr=spec.lr, optimizer=spec.optimizer,
-                    seed=role.spec.seed * 1000 + cmd.round * 100 + i,
+                    seed=training.local_seed(role.spec.seed, cmd.round, i),
                 )
                 finish = time.perf_counter() + (time.perf_counter() - began) * (slow - 1)
                 if deadline is not None and finish - start > deadline:
