@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from fedmst.run.config import RunConfig
 
-DEFAULT_MODEL, DEFAULT_IMAGE = "mlp-large", "fedmst-worker"
+DEFAULT_MODEL, DEFAULT_DATASET, DEFAULT_IMAGE = "mlp-large", "digits", "fedmst-worker"
 """Option defaults; fedmst.run.config checks they are its own (tests/test_cli.py)."""
 DELAY_MODES, BACKENDS = ("auto", "netem", "userspace", "off"), ("process", "docker")
 OPTIMIZERS = ("sgd", "momentum", "adam")
@@ -64,6 +64,9 @@ def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--rounds", "-r", type=int, default=2, show_default=True),
         click.option("--model", default=DEFAULT_MODEL, show_default=True,
                      help="A registered model name or package.module:factory."),
+        click.option("--dataset", default=DEFAULT_DATASET, show_default=True,
+                     help="A built-in dataset (digits) or package.module:factory returning "
+                          "(x_train, y_train, x_test, y_test) tensors."),
         click.option("--seed", type=int, default=1, show_default=True,
                      help="Seeds task placement, data split and model initialisation (0 or more)."),
         click.option("--global-node", default=None, help="Node of the global model (default: seeded)."),

@@ -24,6 +24,10 @@ class ModelError(FedmstError):
     """Unknown model name, or a model factory that fails or returns a non-module."""
 
 
+class DatasetError(FedmstError):
+    """Unknown dataset name, or a dataset factory that fails or returns malformed tensors."""
+
+
 class EmulationError(FedmstError):
     """The emulated network or one of its agents failed."""
 

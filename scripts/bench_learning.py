@@ -1,6 +1,6 @@
 """How fast the default task learns under candidate local-training settings, without a network.
 
-Runs federated averaging in this process exactly as the agents do it (same data split, Dirichlet
+Runs federated averaging in this process exactly as the agents do it (same data, Dirichlet
 shards, initial weights, per-model training seeds and sample weights; only the summation order
 of the aggregate differs, by float rounding) and prints the global model's test accuracy after
 every round, with the seconds one local model's training takes on this machine. The defaults of
@@ -38,12 +38,13 @@ def fedavg_accuracy(model: str, k: int, rounds: int, seed: int, optimizer: str, 
                     batch_size: int, alpha: float = 0.5) -> tuple[list[float], float]:
     """Test accuracy after each round of one task (task0 of a run with ``--seed seed``), and the
     mean seconds of one local model's training."""
-    xtr, ytr, xte, yte = data.train_test_split_seeded(*data.load_digits_dataset(), seed=seed)
+    dataset = data.load_dataset("digits")
+    xtr, ytr, xte, yte = dataset.x_train, dataset.y_train, dataset.x_test, dataset.y_test
     task_seed = seed  # task i of a run is seeded with seed + i
     shards = data.dirichlet_shards(ytr, k, alpha, seed=task_seed)
     torch.manual_seed(task_seed)
-    global_model = models.build_model(model, num_classes=data.NUM_CLASSES, input_shape=data.INPUT_SHAPE)
-    local = models.build_model(model, num_classes=data.NUM_CLASSES, input_shape=data.INPUT_SHAPE)
+    global_model = models.build_model(model, num_classes=dataset.num_classes, input_shape=dataset.input_shape)
+    local = models.build_model(model, num_classes=dataset.num_classes, input_shape=dataset.input_shape)
     accuracies, seconds = [], []
     for rnd in range(1, rounds + 1):
         start = aggregation.flatten(global_model)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import psutil
 import pytest
 
 from fedmst.workers import docker as containers
-from fedmst.net.cleanup import OURS, STATE_DIR
+from fedmst.net.cleanup import STATE_DIR, is_ours
 
 
 def leftovers() -> list[str]:
@@ -23,10 +24,10 @@ def leftovers() -> list[str]:
     teardown."""
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     found = [f"interface {m}" for m in re.findall(r"^\d+: (fm[\w-]+)", links, re.M)]
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        cmdline = " ".join(proc.info["cmdline"] or [])
-        if OURS.search(cmdline):
-            found.append(f"process {proc.info['pid']}: {cmdline[:80]}")
+    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
+        if is_ours(proc.info["name"] or "", proc.info["cmdline"] or []):
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            found.append(f"process {proc.info['pid']} ({proc.info['name']}): {cmdline[:80]}")
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
     states = sorted(STATE_DIR.glob("*.json")) if STATE_DIR.exists() else []
     boxes = [f"container {name}" for name, _ in containers.labelled()]
@@ -86,6 +87,13 @@ def assert_fedavg(saved: Path, task: str = "task0") -> dict[str, Any]:
     return weights
 
 
-def children_running(proc: subprocess.Popen[str], module: str) -> list[psutil.Process]:
-    """The processes ``proc`` started whose command line runs ``module`` (e.g. fedmst.workers.agent)."""
-    return [p for p in psutil.Process(proc.pid).children(recursive=True) if module in " ".join(p.cmdline())]
+def children_running(proc: subprocess.Popen[str], name: str) -> list[psutil.Process]:
+    """The processes ``proc`` started (forked or run) called ``name`` (e.g. fedmst-agent)."""
+    return [p for p in psutil.Process(proc.pid).children(recursive=True) if p.name() == name]
+
+
+def agent_of(proc: subprocess.Popen[str], node: str) -> psutil.Process:
+    """The agent of ``node`` that ``proc`` (a ``fedmst run``) started: the one writing its log."""
+    (agent,) = [p for p in children_running(proc, "fedmst-agent")
+                if os.readlink(f"/proc/{p.pid}/fd/1").endswith(f"/node-{node}.log")]
+    return agent

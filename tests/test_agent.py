@@ -47,8 +47,9 @@ def test_no_cgroup_files(tmp_path: Path) -> None:
 
 
 def _spec() -> AgentSpec:
-    return AgentSpec(control_socket="unused", store_dir="unused", model="mlp", epochs=1, batch_size=32, lr=0.05,
-                     optimizer="sgd", alpha=0.5, data_seed=0, chunk_bytes=1024, timeout_s=5.0, slow={}, tasks=())
+    return AgentSpec(control_socket="unused", store_dir="unused", model="mlp", dataset="digits", epochs=1,
+                     batch_size=32, lr=0.05, optimizer="sgd", alpha=0.5, chunk_bytes=1024, timeout_s=5.0, slow={},
+                     tasks=())
 
 
 def test_an_agent_refuses_other_fedmst_code() -> None:

@@ -43,8 +43,8 @@ STAR = _task(("a", "a", "b", "g"), [("g", "a", (0,)), ("g", "a", (1,)), ("g", "b
 
 
 def _spec(tmp_path: Path, task: TaskSpec) -> AgentSpec:
-    spec = AgentSpec(control_socket="unused", store_dir=str(tmp_path / "store"), model="mlp", epochs=1,
-                     batch_size=32, lr=0.05, optimizer="sgd", alpha=0.5, data_seed=0, chunk_bytes=4096,
+    spec = AgentSpec(control_socket="unused", store_dir=str(tmp_path / "store"), model="mlp", dataset="digits",
+                     epochs=1, batch_size=32, lr=0.05, optimizer="sgd", alpha=0.5, chunk_bytes=4096,
                      timeout_s=30.0,
                      slow={}, tasks=(task,))
     return AgentSpec.from_json(spec.to_json())  # as an agent reads it

@@ -5,9 +5,12 @@ import torch
 from torch import nn
 
 from fedmst.fl.aggregation import fedavg, flatten, load_flat, sample_weights, weighted_sum
-from fedmst.fl.data import INPUT_SHAPE, NUM_CLASSES, load_digits_dataset, train_test_split_seeded
+from fedmst.fl.data import load_dataset
 from fedmst.fl.models import build_model
 from fedmst.fl.training import accuracy, train_local
+
+DIGITS = load_dataset("digits")
+INPUT_SHAPE, NUM_CLASSES = DIGITS.input_shape, DIGITS.num_classes
 
 
 class WithBuffers(nn.Module):
@@ -81,8 +84,7 @@ def test_fedavg() -> None:
 
 
 def test_training_lowers_loss_and_beats_chance() -> None:
-    X, y = load_digits_dataset()
-    X_train, y_train, X_test, y_test = train_test_split_seeded(X, y, seed=0)
+    X_train, y_train, X_test, y_test = DIGITS.x_train, DIGITS.y_train, DIGITS.x_test, DIGITS.y_test
     torch.manual_seed(0)
     model = build_model("mlp", NUM_CLASSES, INPUT_SHAPE)
     before = accuracy(model, X_test, y_test)
@@ -94,7 +96,7 @@ def test_training_lowers_loss_and_beats_chance() -> None:
 
 
 def test_training_is_deterministic_by_seed() -> None:
-    X, y = load_digits_dataset()
+    X, y = DIGITS.x_train, DIGITS.y_train
 
     def run(seed: int) -> torch.Tensor:
         torch.manual_seed(0)
@@ -110,8 +112,7 @@ def test_training_is_deterministic_by_seed() -> None:
 def test_every_optimizer_learns_and_starts_afresh_each_call(optimizer: str, lr: float) -> None:
     """Two calls with the same seed from the same weights give the same update: no optimizer state
     (momentum, Adam's moments) is carried from one round to the next."""
-    X, y = load_digits_dataset()
-    X_train, y_train, X_test, y_test = train_test_split_seeded(X, y, seed=0)
+    X_train, y_train, X_test, y_test = DIGITS.x_train, DIGITS.y_train, DIGITS.x_test, DIGITS.y_test
     torch.manual_seed(0)
     model = build_model("mlp", NUM_CLASSES, INPUT_SHAPE)
     start = flatten(model)

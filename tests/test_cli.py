@@ -95,7 +95,8 @@ def test_cli_defaults_are_the_run_configs() -> None:
     from fedmst.run import config
     from fedmst.workers import backends
 
-    assert (cli.DEFAULT_MODEL, cli.DEFAULT_IMAGE) == (config.DEFAULT_MODEL, backends.DEFAULT_IMAGE)
+    assert (cli.DEFAULT_MODEL, cli.DEFAULT_DATASET, cli.DEFAULT_IMAGE) == (
+        config.DEFAULT_MODEL, config.DEFAULT_DATASET, backends.DEFAULT_IMAGE)
     assert (cli.DELAY_MODES, cli.BACKENDS) == (config.DELAY_MODES, backends.BACKENDS)
     assert cli.OPTIMIZERS == config.OPTIMIZERS
 

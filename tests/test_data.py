@@ -1,43 +1,90 @@
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import torch
 
+from fedmst.errors import DatasetError, TaskError
 from fedmst.fl import data
-from fedmst.errors import TaskError
 
 
 @pytest.fixture(scope="module")
 def train_labels() -> np.ndarray:
-    X, y = data.load_digits_dataset()
-    return data.train_test_split_seeded(X, y, seed=0)[1].numpy()
+    return data.load_dataset("digits").y_train.numpy()
 
 
-def test_digits_are_real_and_scaled() -> None:
-    X, y = data.load_digits_dataset()
-    assert X.shape == (1797, *data.INPUT_SHAPE) and X.dtype == torch.float32
-    assert y.shape == (1797,) and y.dtype == torch.int64
-    assert X.min() == 0 and X.max() == 1
-    assert sorted(y.unique().tolist()) == list(range(data.NUM_CLASSES))
+def test_digits_are_real_scaled_and_split_by_class() -> None:
+    d = data.load_dataset("digits")
+    assert d.input_shape == (1, 8, 8) and d.num_classes == 10
+    assert len(d.y_train) + len(d.y_test) == 1797 and d.x_train.dtype == torch.float32
+    assert d.x_train.min() == 0 and d.x_train.max() == 1
+    assert d.y_test.bincount().min() >= 35  # stratified: every digit has its fifth in the test set
 
 
 def test_split_is_deterministic_disjoint_and_complete() -> None:
-    X, y = data.load_digits_dataset()
+    y = torch.arange(300) % 7
     ids = torch.arange(len(y))  # split sample ids in place of images to check disjointness
     train, y_train, test, y_test = data.train_test_split_seeded(ids, y, seed=3)
     assert torch.equal(y[train], y_train) and torch.equal(y[test], y_test)
-    assert len(test) == pytest.approx(0.2 * len(y), abs=1)
+    assert len(test) == pytest.approx(0.2 * len(y), abs=7)
     assert sorted(train.tolist() + test.tolist()) == list(range(len(y)))
-    again = data.train_test_split_seeded(X, y, seed=3)
-    assert torch.equal(again[2], X[test]) and torch.equal(again[3], y_test)
+    assert torch.equal(data.train_test_split_seeded(ids, y, seed=3)[2], test)
     assert not torch.equal(data.train_test_split_seeded(ids, y, seed=4)[2], test)
 
 
 def test_split_rejects_bad_fraction() -> None:
-    X, y = data.load_digits_dataset()
     with pytest.raises(TaskError, match="test fraction"):
-        data.train_test_split_seeded(X, y, 1.0, seed=0)
+        data.train_test_split_seeded(torch.zeros(4), torch.zeros(4), 1.0, seed=0)
+
+
+def _module(tmp_path, monkeypatch: pytest.MonkeyPatch, body: str) -> str:
+    """An importable module holding dataset factories; returns its name."""
+    (tmp_path / "fedmst_test_data.py").write_text("import torch\n" + body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "fedmst_test_data", raising=False)
+    data.load_dataset.cache_clear()
+    return "fedmst_test_data"
+
+
+def test_a_factory_gives_shape_and_classes(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    name = _module(tmp_path, monkeypatch, (
+        "def blobs():\n"
+        "    g = torch.Generator().manual_seed(0)\n"
+        "    y = torch.arange(120) % 3\n"
+        "    return torch.randn(120, 2, 5, generator=g).double() + y[:, None, None], y, "
+        "torch.zeros(6, 2, 5), torch.tensor([0, 1, 2, 0, 1, 2], dtype=torch.int32)\n"))
+    d = data.load_dataset(f"{name}:blobs")
+    assert d.input_shape == (2, 5) and d.num_classes == 3
+    assert d.x_train.dtype == torch.float32 and d.y_test.dtype == torch.int64
+    assert data.load_dataset(f"{name}:blobs") is d  # loaded once per process
+
+
+@pytest.mark.parametrize("body, message", [
+    ("def f():\n    return torch.zeros(3, 2), torch.zeros(3)\n", "must return (x_train, y_train, x_test, y_test)"),
+    ("def f():\n    x = torch.zeros(3, 2)\n    return x, torch.zeros(3), x, torch.zeros(3, dtype=torch.long)\n",
+     "y_train must hold integer labels, got torch.float32"),
+    ("def f():\n    x, y = torch.zeros(3, 2), torch.zeros(3, dtype=torch.long)\n"
+     "    return x, y, torch.zeros(3, 4), y\n",
+     "train inputs are (2,), test inputs (4,)"),
+    ("def f():\n    x, y = torch.zeros(3, 2), torch.zeros(2, dtype=torch.long)\n    return x, y, x, y\n",
+     "x_train (3, 2) and y_train (2,) must be [N, ...] and [N]"),
+    ("def f():\n    x, y = torch.zeros(3, 2), -torch.ones(3, dtype=torch.long)\n    return x, y, x, y\n",
+     "y_train has negative labels"),
+    ("def f():\n    raise OSError('no such file: cifar')\n", "factory raised OSError: no such file: cifar"),
+    ("g = 1\n", "module 'fedmst_test_data' has no attribute 'f'"),
+])
+def test_a_bad_factory_is_one_line(tmp_path, monkeypatch: pytest.MonkeyPatch, body: str, message: str) -> None:
+    name = _module(tmp_path, monkeypatch, body)
+    with pytest.raises(DatasetError) as info:
+        data.load_dataset(f"{name}:f")
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_an_unknown_dataset_names_the_choices() -> None:
+    with pytest.raises(DatasetError, match="unknown dataset 'mnist'; choose one of: digits"):
+        data.load_dataset("mnist")
 
 
 @pytest.mark.parametrize("k, alpha", [(1, 0.5), (5, 0.1), (10, 0.5), (60, 0.1)])
@@ -76,13 +123,3 @@ def test_too_many_shards_is_a_one_line_task_error(train_labels: np.ndarray) -> N
         f"cannot split {n} training samples into {n // 10 + 1} shards of at least 10: "
         f"use fewer local models"
     )
-
-
-def test_local_and_test_datasets_line_up() -> None:
-    X_test, y_test = data.test_dataset(seed=0)
-    locals_ = [data.local_dataset(seed=0, k=4, alpha=0.5, index=i) for i in range(4)]
-    assert sum(len(y) for _, y in locals_) + len(y_test) == 1797
-    X, y = locals_[2]
-    assert X.shape[1:] == data.INPUT_SHAPE and len(X) == len(y) >= 10
-    with pytest.raises(TaskError, match="index 4 is out of range"):
-        data.local_dataset(seed=0, k=4, alpha=0.5, index=4)

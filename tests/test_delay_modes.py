@@ -74,7 +74,7 @@ def test_userspace_loss_drops_at_the_configured_rate(clean_host: None) -> None:
 @pytest.mark.integration
 def test_a_dying_delay_line_stops_the_run(tmp_path: Path, clean_host: None) -> None:
     with run_past_round_one(tmp_path / "run", "--delay-mode", "userspace") as proc:
-        children_running(proc, "fedmst.net.delayline")[0].kill()  # a delay line this test's run started
+        children_running(proc, "fedmst-delay")[0].kill()  # a delay line this test's run started
         _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1
     lines = [x for x in err.splitlines() if x.strip()]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FEDMST, assert_fedavg, children_running, run_past_round_one
+from conftest import FEDMST, agent_of, assert_fedavg, run_past_round_one
 from fedmst.net.emulation import Emulation
 from fedmst.run.results import read_csv
 from fedmst.core.topology import load_topology
@@ -122,8 +122,7 @@ def test_a_dying_global_model_worker_stops_the_run_cleanly(tmp_path: Path, clean
     with run_past_round_one(out) as proc:
         rounds_before = (out / "rounds.csv").read_text()
         g = json.loads((out / "plan.json").read_text())["tasks"][0]["global_node"]
-        (agent,) = [p for p in children_running(proc, "fedmst.workers.agent") if p.cmdline()[-2:] == ["--node", g]]
-        agent.kill()  # an agent this test's run started, by PID
+        agent_of(proc, g).kill()  # an agent this test's run started, by PID
         _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1
     lines = [line for line in err.splitlines() if line.strip()]

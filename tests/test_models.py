@@ -8,10 +8,13 @@ import torch
 from torch import nn
 
 from fedmst.fl import models
-from fedmst.fl.data import INPUT_SHAPE, NUM_CLASSES, load_digits_dataset
+from fedmst.fl.data import load_dataset
 from fedmst.errors import ModelError
 from fedmst.fl.models import build_model, model_bytes, register_model
 from fedmst.run.config import DEFAULT_MODEL
+
+DIGITS = load_dataset("digits")
+INPUT_SHAPE, NUM_CLASSES = DIGITS.input_shape, DIGITS.num_classes
 
 
 @pytest.fixture
@@ -43,7 +46,7 @@ def plugin_module(tmp_path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 @pytest.mark.parametrize("name", sorted(models.MODELS))
 def test_builtin_builds_and_runs_on_digits(name: str) -> None:
-    X, _ = load_digits_dataset()
+    X = DIGITS.x_test
     model = build_model(name, NUM_CLASSES, INPUT_SHAPE)
     assert model(X[:5]).shape == (5, NUM_CLASSES)
     assert not list(model.buffers())

@@ -1,42 +1,140 @@
-"""Real data, split non-IID: scikit-learn's bundled digits, sharded per class by Dirichlet(alpha).
+"""Real data, split non-IID: a dataset by name or ``package.module:factory``, sharded per class
+by Dirichlet(alpha).
 
-The digits (1,797 8x8 images) ship inside scikit-learn, so emulations never download anything.
-Every split is a pure function of its seed, so each agent process can rebuild its own shard
-from ``(seed, k, alpha, index)`` alone instead of receiving it over the emulated network.
+A factory is called with no arguments and returns ``(x_train, y_train, x_test, y_test)``:
+float inputs of any shape ``[N, ...]`` and integer labels ``[N]`` in ``0..C-1``. The model's input
+shape and class count come from those tensors. The built-in ``digits`` (1,797 8x8 images, the UCI
+handwritten digits as scikit-learn ships them, in ``digits.csv.gz`` beside this module) needs
+no download. Every split is a pure function of its seed, so each agent rebuilds its own shard
+from ``(seed, k, alpha, index)`` instead of receiving it over the emulated network.
 """
 
 from __future__ import annotations
 
+import gzip
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Callable
+
 import numpy as np
 import torch
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
-from fedmst.errors import TaskError
+from fedmst.errors import DatasetError, TaskError
+from fedmst.fl.plugins import import_object, one_line
 
-INPUT_SHAPE = (1, 8, 8)
-NUM_CLASSES = 10
 MAX_DRAWS = 100
 
-
-def load_digits_dataset() -> tuple[torch.Tensor, torch.Tensor]:
-    """All digits as ``X`` float32 ``[N, 1, 8, 8]`` in ``[0, 1]`` and ``y`` int64 ``[N]``."""
-    digits = load_digits()
-    X = torch.tensor(digits.images / 16.0, dtype=torch.float32).unsqueeze(1)
-    return X, torch.tensor(digits.target, dtype=torch.int64)
+Tensors = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+Factory = Callable[[], Tensors]
+"""Called with no arguments; returns ``(x_train, y_train, x_test, y_test)``."""
 
 
-def train_test_split_seeded(
-    X: torch.Tensor, y: torch.Tensor, test_fraction: float = 0.2, *, seed: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(X_train, y_train, X_test, y_test)``, stratified by label so the test set is balanced."""
+@dataclass(frozen=True)
+class Dataset:
+    """A dataset checked once: train and test tensors, and what a model needs to know of them."""
+
+    name: str
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_train.shape[1:])
+
+    @property
+    def num_classes(self) -> int:
+        return int(max(self.y_train.max(), self.y_test.max())) + 1
+
+
+def digits() -> Tensors:
+    """The UCI handwritten digits, ``[N, 1, 8, 8]`` in ``[0, 1]``, 80/20 split stratified by label."""
+    with gzip.open(Path(__file__).with_name("digits.csv.gz"), "rt") as f:
+        table = np.loadtxt(f, delimiter=",", dtype=np.float32)
+    X = torch.from_numpy(table[:, :-1] / 16.0).reshape(-1, 1, 8, 8)
+    y = torch.from_numpy(table[:, -1].astype(np.int64))
+    return train_test_split_seeded(X, y, seed=0)
+
+
+DATASETS: dict[str, Factory] = {"digits": digits}
+
+
+def dataset_names() -> list[str]:
+    return sorted(DATASETS)
+
+
+@cache
+def load_dataset(spec: str) -> Dataset:
+    """The dataset ``spec`` names (a built-in name or ``package.module:factory``), checked; loaded
+    once per process, so agents forked from a process that loaded it share its memory."""
+    if ":" in spec:
+        factory = import_object(spec, "dataset", DatasetError)
+    elif spec in DATASETS:
+        factory = DATASETS[spec]
+    else:
+        raise DatasetError(f"unknown dataset {spec!r}; choose one of: {', '.join(dataset_names())}, "
+                           "or give package.module:factory")
+    try:
+        tensors = factory()
+    except Exception as exc:  # noqa: BLE001 - any factory failure is the spec's fault
+        raise DatasetError(f"dataset {spec!r}: factory raised {one_line(exc)}") from exc
+    return Dataset(spec, *check_tensors(spec, tensors))
+
+
+def check_tensors(spec: str, tensors: object) -> Tensors:
+    """``tensors`` as four tensors with inputs as float32, or :class:`DatasetError` saying what is wrong.
+
+    >>> x, y = torch.zeros(4, 2), torch.tensor([0, 1, 0, 1])
+    >>> check_tensors("toy", (x, y, x, y.float()))
+    Traceback (most recent call last):
+    ...
+    fedmst.errors.DatasetError: dataset 'toy': y_test must hold integer labels, got torch.float32
+    """
+    names = ("x_train", "y_train", "x_test", "y_test")
+    if not isinstance(tensors, (tuple, list)) or len(tensors) != 4:
+        raise DatasetError(f"dataset {spec!r}: the factory must return (x_train, y_train, x_test, y_test)")
+    for name, t in zip(names, tensors):
+        if not isinstance(t, torch.Tensor):
+            raise DatasetError(f"dataset {spec!r}: {name} is a {type(t).__name__}, not a torch.Tensor")
+    xtr, ytr, xte, yte = tensors
+    for x, y, part in ((xtr, ytr, "train"), (xte, yte, "test")):
+        if not x.is_floating_point():
+            raise DatasetError(f"dataset {spec!r}: x_{part} must hold floats, got {x.dtype}")
+        if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
+            raise DatasetError(f"dataset {spec!r}: y_{part} must hold integer labels, got {y.dtype}")
+        if y.dim() != 1 or len(x) != len(y) or len(y) == 0:
+            raise DatasetError(f"dataset {spec!r}: x_{part} {tuple(x.shape)} and y_{part} {tuple(y.shape)} "
+                               "must be [N, ...] and [N] with N > 0")
+        if int(y.min()) < 0:
+            raise DatasetError(f"dataset {spec!r}: y_{part} has negative labels; use 0..C-1")
+    if xtr.shape[1:] != xte.shape[1:]:
+        raise DatasetError(f"dataset {spec!r}: train inputs are {tuple(xtr.shape[1:])}, test inputs "
+                           f"{tuple(xte.shape[1:])}")
+    return xtr.float().contiguous(), ytr.long(), xte.float().contiguous(), yte.long()
+
+
+def train_test_split_seeded(X: torch.Tensor, y: torch.Tensor, test_fraction: float = 0.2, *, seed: int) -> Tensors:
+    """``(X_train, y_train, X_test, y_test)``, stratified by label so the test set is balanced:
+    each class gives ``round(test_fraction * n_c)`` random samples to the test set.
+
+    >>> X, y = torch.arange(10.0), torch.tensor([0] * 5 + [1] * 5)
+    >>> [t.tolist() for t in train_test_split_seeded(X, y, 0.4, seed=1)][3]
+    [0, 0, 1, 1]
+    """
     if not 0 < test_fraction < 1:
         raise TaskError(f"test fraction must be between 0 and 1, got {test_fraction}")
-    train, test = train_test_split(
-        np.arange(len(y)), test_size=test_fraction, random_state=seed, stratify=y.numpy()
-    )
-    train, test = torch.from_numpy(np.sort(train)), torch.from_numpy(np.sort(test))
-    return X[train], y[train], X[test], y[test]
+    rng = np.random.default_rng(seed)
+    labels = np.asarray(y)
+    test = []
+    for c in np.unique(labels):
+        members = np.flatnonzero(labels == c)
+        test.extend(rng.choice(members, size=round(test_fraction * len(members)), replace=False).tolist())
+    is_test = np.zeros(len(labels), dtype=bool)
+    is_test[test] = True
+    train_idx, test_idx = torch.from_numpy(np.flatnonzero(~is_test)), torch.from_numpy(np.flatnonzero(is_test))
+    return X[train_idx], y[train_idx], X[test_idx], y[test_idx]
 
 
 def _draw(labels: np.ndarray, k: int, alpha: float, rng: np.random.Generator) -> list[list[int]]:
@@ -96,24 +194,3 @@ def dirichlet_shards(
     else:
         _top_up(best, min_size, rng)
     return [np.sort(np.asarray(s, dtype=np.int64)) for s in best]
-
-
-def test_dataset(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The held-out digits that global models are scored on, for a run seeded ``seed``."""
-    X, y = load_digits_dataset()
-    return train_test_split_seeded(X, y, seed=seed)[2:]
-
-
-test_dataset.__test__ = False  # type: ignore[attr-defined]  # not a pytest test despite its name
-
-
-def local_dataset(
-    seed: int, k: int, alpha: float, index: int, min_size: int = 10
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The training shard of local model ``index`` out of ``k``, for a run seeded ``seed``."""
-    if not 0 <= index < k:
-        raise TaskError(f"local model index {index} is out of range for {k} local models")
-    X, y = load_digits_dataset()
-    X_train, y_train, _, _ = train_test_split_seeded(X, y, seed=seed)
-    shard = torch.from_numpy(dirichlet_shards(y_train, k, alpha, seed, min_size)[index])
-    return X_train[shard], y_train[shard]

@@ -10,7 +10,6 @@ the schedulers' routing measurable.
 
 from __future__ import annotations
 
-import importlib
 import math
 import warnings
 from importlib.metadata import entry_points
@@ -20,6 +19,7 @@ from torch import nn
 
 from fedmst.fl.aggregation import flatten
 from fedmst.errors import ModelError
+from fedmst.fl.plugins import import_object, one_line
 
 Factory = Callable[..., nn.Module]
 """Called as ``factory(num_classes=..., input_shape=...)``."""
@@ -69,10 +69,6 @@ def register_model(name: str, factory: Factory) -> None:
     MODELS[name] = factory
 
 
-def _one_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-
-
 def _load_plugins() -> None:
     """Register the ``fedmst.models`` entry points once; a plugin that fails is skipped."""
     global _plugins_loaded
@@ -84,7 +80,7 @@ def _load_plugins() -> None:
             register_model(ep.name, ep.load())
         except Exception as exc:  # noqa: BLE001 - one broken plugin must not break the rest
             warnings.warn(
-                f"skipping model plugin {ep.name!r} ({ep.value}): {_one_line(exc)}",
+                f"skipping model plugin {ep.name!r} ({ep.value}): {one_line(exc)}",
                 stacklevel=2,
             )
 
@@ -105,19 +101,7 @@ def _resolve(spec: str) -> Factory:
                 f"unknown model {spec!r}; choose one of: {', '.join(sorted(MODELS))}, "
                 f"or give package.module:factory (did you forget to register it?)"
             ) from None
-    module_name, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - any import failure is the spec's fault
-        raise ModelError(
-            f"model {spec!r}: cannot import module {module_name!r} ({_one_line(exc)})"
-        ) from exc
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise ModelError(
-            f"model {spec!r}: module {module_name!r} has no attribute {attr!r}"
-        ) from None
+    return import_object(spec, "model", ModelError)
 
 
 def build_model(spec: str, num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
@@ -126,7 +110,7 @@ def build_model(spec: str, num_classes: int, input_shape: tuple[int, ...]) -> nn
     try:
         model = factory(num_classes=num_classes, input_shape=tuple(input_shape))
     except Exception as exc:  # noqa: BLE001 - report any factory failure as the spec's fault
-        raise ModelError(f"model {spec!r}: factory raised {_one_line(exc)}") from exc
+        raise ModelError(f"model {spec!r}: factory raised {one_line(exc)}") from exc
     if not isinstance(model, nn.Module):
         raise ModelError(
             f"model {spec!r}: factory returned {type(model).__name__}, not a torch.nn.Module"

@@ -18,11 +18,24 @@ from pathlib import Path
 
 import psutil
 
+from fedmst.net.forkserver import NAME_PREFIX
+
 STATE_DIR = Path(os.environ.get("FEDMST_STATE_DIR", "/run/fedmst"))
 OURS = re.compile(r"mininet:fm\d+|fedmst\.(workers\.agent|net\.delayline)")
-"""Command lines of the processes fedmst starts: Mininet host shells, agents (or the docker
-clients that run them) and delay lines."""
+"""Command lines of the processes fedmst starts: Mininet host shells, agents in containers (the
+docker clients that run them); agents and delay lines forked by the fork server carry its names."""
 _IFACE = re.compile(r"^fm(\d+-eth\d+|probe\d+)$")
+
+
+def is_ours(name: str, cmdline: list[str]) -> bool:
+    """Whether a process is one fedmst starts, by its name (forked ones) or its command line.
+
+    >>> is_ours("fedmst-agent", ["/usr/bin/python3", "/usr/local/bin/fedmst", "run"])
+    True
+    >>> is_ours("python3", ["python3", "-m", "http.server"])
+    False
+    """
+    return name.startswith(NAME_PREFIX) or bool(OURS.search(" ".join(cmdline)))
 
 
 class RunState:
@@ -69,7 +82,7 @@ def clean() -> list[str]:
 def _end_if_ours(pid: int) -> bool:
     try:
         proc = psutil.Process(pid)
-        if not OURS.search(" ".join(proc.cmdline())):
+        if not is_ours(proc.name(), proc.cmdline()):
             return False
         proc.kill()
         proc.wait(timeout=5)

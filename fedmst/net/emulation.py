@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import re
-import sys
 import time
 import shutil
 import subprocess
@@ -28,11 +27,12 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterable, Iterator, Mapping, Sequence
+from typing import IO, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import networkx as nx
 
 from fedmst.net.cleanup import RunState
+from fedmst.net.forkserver import ForkServer
 from fedmst.errors import EmulationError
 from fedmst.core.plan import LinkDir
 from fedmst.core.topology import node_order
@@ -68,6 +68,19 @@ class Flow:
     path: tuple[str, ...]
     src_addr: str
     dst_addr: str
+
+
+class Process(Protocol):
+    """What the emulation needs of a process it started: a :class:`subprocess.Popen` or a
+    :class:`fedmst.net.forkserver.Forked`."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def terminate(self) -> None: ...
+    def kill(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -138,12 +151,13 @@ class Emulation:
     ``netns`` maps a node to a running process (a worker container's) whose network namespace
     that node's host joins instead of getting a new one; whoever started it removes it.
     ``capabilities`` are the kernel's when the caller probed them already (probing creates an
-    interface, so a command does it once).
+    interface, so a command does it once). Processes in the hosts (:meth:`spawn`) are forked from
+    one :class:`~fedmst.net.forkserver.ForkServer`, which runs ``preload`` first (the agents' warm-up).
     """
 
     def __init__(self, graph: nx.Graph, *, delay_mode: str = "auto", loss: float = 0.0,
                  jitter_s: float = 0.0, mtu: int = DEFAULT_MTU, netns: Mapping[str, int] | None = None,
-                 capabilities: Capabilities | None = None) -> None:
+                 capabilities: Capabilities | None = None, preload: Callable[[], None] | None = None) -> None:
         if not 0 <= loss < 1:
             raise EmulationError(f"loss must be a probability in [0, 1), got {loss}")
         if jitter_s < 0:
@@ -169,8 +183,11 @@ class Emulation:
         self._hosts: dict[str, object] = {}
         self._intf: dict[LinkDir, str] = {}
         self._peer_ip: dict[LinkDir, str] = {}
-        self._procs: list[subprocess.Popen] = []
-        self._lines: dict[LinkDir, tuple[subprocess.Popen, Path]] = {}
+        self.preload = preload
+        self._forks: ForkServer | None = None
+        self._line_forks: ForkServer | None = None
+        self._procs: list[Process] = []
+        self._lines: dict[LinkDir, tuple[Process, Path]] = {}
         self._scratch: Path | None = None
         self._flow_hosts = FLOW_NET.hosts()
         self._state: RunState | None = None
@@ -199,6 +216,11 @@ class Emulation:
                                      "is not running")
         self._state = RunState()
         try:
+            # before Mininet opens anything a child could inherit; the delay lines' own server
+            # need not wait for the agents' warm-up
+            self._forks, self._line_forks = ForkServer(self.preload), ForkServer()
+            self._state.add(self._forks.pid)
+            self._state.add(self._line_forks.pid)
             with _mininet_exits():
                 self._build()
         except BaseException:
@@ -321,11 +343,11 @@ class Emulation:
             # room for twice the frames a full link keeps in flight over its delay
             in_flight = float(self.graph.edges[u, v]["capacity_mbps"]) * 1e6 * (delay + self.jitter_s) / 8 / self.mtu
             capacity = max(DEFAULT_CAPACITY, 2 * int(in_flight) + 1)
-            argv = [sys.executable, "-m", "fedmst.net.delayline", "--queue", str(queue), "--capacity", str(capacity),
+            args = ["--queue", str(queue), "--capacity", str(capacity),
                     "--delay-ms", f"{delay * 1e3:.6f}", "--jitter-ms", f"{self.jitter_s * 1e3:.6f}",
                     "--loss", str(self.loss), "--seed", str(seed), "--stats", str(log.with_suffix(".json"))]
-            with log.open("w") as f:
-                self._lines[(u, v)] = (self.popen(v, argv, env=os.environ, log_file=f), log)
+            self._lines[(u, v)] = (self.spawn(v, "fedmst.net.delayline:main", args, env={}, log=log, name="delay",
+                                               warm=False), log)
         self._wait_for_queues(queues)
 
     def _wait_for_queues(self, queues: Mapping[str, int], timeout_s: float = 60.0) -> None:
@@ -361,6 +383,10 @@ class Emulation:
                 proc.kill()
                 proc.wait()
         self._procs.clear()
+        for forks in (self._forks, self._line_forks):
+            if forks is not None:
+                forks.close()
+        self._forks = self._line_forks = None
         if self._net is not None:
             net, self._net = self._net, None
             try:
@@ -464,7 +490,17 @@ class Emulation:
         return self.track(self._hosts[node].popen(list(argv), env=dict(env), stdout=log_file,
                                                   stderr=subprocess.STDOUT))
 
-    def track(self, proc: subprocess.Popen) -> subprocess.Popen:
+    def spawn(self, node: str, target: str, args: Sequence[str], *, env: Mapping[str, str], log: Path,
+              name: str, warm: bool = True) -> Process:
+        """Fork ``module:function(args)`` inside ``node``'s host from the fork server (``warm``: the
+        one that ran ``preload``), with ``env`` added to its environment, its output appended to
+        ``log`` and the process name ``fedmst-NAME``; it is ended by :meth:`close`."""
+        forks = self._forks if warm else self._line_forks
+        if forks is None:
+            raise EmulationError("spawn: the emulation is not running (use it inside `with`)")
+        return self.track(forks.spawn(self._hosts[node].pid, target, args, env=env, log=log, name=name))
+
+    def track(self, proc: Process) -> Process:
         """Record a process started elsewhere (e.g. a ``docker exec`` client running an agent):
         :meth:`close` ends it, and after a SIGKILL ``fedmst clean`` does, if its command line
         is one of fedmst's (:data:`fedmst.net.cleanup.OURS`). Returns ``proc``."""

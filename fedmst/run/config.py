@@ -27,6 +27,7 @@ from fedmst.errors import FedmstError
 from fedmst.workers.backends import BACKENDS, DEFAULT_IMAGE, WorkerLimits, worker_limits
 
 DEFAULT_MODEL = "mlp-large"
+DEFAULT_DATASET = "digits"
 DELAY_MODES = ("auto", "netem", "userspace", "off")
 OPTIMIZERS = ("sgd", "momentum", "adam")
 """Local optimizers, as :data:`fedmst.fl.training.OPTIMIZERS` names them (no torch here)."""
@@ -43,6 +44,7 @@ class RunConfig:
     wavelengths: int = 40
     rounds: int = 2
     model: str = DEFAULT_MODEL
+    dataset: str = DEFAULT_DATASET
     seed: int = 1
     out: str = "runs/latest"
     global_node: str | None = None
@@ -214,11 +216,11 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
     validate(config)
     host = host or check_host(config)
     graph = load_topology(config.topology)
-    size = models.model_bytes(models.build_model(config.model, num_classes=data.NUM_CLASSES,
-                                                 input_shape=data.INPUT_SHAPE))
+    dataset = data.load_dataset(config.dataset)
+    size = models.model_bytes(models.build_model(config.model, num_classes=dataset.num_classes,
+                                                 input_shape=dataset.input_shape))
     tasks = _tasks(config, graph, size)
-    _, ytr, _, _ = data.train_test_split_seeded(*data.load_digits_dataset(), seed=config.seed)
-    data.dirichlet_shards(ytr, config.local_models, config.alpha, seed=config.seed)  # too many models?
+    data.dirichlet_shards(dataset.y_train, config.local_models, config.alpha, seed=config.seed)  # too many models?
     link_failures = tuple(faults.parse_link_failure(f, graph, config.rounds) for f in config.fail_links)
     kills = tuple(faults.parse_worker_kill(k, graph, config.rounds) for k in config.kill_workers)
     slow = dict(faults.parse_slow_node(spec, graph) for spec in config.slow_nodes)

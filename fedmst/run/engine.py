@@ -92,7 +92,10 @@ def run(resolved: ResolvedRun, report: Report = print) -> Summary:
         hosts = {node: host_name(i) for i, node in enumerate(sorted(graph.nodes, key=node_order))}
         netns = backend.up(hosts, mounts=(str(scratch), str(out.resolve())))
         emu = Emulation(graph, delay_mode=resolved.delay_mode, loss=config.loss, jitter_s=config.jitter_ms / 1e3,
-                        mtu=config.mtu, netns=netns, capabilities=Capabilities(netem=resolved.netem_available))
+                        mtu=config.mtu, netns=netns, capabilities=Capabilities(netem=resolved.netem_available),
+                        preload=backend.preload(model=config.model, dataset=config.dataset,
+                                                optimizer=config.optimizer, batch_size=config.batch_size,
+                                                lr=config.lr))
         with emu:
             report(f"{tag} links: htb bandwidth; {emu.emulated()['note']}")
             Engine(resolved, emu, backend, out, scratch, report, prediction).run(rounds)
@@ -183,9 +186,9 @@ class Engine:
         specs = self.task_specs()
         spec = AgentSpec(
             control_socket=str(self.scratch / "control.sock"), store_dir=str(self.scratch / "store"),
-            model=config.model, epochs=config.epochs, batch_size=config.batch_size, lr=config.lr,
-            optimizer=config.optimizer, alpha=config.alpha,
-            data_seed=config.seed, chunk_bytes=config.chunk_bytes, timeout_s=self.timeout_s,
+            model=config.model, dataset=config.dataset, epochs=config.epochs, batch_size=config.batch_size,
+            lr=config.lr, optimizer=config.optimizer, alpha=config.alpha, chunk_bytes=config.chunk_bytes,
+            timeout_s=self.timeout_s,
             slow=dict(self.run_.slow), tasks=specs,
         )
         workload = self.run_.workload

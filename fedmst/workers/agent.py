@@ -129,37 +129,52 @@ class Agent:
         if cmd.source_digest != fedmst.source_digest():
             raise RuntimeError("this worker runs other fedmst code than the coordinator: rebuild the worker image "
                                "from this checkout (docker build -t fedmst-worker .)")
-        xtr, ytr, xte, yte = data.train_test_split_seeded(*data.load_digits_dataset(), seed=spec.data_seed)
+        dataset = data.load_dataset(spec.dataset)
+        xtr, ytr = dataset.x_train, dataset.y_train
         for role in self.roles:
             task = role.spec
             shards = data.dirichlet_shards(ytr, len(task.local_nodes), spec.alpha, seed=task.seed)
             if self.node == task.global_node:
                 torch.manual_seed(task.seed)
                 role.global_model = self._build()
-                role.test = (xte, yte)
+                role.test = (dataset.x_test, dataset.y_test)
             for i, node in enumerate(task.local_nodes):
                 if node == self.node:
                     idx = torch.as_tensor(shards[i])
                     role.local[i] = (self._build(), xtr[idx], ytr[idx])
-        scratch = self._build()
-        self.numel = aggregation.flatten(scratch).numel()
-        # warm torch up (allocator, kernels) on a throw-away model so round 1's training time is
-        # as representative as the later rounds'
-        training.train_local(scratch, xtr[:64], ytr[:64], epochs=1, batch_size=spec.batch_size, lr=spec.lr, seed=0,
-                             optimizer=spec.optimizer)
+        self.numel = aggregation.flatten(self._build()).numel()
+        warm_up(model=spec.model, dataset=spec.dataset, optimizer=spec.optimizer, batch_size=spec.batch_size,
+                lr=spec.lr)
         self._connect(Path(spec.store_dir))
         return SetupDone(samples={r.name: {i: len(v[2]) for i, v in r.local.items()} for r in self.roles},
                          runs_in=runs_in())
 
     def _connect(self, store: Path) -> None:
-        """Open every transfer's process group in one global order (sorted keys), so that no two
-        agents can wait on each other in a cycle."""
-        xfers = sorted(((t, r) for r in self.roles for t in r.transfers), key=lambda tr: tr[0].key)
-        for t, role in xfers:
+        """Open every transfer's process group and warm its connection, all at once (one thread
+        each): opening one blocks until its peer opens it too, so opening them in turn would cost
+        a rendezvous and a TCP handshake per transfer, one after the other across the network.
+
+        Warming moves one model's worth of zeros over each connection, as a long-lived deployment's
+        connections would have carried earlier rounds: round 1 then measures the schedule, not TCP
+        slow start on new connections. The coordinator counts no set-up bytes in any round."""
+        xfers = [(t, r) for r in self.roles for t in r.transfers]
+
+        def open_(t: TransferSpec) -> transport.Pair:
             rank = transport.SENDER if t.src == self.node else transport.RECEIVER
             addr = t.src_addr if rank == transport.SENDER else t.dst_addr
-            role.pairs[t.key] = transport.open_pair(store / t.key, rank=rank, address=addr,
-                                                    timeout_s=self.spec.timeout_s, numel=self.numel)
+            pair = transport.open_pair(store / t.key, rank=rank, address=addr, timeout_s=self.spec.timeout_s,
+                                       numel=self.numel)
+            zeros = torch.zeros(self.numel)
+            if rank == transport.SENDER:
+                transport.relay(zeros, source=None, sinks=[pair], chunk_elems=self.chunk_elems)
+            else:
+                transport.relay(zeros, source=pair, sinks=[], chunk_elems=self.chunk_elems)
+            return pair
+
+        with ThreadPoolExecutor(max_workers=max(1, len(xfers))) as pool:
+            opened = [(t, role, pool.submit(open_, t)) for t, role in xfers]
+        for t, role, future in opened:
+            role.pairs[t.key] = future.result()
 
     def replan(self, cmd: Replan) -> Done:
         """Take up a new plan (after a link failure or a dead worker): close every transfer, then
@@ -185,7 +200,8 @@ class Agent:
         return Done()
 
     def _build(self) -> torch.nn.Module:
-        return models.build_model(self.spec.model, num_classes=10, input_shape=(1, 8, 8))
+        dataset = data.load_dataset(self.spec.dataset)
+        return models.build_model(self.spec.model, num_classes=dataset.num_classes, input_shape=dataset.input_shape)
 
     def broadcast(self, cmd: Broadcast) -> PhaseDone:
         return PhaseDone(task_seconds=self._transfer_phase(cmd.progress_dir, self._broadcast_role))
@@ -378,6 +394,17 @@ def _run_all(fns: list[Callable[[], None]]) -> None:
     with ThreadPoolExecutor(max_workers=max(1, len(fns))) as pool:
         for fut in [pool.submit(f) for f in fns]:
             fut.result()
+
+
+def warm_up(*, model: str, dataset: str, optimizer: str, batch_size: int, lr: float) -> None:
+    """Train a throw-away model briefly, so that torch's lazy imports, allocator and kernels are
+    ready: round 1's training time is then as representative as the later rounds'. A fork server
+    runs it once for every agent it forks (:meth:`fedmst.workers.backends.ProcessBackend.preload`)."""
+    torch.set_num_threads(1)
+    d = data.load_dataset(dataset)
+    scratch = models.build_model(model, num_classes=d.num_classes, input_shape=d.input_shape)
+    training.train_local(scratch, d.x_train[:64], d.y_train[:64], epochs=1, batch_size=batch_size, lr=lr, seed=0,
+                         optimizer=optimizer)
 
 
 def main(argv: list[str] | None = None) -> int:

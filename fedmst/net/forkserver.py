@@ -1,0 +1,340 @@
+"""Processes inside the emulated hosts in milliseconds: forked from one warm process.
+
+Every agent used to be a fresh interpreter that imported torch and warmed it up (about 3 s of CPU
+each: nine agents on two cores took 25 s), and every delay line a fresh interpreter too. Instead,
+:class:`ForkServer` forks a server from the coordinator (which has already imported torch and
+loaded the data) before any network or thread exists; the server runs ``preload`` once (the
+agents' warm-up), freezes its heap out of the garbage collector's way (``gc.freeze``), and then
+forks each process asked for. The child enters its host's network and mount namespaces with
+``setns(2)``, as ``mnexec -a`` does, writes to its log file and calls ``module:function(args)``.
+Children share the server's memory copy-on-write.
+
+The coordinator talks to the server over a socket pair in JSON lines (never pickles): ``spawn``
+is answered with the child's PID, and the server reports each child's exit code as it reaps it,
+so :class:`Forked` can stand where a :class:`subprocess.Popen` stood. Nothing outlives its
+starter: the server dies with the coordinator and each child with the server (``PR_SET_PDEATHSIG``),
+and each carries a name ``fedmst clean`` recognises (``fedmst-...``; their command line is the coordinator's).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import importlib
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+SERVER_NAME = "fedmst-forksrv"
+"""The server's process name (``/proc/PID/comm``); every child's name starts with ``fedmst-`` too."""
+NAME_PREFIX = "fedmst-"
+_CLONE_NEWNS, _CLONE_NEWNET = 0x00020000, 0x40000000
+_PR_SET_NAME, _PR_SET_PDEATHSIG = 15, 1
+
+
+class ForkServerError(RuntimeError):
+    """The fork server could not start a process (it said why), or is gone."""
+
+
+class ForkServer:
+    """A warm process that forks children into network namespaces; ``close()`` ends it and them.
+
+    Create it before the process starts threads or opens anything the children must not hold.
+    """
+
+    def __init__(self, preload: Callable[[], None] | None = None) -> None:
+        ours, theirs = socket.socketpair()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the server: never returns
+            ours.close()
+            _exit_after(lambda: _serve(theirs, preload))
+        theirs.close()
+        self.pid = pid
+        self._sock = ours
+        self._buf = b""
+        self._exits: dict[int, int] = {}
+        self._closed = False
+
+    def spawn(self, netns_pid: int | None, target: str, args: Sequence[str], *, env: Mapping[str, str],
+              log: Path, name: str) -> Forked:
+        """Fork ``module:function`` called with ``args`` (its return value is the exit code), in
+        the namespaces of process ``netns_pid`` (None: the server's own), with ``env`` added to
+        its environment, stdout and stderr appended to ``log``, and the process name ``fedmst-NAME``."""
+        comm = NAME_PREFIX + name
+        if len(comm) > 15:
+            raise ValueError(f"process name {comm!r} is longer than the kernel's 15 characters")
+        self._send({"spawn": target, "args": list(args), "env": dict(env), "log": str(log), "netns_pid": netns_pid,
+                    "name": comm})
+        while True:
+            msg = self._recv(timeout_s=30.0)
+            if msg is None:
+                raise ForkServerError(f"the fork server did not answer while starting {target}")
+            if "error" in msg:
+                raise ForkServerError(msg["error"])
+            if "pid" in msg:
+                return Forked(self, int(msg["pid"]))
+
+    def signal(self, pid: int, signum: int) -> None:
+        """Send ``signum`` to child ``pid`` unless it has already been reaped (no PID reuse)."""
+        if pid not in self.exits():
+            self._send({"signal": signum, "pid": pid})
+
+    def exits(self) -> dict[int, int]:
+        """Every child reaped so far: PID -> exit code (negative: killed by that signal)."""
+        while self._recv(timeout_s=0.0) is not None:
+            pass
+        return self._exits
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """End the server; it terminates, then kills, the children still running. Safe twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self._sock.close()
+        deadline = time.monotonic() + timeout_s
+        while os.waitpid(self.pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+                break
+            time.sleep(0.01)
+
+    def _send(self, msg: dict[str, Any]) -> None:
+        if self._closed:
+            raise ForkServerError("the fork server is closed")
+        try:
+            self._sock.sendall(json.dumps(msg).encode() + b"\n")
+        except OSError as exc:
+            raise ForkServerError(f"the fork server is gone ({exc.strerror})") from None
+
+    def _recv(self, timeout_s: float) -> dict[str, Any] | None:
+        """The next message (exit notices are recorded on the way), or None if none came in time."""
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._buf:
+            if self._closed:
+                return None
+            ready, _, _ = select.select([self._sock], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return None
+            data = self._sock.recv(1 << 16)
+            if not data:
+                raise ForkServerError("the fork server died")
+            self._buf += data
+        line, self._buf = self._buf.split(b"\n", 1)
+        msg = json.loads(line)
+        if "exit" in msg:
+            self._exits[int(msg["exit"])] = int(msg["code"])
+        return msg
+
+
+class Forked:
+    """A child of the fork server, with the parts of :class:`subprocess.Popen` fedmst uses."""
+
+    def __init__(self, server: ForkServer, pid: int) -> None:
+        self.server, self.pid = server, pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                self.returncode = self.server.exits().get(self.pid)
+            except ForkServerError:  # the server died, and its children with it
+                self.returncode = -signal.SIGKILL
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                import subprocess
+
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
+            time.sleep(0.01)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            self.server.signal(self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+# the server's side ------------------------------------------------------------------------------
+def _exit_after(fn: Callable[[], int | None]) -> None:
+    """Run ``fn`` in a forked process and leave with its exit code, whatever happens: a fork must
+    never return into its parent's code."""
+    code = 1
+    try:
+        code = fn() or 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - reported in the log, then the process ends
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _prctl(option: int, value: int | bytes) -> None:
+    _libc().prctl(option, value, 0, 0, 0)
+
+
+def _setns(path: str, nstype: int) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if _libc().setns(fd, nstype) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns {path}: {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
+def _die_with_parent(name: bytes) -> None:
+    parent = os.getppid()
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    _prctl(_PR_SET_NAME, name)
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
+def _serve(sock: socket.socket, preload: Callable[[], None] | None) -> int:
+    os.setsid()  # out of the terminal's process group: Ctrl-C reaches the coordinator, which ends us
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _close_inherited(keep=sock.fileno())
+    _die_with_parent(SERVER_NAME.encode())
+    if preload is not None:
+        preload()
+    gc.freeze()  # the children's collector never walks (and so never copies) the inherited heap
+    children: set[int] = set()
+    buf = b""
+    try:
+        while True:
+            ready, _, _ = select.select([sock], [], [], 0.05)
+            for pid, code in _reap(children):
+                sock.sendall(json.dumps({"exit": pid, "code": code}).encode() + b"\n")
+            if not ready:
+                continue
+            data = sock.recv(1 << 16)
+            if not data:  # the coordinator closed us (or died)
+                return 0
+            buf += data
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                reply = _handle(json.loads(line), sock, children)
+                if reply is not None:
+                    sock.sendall(json.dumps(reply).encode() + b"\n")
+    finally:
+        _end_children(children)
+
+
+def _close_inherited(keep: int) -> None:
+    """Close what the coordinator had open (another server's socket above all: while we held it,
+    that server would never see the coordinator close it); stdout reads from nowhere now, so a
+    caller waiting for the coordinator's output to end is not kept waiting by us."""
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    for fd in [int(name) for name in os.listdir("/proc/self/fd")]:
+        if fd > 2 and fd != keep:
+            try:
+                os.close(fd)
+            except OSError:  # the directory's own descriptor, already gone
+                pass
+
+
+def _handle(msg: dict[str, Any], sock: socket.socket, children: set[int]) -> dict[str, Any] | None:
+    if "signal" in msg:
+        if msg["pid"] in children:
+            _kill(msg["pid"], msg["signal"])
+        return None
+    module, _, function = msg["spawn"].partition(":")
+    try:
+        target = getattr(importlib.import_module(module), function)
+    except (ImportError, AttributeError) as exc:
+        return {"error": f"cannot start {msg['spawn']}: {exc}"}
+    log = os.open(msg["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    pid = os.fork()
+    if pid == 0:
+        sock.close()
+        _exit_after(lambda: _child(target, msg, log))
+    os.close(log)
+    children.add(pid)
+    return {"pid": pid}
+
+
+def _child(target: Callable[[list[str]], int | None], msg: dict[str, Any], log: int) -> int | None:
+    os.setsid()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
+    _die_with_parent(msg["name"].encode())
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(null)
+    os.close(log)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    if msg["netns_pid"] is not None:
+        cwd = os.getcwd()
+        _setns(f"/proc/{msg['netns_pid']}/ns/net", _CLONE_NEWNET)
+        _setns(f"/proc/{msg['netns_pid']}/ns/mnt", _CLONE_NEWNS)
+        os.chdir(cwd)  # entering a mount namespace moves us to its root
+    os.environ.update(msg["env"])
+    return target(msg["args"])
+
+
+def _reap(children: set[int]) -> list[tuple[int, int]]:
+    done = []
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+        children.discard(pid)
+        done.append((pid, os.waitstatus_to_exitcode(status)))
+    return done
+
+
+def _end_children(children: set[int], grace_s: float = 3.0) -> None:
+    """SIGTERM every child, then SIGKILL those still there after ``grace_s``."""
+    for pid in children:
+        _kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while children and time.monotonic() < deadline:
+        _reap(children)
+        time.sleep(0.01)
+    for pid in children:
+        _kill(pid, signal.SIGKILL)
+    while children:
+        _reap(children)
+
+
+def _kill(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:  # reaped meanwhile
+        pass
