@@ -8,8 +8,10 @@ never load torch.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -172,6 +174,15 @@ def _report(line: str) -> None:
     console.print(line, markup=False)
 
 
+def _started() -> float:
+    """When this command's process began, on the monotonic clock (imports included): its start
+    time in /proc is in clock ticks since boot (psutil's create_time is only as exact as btime's
+    whole seconds)."""
+    ticks = int(Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19])
+    age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    return time.monotonic() - age
+
+
 def _guard(fn: Callable[[], Any]) -> Any:
     """Run ``fn`` turning fedmst errors into one line and signals into a clean exit.
 
@@ -214,7 +225,7 @@ def run(ctx: click.Context, **kw: Any) -> None:
         from fedmst.run.engine import run as run_
 
         config, _ = _config(ctx, kw)
-        return config, run_(resolve(config)[0], report=_report)
+        return config, run_(resolve(config)[0], report=_report, command_started=_started())
 
     config, summary = _guard(go)
     from fedmst.run.report import summary_table
@@ -237,7 +248,8 @@ def compare(ctx: click.Context, **kw: Any) -> None:
         from fedmst.run.experiments import compare as compare_
 
         config, extra = _config(ctx, kw)
-        return config, compare_(config, _schedulers(extra["schedulers"]), Path(config.out), report=_report)
+        return config, compare_(config, _schedulers(extra["schedulers"]), Path(config.out), report=_report,
+                                command_started=_started())
 
     config, summaries = _guard(go)
     from fedmst.run.report import summary_table

@@ -388,12 +388,16 @@ class Emulation:
                 forks.close()
         self._forks = self._line_forks = None
         if self._net is not None:
-            net, self._net = self._net, None
-            try:
-                net.stop()
-            except (Exception, SystemExit) as exc:  # noqa: BLE001 - teardown must finish; report what failed
-                log.warning("mininet stop failed: %s", exc)
-            for host in self._hosts.values():
+            self._net = None
+            for node, host in self._hosts.items():
+                try:
+                    if node in self.netns:  # a container's namespace outlives the shell: unplug its links
+                        host.cmd(" ; ".join(f"ip link del dev {i}" for i in self.interfaces(node)))
+                    # the last process in a host's namespace: with it go the namespace and its veth
+                    # ends (and so both ends of each link), without one `ip link del` per interface
+                    host.terminate()
+                except (Exception, SystemExit) as exc:  # noqa: BLE001 - teardown must finish; report what failed
+                    log.warning("stopping host %s failed: %s", host, exc)
                 _reap(host)
         for (u, v), (_, line_log) in self._lines.items():
             stats = line_log.with_suffix(".json")

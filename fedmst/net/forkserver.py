@@ -94,6 +94,10 @@ class ForkServer:
             pass
         return self._exits
 
+    def next_message(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the server's next message (exit notices are recorded)."""
+        self._recv(timeout_s)
+
     def close(self, timeout_s: float = 5.0) -> None:
         """End the server; it terminates, then kills, the children still running. Safe twice."""
         if self._closed:
@@ -154,11 +158,15 @@ class Forked:
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
+            left = 1.0 if deadline is None else deadline - time.monotonic()
+            if left <= 0:
                 import subprocess
 
                 raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
-            time.sleep(0.01)
+            try:
+                self.server.next_message(timeout_s=left)  # an exit notice, or any message
+            except ForkServerError:
+                pass  # poll() says what became of the child
         assert self.returncode is not None
         return self.returncode
 
@@ -222,6 +230,11 @@ def _serve(sock: socket.socket, preload: Callable[[], None] | None) -> int:
     os.setsid()  # out of the terminal's process group: Ctrl-C reaches the coordinator, which ends us
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _close_inherited(keep=sock.fileno())
+    # a child's exit wakes the loop below at once, so its exit code reaches the coordinator at once
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
     _die_with_parent(SERVER_NAME.encode())
     if preload is not None:
         preload()
@@ -230,10 +243,12 @@ def _serve(sock: socket.socket, preload: Callable[[], None] | None) -> int:
     buf = b""
     try:
         while True:
-            ready, _, _ = select.select([sock], [], [], 0.05)
+            ready, _, _ = select.select([sock, wake_r], [], [], 1.0)
+            if wake_r in ready:
+                os.read(wake_r, 4096)
             for pid, code in _reap(children):
                 sock.sendall(json.dumps({"exit": pid, "code": code}).encode() + b"\n")
-            if not ready:
+            if sock not in ready:
                 continue
             data = sock.recv(1 << 16)
             if not data:  # the coordinator closed us (or died)
@@ -241,7 +256,7 @@ def _serve(sock: socket.socket, preload: Callable[[], None] | None) -> int:
             buf += data
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
-                reply = _handle(json.loads(line), sock, children)
+                reply = _handle(json.loads(line), sock, children, wake=(wake_r, wake_w))
                 if reply is not None:
                     sock.sendall(json.dumps(reply).encode() + b"\n")
     finally:
@@ -263,7 +278,8 @@ def _close_inherited(keep: int) -> None:
                 pass
 
 
-def _handle(msg: dict[str, Any], sock: socket.socket, children: set[int]) -> dict[str, Any] | None:
+def _handle(msg: dict[str, Any], sock: socket.socket, children: set[int],
+            wake: tuple[int, int]) -> dict[str, Any] | None:
     if "signal" in msg:
         if msg["pid"] in children:
             _kill(msg["pid"], msg["signal"])
@@ -277,6 +293,10 @@ def _handle(msg: dict[str, Any], sock: socket.socket, children: set[int]) -> dic
     pid = os.fork()
     if pid == 0:
         sock.close()
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in wake:
+            os.close(fd)
         _exit_after(lambda: _child(target, msg, log))
     os.close(log)
     children.add(pid)

@@ -49,7 +49,7 @@ from fedmst.run.recovery import (
     notice_kills,
     strikes_for,
 )
-from fedmst.run.report import Summary
+from fedmst.run.report import Summary, breakdown_line
 from fedmst.run.results import SAMPLE_FIELDS, write_csv, write_json
 from fedmst.run.stall import Stall, StallWatch
 from fedmst.workers.backends import Agents, WorkerBackend, backend_for
@@ -58,9 +58,12 @@ from fedmst.workers.control import ControlServer
 Report = Callable[[str], None]
 
 
-def run(resolved: ResolvedRun, report: Report = print) -> Summary:
+def run(resolved: ResolvedRun, report: Report = print, command_started: float | None = None) -> Summary:
     """Run ``resolved`` for real into ``config.out`` and return its summary; the run folder is
-    written as it goes, and what finished stays there whatever ends the run."""
+    written as it goes, and what finished stays there whatever ends the run. ``command_started``
+    (monotonic clock) is when the command began, for the time breakdown's ``prepare``."""
+    started = time.monotonic()
+    times = {} if command_started is None else {"prepare": started - command_started}
     config = resolved.config
     out = Path(config.out)
     _make_run_dir(out)
@@ -84,7 +87,6 @@ def run(resolved: ResolvedRun, report: Report = print) -> Summary:
     backend = backend_for(config.workers, config.image, resolved.limits)
     graph = resolved.graph
     prediction = Prediction(graph, config.chunk_bytes, config.mtu, with_delay=resolved.delay_mode != "off")
-    started = time.monotonic()
     rounds: list[RoundResult] = []
     emu: Emulation | None = None
     status = "interrupted"
@@ -97,8 +99,13 @@ def run(resolved: ResolvedRun, report: Report = print) -> Summary:
                                                 optimizer=config.optimizer, batch_size=config.batch_size,
                                                 lr=config.lr))
         with emu:
+            times["network"] = time.monotonic() - started
             report(f"{tag} links: htb bandwidth; {emu.emulated()['note']}")
-            Engine(resolved, emu, backend, out, scratch, report, prediction).run(rounds)
+            engine = Engine(resolved, emu, backend, out, scratch, report, prediction)
+            try:
+                engine.run(rounds)
+            finally:
+                times.update(engine.times)
         status = "completed"
     except FedmstError as exc:
         status = f"failed: {' '.join(str(exc).splitlines())}"
@@ -114,9 +121,13 @@ def run(resolved: ResolvedRun, report: Report = print) -> Summary:
         if emu is not None and emu.delay_stats:
             write_json(out / "delay_lines.json", emu.delay_stats)
         if rounds:  # rounds already finished keep their summary
+            wall_s = time.monotonic() - started
+            times["teardown"] = wall_s - sum(s for name, s in times.items() if name != "prepare")
             summary = summarise(resolved, prediction, rounds, emulated=emu.emulated() if emu else {},
-                                workers=backend.describe(), wall_s=time.monotonic() - started, status=status)
+                                workers=backend.describe(), wall_s=wall_s, status=status,
+                                times={k: round(v, 3) for k, v in times.items()})
             summary.write(out / "summary.json")
+    report(f"{tag} time: {breakdown_line(times)}")
     return summary
 
 
@@ -152,6 +163,8 @@ class Engine:
         self.stall: Stall | None = None
         self._attempts = 0
         self._looked = 0.0
+        self.times: dict[str, float] = {}
+        """Seconds spent starting the agents (``agents``) and in the rounds (``rounds``)."""
 
     # set-up ------------------------------------------------------------------------------------
     def task_specs(self) -> tuple[TaskSpec, ...]:
@@ -203,6 +216,7 @@ class Engine:
         spec_file = self.scratch / "agents.json"
         spec_file.write_text(spec.to_json())
         self.server = ControlServer(Path(spec.control_socket), token=secrets.token_hex(16))
+        begun = time.monotonic()
         try:
             nodes = self.run_.worker_nodes
             self.agents = Agents(self.backend, self.emu, nodes, spec_file, self.server.token, self.out / "agents")
@@ -215,8 +229,12 @@ class Engine:
             self.report(f"{self.tag} {len(nodes)} agents ({where}) ready in "
                         f"{max(r.seconds for r in setup.values()):.1f} s")
             write_json(self.out / "workers.json", {node: asdict(r.runs_in) for node, r in sorted(setup.items())})
+            self.times["agents"] = time.monotonic() - begun
+            self.times["rounds"] = 0.0
             for r in range(1, config.rounds + 1):
+                begun = time.monotonic()
                 results.append(self.round(r))
+                self.times["rounds"] += time.monotonic() - begun
                 write_tables(self.out, self.prediction, results)
                 write_csv(self.out / "samples.csv", SAMPLE_FIELDS, self.sampler.rows)
                 res = results[-1]

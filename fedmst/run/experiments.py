@@ -43,15 +43,18 @@ def check_schedulers(schedulers: Sequence[str]) -> None:
         raise FedmstError(f"--schedulers: {', '.join(twice)} given twice")
 
 
-def compare(config: RunConfig, schedulers: Sequence[str], out: Path, report: Report) -> dict[str, Summary]:
+def compare(config: RunConfig, schedulers: Sequence[str], out: Path, report: Report,
+            command_started: float | None = None) -> dict[str, Summary]:
     """Run ``config`` with every scheduler on identical tasks into ``out/NAME/`` and write
-    ``out/comparison.json``: every summary and its ratios to the first scheduler (the baseline)."""
+    ``out/comparison.json``: every summary and its ratios to the first scheduler (the baseline).
+    The first run's time breakdown counts the preparation since ``command_started``."""
     from fedmst.run.engine import run
 
     check_schedulers(schedulers)
     runs = resolve(config, schedulers)
-    summaries = {r.config.scheduler: run(_into(r, out / run_folder_name(r.config.scheduler)), report=report)
-                 for r in runs}
+    summaries = {r.config.scheduler: run(_into(r, out / run_folder_name(r.config.scheduler)), report=report,
+                                         command_started=command_started if i == 0 else None)
+                 for i, r in enumerate(runs)}
     write_json(out / "comparison.json", comparison(summaries))
     return summaries
 

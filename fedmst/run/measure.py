@@ -174,7 +174,7 @@ def write_tables(out: Path, prediction: Prediction, rounds: list[RoundResult]) -
 
 
 def summarise(run: Any, prediction: Prediction, rounds: list[RoundResult], *, emulated: dict[str, Any],
-              workers: dict[str, Any], wall_s: float, status: str) -> Summary:
+              workers: dict[str, Any], wall_s: float, status: str, times: dict[str, float]) -> Summary:
     """summary.json of ``run`` (a :class:`~fedmst.run.config.ResolvedRun`): means over the
     finished rounds; ``status`` says whether all of them ran (``completed``), or the run was
     ``interrupted`` or ``failed: REASON`` after ``rounds``."""
@@ -226,6 +226,7 @@ def summarise(run: Any, prediction: Prediction, rounds: list[RoundResult], *, em
         emulated=emulated,
         workers=workers,
         wall_s=wall_s,
+        time_breakdown_s=times,
         target_accuracy=config.target_accuracy,
         rounds_to_accuracy=reached[0] if reached else None,
         time_to_accuracy_s=reached[1] if reached else None,

@@ -72,6 +72,8 @@ class Summary:
     time_to_accuracy_s: float | None = None
     """Wall-clock seconds of the rounds up to and including that one: the systems metric FL
     papers report (set-up and evaluation left out)."""
+    time_breakdown_s: dict[str, float] = field(default_factory=dict)
+    """Where the wall-clock went (:data:`TIME_PARTS`): the rounds, and the fixed cost around them."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Keys this version does not know (a newer fedmst wrote the file); kept, not dropped."""
 
@@ -105,6 +107,26 @@ class Summary:
     @property
     def per_round_bytes(self) -> float:
         return self.link_bytes_measured / self.rounds if self.rounds else 0.0
+
+
+TIME_PARTS = {
+    "prepare": "from the command's start: imports, checks, planning (the first run of a command only)",
+    "network": "building the emulated network: hosts, shaped links, delay lines",
+    "agents": "starting the agents, building models and data, opening and warming every transfer",
+    "rounds": "the rounds themselves, evaluation included",
+    "teardown": "everything after the last round: stopping agents and network, writing results",
+}
+
+
+def breakdown_line(times: Mapping[str, float]) -> str:
+    """The time breakdown in one line, with the fixed cost (everything but the rounds).
+
+    >>> breakdown_line({"prepare": 2.0, "network": 1.5, "agents": 1.0, "rounds": 6.0, "teardown": 0.5})
+    'prepare 2.0 s, network 1.5 s, agents 1.0 s, rounds 6.0 s, teardown 0.5 s; fixed cost 5.0 s'
+    """
+    parts = ", ".join(f"{name} {times[name]:.1f} s" for name in TIME_PARTS if name in times)
+    fixed = sum(s for name, s in times.items() if name != "rounds")
+    return f"{parts}; fixed cost {fixed:.1f} s"
 
 
 def time_to_accuracy(round_seconds: Sequence[float], accuracies: Sequence[float],
