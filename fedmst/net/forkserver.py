@@ -62,7 +62,7 @@ class ForkServer:
         self._sock = ours
         self._buf = b""
         self._exits: dict[int, int] = {}
-        self._closed = False
+        self.closed = False
 
     def spawn(self, netns_pid: int | None, target: str, args: Sequence[str], *, env: Mapping[str, str],
               log: Path, name: str) -> Forked:
@@ -100,9 +100,9 @@ class ForkServer:
 
     def close(self, timeout_s: float = 5.0) -> None:
         """End the server; it terminates, then kills, the children still running. Safe twice."""
-        if self._closed:
+        if self.closed:
             return
-        self._closed = True
+        self.closed = True
         self._sock.close()
         deadline = time.monotonic() + timeout_s
         while os.waitpid(self.pid, os.WNOHANG) == (0, 0):
@@ -113,7 +113,7 @@ class ForkServer:
             time.sleep(0.01)
 
     def _send(self, msg: dict[str, Any]) -> None:
-        if self._closed:
+        if self.closed:
             raise ForkServerError("the fork server is closed")
         try:
             self._sock.sendall(json.dumps(msg).encode() + b"\n")
@@ -124,7 +124,7 @@ class ForkServer:
         """The next message (exit notices are recorded on the way), or None if none came in time."""
         deadline = time.monotonic() + timeout_s
         while b"\n" not in self._buf:
-            if self._closed:
+            if self.closed:
                 return None
             ready, _, _ = select.select([self._sock], [], [], max(0.0, deadline - time.monotonic()))
             if not ready:
@@ -153,6 +153,8 @@ class Forked:
                 self.returncode = self.server.exits().get(self.pid)
             except ForkServerError:  # the server died, and its children with it
                 self.returncode = -signal.SIGKILL
+            if self.returncode is None and self.server.closed:  # ended by the server on its way out
+                self.returncode = -signal.SIGTERM
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -314,8 +316,9 @@ def _child(target: Callable[[list[str]], int | None], msg: dict[str, Any], log: 
     os.dup2(log, 2)
     os.close(null)
     os.close(log)
-    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    # fresh line-buffered streams on the log: the inherited ones may be anything (a test's capture)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives as long as the process
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
     if msg["netns_pid"] is not None:
         cwd = os.getcwd()
         _setns(f"/proc/{msg['netns_pid']}/ns/net", _CLONE_NEWNET)

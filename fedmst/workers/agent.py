@@ -164,11 +164,7 @@ class Agent:
             addr = t.src_addr if rank == transport.SENDER else t.dst_addr
             pair = transport.open_pair(store / t.key, rank=rank, address=addr, timeout_s=self.spec.timeout_s,
                                        numel=self.numel)
-            zeros = torch.zeros(self.numel)
-            if rank == transport.SENDER:
-                transport.relay(zeros, source=None, sinks=[pair], chunk_elems=self.chunk_elems)
-            else:
-                transport.relay(zeros, source=pair, sinks=[], chunk_elems=self.chunk_elems)
+            transport.warm(pair, self.numel, self.chunk_elems)
             return pair
 
         with ThreadPoolExecutor(max_workers=max(1, len(xfers))) as pool:

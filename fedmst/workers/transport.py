@@ -110,6 +110,23 @@ def abort_connections() -> int:
     return shut
 
 
+_DONE_TAG = 1 << 30
+"""The tag of the receiver's reply that ends :func:`warm` (beyond any chunk's index)."""
+
+
+def warm(pair: Pair, numel: int, chunk_elems: int) -> None:
+    """Move ``numel`` zeros from sender to receiver in chunks, then a one-element reply back: the
+    connection has then carried a model's worth, as a deployment's would after earlier rounds, and
+    its data is acknowledged before either end returns, so no ACK of it falls into round 1."""
+    zeros, done = torch.zeros(numel), torch.zeros(1)
+    if pair.rank == SENDER:
+        relay(zeros, source=None, sinks=[pair], chunk_elems=chunk_elems)
+        _wait(pair.group.recv([done], pair.peer, _DONE_TAG), pair)
+    else:
+        relay(zeros, source=pair, sinks=[], chunk_elems=chunk_elems)
+        _wait(pair.group.send([done], pair.peer, _DONE_TAG), pair)
+
+
 def chunks(numel: int, chunk_elems: int) -> list[slice]:
     """Contiguous slices covering ``numel`` elements, ``chunk_elems`` at a time.
 

@@ -1,0 +1,99 @@
+"""The fork server on its own (no namespaces): children start, log, exit, die and are reaped."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import psutil
+import pytest
+
+from fedmst.net.forkserver import SERVER_NAME, ForkServer, ForkServerError
+
+TARGETS = '''import os, sys, time
+
+def echo(args):
+    print("hello", *args, os.environ.get("FEDMST_TEST_VALUE"))
+    print("to stderr", file=sys.stderr)
+    return int(args[0])
+
+def sleep(args):
+    time.sleep(float(args[0]))
+
+def boom(args):
+    raise ValueError("boom")
+
+def preloaded(args):
+    print("preloaded" if "fedmst_test_preloaded" in sys.modules else "not preloaded")
+'''
+
+
+@pytest.fixture
+def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ForkServer]:
+    (tmp_path / "fedmst_test_targets.py").write_text(TARGETS)
+    (tmp_path / "fedmst_test_preloaded.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    forks = ForkServer(preload=lambda: __import__("fedmst_test_preloaded"))
+    try:
+        yield forks
+    finally:
+        forks.close()
+
+
+def _spawn(server: ForkServer, tmp_path: Path, target: str, *args: str, **env: str):
+    return server.spawn(None, f"fedmst_test_targets:{target}", list(args), env=env, log=tmp_path / f"{target}.log",
+                        name="test")
+
+
+def test_a_child_runs_its_target_logs_and_exits_with_its_code(server: ForkServer, tmp_path: Path) -> None:
+    child = _spawn(server, tmp_path, "echo", "3", "a", FEDMST_TEST_VALUE="v")
+    assert child.wait(timeout=10) == 3 and child.poll() == 3
+    assert (tmp_path / "echo.log").read_text().splitlines() == ["hello 3 a v", "to stderr"]
+    assert psutil.Process(server.pid).name() == SERVER_NAME
+
+
+def test_the_preload_ran_once_before_the_fork(server: ForkServer, tmp_path: Path) -> None:
+    child = _spawn(server, tmp_path, "preloaded")
+    assert child.wait(timeout=10) == 0
+    assert (tmp_path / "preloaded.log").read_text().strip() == "preloaded"
+    assert "fedmst_test_preloaded" not in sys.modules  # the coordinator itself never ran it
+
+
+def test_a_failing_target_is_exit_code_one_with_its_traceback(server: ForkServer, tmp_path: Path) -> None:
+    child = _spawn(server, tmp_path, "boom")
+    assert child.wait(timeout=10) == 1
+    assert "ValueError: boom" in (tmp_path / "boom.log").read_text()
+
+
+def test_a_killed_child_reports_the_signal_and_is_named(server: ForkServer, tmp_path: Path) -> None:
+    child = _spawn(server, tmp_path, "sleep", "30")
+    deadline = time.monotonic() + 5
+    while psutil.Process(child.pid).name() != "fedmst-test":  # named by the child itself, just after the fork
+        assert time.monotonic() < deadline, psutil.Process(child.pid).name()
+        time.sleep(0.01)
+    with pytest.raises(subprocess.TimeoutExpired):
+        child.wait(timeout=0.2)
+    child.kill()
+    assert child.wait(timeout=10) == -signal.SIGKILL
+    child.kill()  # reaped already: nothing is signalled (its PID may belong to someone else now)
+
+
+def test_closing_the_server_ends_its_children(server: ForkServer, tmp_path: Path) -> None:
+    child = _spawn(server, tmp_path, "sleep", "30")
+    server.close()
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(child.pid) and psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the child outlived its server"
+        time.sleep(0.05)
+    assert child.poll() is not None
+    with pytest.raises(ForkServerError, match="closed"):
+        _spawn(server, tmp_path, "echo", "0")
+
+
+def test_an_unknown_target_is_refused(server: ForkServer, tmp_path: Path) -> None:
+    with pytest.raises(ForkServerError, match="cannot start fedmst_test_targets:nope"):
+        _spawn(server, tmp_path, "nope")
