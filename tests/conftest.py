@@ -24,7 +24,11 @@ def leftovers() -> list[str]:
     teardown."""
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     found = [f"interface {m}" for m in re.findall(r"^\d+: (fm[\w-]+)", links, re.M)]
-    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
+    for proc in psutil.process_iter(["pid", "name", "cmdline", "status"]):
+        # a zombie holds nothing (no namespace, no memory): processes that died with a SIGKILLed
+        # coordinator wait there until init, which reaps at its own pace, collects them
+        if proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
         if is_ours(proc.info["name"] or "", proc.info["cmdline"] or []):
             cmdline = " ".join(proc.info["cmdline"] or [])
             found.append(f"process {proc.info['pid']} ({proc.info['name']}): {cmdline[:80]}")
