@@ -506,8 +506,8 @@ class Emulation:
 
     def track(self, proc: Process) -> Process:
         """Record a process started elsewhere (e.g. a ``docker exec`` client running an agent):
-        :meth:`close` ends it, and after a SIGKILL ``fedmst clean`` does, if its command line
-        is one of fedmst's (:data:`fedmst.net.cleanup.OURS`). Returns ``proc``."""
+        :meth:`close` ends it, and after a SIGKILL ``fedmst clean`` does, if its name or command
+        line is one of fedmst's (:func:`fedmst.net.cleanup.is_ours`). Returns ``proc``."""
         if self._state is None:
             raise EmulationError("track: the emulation is not running (use it inside `with`)")
         self._procs.append(proc)

@@ -26,6 +26,7 @@ import os
 import select
 import signal
 import socket
+import subprocess
 import sys
 import time
 import traceback
@@ -162,8 +163,6 @@ class Forked:
         while self.poll() is None:
             left = 1.0 if deadline is None else deadline - time.monotonic()
             if left <= 0:
-                import subprocess
-
                 raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
             try:
                 self.server.next_message(timeout_s=left)  # an exit notice, or any message

@@ -20,6 +20,7 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cache, partial
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -157,20 +158,15 @@ class Agent:
         Warming moves one model's worth of zeros over each connection, as a long-lived deployment's
         connections would have carried earlier rounds: round 1 then measures the schedule, not TCP
         slow start on new connections. The coordinator counts no set-up bytes in any round."""
-        xfers = [(t, r) for r in self.roles for t in r.transfers]
-
-        def open_(t: TransferSpec) -> transport.Pair:
+        def open_(t: TransferSpec, role: TaskRole) -> None:
             rank = transport.SENDER if t.src == self.node else transport.RECEIVER
             addr = t.src_addr if rank == transport.SENDER else t.dst_addr
             pair = transport.open_pair(store / t.key, rank=rank, address=addr, timeout_s=self.spec.timeout_s,
                                        numel=self.numel)
             transport.warm(pair, self.numel, self.chunk_elems)
-            return pair
+            role.pairs[t.key] = pair
 
-        with ThreadPoolExecutor(max_workers=max(1, len(xfers))) as pool:
-            opened = [(t, role, pool.submit(open_, t)) for t, role in xfers]
-        for t, role, future in opened:
-            role.pairs[t.key] = future.result()
+        _run_all([partial(open_, t, role) for role in self.roles for t in role.transfers])
 
     def replan(self, cmd: Replan) -> Done:
         """Take up a new plan (after a link failure or a dead worker): close every transfer, then
@@ -392,10 +388,12 @@ def _run_all(fns: list[Callable[[], None]]) -> None:
             fut.result()
 
 
+@cache
 def warm_up(*, model: str, dataset: str, optimizer: str, batch_size: int, lr: float) -> None:
     """Train a throw-away model briefly, so that torch's lazy imports, allocator and kernels are
-    ready: round 1's training time is then as representative as the later rounds'. A fork server
-    runs it once for every agent it forks (:meth:`fedmst.workers.backends.ProcessBackend.preload`)."""
+    ready: round 1's training time is then as representative as the later rounds'. Once per process:
+    a fork server runs it once for every agent it forks (:meth:`fedmst.workers.backends.ProcessBackend.preload`),
+    and their own call at set-up finds it done."""
     torch.set_num_threads(1)
     d = data.load_dataset(dataset)
     scratch = models.build_model(model, num_classes=d.num_classes, input_shape=d.input_shape)
