@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -136,3 +139,38 @@ def test_the_optimizer_names_are_the_run_configs() -> None:
     from fedmst.run.config import OPTIMIZERS as NAMES
 
     assert tuple(OPTIMIZERS) == NAMES
+
+
+@pytest.mark.parametrize("name,reference", [
+    ("sgd", lambda params, lr: torch.optim.SGD(params, lr=lr)),
+    ("momentum", lambda params, lr: torch.optim.SGD(params, lr=lr, momentum=0.9)),
+    ("adam", lambda params, lr: torch.optim.Adam(params, lr=lr)),
+])
+def test_the_local_optimizers_follow_torch_optim_step_by_step(name: str, reference: object) -> None:
+    from fedmst.fl.training import LocalOptimizer
+
+    torch.manual_seed(3)
+    ours, theirs = build_model("mlp", NUM_CLASSES, INPUT_SHAPE), build_model("mlp", NUM_CLASSES, INPUT_SHAPE)
+    theirs.load_state_dict(ours.state_dict())
+    start = flatten(ours)
+    opts = (LocalOptimizer(name, ours.parameters(), 0.05), reference(theirs.parameters(), 0.05))  # type: ignore[operator]
+    x, y = torch.randn(32, *INPUT_SHAPE), torch.randint(0, NUM_CLASSES, (32,))
+    for _ in range(5):
+        for model, opt in zip((ours, theirs), opts):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    for a, b in zip(ours.state_dict().values(), theirs.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert not torch.equal(flatten(ours), start), "five steps must move the weights"
+
+
+def test_training_does_not_import_torch_dynamo() -> None:
+    """torch.optim's first step imports torch._dynamo: 2 s of CPU in every worker that trains."""
+    code = ("import sys, torch; from fedmst.fl.training import train_local; from fedmst.fl.models import build_model; "
+            "m = build_model('mlp', 10, (64,)); "
+            "train_local(m, torch.zeros(8, 64), torch.zeros(8, dtype=torch.int64), epochs=1, batch_size=4, lr=0.1, "
+            "seed=0, optimizer='adam'); print('torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

@@ -8,17 +8,58 @@ regardless of what else touched the global RNG.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Iterable
 
 import torch
 from torch import nn
 
-OPTIMIZERS: dict[str, Callable[[Iterable[nn.Parameter], float], torch.optim.Optimizer]] = {
-    "sgd": lambda params, lr: torch.optim.SGD(params, lr=lr),
-    "momentum": lambda params, lr: torch.optim.SGD(params, lr=lr, momentum=0.9),
-    "adam": lambda params, lr: torch.optim.Adam(params, lr=lr),
-}
-"""Local optimizers by name: plain SGD, SGD with momentum 0.9, and Adam."""
+class LocalOptimizer:
+    """Plain SGD, SGD with momentum 0.9, or Adam (PyTorch's defaults otherwise), with
+    ``torch.optim``'s update rules written out; the tests check them against ``torch.optim``
+    step by step. Why not ``torch.optim`` itself: its first step imports ``torch._dynamo``, two
+    seconds of CPU in every process that trains (each Docker worker, and every fork server)."""
+
+    MOMENTUM, BETAS, EPS = 0.9, (0.9, 0.999), 1e-8
+
+    def __init__(self, name: str, params: Iterable[nn.Parameter], lr: float) -> None:
+        if name not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {name!r}; choose one of: {', '.join(OPTIMIZERS)}")
+        self.name, self.lr, self.steps = name, lr, 0
+        self.params = [p for p in params if p.requires_grad]
+        self.state: list[list[torch.Tensor]] = [[] for _ in self.params]
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.steps += 1
+        for p, state in zip(self.params, self.state):
+            if p.grad is None:
+                continue
+            g = p.grad
+            if self.name == "sgd":
+                p.add_(g, alpha=-self.lr)
+            elif self.name == "momentum":  # buffer = momentum * buffer + g, starting at g
+                if not state:
+                    state.append(g.clone())
+                else:
+                    state[0].mul_(self.MOMENTUM).add_(g)
+                p.add_(state[0], alpha=-self.lr)
+            else:  # adam
+                if not state:
+                    state.extend((torch.zeros_like(p), torch.zeros_like(p)))
+                m, v = state
+                b1, b2 = self.BETAS
+                m.lerp_(g, 1 - b1)
+                v.mul_(b2).addcmul_(g, g, value=1 - b2)
+                denom = (v.sqrt() / (1 - b2 ** self.steps) ** 0.5).add_(self.EPS)
+                p.addcdiv_(m, denom, value=-self.lr / (1 - b1 ** self.steps))
+
+
+OPTIMIZERS = ("sgd", "momentum", "adam")
+"""Local optimizers by name (see :class:`LocalOptimizer`)."""
 
 
 def train_local(
@@ -32,7 +73,7 @@ def train_local(
     seed: int,
     optimizer: str = "sgd",
 ) -> float:
-    """Train ``model`` in place on ``(X, y)`` with ``optimizer`` (a name in :data:`OPTIMIZERS`);
+    """Train ``model`` in place on ``(X, y)`` with ``optimizer`` (one of :data:`OPTIMIZERS`);
     return the mean loss over the last epoch."""
     if len(X) == 0 or len(X) != len(y):
         raise ValueError(
@@ -41,10 +82,8 @@ def train_local(
         )
     if epochs < 1 or batch_size < 1:
         raise ValueError(f"epochs and batch_size must be at least 1, got {epochs} and {batch_size}")
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}")
+    opt = LocalOptimizer(optimizer, model.parameters(), lr)
     generator = torch.Generator().manual_seed(seed)
-    opt = OPTIMIZERS[optimizer](model.parameters(), lr)
     loss_fn = nn.CrossEntropyLoss()
     model.train()
     total = 0.0
