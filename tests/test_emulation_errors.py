@@ -8,6 +8,7 @@ Mininet function that fails. Those marked ``integration`` start real Mininet hos
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -63,9 +64,11 @@ def test_ifconfig_is_checked_because_mininet_exits_without_it() -> None:
 
 # segmentation offloads ---------------------------------------------------------------------------
 def _fake_emulation(outputs: dict[str, str]) -> Emulation:
-    """An Emulation with no network whose hosts answer ``cmd`` from ``outputs`` (by interface)."""
+    """An Emulation with no network whose hosts answer the one ethtool line of ``_offloads_off``
+    with ``outputs`` (per interface), as the shell would: one report after the other."""
     emu = object.__new__(Emulation)
-    emu.cmd = lambda node, command: outputs[command.split()[2]]  # type: ignore[method-assign]
+    emu.cmd = lambda node, command: "".join(  # type: ignore[method-assign]
+        f"{outputs[intf]}{emulation._END}\r\n" for intf in re.findall(r"ethtool -K (\S+)", command))
     return emu
 
 
@@ -143,26 +146,23 @@ def test_mininet_exiting_for_a_missing_tool_is_one_emulation_error(monkeypatch: 
 
 @ROOT
 @pytest.mark.integration
-def test_mininet_giving_up_with_hosts_built_tears_them_down(monkeypatch: pytest.MonkeyPatch, no_probe: None,
-                                                            clean_host: None) -> None:
-    """Mininet's retry gives up (exit(1)) after both hosts exist: their shells and namespaces go."""
-    import mininet.link
-    from mininet.util import moveIntf
-
-    def give_up(intf1: str, intf2: str, addr1: object, addr2: object, node1: object, node2: object,
-                deleteIntfs: bool = True) -> None:
-        moveIntf("fmnosuch0", node2)  # Mininet retries 3 times, logs why and calls exit(1)
-
-    monkeypatch.setattr(mininet.link, "makeIntfPair", give_up)
+def test_links_failing_with_hosts_built_tears_them_down(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                        no_probe: None, clean_host: None) -> None:
+    """The one ``ip -batch`` that makes every veth pair fails after both hosts exist: their
+    shells and namespaces go, and the error is ip's own line."""
+    real = shutil.which("ip")
+    fake = tmp_path / "ip"
+    fake.write_text("#!/bin/sh\n"
+                    'if [ "$*" = "-batch -" ]; then echo "RTNETLINK answers: File exists" >&2; exit 1; fi\n'
+                    f'exec {real} "$@"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     emu = Emulation(_two_nodes(), delay_mode="off")
     with pytest.raises(EmulationError) as err:
         with emu:
             pass
-    message = str(err.value)
-    assert "\n" not in message
-    assert message.startswith("Mininet gave up: moveIntf: fmnosuch0 not successfully moved to fm1:"), message
-    assert message.endswith("gave up after 3 retries"), message
-    assert emu._state is None and not emu._procs
+    assert str(err.value) == "making the links failed: RTNETLINK answers: File exists"
+    assert emu._state is None and not emu._procs and not emu._hosts
 
 
 @ROOT

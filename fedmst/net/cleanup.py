@@ -21,9 +21,10 @@ import psutil
 from fedmst.net.forkserver import NAME_PREFIX
 
 STATE_DIR = Path(os.environ.get("FEDMST_STATE_DIR", "/run/fedmst"))
-OURS = re.compile(r"mininet:fm\d+|fedmst\.(workers\.agent|net\.delayline)")
+OURS = re.compile(r"mininet:fm\d+|fedmst\.(workers\.agent|net\.delayline|net\.forkserver)")
 """Command lines of the processes fedmst starts: Mininet host shells, agents in containers (the
-docker clients that run them); agents and delay lines forked by the fork server carry its names."""
+docker clients that run them), a fresh fork server before it names itself; agents and delay lines
+forked by a fork server carry its names."""
 _IFACE = re.compile(r"^fm(\d+-eth\d+|probe\d+)$")
 
 

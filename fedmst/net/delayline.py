@@ -8,7 +8,8 @@ only then accepting it is a delay line.
 Where packets are held matters. Holding them on the sending host's own egress makes TCP Small
 Queues see the bytes as still queued in the host and throttle the flow; holding them at the
 *receiving* host's ingress (``raw`` table, ``PREROUTING``) delays them exactly as a long wire
-would. So :func:`ingress_rule` is the only rule this module offers.
+would. So :func:`ingress_rule` (and :func:`ingress_rules`, the same for several interfaces) is the
+only rule this module offers.
 
 The module has two parts:
 
@@ -196,11 +197,29 @@ def ingress_rule(interface: str, queue: int) -> str:
     >>> ingress_rule("fm1-eth0", 3)
     'iptables -t raw -A PREROUTING -i fm1-eth0 -j NFQUEUE --queue-num 3'
     """
+    return f"iptables -t raw {_rule(interface, queue)}"
+
+
+def ingress_rules(queues: Sequence[tuple[str, int]]) -> str:
+    """The same rules for several (interface, queue) pairs of one host, as ``iptables-restore
+    --noflush`` input: one process installs them all.
+
+    >>> print(ingress_rules([("fm1-eth0", 0), ("fm1-eth1", 1)]))
+    *raw
+    -A PREROUTING -i fm1-eth0 -j NFQUEUE --queue-num 0
+    -A PREROUTING -i fm1-eth1 -j NFQUEUE --queue-num 1
+    COMMIT
+    <BLANKLINE>
+    """
+    return "\n".join(["*raw", *(_rule(i, q) for i, q in queues), "COMMIT", ""])
+
+
+def _rule(interface: str, queue: int) -> str:
     if not interface or any(c.isspace() for c in interface):
         raise ValueError(f"bad interface name {interface!r}")
     if not 0 <= int(queue) <= 65535:
         raise ValueError(f"NFQUEUE numbers are 0..65535, got {queue}")
-    return f"iptables -t raw -A PREROUTING -i {interface} -j NFQUEUE --queue-num {int(queue)}"
+    return f"-A PREROUTING -i {interface} -j NFQUEUE --queue-num {int(queue)}"
 
 
 # the process -------------------------------------------------------------------------------------
