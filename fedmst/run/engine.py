@@ -24,6 +24,7 @@ from fedmst.core.faults import replan_workload
 from fedmst.core.plan import plan_summary
 from fedmst.core.topology import node_order
 from fedmst.errors import FedmstError
+from fedmst.net.calibrate import cpu_bound_links, link_ceiling_mbps
 from fedmst.net.emulation import Capabilities, Emulation, host_name
 from fedmst.protocol import (
     ABORT_FILE,
@@ -89,12 +90,15 @@ def run(resolved: ResolvedRun, report: Report = print, command_started: float | 
     prediction = Prediction(graph, config.chunk_bytes, config.mtu, with_delay=resolved.delay_mode != "off")
     rounds: list[RoundResult] = []
     emu: Emulation | None = None
+    capabilities = Capabilities(netem=resolved.netem_available)
+    ceiling: dict[str, object] = {}
     status = "interrupted"
     try:
+        ceiling = _link_ceiling(resolved, capabilities, lambda m: report(f"{tag} {m}"))
         hosts = {node: host_name(i) for i, node in enumerate(sorted(graph.nodes, key=node_order))}
         netns = backend.up(hosts, mounts=(str(scratch), str(out.resolve())))
         emu = Emulation(graph, delay_mode=resolved.delay_mode, loss=config.loss, jitter_s=config.jitter_ms / 1e3,
-                        mtu=config.mtu, netns=netns, capabilities=Capabilities(netem=resolved.netem_available),
+                        mtu=config.mtu, netns=netns, capabilities=capabilities,
                         preload=backend.preload(model=config.model, dataset=config.dataset,
                                                 optimizer=config.optimizer, batch_size=config.batch_size,
                                                 lr=config.lr))
@@ -123,12 +127,26 @@ def run(resolved: ResolvedRun, report: Report = print, command_started: float | 
         if rounds:  # rounds already finished keep their summary
             wall_s = time.monotonic() - started
             times["teardown"] = wall_s - sum(s for name, s in times.items() if name != "prepare")
-            summary = summarise(resolved, prediction, rounds, emulated=emu.emulated() if emu else {},
+            emulated = {**emu.emulated(), **ceiling} if emu else {}
+            summary = summarise(resolved, prediction, rounds, emulated=emulated,
                                 workers=backend.describe(), wall_s=wall_s, status=status,
                                 times={k: round(v, 3) for k, v in times.items()})
             summary.write(out / "summary.json")
     report(f"{tag} time: {breakdown_line(times)}")
     return summary
+
+
+def _link_ceiling(resolved: ResolvedRun, capabilities: Capabilities, report: Report) -> dict[str, object]:
+    """What one emulated link of this host carries, and the links configured above it (warned
+    about here): the keys they add to summary.json's ``emulated``."""
+    ceiling = link_ceiling_mbps(resolved.delay_mode, resolved.config.mtu, capabilities, report=report)
+    above = cpu_bound_links(resolved.graph, ceiling)
+    if above:
+        shown = ", ".join(above[:5]) + (", ..." if len(above) > 5 else "")
+        report(f"warning: {len(above)} link(s) ({shown}) have a capacity above the {ceiling:.0f} Mbit/s one "
+               "emulated link of this host carries: their bandwidth is bound by the CPU, not emulated, and "
+               "their predictions cannot hold")
+    return {"link_ceiling_mbps": ceiling, "bandwidth_cpu_bound": above}
 
 
 def _make_run_dir(out: Path) -> None:
