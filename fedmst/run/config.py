@@ -19,6 +19,7 @@ from typing import Any, Mapping, Sequence, get_type_hints
 import networkx as nx
 
 from fedmst.core import faults
+from fedmst.core.schedulers import get_scheduler
 from fedmst.core.tasks import Task, place_task
 from fedmst.core.topology import load_topology, node_order
 from fedmst.core.wire import DEFAULT_MTU
@@ -210,20 +211,25 @@ def check_host(config: RunConfig) -> Host:
 def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Host | None = None) -> list[ResolvedRun]:
     """Check ``config`` and the host (unless ``host`` was checked already), then plan it with each
     of ``schedulers`` (default: ``config.scheduler``); every run shares the same topology and tasks."""
-    from fedmst.fl import data, models  # torch: only once a run is really resolved
     from fedmst.workers.backends import backend_for
 
     validate(config)
     host = host or check_host(config)
     graph = load_topology(config.topology)
-    dataset = data.load_dataset(config.dataset)
-    size = models.model_bytes(models.build_model(config.model, num_classes=dataset.num_classes,
-                                                 input_shape=dataset.input_shape))
-    tasks = _tasks(config, graph, size)
-    data.dirichlet_shards(dataset.y_train, config.local_models, config.alpha, seed=config.seed)  # too many models?
     link_failures = tuple(faults.parse_link_failure(f, graph, config.rounds) for f in config.fail_links)
     kills = tuple(faults.parse_worker_kill(k, graph, config.rounds) for k in config.kill_workers)
     slow = dict(faults.parse_slow_node(spec, graph) for spec in config.slow_nodes)
+    placed = _tasks(config, graph, model_bytes=0)  # placement does not depend on the model's size
+    for scheduler in schedulers or [config.scheduler]:
+        get_scheduler(scheduler)
+    # torch (1.5 s) only after every check that does not need it, so most bad input fails at once
+    from fedmst.fl import data, models
+
+    dataset = data.load_dataset(config.dataset)
+    size = models.model_bytes(models.build_model(config.model, num_classes=dataset.num_classes,
+                                                 input_shape=dataset.input_shape))
+    tasks = [replace(task, model_bytes=size) for task in placed]
+    data.dirichlet_shards(dataset.y_train, config.local_models, config.alpha, seed=config.seed)  # too many models?
     runs = []
     for scheduler in schedulers or [config.scheduler]:
         workload = schedule_workload(graph, tasks, scheduler, wavelengths=config.wavelengths, mtu=config.mtu)
