@@ -18,6 +18,8 @@ import pytest
 
 from fedmst.net import calibrate
 from fedmst.net.emulation import Capabilities, Emulation, probe_capabilities
+from fedmst.run.measure import CPU_BOUND
+from fedmst.run.results import read_csv
 
 FEDMST = Path(sys.executable).with_name("fedmst")
 ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
@@ -85,3 +87,8 @@ def test_a_run_names_the_links_this_host_cannot_carry(tmp_path: Path, clean_host
     assert emulated["bandwidth_cpu_bound"] == ["a-b"]
     assert 10 < emulated["link_ceiling_mbps"] < 1e9
     assert "warning: 1 link(s) (a-b) have a capacity above the" in proc.stdout
+    # how busy the host's CPUs were in each phase is measured, and said when it bound the phase
+    (row,) = read_csv(out / "rounds.csv")
+    assert all(0 < float(row[f"{p}_cpu_busy"]) <= 1 for p in ("broadcast", "train", "upload")), row
+    assert emulated["phases_cpu_bound"] == [f"round 1 {p}" for p in ("broadcast", "upload")
+                                            if float(row[f"{p}_cpu_busy"]) >= CPU_BOUND]

@@ -45,7 +45,7 @@ def link_ceiling_mbps(delay_mode: str, mtu: int, capabilities: Capabilities,
         cached = json.loads(CACHE.read_text())
         if cached.get("boot_id") == boot:
             ceilings = {str(k): float(v) for k, v in cached["ceilings"].items()}
-    except (OSError, ValueError, KeyError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # unreadable: measure again
         pass
     if key not in ceilings:
         report(f"measuring what one emulated link of this host carries ({delay_mode} delay; once per boot)")

@@ -19,6 +19,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
+import psutil
+
 import fedmst
 from fedmst.core.faults import replan_workload
 from fedmst.core.plan import plan_summary
@@ -40,7 +42,7 @@ from fedmst.protocol import (
     Upload,
 )
 from fedmst.run.config import ResolvedRun
-from fedmst.run.measure import STEPS, CounterSampler, Prediction, RoundResult, summarise, write_tables
+from fedmst.run.measure import STEPS, CounterSampler, Prediction, RoundResult, cpu_busy, summarise, write_tables
 from fedmst.run.recovery import (
     NEXT_PHASE,
     Live,
@@ -261,6 +263,8 @@ class Engine:
                     f"train {res.seconds['train']:.2f} s, upload {res.seconds['upload']:.2f} s, "
                     f"{sum(sum(b.values()) for b in res.link_bytes.values()) / 1e6:.1f} MB on links, "
                     f"accuracy {res.accuracy:.3f}"
+                    + "".join(f"; the {p} was bound by the CPU ({res.cpu_busy[p]:.0%} busy), not by the links"
+                              for p in res.cpu_bound)
                 )
         finally:
             self.server.close()
@@ -343,6 +347,7 @@ class Engine:
         strikes = strikes_for(r, phase, self.run_.link_failures, self.run_.kills,
                               lambda u, v: self.emu.set_link(u, v, up=False), self.agents)
         before = self.emu.counters()
+        cpu = psutil.cpu_times()
         start = time.perf_counter()
         with self.sampler.sampling(r, phase):
             res.plans[phase] = self.live.plans
@@ -370,6 +375,7 @@ class Engine:
                     replies = self.server.run(self.command(res, phase), timeout_s=self.timeout_s, check=self.check)
         self.watch = self.progress = None
         res.seconds[phase] = time.perf_counter() - start
+        res.cpu_busy[phase] = cpu_busy(cpu, psutil.cpu_times())
         if phase == "train":
             res.late = late_models(replies)
             self.report_late(r, res.late)

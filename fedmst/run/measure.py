@@ -26,6 +26,22 @@ from fedmst.run.results import LINK_FIELDS, ROUND_FIELDS, TASK_FIELDS, write_csv
 
 LinkDir = tuple[str, str]
 STEPS = ("broadcast", "train", "upload")
+CPU_BOUND = 0.95
+"""A transfer phase with the host's CPUs at least this busy is reported as bound by the CPU."""
+
+
+def cpu_busy(before: Any, after: Any) -> float:
+    """Busy fraction of all CPUs between two :func:`psutil.cpu_times` readings.
+
+    >>> from collections import namedtuple
+    >>> T = namedtuple("T", "user system idle iowait")
+    >>> cpu_busy(T(10, 5, 100, 1), T(16, 8, 101, 1))
+    0.9
+    """
+    spent = {k: getattr(after, k) - getattr(before, k) for k in after._fields}
+    total = sum(spent.values())
+    idle = spent.get("idle", 0.0) + spent.get("iowait", 0.0)
+    return round(1 - idle / total, 3) if total > 0 else 0.0
 
 
 @dataclass
@@ -47,6 +63,14 @@ class RoundResult:
     late: dict[str, list[int]] = field(default_factory=dict)
     """Each task's local models whose update missed the deadline and was dropped."""
     faults: list[dict[str, Any]] = field(default_factory=list)
+    cpu_busy: dict[str, float] = field(default_factory=dict)
+    """Fraction of the host's CPU time that was busy during each phase (:func:`cpu_busy`)."""
+
+    @property
+    def cpu_bound(self) -> list[str]:
+        """The transfer phases during which the host's CPUs were all but saturated: their links
+        ran as fast as the host could forward, not as the plan's fluid model says."""
+        return [p for p in PHASES if self.cpu_busy.get(p, 0.0) >= CPU_BOUND]
 
     @property
     def local_models(self) -> dict[str, int]:
@@ -167,6 +191,7 @@ def write_tables(out: Path, prediction: Prediction, rounds: list[RoundResult]) -
             "faults": "; ".join(f["event"] for f in res.faults),
             "late_updates": sum(len(m) for m in res.late.values()),
             "replan_s": sum(f["replan_s"] for f in res.faults),
+            **{f"{p}_cpu_busy": res.cpu_busy.get(p, "") for p in STEPS},
         })
     write_csv(out / "rounds.csv", ROUND_FIELDS, round_rows)
     write_csv(out / "tasks.csv", TASK_FIELDS, task_rows)
@@ -223,7 +248,7 @@ def summarise(run: Any, prediction: Prediction, rounds: list[RoundResult], *, em
         late_updates_per_round=[sum(len(m) for m in r.late.values()) for r in rounds],
         final_accuracy=rounds[-1].accuracy,
         accuracy_per_round=[r.accuracy for r in rounds],
-        emulated=emulated,
+        emulated={**emulated, "phases_cpu_bound": [f"round {r.round} {p}" for r in rounds for p in r.cpu_bound]},
         workers=workers,
         wall_s=wall_s,
         time_breakdown_s=times,

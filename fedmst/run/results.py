@@ -19,7 +19,7 @@ ROUND_FIELDS = (
     "round", "broadcast_s", "train_s", "upload_s", "round_s",
     "predicted_broadcast_s", "predicted_upload_s",
     "bytes_measured", "bytes_predicted", "bytes_aborted", "retransmitted_segments", "queue_drops", "accuracy",
-    "local_models", "faults", "replan_s", "late_updates",
+    "local_models", "faults", "replan_s", "late_updates", "broadcast_cpu_busy", "train_cpu_busy", "upload_cpu_busy",
 )
 TASK_FIELDS = ("round", "task", "broadcast_s", "train_s", "upload_s", "round_s", "accuracy", "local_models")
 """tasks.csv: each task's own phase latencies (when its last node finished) and accuracy."""
