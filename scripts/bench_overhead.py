@@ -6,7 +6,8 @@ For each case (NSFNET with 8 local models, Geant2012 with 16, by default) it run
 (``summary.json``'s ``time_breakdown_s``: prepare, network, agents, rounds, teardown) with the
 fixed cost (the command's wall-clock minus the rounds) beside the goal (at most 6 s for NSFNET
 with 8 local models on a 2-core host), then each round's measured broadcast and upload beside
-the plans' prediction (goal: round 1 within 1.2x).
+the plans' prediction (goal: round 1 within 1.2x) and how busy the host's CPUs were meanwhile
+(at 95% and more a phase is bound by the CPU, not by the links).
 
 Run as root from the repository: ``.venv/bin/python scripts/bench_overhead.py [--rounds 2]
 [--case nsfnet:8 --case topozoo/Geant2012:16] [--out runs/bench-overhead]``.
@@ -64,14 +65,15 @@ def main() -> None:
             b, pb = float(r["broadcast_s"]), float(r["predicted_broadcast_s"])
             u, pu = float(r["upload_s"]), float(r["predicted_upload_s"])
             phases.append(f"| {topology} | {r['round']} | {b:.2f} | {pb:.2f} | {b / pb:.2f} | {u:.2f} | {pu:.2f} | "
-                          f"{u / pu:.2f} |")
+                          f"{u / pu:.2f} | {float(r['broadcast_cpu_busy']):.0%} / {float(r['upload_cpu_busy']):.0%} |")
     print("| topology | k | agents | " + " | ".join(f"{p} (s)" for p in TIME_PARTS)
           + " | command (s) | fixed cost (s) | goal (s) |")
     print("|---" * (len(TIME_PARTS) + 6) + "|")
     print("\n".join(breakdown))
     print(f"\nRound by round, MST (goal: round 1 within {GOAL_ROUND1_RATIO}x of the prediction):\n")
-    print("| topology | round | broadcast (s) | predicted (s) | ratio | upload (s) | predicted (s) | ratio |")
-    print("|---" * 8 + "|")
+    print("| topology | round | broadcast (s) | predicted (s) | ratio | upload (s) | predicted (s) | ratio "
+          "| CPU busy (broadcast / upload) |")
+    print("|---" * 9 + "|")
     print("\n".join(phases))
 
 

@@ -23,7 +23,7 @@ import psutil
 
 import fedmst
 from fedmst.core.faults import replan_workload
-from fedmst.core.plan import plan_summary
+from fedmst.core.plan import LinkDir, plan_summary
 from fedmst.core.topology import node_order
 from fedmst.errors import FedmstError
 from fedmst.net.calibrate import cpu_bound_links, link_ceiling_mbps
@@ -369,7 +369,8 @@ class Engine:
                     res.aborted_bytes[phase] = {hop: after[hop] - before[hop] for hop in after}
                     outcome.event["aborted"]["link_bytes"] = sum(res.aborted_bytes[phase].values())
                     before = after
-                self.replan(res, phase if outcome.redo else NEXT_PHASE[phase], outcome.event)
+                setup = self.replan(res, phase if outcome.redo else NEXT_PHASE[phase], outcome.event)
+                before = {hop: n + setup[hop] for hop, n in before.items()}  # set-up bytes are no phase's
                 if outcome.redo:
                     res.plans[phase] = self.live.plans
                     replies = self.server.run(self.command(res, phase), timeout_s=self.timeout_s, check=self.check)
@@ -392,9 +393,11 @@ class Engine:
             self.report(f"{self.tag} round {r}: {name}'s local model(s) {where} missed the "
                         f"{self.config.deadline_s:g} s deadline; their updates are dropped")
 
-    def replan(self, res: RoundResult, before_phase: str, event: dict[str, Any]) -> None:
+    def replan(self, res: RoundResult, before_phase: str, event: dict[str, Any]) -> dict[LinkDir, int]:
         """Schedule the tasks again around what is broken, install the new routes, have the
-        agents connect the new transfers, and record the event with what each step took."""
+        agents connect (and warm) the new transfers, and record the event with what each step
+        took. Returns the bytes each link direction carried meanwhile: set-up, like the first
+        connections', which the caller keeps out of the phase it measures."""
         live, config = self.live, self.config
         t0 = time.perf_counter()
         workload, remaining = replan_workload(
@@ -407,11 +410,14 @@ class Engine:
         t2 = time.perf_counter()
         store = self.scratch / f"store{live.epoch}"
         store.mkdir()
+        counters = self.emu.counters()
         self.server.run(Replan(tasks=specs, store_dir=str(store)), timeout_s=self.timeout_s, check=self.check)
+        setup = {hop: n - counters[hop] for hop, n in self.emu.counters().items()}
         t3 = time.perf_counter()
         event.update(
             round=res.round, before_phase=before_phase,
             scheduling_s=t1 - t0, routes_s=t2 - t1, reconnect_s=t3 - t2, replan_s=t3 - t0,
+            setup_link_bytes=sum(setup.values()),
             dropped={rt.task.name: {str(i): why for i, why in rt.dropped.items()} for rt in remaining if rt.dropped},
             tasks=[{**plan_summary(p), "local_models": list(live.models[p.task.name]),
                     "flows": [asdict(t) for t in s.transfers]} for p, s in zip(live.plans, specs)],
@@ -423,4 +429,5 @@ class Engine:
                             for i, why in d.items())
         self.report(f"{self.tag} round {res.round}: {event['event']}; re-planned in {event['replan_s']:.2f} s"
                     + (f"; {dropped}" if dropped else ""))
+        return setup
 
