@@ -67,15 +67,16 @@ def main() -> int:
     summaries = compare(base, ["spff", "mst"], Path(args.out), report=lambda line: print(line, file=sys.stderr))
     print(f"both schedulers done in {time.monotonic() - started:.0f} s", file=sys.stderr)
 
-    print("| scheduler | round | event | scheduling (s) | routes (s) | reconnect (s) | re-plan (s) "
+    print("| scheduler | round | event | scheduling (s) | routes (s) | reconnect (s) | re-plan (s) | warm-up (MB) "
           "| noticed after (s) | in flight lost (B) | aborted attempt (MB) | local models dropped |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---" * 12 + "|")
     for scheduler in summaries:
         for e in json.loads((Path(args.out) / scheduler / "faults.json").read_text()):
             noticed = ", ".join(f"{n}: {s:.2f}" for n, s in e.get("detected_s", {}).items()) or "-"
             dropped = "; ".join(f"{i} ({why})" for d in e["dropped"].values() for i, why in d.items()) or "-"
             print(f"| {scheduler} | {e['round']} | {e['event']} | {e['scheduling_s']:.3f} | {e['routes_s']:.3f} "
-                  f"| {e['reconnect_s']:.3f} | {e['replan_s']:.3f} | {noticed} | {e['in_flight_lost_bytes']} "
+                  f"| {e['reconnect_s']:.3f} | {e['replan_s']:.3f} | {e['setup_link_bytes'] / 1e6:.1f} | {noticed} "
+                  f"| {e['in_flight_lost_bytes']} "
                   f"| {e['aborted']['link_bytes'] / 1e6 if 'aborted' in e else 0:.1f} | {dropped} |")
 
     print("\n| scheduler | round | local models | round latency (s) | predicted comm. (s) | link bytes (MB) "
