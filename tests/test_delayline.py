@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -206,12 +207,17 @@ def _start_delay_line(emu: object, node: str, intf: str, tmp: Path, *args: str) 
     return proc, stats
 
 
-def _ping(emu: object, node: str, addr: str, opts: str) -> tuple[int, int, float | None]:
-    """(sent, received, avg RTT in ms) of a ping. ``-U``: user-to-user time, because ping's
-    default uses the kernel's receive stamp, taken *before* the reply waits in our delay line."""
-    out = emu.cmd(node, f"ping -U -n -q {opts} {addr}")  # type: ignore[attr-defined]
+def _ping(emu: object, node: str, addr: str, opts: str, *, median: bool = False) -> tuple[int, int, float | None]:
+    """(sent, received, RTT in ms) of a ping: the mean, or with ``median`` the median reply, which
+    a late wake-up of ping itself on an idle host does not drag up. ``-U``: user-to-user time,
+    because ping's default uses the kernel's receive stamp, taken *before* the reply waits in our
+    delay line."""
+    out = emu.cmd(node, f"ping -U -n {'' if median else '-q'} {opts} {addr}")  # type: ignore[attr-defined]
     m = re.search(r"(\d+) packets transmitted, (\d+) received", out)
     assert m, out
+    if median:
+        times = [float(t) for t in re.findall(r"time=([\d.]+) ms", out)]
+        return int(m.group(1)), int(m.group(2)), statistics.median(times) if times else None
     rtt = re.search(r"= [\d.]+/([\d.]+)/", out)
     return int(m.group(1)), int(m.group(2)), float(rtt.group(1)) if rtt else None
 
@@ -224,16 +230,20 @@ def _gone(procs: list) -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("delay_ms", [10.0, 1.0])
+@pytest.mark.parametrize("delay_ms", [10.0, 2.0])
 def test_ping_rtt_is_twice_the_one_way_delay(delay_ms: float, tmp_path: Path, clean_host: None) -> None:
+    """Median RTT through both delay lines against twice the delay plus the stack's own RTT. Not
+    below 2 ms: each packet's verdict costs a few tens of microseconds that no delay can hide,
+    and on an idle host that alone can exceed the 0.1 ms tolerance of a 1 ms delay (README:
+    scripts/bench_delay.py measures small delays)."""
     procs = []
     with _line3() as emu:
         b = _addr(emu, "b", "fm1-eth0")
-        _, _, base = _ping(emu, "a", b, "-c 20 -i 0.05")  # the stack's own RTT, no delay line yet
+        _, _, base = _ping(emu, "a", b, "-c 20 -i 0.05", median=True)  # the stack's own RTT, no delay line yet
         assert base is not None
         for node, intf in (("b", "fm1-eth0"), ("a", "fm0-eth0")):  # a->b held at b, b->a at a
             procs.append(_start_delay_line(emu, node, intf, tmp_path, "--delay-ms", str(delay_ms))[0])
-        sent, got, rtt = _ping(emu, "a", b, "-c 20 -i 0.05")
+        sent, got, rtt = _ping(emu, "a", b, "-c 20 -i 0.05", median=True)
     _gone(procs)
     assert sent == got == 20
     assert rtt is not None

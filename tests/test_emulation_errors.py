@@ -91,18 +91,22 @@ def test_an_offload_that_stays_on_is_one_line_naming_node_and_interface(output: 
     assert str(err.value) == f"switching off segmentation offloads on node a, interface fm0-eth1, failed: {reason}"
 
 
+def _failing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tool: str, when: str, error: str, end: str) -> None:
+    """Put a ``tool`` first on PATH that prints ``error`` and fails when the shell test ``when``
+    (closed by ``end``) holds, and runs the real one otherwise."""
+    fake = tmp_path / tool
+    fake.write_text(f'#!/bin/sh\n{when} echo "{error}" >&2; exit 1{end}\nexec {shutil.which(tool)} "$@"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+
+
 @ROOT
 @pytest.mark.integration
 def test_a_failing_ethtool_stops_the_build_and_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                               clean_host: None) -> None:
     """A real build on line3 whose hosts find an ethtool that cannot switch tso off."""
-    real = shutil.which("ethtool")
-    fake = tmp_path / "ethtool"
-    fake.write_text("#!/bin/sh\n"
-                    'case " $* " in *" tso off "*) echo "netlink error: Operation not permitted" >&2; exit 1;; esac\n'
-                    f'exec {real} "$@"\n')
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    _failing(monkeypatch, tmp_path, "ethtool", 'case " $* " in *" tso off "*)',
+             "netlink error: Operation not permitted", ";; esac")
     with pytest.raises(EmulationError) as err:
         with Emulation(load_topology("line3"), delay_mode="off"):
             pass
@@ -150,13 +154,7 @@ def test_links_failing_with_hosts_built_tears_them_down(monkeypatch: pytest.Monk
                                                         no_probe: None, clean_host: None) -> None:
     """The one ``ip -batch`` that makes every veth pair fails after both hosts exist: their
     shells and namespaces go, and the error is ip's own line."""
-    real = shutil.which("ip")
-    fake = tmp_path / "ip"
-    fake.write_text("#!/bin/sh\n"
-                    'if [ "$*" = "-batch -" ]; then echo "RTNETLINK answers: File exists" >&2; exit 1; fi\n'
-                    f'exec {real} "$@"\n')
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    _failing(monkeypatch, tmp_path, "ip", 'if [ "$*" = "-batch -" ]; then', "RTNETLINK answers: File exists", "; fi")
     emu = Emulation(_two_nodes(), delay_mode="off")
     with pytest.raises(EmulationError) as err:
         with emu:
