@@ -101,6 +101,15 @@ def overlay(tree: nx.Graph, task: Task) -> list[tuple[tuple[str, ...], frozenset
     return out
 
 
+def tree_plan(scheduler: str, tree: nx.Graph, task: Task) -> Plan:
+    """The plan of a tree rooted at G: broadcast down it, upload up it, every branch point
+    summing the updates that meet there (:func:`overlay`)."""
+    hops = overlay(tree, task)
+    broadcast = [Transfer("broadcast", path, models) for path, models in hops]
+    upload = [Transfer("upload", path[::-1], models) for path, models in reversed(hops)]
+    return Plan(scheduler=scheduler, task=task, transfers=tuple(broadcast + upload))
+
+
 class MSTScheduler(Scheduler):
     """Steiner tree over load-aware link weights, aggregating wherever upload branches meet."""
 
@@ -110,7 +119,4 @@ class MSTScheduler(Scheduler):
         if task.terminals == {task.global_node}:
             return Plan(scheduler=self.name, task=task, transfers=())
         aux = auxiliary_graph(graph, task, link_state)
-        hops = overlay(steiner_tree(aux, task.global_node, task.terminals), task)
-        broadcast = [Transfer("broadcast", path, models) for path, models in hops]
-        upload = [Transfer("upload", path[::-1], models) for path, models in reversed(hops)]
-        return Plan(scheduler=self.name, task=task, transfers=tuple(broadcast + upload))
+        return tree_plan(self.name, steiner_tree(aux, task.global_node, task.terminals), task)
