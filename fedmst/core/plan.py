@@ -80,6 +80,15 @@ class Plan:
     task: Task
     transfers: tuple[Transfer, ...]
 
+    @classmethod
+    def mirrored(cls, scheduler: str, task: Task, hops: Sequence[tuple[tuple[str, ...], frozenset[int]]]) -> "Plan":
+        """The plan whose broadcast runs each (path from parent, models below) hop, parents
+        first, and whose upload runs them back, children first: every hop's far end sums what
+        reaches it before sending one tensor on."""
+        broadcast = [Transfer("broadcast", path, models) for path, models in hops]
+        upload = [Transfer("upload", path[::-1], models) for path, models in reversed(hops)]
+        return cls(scheduler=scheduler, task=task, transfers=tuple(broadcast + upload))
+
     def phase(self, phase: Phase) -> tuple[Transfer, ...]:
         return tuple(t for t in self.transfers if t.phase == phase)
 

@@ -21,7 +21,7 @@ import networkx as nx
 from networkx.algorithms.approximation import steiner_tree as approx_steiner_tree
 
 from fedmst.core.schedulers.base import LinkState, Scheduler
-from fedmst.core.plan import Plan, Transfer
+from fedmst.core.plan import Plan
 from fedmst.core.tasks import Task
 
 
@@ -104,10 +104,7 @@ def overlay(tree: nx.Graph, task: Task) -> list[tuple[tuple[str, ...], frozenset
 def tree_plan(scheduler: str, tree: nx.Graph, task: Task) -> Plan:
     """The plan of a tree rooted at G: broadcast down it, upload up it, every branch point
     summing the updates that meet there (:func:`overlay`)."""
-    hops = overlay(tree, task)
-    broadcast = [Transfer("broadcast", path, models) for path, models in hops]
-    upload = [Transfer("upload", path[::-1], models) for path, models in reversed(hops)]
-    return Plan(scheduler=scheduler, task=task, transfers=tuple(broadcast + upload))
+    return Plan.mirrored(scheduler, task, overlay(tree, task))
 
 
 class MSTScheduler(Scheduler):
