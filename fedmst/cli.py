@@ -213,7 +213,9 @@ def _schedulers(value: str) -> list[str]:
 def main() -> None:
     """fedmst: federated learning over emulated links, MST trees with in-path aggregation vs SPFF."""
     # at exit, the interpreter's last collections would walk every object torch made: 0.7 s of a
-    # run's fixed cost on this host. Frozen objects are skipped; everything is still finalised.
+    # run's fixed cost on this host. Frozen objects are skipped (cycles among them are not
+    # collected: nothing of fedmst's needs a finaliser at exit).
+    atexit.unregister(gc.freeze)
     atexit.register(gc.freeze)
 
 

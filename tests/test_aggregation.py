@@ -174,3 +174,23 @@ def test_training_does_not_import_torch_dynamo() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_adam_counts_steps_per_parameter_as_torch_does() -> None:
+    """A parameter without a gradient in some steps: torch steps it (and bias-corrects) only
+    when it has one."""
+    from fedmst.fl.training import LocalOptimizer
+
+    torch.manual_seed(5)
+    ours, theirs = nn.Linear(4, 3), nn.Linear(4, 3)
+    theirs.load_state_dict(ours.state_dict())
+    opts = (LocalOptimizer("adam", ours.parameters(), 0.01), torch.optim.Adam(theirs.parameters(), lr=0.01))
+    x = torch.randn(8, 4)
+    for step in range(6):
+        for model, opt in zip((ours, theirs), opts):
+            opt.zero_grad()
+            out = model(x) if step % 2 else x @ model.weight.T  # odd steps only: the bias gets a gradient
+            out.square().sum().backward()
+            opt.step()
+    for a, b in zip(ours.state_dict().values(), theirs.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)

@@ -16,6 +16,7 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
+from fedmst.errors import EmulationError
 from fedmst.net import calibrate
 from fedmst.net.emulation import Capabilities, Emulation, probe_capabilities
 from fedmst.run.measure import CPU_BOUND
@@ -28,7 +29,7 @@ ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network name
 def test_the_best_window_is_the_rate() -> None:
     samples = [(0.0, 0), (0.1, 100_000), (0.2, 1_350_000), (0.3, 2_600_000), (0.4, 2_700_000)]
     assert calibrate.best_rate_mbps(samples, 0.1) == 100.0  # 1.25 MB in 0.1 s, twice
-    with pytest.raises(RuntimeError, match="no traffic crossed"):
+    with pytest.raises(EmulationError, match="no traffic crossed"):
         calibrate.best_rate_mbps([(0.0, 5), (0.2, 5)], 0.1)
 
 
@@ -92,3 +93,20 @@ def test_a_run_names_the_links_this_host_cannot_carry(tmp_path: Path, clean_host
     assert all(0 < float(row[f"{p}_cpu_busy"]) <= 1 for p in ("broadcast", "train", "upload")), row
     assert emulated["phases_cpu_bound"] == [f"round 1 {p}" for p in ("broadcast", "upload")
                                             if float(row[f"{p}_cpu_busy"]) >= CPU_BOUND]
+
+
+def test_a_ceiling_that_cannot_be_measured_is_a_warning_not_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from fedmst.run import engine
+
+    def fail(*args: object, **kw: object) -> float:
+        raise EmulationError("calibrating the link ceiling failed: sink.log: boom")
+
+    monkeypatch.setattr(engine, "link_ceiling_mbps", fail)
+    said: list[str] = []
+    resolved = SimpleNamespace(delay_mode="userspace", config=SimpleNamespace(mtu=1500), graph=nx.Graph())
+    keys = engine._link_ceiling(resolved, Capabilities(netem=False), said.append)  # type: ignore[arg-type]
+    assert keys == {"link_ceiling_mbps": None, "bandwidth_cpu_bound": None}
+    assert said == ["warning: calibrating the link ceiling failed: sink.log: boom; link capacities are not checked "
+                    "against what this host carries"]

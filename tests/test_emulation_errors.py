@@ -64,11 +64,11 @@ def test_ifconfig_is_checked_because_mininet_exits_without_it() -> None:
 
 # segmentation offloads ---------------------------------------------------------------------------
 def _fake_emulation(outputs: dict[str, str]) -> Emulation:
-    """An Emulation with no network whose hosts answer the one ethtool line of ``_offloads_off``
+    """An Emulation with no network whose hosts answer the ethtool script of ``_offloads_off``
     with ``outputs`` (per interface), as the shell would: one report after the other."""
     emu = object.__new__(Emulation)
-    emu.cmd = lambda node, command: "".join(  # type: ignore[method-assign]
-        f"{outputs[intf]}{emulation._END}\r\n" for intf in re.findall(r"ethtool -K (\S+)", command))
+    emu._script = lambda node, lines: "".join(  # type: ignore[method-assign]
+        f"{outputs[intf]}{emulation._END}\r\n" for intf in re.findall(r"ethtool -K (\S+)", "\n".join(lines)))
     return emu
 
 
@@ -218,3 +218,22 @@ def test_clean_dead_removes_only_containers_of_dead_runs(monkeypatch: pytest.Mon
     monkeypatch.setattr(docker, "remove_names", lambda names: removed.append(list(names)))
     assert docker.clean_dead() == ["removed container fedmst-fm0", "removed container fedmst-fm2"]
     assert removed == [["fedmst-fm0", "fedmst-fm2"]]
+
+
+@ROOT
+@pytest.mark.integration
+def test_a_node_with_forty_links_is_built_whole(no_probe: None, clean_host: None) -> None:
+    """A hub's per-interface commands exceed the 4,095 characters a terminal line holds; they
+    run from a script, so every interface gets its offloads switched off, htb and its address."""
+    g = nx.star_graph(40)
+    nx.relabel_nodes(g, {i: f"n{i}" for i in g}, copy=False)
+    nx.set_edge_attributes(g, 100.0, "capacity_mbps")
+    nx.set_edge_attributes(g, 0.0, "delay_s")
+    with Emulation(g, delay_mode="off") as emu:
+        hub = emu.interfaces("n0")
+        assert len(hub) == 40
+        offloads = emu.cmd("n0", f"ethtool -k {hub[-1]}")
+        shaped = emu.cmd("n0", f"tc class show dev {hub[-1]}")
+        addresses = emu.cmd("n0", "ip -o -4 addr show").count("inet 10.")
+    assert "tcp-segmentation-offload: off" in offloads and "rate 100Mbit" in shaped
+    assert addresses == 40

@@ -97,3 +97,24 @@ def test_closing_the_server_ends_its_children(server: ForkServer, tmp_path: Path
 def test_an_unknown_target_is_refused(server: ForkServer, tmp_path: Path) -> None:
     with pytest.raises(ForkServerError, match="cannot start fedmst_test_targets:nope"):
         _spawn(server, tmp_path, "nope")
+
+
+def test_a_fresh_server_has_this_path_and_nothing_of_the_working_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The delay lines' server is a new interpreter running as root: a ``json.py`` in the
+    directory it was started from must not shadow the standard library, while the modules this
+    process can import stay importable."""
+    (tmp_path / "fedmst_test_targets.py").write_text(TARGETS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    trap = tmp_path / "cwd"
+    trap.mkdir()
+    (trap / "json.py").write_text("raise SystemExit('the working directory was on sys.path')\n")
+    monkeypatch.chdir(trap)
+    forks = ForkServer(fresh=True)
+    try:
+        child = forks.spawn(None, "fedmst_test_targets:echo", ["0"], env={}, log=tmp_path / "echo.log", name="test")
+        assert child.wait(timeout=30) == 0, (tmp_path / "echo.log").read_text()
+        assert psutil.Process(forks.pid).name() == SERVER_NAME
+        assert "torch" not in " ".join(psutil.Process(forks.pid).cmdline())
+    finally:
+        forks.close()

@@ -24,9 +24,10 @@ class LocalOptimizer:
     def __init__(self, name: str, params: Iterable[nn.Parameter], lr: float) -> None:
         if name not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer {name!r}; choose one of: {', '.join(OPTIMIZERS)}")
-        self.name, self.lr, self.steps = name, lr, 0
+        self.name, self.lr = name, lr
         self.params = [p for p in params if p.requires_grad]
         self.state: list[list[torch.Tensor]] = [[] for _ in self.params]
+        self.steps = [0] * len(self.params)  # per parameter: one without a gradient does not step
 
     def zero_grad(self) -> None:
         for p in self.params:
@@ -34,10 +35,10 @@ class LocalOptimizer:
 
     @torch.no_grad()
     def step(self) -> None:
-        self.steps += 1
-        for p, state in zip(self.params, self.state):
+        for k, (p, state) in enumerate(zip(self.params, self.state)):
             if p.grad is None:
                 continue
+            self.steps[k] += 1
             g = p.grad
             if self.name == "sgd":
                 p.add_(g, alpha=-self.lr)
@@ -54,8 +55,9 @@ class LocalOptimizer:
                 b1, b2 = self.BETAS
                 m.lerp_(g, 1 - b1)
                 v.mul_(b2).addcmul_(g, g, value=1 - b2)
-                denom = (v.sqrt() / (1 - b2 ** self.steps) ** 0.5).add_(self.EPS)
-                p.addcdiv_(m, denom, value=-self.lr / (1 - b1 ** self.steps))
+                step = self.steps[k]
+                denom = (v.sqrt() / (1 - b2 ** step) ** 0.5).add_(self.EPS)
+                p.addcdiv_(m, denom, value=-self.lr / (1 - b1 ** step))
 
 
 OPTIMIZERS = ("sgd", "momentum", "adam")

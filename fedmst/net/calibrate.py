@@ -15,8 +15,11 @@ windows. The result is cached in fedmst's state directory for this boot, delay m
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import socket
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +28,7 @@ from typing import Callable, Sequence
 import networkx as nx
 
 from fedmst.net.cleanup import STATE_DIR
+from fedmst.errors import EmulationError
 from fedmst.net.emulation import Capabilities, Emulation
 
 CACHE = STATE_DIR / "link-ceiling"
@@ -37,24 +41,37 @@ _PORT = 29500
 
 def link_ceiling_mbps(delay_mode: str, mtu: int, capabilities: Capabilities,
                       report: Callable[[str], None] = print) -> float:
-    """The most one emulated link of this host carries, in Mbit/s (measured once per boot)."""
+    """The most one emulated link of this host carries, in Mbit/s (measured once per boot; one
+    measurement at a time on the host, so two runs starting together do not halve each other's).
+    Raises :class:`EmulationError` if it cannot be measured."""
     key = f"{delay_mode}/{mtu}"
     boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    ceilings: dict[str, float] = {}
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(CACHE.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ceilings = _cached(boot)
+        if key not in ceilings:
+            report(f"measuring what one emulated link of this host carries ({delay_mode} delay; once per boot)")
+            ceilings[key] = measure_ceiling_mbps(delay_mode, mtu, capabilities)
+            try:
+                fd, tmp = tempfile.mkstemp(dir=STATE_DIR, prefix="link-ceiling.", suffix=".tmp")
+                with os.fdopen(fd, "w") as out:
+                    out.write(json.dumps({"boot_id": boot, "ceilings": ceilings}))
+                os.replace(tmp, CACHE)
+            except OSError:  # not cached: measured again next time
+                pass
+    return ceilings[key]
+
+
+def _cached(boot: str) -> dict[str, float]:
+    """The ceilings cached for boot ``boot``; none if the cache is missing, unreadable or older."""
     try:
         cached = json.loads(CACHE.read_text())
         if cached.get("boot_id") == boot:
-            ceilings = {str(k): float(v) for k, v in cached["ceilings"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # unreadable: measure again
+            return {str(k): float(v) for k, v in cached["ceilings"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
-    if key not in ceilings:
-        report(f"measuring what one emulated link of this host carries ({delay_mode} delay; once per boot)")
-        ceilings[key] = measure_ceiling_mbps(delay_mode, mtu, capabilities)
-        STATE_DIR.mkdir(parents=True, exist_ok=True)
-        tmp = CACHE.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"boot_id": boot, "ceilings": ceilings}))
-        tmp.replace(CACHE)
-    return ceilings[key]
+    return {}
 
 
 def cpu_bound_links(graph: nx.Graph, ceiling_mbps: float) -> list[str]:
@@ -84,9 +101,13 @@ def measure_ceiling_mbps(delay_mode: str, mtu: int, capabilities: Capabilities) 
             samples.append((time.monotonic(), emu.counters()[("a", "b")]))
             time.sleep(WINDOW_S / 4)
         for proc, log in ((source, "source.log"), (sink, "sink.log")):
-            if proc.wait(timeout=5) != 0:
+            try:
+                code = proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                code = None
+            if code != 0:
                 text = (logs / log).read_text().strip().splitlines() or ["(no output)"]
-                raise RuntimeError(f"calibrating the link ceiling failed: {log}: {text[-1]}")
+                raise EmulationError(f"calibrating the link ceiling failed: {log}: {text[-1]}")
     return best_rate_mbps(samples, WINDOW_S)
 
 
@@ -103,7 +124,7 @@ def best_rate_mbps(samples: Sequence[tuple[float, int]], window_s: float) -> flo
                 best = max(best, (b1 - b0) * 8 / (t1 - t0) / 1e6)
                 break
     if best <= 0:
-        raise RuntimeError("calibrating the link ceiling failed: no traffic crossed the probe link")
+        raise EmulationError("calibrating the link ceiling failed: no traffic crossed the probe link")
     return round(best, 1)
 
 

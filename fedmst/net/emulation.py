@@ -239,6 +239,9 @@ class Emulation:
         shell line of ethtool calls. Mininet's own TCLink ran about 300 commands one by one for
         NSFNET (1.3 s), and skipped htb without a word above 1 Gbit/s."""
         from mininet.node import Host
+        from mininet.util import fixLimits
+
+        fixLimits()  # what Mininet() did first: 16 MB TCP buffers, a longer backlog, more open files
 
         class _ContainerHost(Host):  # type: ignore[misc]
             """A host whose shell joins a running container's network namespace instead of
@@ -308,9 +311,12 @@ class Emulation:
     def _offloads_off(self, node: str, intfs: Sequence[str]) -> None:
         """Switch off segmentation offloads and check they are off: with one still on, the
         counters would count super-frames, not the frames that crossed the link."""
-        out = self.cmd(node, "; ".join(f"ethtool -K {i} tso off gso off gro off 2>&1 >/dev/null; echo rc=$?; "
-                                       f"ethtool -k {i} 2>&1; echo {_END}" for i in intfs))
-        for intf, report in zip(intfs, out.split(_END)):
+        out = self._script(node, [f"ethtool -K {i} tso off gso off gro off 2>&1 >/dev/null; echo rc=$?; "
+                                  f"ethtool -k {i} 2>&1; echo {_END}" for i in intfs])
+        reports = out.split(_END)
+        if len(reports) != len(intfs) + 1:
+            raise EmulationError(f"switching off segmentation offloads on node {node} failed: {_first_line(out)}")
+        for intf, report in zip(intfs, reports):
             reason = _offload_failure(report.lstrip("\r\n"))
             if reason:
                 raise EmulationError(f"switching off segmentation offloads on node {node}, interface {intf}, "
@@ -386,8 +392,8 @@ class Emulation:
         if self._hosts:
             for node, host in self._hosts.items():
                 try:
-                    if node in self.netns:  # a container's namespace outlives the shell: unplug its links
-                        host.cmd(" ; ".join(f"ip link del dev {i}" for i in self.interfaces(node)))
+                    if node in self.netns and self._ports[node]:  # a container's namespace outlives the shell
+                        self._script(node, [f"ip link del dev {i}" for i in self._ports[node]])
                     # the last process in a host's namespace: with it go the namespace and its veth
                     # ends (and so both ends of each link), without one `ip link del` per interface
                     host.terminate()
@@ -432,6 +438,14 @@ class Emulation:
             if lines:
                 self._ip_batch(node, lines)
         return flows
+
+    def _script(self, node: str, lines: Iterable[str]) -> str:
+        """Run ``lines`` as one shell script inside ``node``'s host and return its output: a
+        file, because the host's terminal cuts a command line at 4,095 characters."""
+        with tempfile.NamedTemporaryFile("w", prefix="fedmst-", suffix=".sh") as script:
+            script.write("\n".join(lines) + "\n")
+            script.flush()
+            return str(self._hosts[node].cmd(f"sh {script.name}"))
 
     def _ip_batch(self, node: str, lines: Iterable[str]) -> None:
         self._host_batch(node, "ip", lines)
@@ -532,7 +546,9 @@ def _batch(argv: Sequence[str], lines: Sequence[str], what: str) -> None:
     """Run a ``-batch -`` command in the coordinator's namespace with ``lines`` on its stdin."""
     done = subprocess.run(argv, input="\n".join(lines) + "\n", capture_output=True, text=True)
     if done.returncode != 0:
-        raise EmulationError(f"{what} failed: {_first_line(done.stderr + done.stdout)}")
+        said = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+        where = next((f" ({line})" for line in said[1:] if line.startswith("Command failed")), "")
+        raise EmulationError(f"{what} failed: {(said or ['(no output)'])[0]}{where}")
 
 
 def _offload_failure(out: str) -> str | None:

@@ -235,10 +235,19 @@ def _die_with_parent(name: bytes) -> None:
 
 
 def _exec_fresh(sock: socket.socket) -> None:
-    """Become ``python -m fedmst.net.forkserver FD``, serving ``sock``, with this sys.path."""
+    """Become a new interpreter serving ``sock``, with exactly this process's sys.path: isolated
+    (``-I``), so neither the working directory nor PYTHON* variables can put other code first in
+    a process that runs as root."""
     os.set_inheritable(sock.fileno(), True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    os.execve(sys.executable, [sys.executable, "-m", __name__, str(sock.fileno())], env)
+    path = json.dumps([p for p in sys.path if p])
+    code = ("import json, socket, sys; sys.path[:] = json.loads(sys.argv[2]); "
+            f"from {__name__} import serve_fresh; serve_fresh(int(sys.argv[1]))")
+    os.execv(sys.executable, [sys.executable, "-I", "-c", code, str(sock.fileno()), path])
+
+
+def serve_fresh(fd: int) -> None:
+    """The fresh server's life (``ForkServer(fresh=True)``): serve the socket ``fd``, then exit."""
+    _exit_after(lambda: _serve(socket.socket(fileno=fd), None))
 
 
 def _serve(sock: socket.socket, preload: Callable[[], None] | None) -> int:
@@ -375,6 +384,3 @@ def _kill(pid: int, signum: int) -> None:
     except ProcessLookupError:  # reaped meanwhile
         pass
 
-
-if __name__ == "__main__":  # a fresh server (ForkServer(fresh=True)), on the socket it was given
-    _exit_after(lambda: _serve(socket.socket(fileno=int(sys.argv[1])), None))

@@ -39,7 +39,7 @@ def cpu_busy(before: Any, after: Any) -> float:
     0.9
     """
     spent = {k: getattr(after, k) - getattr(before, k) for k in after._fields}
-    total = sum(spent.values())
+    total = sum(spent.values()) - spent.get("guest", 0.0) - spent.get("guest_nice", 0.0)  # in user, nice too
     idle = spent.get("idle", 0.0) + spent.get("iowait", 0.0)
     return round(1 - idle / total, 3) if total > 0 else 0.0
 

@@ -87,7 +87,7 @@ def min_steiner_tree(graph: nx.Graph, root: str, terminals: set[str] | frozenset
     integrality = np.concatenate([np.ones(n_arcs), np.zeros(n_arcs * n_flows)])
     result = milp(cost, integrality=integrality, bounds=Bounds(0.0, 1.0),
                   constraints=LinearConstraint(rows.tocsr(), lower, upper),
-                  options={"time_limit": TIME_LIMIT_S})
+                  options={"time_limit": TIME_LIMIT_S, "mip_rel_gap": 0.0})
     if result.status != 0 or result.x is None:
         raise SchedulerError(f"steiner-opt: no optimal tree joining {root} and {', '.join(map(str, sinks))} "
                              f"({result.message})")
