@@ -11,12 +11,14 @@ from pathlib import Path
 
 import networkx as nx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from graphs import graph_from, line, random_connected_graph
 
 import fedmst
 from fedmst.errors import SchedulerError
 from fedmst.core.schedulers import Scheduler, get_scheduler, register_scheduler, schedule, scheduler_names
-from fedmst.core.schedulers.mst import link_weight, load_discount
+from fedmst.core.schedulers.mst import auxiliary_graph, link_seconds
 from fedmst.core.plan import Plan, Transfer, plan_summary, predicted_link_bytes
 from fedmst.core.tasks import Task
 from fedmst.core.wire import wire_bytes
@@ -147,44 +149,57 @@ def test_model_at_g_needs_no_transfer(name: str) -> None:
 
 
 class TestLinkState:
-    """a-b-d and a-c-d are equal; load already on one of them tips MST towards it."""
+    """a-b-d and a-c-d are equal; load already on one of them tips MST away from it: a loaded
+    link costs the same bytes (lightpaths are not shared) and more time."""
 
     g = graph_from([("a", "b"), ("b", "d"), ("a", "c"), ("c", "d")])
     t = task("a", "d")
 
-    @pytest.mark.parametrize("via", ["b", "c"])
-    def test_mst_prefers_loaded_path(self, via: str) -> None:
-        state = {("a", via): float(M), (via, "d"): float(M)}
+    @pytest.mark.parametrize("loaded,free", [("b", "c"), ("c", "b")])
+    def test_mst_avoids_the_loaded_path(self, loaded: str, free: str) -> None:
+        state = {("a", loaded): float(M), (loaded, "d"): float(M)}
         assert transfers(schedule(self.g, self.t, "mst", state)) == [
-            ("broadcast", ("a", via, "d"), [0]),
-            ("upload", ("d", via, "a"), [0]),
+            ("broadcast", ("a", free, "d"), [0]),
+            ("upload", ("d", free, "a"), [0]),
         ]
 
     def test_load_in_either_direction_counts(self) -> None:
-        state = {("c", "a"): float(M), ("d", "c"): float(M)}
+        state = {("b", "a"): float(M), ("d", "b"): float(M)}
         assert schedule(self.g, self.t, "mst", state).phase("broadcast")[0].path == ("a", "c", "d")
+
+    def test_load_never_buys_a_longer_tree(self) -> None:
+        """a-d directly, or a-b-d: however loaded a-d is, mst keeps the one link; mst-latency
+        takes the detour once a-d's queue costs more time than the extra hop."""
+        g = graph_from([("a", "d"), ("a", "b"), ("b", "d")])
+        state = {("a", "d"): 50.0 * M}
+        assert schedule(g, self.t, "mst", state).phase("broadcast")[0].path == ("a", "d")
+        assert schedule(g, self.t, "mst-latency", state).phase("broadcast")[0].path == ("a", "b", "d")
 
     def test_spff_ignores_link_state(self) -> None:
         state = {("a", "c"): float(M), ("c", "d"): float(M)}
         assert schedule(self.g, self.t, "spff", state) == schedule(self.g, self.t, "spff")
 
 
-def test_load_discount() -> None:
-    assert load_discount(0.0, M) == 1.0
-    assert load_discount(M, M) == 0.5
-    assert load_discount(3 * M, M) == 0.25
-
-
-def test_link_weight_is_transfer_time_plus_latency() -> None:
+def test_link_seconds_is_transfer_behind_the_load_plus_latency() -> None:
     link = {"capacity_mbps": 100.0, "delay_s": 0.002, "length_km": 400.0}
-    assert link_weight(link, M, 0.0) == pytest.approx(M * 8 / 100e6 + 0.002)
-    assert link_weight(link, M, M) == pytest.approx((M * 8 / 100e6 + 0.002) / 2)
+    assert link_seconds(link, M, 0.0) == pytest.approx(M * 8 / 100e6 + 0.002)
+    assert link_seconds(link, M, M) == pytest.approx(2 * M * 8 / 100e6 + 0.002)
+
+
+def test_one_link_outweighs_every_links_time_together() -> None:
+    g = random_connected_graph(3, 12, 0.4, uniform=False)
+    aux = auxiliary_graph(g, task("n0", "n5"), {e: 10.0 * M for e in g.edges})
+    weights = [w for *_, w in aux.edges(data="weight")]
+    assert all(1 < w < 2 for w in weights) and sum(w - 1 for w in weights) < 1
+    latency = auxiliary_graph(g, task("n0", "n5"), None, latency=True)
+    assert sorted(w for *_, w in latency.edges(data="weight")) == sorted(
+        link_seconds(d, M, 0.0) for *_, d in g.edges(data=True))
 
 
 def test_unknown_scheduler_lists_choices() -> None:
-    with pytest.raises(SchedulerError, match=r"'nope'.*mst, spff"):
+    with pytest.raises(SchedulerError, match=r"'nope'.*hier, mst, mst-latency, spff, steiner-opt"):
         get_scheduler("nope")
-    with pytest.raises(SchedulerError, match="mst, spff"):
+    with pytest.raises(SchedulerError, match="mst, mst-latency, spff"):
         schedule(line("a", "b"), task("a", "b"), "nope")
 
 
@@ -228,14 +243,21 @@ def test_same_plan_in_every_process() -> None:
     assert plans("1") == plans("2")
 
 
-@pytest.mark.parametrize("seed", range(200))
-def test_mst_never_costs_more_link_bytes(seed: int) -> None:
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 100_000), uniform=st.booleans(),
+       model_bytes=st.sampled_from([19_000, 100_000, 4_505_640, 45_000_000]), loaded=st.booleans())
+def test_mst_never_costs_more_link_bytes(seed: int, uniform: bool, model_bytes: int, loaded: bool) -> None:
+    """Any graph (uniform or with capacities and lengths varying per link), any model size, with
+    or without earlier tasks' load: MST's tree never puts more bytes on the links than SPFF's star."""
     rng = random.Random(seed)
     n = rng.randint(3, 15)
-    g = random_connected_graph(seed, n, rng.uniform(0.05, 0.5), uniform=True)
+    g = random_connected_graph(seed, n, rng.uniform(0.05, 0.5), uniform=uniform)
     nodes = sorted(g.nodes)
-    t = task(rng.choice(nodes), *(rng.choice(nodes) for _ in range(rng.randint(1, 12))))
-    assert total_bytes(schedule(g, t, "mst")) <= total_bytes(schedule(g, t, "spff"))
+    t = Task(name="t", global_node=rng.choice(nodes),
+             local_nodes=tuple(rng.choice(nodes) for _ in range(rng.randint(1, 12))), model_bytes=model_bytes)
+    state = {(u, v): rng.uniform(0, 5) * model_bytes for u, v in g.edges if rng.random() < 0.5} if loaded else None
+    mst = sum(predicted_link_bytes(schedule(g, t, "mst", state)).values())
+    assert mst <= sum(predicted_link_bytes(schedule(g, t, "spff", state)).values())
 
 
 def test_plan_summary_is_json_ready() -> None:

@@ -19,7 +19,7 @@ from fedmst.errors import SchedulerError
 from fedmst.core.plan import Plan, check_plan
 from fedmst.core.schedulers.base import LinkState, Scheduler
 from fedmst.core.schedulers.hier import HierScheduler
-from fedmst.core.schedulers.mst import MSTScheduler
+from fedmst.core.schedulers.mst import MSTLatencyScheduler, MSTScheduler
 from fedmst.core.schedulers.spff import SPFFScheduler
 from fedmst.core.schedulers.steiner_opt import SteinerOptScheduler
 from fedmst.core.tasks import Task
@@ -43,7 +43,7 @@ def _load_registry() -> dict[str, type[Scheduler]]:
     global _plugins_loaded
     if not _plugins_loaded:
         _plugins_loaded = True
-        for builtin in (SPFFScheduler, MSTScheduler, SteinerOptScheduler, HierScheduler):
+        for builtin in (SPFFScheduler, MSTScheduler, MSTLatencyScheduler, SteinerOptScheduler, HierScheduler):
             _REGISTRY[builtin.name] = builtin
         for ep in entry_points(group="fedmst.schedulers"):
             try:
