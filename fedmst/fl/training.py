@@ -13,6 +13,7 @@ from typing import Iterable
 import torch
 from torch import nn
 
+
 class LocalOptimizer:
     """Plain SGD, SGD with momentum 0.9, or Adam (PyTorch's defaults otherwise), with
     ``torch.optim``'s update rules written out; the tests check them against ``torch.optim``

@@ -236,7 +236,7 @@ class Emulation:
         """Mininet's hosts (a shell in a namespace each), then every link in a handful of batched
         commands: one ``ip -batch`` makes all veth pairs straight into their namespaces, and each
         host gets one ``ip -batch`` (addresses, MTU, up), one ``tc -batch`` (htb, netem) and one
-        shell line of ethtool calls. Mininet's own TCLink ran about 300 commands one by one for
+        script of ethtool calls. Mininet's own TCLink ran about 300 commands one by one for
         NSFNET (1.3 s), and skipped htb without a word above 1 Gbit/s."""
         from mininet.node import Host
         from mininet.util import fixLimits
@@ -289,7 +289,7 @@ class Emulation:
         for node in self.nodes:
             if self._ports[node]:
                 self._ip_batch(node, ip_cmds[node])
-                self._tc_batch(node, tc_cmds[node])
+                self._host_batch(node, "tc", tc_cmds[node])
                 self._offloads_off(node, self._ports[node])
         if self.delay_mode == "userspace":
             self._start_delay_lines()
@@ -345,9 +345,7 @@ class Emulation:
                                                warm=False), log)
         # one iptables-restore per node (while the lines start); nothing crosses a link before they bind
         for node, rules in queues.items():
-            rules_file = self._scratch / f"{node}.rules"
-            rules_file.write_text(ingress_rules(rules))
-            out = self.cmd(node, f"iptables-restore --noflush {rules_file} 2>&1; echo rc=$?").strip()
+            out = self._on_file(node, [ingress_rules(rules)], "iptables-restore --noflush {} 2>&1; echo rc=$?").strip()
             if not out.endswith("rc=0"):
                 raise EmulationError(f"installing the delay lines of node {node} failed: {out.splitlines()[0]}")
         self._wait_for_queues({node: len(rules) - 1 for node, rules in queues.items()})
@@ -439,26 +437,25 @@ class Emulation:
                 self._ip_batch(node, lines)
         return flows
 
+    def _on_file(self, node: str, lines: Iterable[str], command: str) -> str:
+        """Write ``lines`` to a file and run ``command`` (``{}`` standing for the file's path)
+        inside ``node``'s host; return its output. A file, because the host's terminal cuts a
+        command line at 4,095 characters, and so that one process reads every line."""
+        with tempfile.NamedTemporaryFile("w", prefix="fedmst-") as lines_file:
+            lines_file.write("\n".join(lines) + "\n")
+            lines_file.flush()
+            return str(self._hosts[node].cmd(command.format(lines_file.name)))
+
     def _script(self, node: str, lines: Iterable[str]) -> str:
-        """Run ``lines`` as one shell script inside ``node``'s host and return its output: a
-        file, because the host's terminal cuts a command line at 4,095 characters."""
-        with tempfile.NamedTemporaryFile("w", prefix="fedmst-", suffix=".sh") as script:
-            script.write("\n".join(lines) + "\n")
-            script.flush()
-            return str(self._hosts[node].cmd(f"sh {script.name}"))
+        """Run ``lines`` as one shell script inside ``node``'s host and return its output."""
+        return self._on_file(node, lines, "sh {}")
 
     def _ip_batch(self, node: str, lines: Iterable[str]) -> None:
         self._host_batch(node, "ip", lines)
 
-    def _tc_batch(self, node: str, lines: Iterable[str]) -> None:
-        self._host_batch(node, "tc", lines)
-
     def _host_batch(self, node: str, tool: str, lines: Iterable[str]) -> None:
         """Run ``tool -batch`` with ``lines`` inside ``node``'s host: one process for them all."""
-        with tempfile.NamedTemporaryFile("w", prefix=f"fedmst-{tool}-", suffix=".batch") as batch:
-            batch.write("\n".join(lines) + "\n")
-            batch.flush()
-            out = self._hosts[node].cmd(f"{tool} -batch {batch.name} 2>&1; echo rc=$?").strip()
+        out = self._on_file(node, lines, f"{tool} -batch {{}} 2>&1; echo rc=$?").strip()
         if not out.endswith("rc=0"):
             errors = [line for line in out.splitlines()[:-1]
                       if line.strip() and not any(h in line for h in _HARMLESS_TC)]

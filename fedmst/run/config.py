@@ -220,7 +220,8 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
     kills = tuple(faults.parse_worker_kill(k, graph, config.rounds) for k in config.kill_workers)
     slow = dict(faults.parse_slow_node(spec, graph) for spec in config.slow_nodes)
     placed = _tasks(config, graph, model_bytes=0)  # placement does not depend on the model's size
-    for scheduler in schedulers or [config.scheduler]:
+    names = list(schedulers or [config.scheduler])
+    for scheduler in names:
         get_scheduler(scheduler)
     # torch (1.5 s) only after every check that does not need it, so most bad input fails at once
     from fedmst.fl import data, models
@@ -231,7 +232,7 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
     tasks = [replace(task, model_bytes=size) for task in placed]
     data.dirichlet_shards(dataset.y_train, config.local_models, config.alpha, seed=config.seed)  # too many models?
     runs = []
-    for scheduler in schedulers or [config.scheduler]:
+    for scheduler in names:
         workload = schedule_workload(graph, tasks, scheduler, wavelengths=config.wavelengths, mtu=config.mtu)
         if not workload.plans:
             raise FedmstError(f"every task was blocked under {scheduler}, e.g. {workload.blocked[0][0]}: "
