@@ -42,7 +42,48 @@ STAR = plan(
 AT_G = plan(tr("broadcast", "ab", 1), tr("upload", "ba", 1), local=("a", "b"))
 
 
-@pytest.mark.parametrize("good", [RELAY, STAR, plan(local=("a",)), AT_G])
+TRIANGLE = graph_from([("a", "b"), ("b", "c"), ("a", "c")])
+
+
+HALF = M // 2
+# ring all-reduce of G=a and model 0 on b, written out: reduce-scatter (step 0), all-gather (step 1)
+RING = plan(
+    Transfer("upload", ("a", "b"), frozenset(), (0, HALF), 0),  # a's (empty) share of segment 0
+    Transfer("upload", ("b", "a"), frozenset({0}), (HALF, M), 0),  # b's share of segment 1
+    Transfer("upload", ("a", "b"), frozenset({0}), (HALF, M), 1, "global"),  # a finished segment 1
+    Transfer("upload", ("b", "a"), frozenset(), (0, HALF), 1, "global"),  # b finished segment 0
+    local=("b",),
+)
+
+
+def test_hand_built_ring_all_reduce_passes() -> None:
+    check_plan(RING, LINE)
+    assert RING.aggregation_nodes == {"a", "b"}
+    assert predicted_link_bytes(RING) == {("a", "b"): 2 * wire_bytes(HALF), ("b", "a"): 2 * wire_bytes(HALF)}
+
+
+def test_ring_missing_any_partial_sum_is_refused() -> None:
+    from fedmst.core.schedulers.ring import RingScheduler
+    task = Task("t", "a", ("b", "c", "c"), M)
+    full = RingScheduler().plan(TRIANGLE, task)
+    check_plan(full, TRIANGLE)
+    assert len(full.transfers) == 2 * 2 * 3
+    for drop in full.transfers:
+        cut = Plan("ring", task, tuple(t for t in full.transfers if t is not drop))
+        if drop.carries == "sum" and drop.models:
+            with pytest.raises(SchedulerError, match="lacking updates"):
+                check_plan(cut, TRIANGLE)
+
+
+def test_ring_steps_are_store_and_forward() -> None:
+    # two steps of half a model each over a-b (100 Mbit/s) and b-c (10 Mbit/s): each step serialises
+    # its half on its busiest link and fills one chunk; a one-step plan would pipeline them
+    g = line("a", "b", "c")
+    got = predicted_phase_seconds(RING, g, "upload", chunk_bytes=10 * M, with_delay=False)
+    assert got == pytest.approx(2 * (wire_bytes(HALF) * 8 / 100e6 * 2))
+
+
+@pytest.mark.parametrize("good", [RELAY, STAR, plan(local=("a",)), AT_G, RING])
 def test_valid_plans_pass(good: Plan) -> None:
     check_plan(good, LINE)
 
@@ -51,33 +92,42 @@ def test_valid_plans_pass(good: Plan) -> None:
     ("bad", "graph", "why"),
     [
         (plan(tr("broadcast", "ac", 0), tr("upload", "ca", 0), local=("c",)), LINE, "missing link a-c"),
-        (plan(tr("broadcast", "ab", 0), tr("upload", "ba", 0)), LINE, "model 1 has 0 transfers leaving a"),
+        (plan(tr("broadcast", "ab", 0), tr("upload", "ba", 0)), LINE, "model 1's node c does not receive bytes 0"),
+        (plan(tr("broadcast", "ab", 0, 1), tr("broadcast", "bc", 1), tr("upload", "ba", 0)), LINE,
+         "G's node a ends the upload with bytes 0..100000 of the global model lacking updates \\[1\\]"),
         (
             plan(tr("broadcast", "ab", 0), tr("upload", "bc", 0), tr("upload", "cb", 0), local=("b",)),
             LINE,
-            "upload of model 0 loops",
+            "wait on each other in a cycle",
         ),
-        (
-            plan(tr("broadcast", "ab", 0), tr("broadcast", "bc", 0), tr("upload", "ba", 0), local=("b",)),
-            LINE,
-            "broadcast of model 0 has stray transfers",
-        ),
-        (plan(tr("broadcast", "ab", 0), tr("upload", "ba", 0), local=("a",)), LINE, "model 0 sits at G"),
+        (plan(tr("broadcast", "ab", 0), tr("upload", "ba", 0), local=("a",)), LINE,
+         "upload transfer b-a \\(step 0\\): its sum is wrong, lacking updates \\[0\\]"),
+        # b sums its own update into a transfer that c's sum, which already holds it, feeds
+        (plan(tr("broadcast", "ab", 0, 1), tr("broadcast", "bc", 1), tr("upload", "cb", 0, 1),
+              tr("upload", "ba", 0, 1)), LINE,
+         "upload transfer c-b \\(step 0\\): its sum is wrong, lacking updates \\[0\\]"),
+        (plan(tr("broadcast", "ab", 0, 1), tr("broadcast", "bc", 1), tr("upload", "cb", 1), tr("upload", "ba", 1),
+              tr("upload", "ba", 0, 1)), LINE, "counting \\[1\\] more than once"),
+        (plan(tr("broadcast", "bc", 1), tr("broadcast", "ab", 0), tr("upload", "cba", 1), tr("upload", "ba", 0)),
+         LINE, "broadcast transfer b-c \\(step 0\\) leaves b, which has not received the global model"),
         (plan(tr("broadcast", "a", 0), local=("b",)), LINE, "has no hop"),
         (plan(tr("broadcast", "aba", 0), local=("b",)), LINE, "visits a node twice"),
-        (plan(tr("broadcast", "ab"), local=("b",)), LINE, "serves no local model"),
-        # two routes into c: each model's chain is fine, the overlay is not a tree
-        (
-            plan(
-                tr("broadcast", "ab", 0),
-                tr("broadcast", "bc", 0),
-                tr("broadcast", "ac", 1),
-                tr("upload", "ca", 0, 1),
-                local=("c", "c"),
-            ),
-            graph_from([("a", "b"), ("b", "c"), ("a", "c")]),
-            "broadcast transfers do not form a tree",
-        ),
+        (plan(tr("broadcast", "ab", 0), tr("broadcast", "bc"), tr("upload", "ba", 0), local=("b",)), LINE,
+         "serves no local model"),
+        (plan(tr("broadcast", "ab", 3), local=("b",)), LINE, "serves unknown local models \\[3\\]"),
+        (plan(Transfer("broadcast", ("a", "b"), frozenset({0}), carries="sum"), tr("upload", "ba", 0), local=("b",)),
+         LINE, "a broadcast carries the global model"),
+        (plan(Transfer("broadcast", ("a", "b"), frozenset({0}), segment=(2, 10)), local=("b",)), LINE,
+         "segment \\(2, 10\\) is not a range of whole float32 weights"),
+        (plan(Transfer("broadcast", ("a", "b"), frozenset({0}), segment=(0, 4 * M)), local=("b",)), LINE,
+         "is not a range of whole float32 weights"),
+        # half of the model reaches b: the other half is missing
+        (plan(Transfer("broadcast", ("a", "b"), frozenset({0}), segment=(0, M // 2)), tr("upload", "ba", 0),
+              local=("b", "a")), LINE, "model 0's node b does not receive bytes 50000..100000"),
+        # an upload that hands the global model on from a node that never completed the sum
+        (plan(tr("broadcast", "ab", 0, 1), tr("broadcast", "bc", 1),
+              Transfer("upload", ("b", "a"), frozenset({0}), carries="global")), LINE,
+         "upload transfer b-a \\(step 0\\): the global model it completes is wrong, lacking updates \\[1\\]"),
     ],
 )
 def test_check_plan_rejects(bad: Plan, graph: nx.Graph, why: str) -> None:

@@ -197,9 +197,9 @@ def test_one_link_outweighs_every_links_time_together() -> None:
 
 
 def test_unknown_scheduler_lists_choices() -> None:
-    with pytest.raises(SchedulerError, match=r"'nope'.*hier, mst, mst-latency, spff, steiner-opt"):
+    with pytest.raises(SchedulerError, match=r"'nope'.*binomial, hier, mst, mst-latency, ring, spff, steiner-opt"):
         get_scheduler("nope")
-    with pytest.raises(SchedulerError, match="mst, mst-latency, spff"):
+    with pytest.raises(SchedulerError, match="mst, mst-latency, ring, spff"):
         schedule(line("a", "b"), task("a", "b"), "nope")
 
 

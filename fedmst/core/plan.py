@@ -1,16 +1,18 @@
 """The Plan: the contract between the pure half (scheduling, prediction) and the real half.
 
-A Plan says, for one task and one round, which directed overlay transfers carry model weights,
-over which physical path each travels, and which local models' weights each carries. Everything
-else (where aggregation happens, the bytes every link direction must carry, a fluid-model
-latency) is derived from it here, with no I/O, so that what the emulation measures can always be
-shown beside what the Plan predicted.
+A Plan says, for one task and one round, which directed overlay transfers carry model weights (or
+a segment of them), over which physical path each travels, what each carries, and which must
+finish before another may start: a DAG of transfers. Trees of whole-model transfers rooted at G
+(``mst``, ``spff``) are the simple case; ring all-reduce and binomial trees are other shapes of it.
+Everything else (where aggregation happens, the bytes every link direction must carry, a
+fluid-model latency, whether every update reaches G exactly once) is derived from it here, with
+no I/O, so that what the emulation measures can always be shown beside what the Plan predicted.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field, replace
 from typing import Collection, Literal, Mapping, Protocol, Sequence, TypeVar
 
 import networkx as nx
@@ -22,20 +24,45 @@ from fedmst.core.wire import DEFAULT_MTU, wire_bytes
 
 Phase = Literal["broadcast", "upload"]
 PHASES: tuple[Phase, Phase] = ("broadcast", "upload")
+Carries = Literal["global", "sum"]
+Segment = tuple[int, int]
+"""A byte range ``[start, stop)`` of a model's flat float32 weights (multiples of 4)."""
 
 
 @dataclass(frozen=True)
 class Transfer(Along):
-    """One directed overlay transfer of a whole model's worth of weights.
+    """One directed overlay transfer of model weights: all of them, or the ``segment`` given.
 
-    ``models`` are the local-model indices whose weights this transfer serves: in broadcast,
-    the local models downstream that the global weights are for; in upload, the local models
-    whose (sample-weighted) updates are summed into the one tensor it carries.
+    ``carries`` says what travels: ``"global"``, the global model (for the local models in
+    ``models``, which it reaches directly or through later transfers; a transfer to G's node may
+    serve none but G itself), or ``"sum"``, the sample-weighted sum of the updates of the local
+    models in ``models``. By default a broadcast carries the global model and an upload a sum.
+
+    ``step`` orders the transfers at a node: one of step k leaves its source only once every
+    transfer of an earlier step from or to that node has completed (store and forward, as a
+    collective's steps do); a transfer forwarding or summing one of the same step is pipelined
+    chunk by chunk behind it.
     """
 
     phase: Phase
     path: tuple[str, ...]
     models: frozenset[int]
+    segment: Segment | None = None
+    """None: the whole model."""
+    step: int = 0
+    carries: Carries = field(default=None)  # type: ignore[assignment]  # set from the phase below
+
+    def __post_init__(self) -> None:
+        if self.carries is None:
+            object.__setattr__(self, "carries", "global" if self.phase == "broadcast" else "sum")
+
+    def span(self, model_bytes: int) -> Segment:
+        """The byte range this transfer carries of a model of ``model_bytes``."""
+        return self.segment or (0, model_bytes)
+
+    def payload(self, model_bytes: int) -> int:
+        lo, hi = self.span(model_bytes)
+        return hi - lo
 
 
 class Routed(Protocol):
@@ -49,27 +76,72 @@ class Routed(Protocol):
     def dst(self) -> str: ...
     @property
     def models(self) -> Collection[int]: ...
+    @property
+    def segment(self) -> Segment | None: ...
+    @property
+    def step(self) -> int: ...
+    @property
+    def carries(self) -> str: ...
 
 
 R = TypeVar("R", bound=Routed)
 
 
-def feeders(transfer: R, transfers: Sequence[R]) -> list[R]:
-    """The transfers of ``transfers`` whose weights ``transfer`` passes on at its source: in
-    broadcast the one bringing the global model for all of its local models, in upload those
-    whose updates it sums. None where it starts the phase (at G in broadcast, at a leaf in upload).
+def covers(outer: Segment | None, inner: Segment | None) -> bool:
+    """Whether byte range ``outer`` contains ``inner`` (None is the whole model).
 
-    The agents relay and sum by this rule, and a transfer can only finish once its feeders did.
+    >>> covers(None, (0, 8)), covers((0, 8), (4, 8)), covers((0, 8), None)
+    (True, True, False)
+    """
+    if outer is None:
+        return True
+    return inner is not None and outer[0] <= inner[0] and inner[1] <= outer[1]
+
+
+def feeders(transfer: R, transfers: Sequence[R]) -> list[R]:
+    """The transfers of ``transfers`` whose weights ``transfer`` passes on at its source, none
+    where it starts from what the source holds (G's model in broadcast, a leaf's own update).
+
+    A sum adds the source's own updates to every arriving sum of the same bytes whose models
+    are among its own. The global model comes from the first arriving copy that serves all of its
+    models; in upload, a node without one completes the sum itself (the arriving sums are then
+    its feeders). Only transfers of the same or an earlier step feed. The agents relay and sum by
+    this rule, and a transfer can only finish once its feeders did.
 
     >>> down = Transfer("broadcast", ("G", "r"), frozenset({0, 1}))
     >>> on = Transfer("broadcast", ("r", "a"), frozenset({1}))
     >>> feeders(on, [down, on]) == [down], feeders(down, [down, on])
     (True, [])
     """
-    arriving = [t for t in transfers if t.phase == transfer.phase and t.dst == transfer.src]
-    if transfer.phase == "broadcast":
-        return [t for t in arriving if set(transfer.models) <= set(t.models)]
-    return [t for t in arriving if set(t.models) <= set(transfer.models)]
+    arriving = [t for t in transfers if t.phase == transfer.phase and t.dst == transfer.src
+                and t.step <= transfer.step and covers(t.segment, transfer.segment)]
+    sums = [t for t in arriving if t.carries == "sum"]
+    if transfer.carries == "sum":
+        return [t for t in sums if set(t.models) <= set(transfer.models)]
+    held = [t for t in arriving if t.carries == "global" and set(transfer.models) <= set(t.models)]
+    if held or transfer.phase == "broadcast":
+        return held[:1]
+    return sums
+
+
+def waits_on(transfer: R, transfers: Sequence[R]) -> list[R]:
+    """Everything ``transfer`` needs before it can finish: its feeders, and every transfer of an
+    earlier step from or to its source (which must complete before it starts)."""
+    earlier = [t for t in transfers if t.phase == transfer.phase and t.step < transfer.step
+               and transfer.src in (t.src, t.dst)]
+    return list({id(t): t for t in [*feeders(transfer, transfers), *earlier]}.values())
+
+
+def equal_segments(model_bytes: int, n: int) -> list[Segment]:
+    """``n`` contiguous byte ranges covering a model, as equal as whole float32 weights allow
+    (the last ones one weight shorter); empty ranges are left out.
+
+    >>> equal_segments(40, 3)
+    [(0, 16), (16, 28), (28, 40)]
+    """
+    weights = model_bytes // 4
+    bounds = [4 * ((weights // n) * i + min(i, weights % n)) for i in range(n + 1)]
+    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
 
 
 @dataclass(frozen=True)
@@ -79,6 +151,13 @@ class Plan:
     scheduler: str
     task: Task
     transfers: tuple[Transfer, ...]
+
+    def __post_init__(self) -> None:
+        # a segment that is the whole model is written as None, so that whole-model transfers match
+        whole = (0, self.task.model_bytes)
+        if any(t.segment == whole for t in self.transfers):
+            object.__setattr__(self, "transfers", tuple(
+                replace(t, segment=None) if t.segment == whole else t for t in self.transfers))
 
     @classmethod
     def mirrored(cls, scheduler: str, task: Task, hops: Sequence[tuple[tuple[str, ...], frozenset[int]]]) -> "Plan":
@@ -100,14 +179,15 @@ class Plan:
 
     @property
     def aggregation_nodes(self) -> frozenset[str]:
-        """G, plus every node that sums two or more updates into one upload transfer."""
-        up = self.phase("upload")
-
+        """G, plus every node that sums two or more updates into a transfer it sends."""
         def inputs(out: Transfer) -> int:
-            own = [i for i in self.task.models_at(out.src) if i in out.models]
-            return len(feeders(out, up)) + len(own)
+            sums = [f for f in feeders(out, self.transfers) if f.carries == "sum"]
+            if out.carries == "global" and not sums:
+                return 0
+            own = self.task.models_at(out.src)
+            return len(sums) + len(own if out.carries == "global" else [i for i in own if i in out.models])
 
-        return frozenset({self.task.global_node} | {t.src for t in up if inputs(t) >= 2})
+        return frozenset({self.task.global_node} | {t.src for t in self.transfers if inputs(t) >= 2})
 
 
 def predicted_link_bytes(
@@ -116,15 +196,15 @@ def predicted_link_bytes(
     """Bytes of weights (with their TCP/IP and Ethernet headers) every link direction carries in
     one round, or in one ``phase``, under ``plan``.
 
-    Each transfer puts ``wire_bytes(model_bytes, mtu)`` on every hop of its path. The acknowledgements
-    flowing back are not predicted: how often a receiver acknowledges depends on how its
-    application reads, so they are measured and reported on their own.
+    Each transfer puts ``wire_bytes(its payload, mtu)`` on every hop of its path. The
+    acknowledgements flowing back are not predicted: how often a receiver acknowledges depends on
+    how its application reads, so they are measured and reported on their own.
     """
     out: dict[LinkDir, int] = defaultdict(int)
     for t in plan.transfers:
         if phase in (None, t.phase):
             for hop in t.hops:
-                out[hop] += wire_bytes(plan.task.model_bytes, mtu)
+                out[hop] += wire_bytes(t.payload(plan.task.model_bytes), mtu)
     return dict(out)
 
 
@@ -137,47 +217,53 @@ def predicted_phase_seconds(
     with_delay: bool,
     mtu: int = DEFAULT_MTU,
 ) -> float:
-    """Fluid-model duration of one phase of one or several concurrent plans: the busiest link's
-    serialisation time plus the pipeline fill along the longest chain of transfers.
+    """Fluid-model duration of one phase of one or several concurrent plans.
 
-    The busiest link direction must serialise all bytes planned on it (by every plan) at its
-    capacity. On top of that, a relay forwards chunk by chunk, so each hop of the deepest chain
-    adds one chunk's serialisation and (when delay is emulated) its propagation delay. It ignores
-    TCP slow start and CPU limits, so real runs are a little slower.
+    Steps are taken one after another, as synchronous rounds (the alpha-beta model of collectives);
+    a tree of whole-model transfers is one step. Within a step, the busiest link direction must
+    serialise all bytes planned on it (by every plan) at its capacity, and on top of that a relay
+    forwards chunk by chunk, so each hop of the step's deepest chain of transfers adds one chunk's
+    serialisation and (when delay is emulated) its propagation delay. It ignores TCP slow start and
+    CPU limits, so real runs are a little slower.
     """
     plans = [plans] if isinstance(plans, Plan) else list(plans)
-    loads: dict[LinkDir, int] = defaultdict(int)
-    for plan in plans:
-        for hop, b in predicted_link_bytes(plan, phase, mtu=mtu).items():
-            loads[hop] += b
-    if not loads:
-        return 0.0
-    serialise = max(b * 8 / _capacity_bps(graph, u, v) for (u, v), b in loads.items())
-    return serialise + max(_deepest_chain(p, graph, phase, chunk_bytes, with_delay, mtu) for p in plans)
+    total = 0.0
+    for step in sorted({t.step for p in plans for t in p.phase(phase)}):
+        loads: dict[LinkDir, int] = defaultdict(int)
+        for p in plans:
+            for t in p.phase(phase):
+                if t.step == step:
+                    for hop in t.hops:
+                        loads[hop] += wire_bytes(t.payload(p.task.model_bytes), mtu)
+        serialise = max(b * 8 / _capacity_bps(graph, u, v) for (u, v), b in loads.items())
+        total += serialise + max(_deepest_chain(p, graph, phase, step, chunk_bytes, with_delay, mtu)
+                                 for p in plans)
+    return total
 
 
-def _deepest_chain(plan: Plan, graph: nx.Graph, phase: Phase, chunk_bytes: int, with_delay: bool,
+def _deepest_chain(plan: Plan, graph: nx.Graph, phase: Phase, step: int, chunk_bytes: int, with_delay: bool,
                    mtu: int) -> float:
-    transfers = plan.phase(phase)
+    """The pipeline fill of the longest chain of one step's transfers, each behind its feeders."""
+    transfers = [t for t in plan.phase(phase) if t.step == step]
 
     def hop_fill(t: Transfer) -> float:
-        chunk = wire_bytes(min(chunk_bytes, plan.task.model_bytes), mtu)
+        chunk = wire_bytes(min(chunk_bytes, t.payload(plan.task.model_bytes)), mtu)
         return sum(
             chunk * 8 / _capacity_bps(graph, u, v)
             + (graph.edges[u, v]["delay_s"] if with_delay else 0.0)
             for u, v in t.hops
         )
 
-    # longest chain of transfers: u continues t when it leaves t's end carrying one of t's
-    # models (broadcast fans models out, upload merges them, so neither subset test fits both)
-    def continues(u: Transfer, t: Transfer) -> bool:
-        return u.src == t.dst and bool(u.models & t.models)
+    start: dict[int, float] = {}
 
-    def chain(t: Transfer) -> float:
-        return hop_fill(t) + max((chain(u) for u in transfers if continues(u, t)), default=0.0)
+    def begins(i: int) -> float:
+        if i not in start:
+            start[i] = 0.0  # a cycle (refused by check_plan) cannot recurse forever
+            start[i] = max((begins(transfers.index(f)) + hop_fill(f) for f in feeders(transfers[i], transfers)),
+                           default=0.0)
+        return start[i]
 
-    starts = [t for t in transfers if not any(continues(t, u) for u in transfers)]
-    return max((chain(t) for t in starts), default=0.0)
+    return max((begins(i) + hop_fill(t) for i, t in enumerate(transfers)), default=0.0)
 
 
 def _capacity_bps(graph: nx.Graph, u: str, v: str) -> float:
@@ -187,15 +273,21 @@ def _capacity_bps(graph: nx.Graph, u: str, v: str) -> float:
 def check_plan(plan: Plan, graph: nx.Graph) -> None:
     """Raise :class:`SchedulerError` unless ``plan`` is a valid schedule of its task on ``graph``.
 
-    Valid means, for each phase: every path follows real links; for every local model not
-    hosted at G, the transfers that serve it form exactly one chain between G's node and the
-    model's node (G outwards in broadcast, towards G in upload), each transfer continuing the
-    previous one; no other transfer serves that model, and none serves a model hosted on G's
-    node; and the transfers of a phase form a tree rooted at G.
+    Valid means: every path follows real links without visiting a node twice; segments are whole
+    float32 weights inside the model; no transfers wait on each other in a cycle; every transfer
+    has what it sends (a sum carries each of its models' updates exactly once, and the global model
+    leaves only G in broadcast, a node that received it, or one that completed the sum of every
+    update); at the end of the upload, G's node has every byte of the global model, made of every
+    local model's update exactly once; and at the end of the broadcast, every local model's node
+    has every byte of the global model (received, or kept since it completed the last upload).
     """
     task = plan.task
     where = f"plan of {plan.scheduler!r} for task {task.name!r}"
+    everyone = frozenset(range(task.k))
     for t in plan.transfers:
+        name = f"{where}: {t.phase} transfer {'-'.join(t.path)}"
+        if t.phase not in PHASES:
+            raise SchedulerError(f"{name}: unknown phase {t.phase!r}; use one of {', '.join(PHASES)}")
         if len(t.path) < 2:
             raise SchedulerError(f"{where}: transfer with path {t.path} has no hop")
         if len(set(t.path)) != len(t.path):
@@ -203,38 +295,119 @@ def check_plan(plan: Plan, graph: nx.Graph) -> None:
         for u, v in t.hops:
             if not graph.has_edge(u, v):
                 raise SchedulerError(f"{where}: transfer path {t.path} uses missing link {u}-{v}")
-        if not t.models:
+        if t.carries not in ("global", "sum") or (t.phase == "broadcast" and t.carries == "sum"):
+            raise SchedulerError(f"{name} carries {t.carries!r}: a broadcast carries the global model, "
+                                 "an upload a sum or the global model")
+        if not set(t.models) <= everyone:
+            raise SchedulerError(f"{name} serves unknown local models {sorted(set(t.models) - everyone)}")
+        if not t.models and task.global_node not in (t.src, t.dst):
             raise SchedulerError(f"{where}: transfer {t.path} serves no local model")
+        if t.segment is not None:
+            lo, hi = t.segment
+            if not (0 <= lo < hi <= task.model_bytes and lo % 4 == 0 and hi % 4 == 0):
+                raise SchedulerError(f"{name}: segment {t.segment} is not a range of whole float32 weights "
+                                     f"inside the model's {task.model_bytes} bytes")
+        if t.step < 0:
+            raise SchedulerError(f"{name}: negative step {t.step}")
+    atoms = _atoms(plan)
+    holds_after_upload = {n for n in plan.nodes if not _missing(plan, "upload", n, atoms)}
     for phase in PHASES:
-        transfers = plan.phase(phase)
-        for i, node in enumerate(task.local_nodes):
-            chain = [t for t in transfers if i in t.models]
-            if node == task.global_node:
-                if chain:
-                    raise SchedulerError(f"{where}: model {i} sits at G yet {phase} moves it")
-                continue
-            start, end = (task.global_node, node) if phase == "broadcast" else (node, task.global_node)
-            at, seen = start, 0
-            while at != end:
-                step = [t for t in chain if t.src == at]
-                if len(step) != 1:
-                    raise SchedulerError(
-                        f"{where}: {phase} of model {i} has {len(step)} transfers leaving {at}"
-                    )
-                at, seen = step[0].dst, seen + 1
-                if seen > len(chain):
-                    raise SchedulerError(f"{where}: {phase} of model {i} loops")
-            if seen != len(chain):
-                raise SchedulerError(f"{where}: {phase} of model {i} has stray transfers")
-        # the overlay (parallel transfers merged) is a tree rooted at G
-        tree = nx.DiGraph()
-        for t in transfers:
-            parent, child = (t.src, t.dst) if phase == "broadcast" else (t.dst, t.src)
-            tree.add_edge(parent, child)
-        if tree.number_of_nodes() and not (
-            nx.is_arborescence(tree) and tree.in_degree(task.global_node) == 0
-        ):
-            raise SchedulerError(f"{where}: {phase} transfers do not form a tree rooted at G")
+        _check_sources(plan, phase, where)
+    for i, node in enumerate(task.local_nodes):
+        gaps = _missing(plan, "broadcast", node, atoms)
+        if node != task.global_node and gaps and node not in holds_after_upload:
+            (lo, hi), _ = gaps[0]
+            raise SchedulerError(f"{where}: model {i}'s node {node} does not receive bytes {lo}..{hi} of the "
+                                 "global model in broadcast, nor keep them from the upload")
+    gaps = _missing(plan, "upload", task.global_node, atoms)
+    if gaps:
+        (lo, hi), total = gaps[0]
+        raise SchedulerError(f"{where}: G's node {task.global_node} ends the upload with bytes {lo}..{hi} of the "
+                             f"global model {_wrong(total, Counter(range(task.k)))}")
+
+
+def _wrong(value: Counter[int], want: Counter[int]) -> str:
+    """How a sum of updates differs from the one wanted, in words."""
+    missing = sorted(set(want) - set(value))
+    twice = sorted(m for m, n in value.items() if n > 1)
+    stray = sorted(set(value) - set(want))
+    parts = [f"lacking updates {missing}" if missing else "", f"counting {twice} more than once" if twice else "",
+             f"adding {stray}, not its own" if stray else ""]
+    return ", ".join(p for p in parts if p)
+
+
+def _atoms(plan: Plan) -> list[Segment]:
+    """The byte ranges between every segment boundary of the plan: no transfer splits one."""
+    cuts = {0, plan.task.model_bytes} | {b for t in plan.transfers if t.segment for b in t.segment}
+    ordered = sorted(cuts)
+    return list(zip(ordered, ordered[1:]))
+
+
+def _values(plan: Plan, phase: Phase) -> dict[int, Counter[int] | None]:
+    """What each transfer of ``phase`` carries (by index in the plan): the count of every update in
+    its sum; for the global model None, or where its source completes the sum, the count of every
+    update in it. Raises on a cycle of transfers waiting on each other."""
+    transfers = plan.phase(phase)
+    order = nx.DiGraph()
+    order.add_nodes_from(range(len(transfers)))
+    index = {id(t): i for i, t in enumerate(transfers)}
+    order.add_edges_from((index[id(w)], i) for i, t in enumerate(transfers) for w in waits_on(t, transfers))
+    try:
+        ordered = list(nx.topological_sort(order))
+    except nx.NetworkXUnfeasible:
+        cycle = [transfers[i].path for i, _ in nx.find_cycle(order)]
+        raise SchedulerError(f"plan of {plan.scheduler!r} for task {plan.task.name!r}: {phase} transfers "
+                             f"{cycle} wait on each other in a cycle") from None
+    values: dict[int, Counter[int] | None] = {}
+    for i in ordered:
+        t = transfers[i]
+        feeds = feeders(t, transfers)
+        if t.carries == "global" and (phase == "broadcast" or any(f.carries == "global" for f in feeds)):
+            values[i] = None
+            continue
+        own = [m for m in plan.task.models_at(t.src) if t.carries == "global" or m in t.models]
+        total = Counter(own)
+        for f in feeds:
+            total.update(values[index[id(f)]] or {})
+        values[i] = total
+    return values
+
+
+def _check_sources(plan: Plan, phase: Phase, where: str) -> None:
+    """Every transfer of ``phase`` has what it sends (see :func:`check_plan`)."""
+    task, transfers = plan.task, plan.phase(phase)
+    for i, value in _values(plan, phase).items():
+        t = transfers[i]
+        name = f"{where}: {phase} transfer {'-'.join(t.path)} (step {t.step})"
+        if value is None:
+            if phase == "broadcast" and t.src != task.global_node and not feeders(t, transfers):
+                raise SchedulerError(f"{name} leaves {t.src}, which has not received the global model for "
+                                     f"models {sorted(t.models)}")
+            continue
+        want = Counter(range(task.k)) if t.carries == "global" else Counter(t.models)
+        if value != want:
+            what = "the global model it completes" if t.carries == "global" else "its sum"
+            raise SchedulerError(f"{name}: {what} is wrong, {_wrong(value, want)}")
+
+
+def _missing(plan: Plan, phase: Phase, node: str, atoms: list[Segment]) -> list[tuple[Segment, Counter[int]]]:
+    """The byte ranges of the global model ``node`` does not have at the end of ``phase`` (neither
+    received as the global model, nor completed from every update exactly once), each with the
+    updates it does have there."""
+    task, transfers = plan.task, plan.phase(phase)
+    values = _values(plan, phase)
+    arriving = [(t, values[i]) for i, t in enumerate(transfers) if t.dst == node]
+    gaps = []
+    for atom in atoms:
+        covering = [None if t.carries == "global" else v for t, v in arriving if covers(t.segment, atom)]
+        if any(v is None for v in covering) or (node == task.global_node and phase == "broadcast"):
+            continue
+        total = Counter(task.models_at(node))
+        for v in covering:
+            total.update(v or {})
+        if total != Counter(range(task.k)):
+            gaps.append((atom, total))
+    return gaps
 
 
 def plan_summary(plan: Plan) -> Mapping[str, object]:
@@ -246,6 +419,8 @@ def plan_summary(plan: Plan) -> Mapping[str, object]:
         "local_nodes": list(plan.task.local_nodes),
         "aggregation_nodes": sorted(plan.aggregation_nodes),
         "transfers": [
-            {"phase": t.phase, "path": list(t.path), "models": sorted(t.models)} for t in plan.transfers
+            {"phase": t.phase, "path": list(t.path), "models": sorted(t.models), "carries": t.carries,
+             "segment": list(t.segment) if t.segment else None, "step": t.step}
+            for t in plan.transfers
         ],
     }

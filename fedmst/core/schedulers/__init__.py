@@ -18,8 +18,10 @@ import networkx as nx
 from fedmst.errors import SchedulerError
 from fedmst.core.plan import Plan, check_plan
 from fedmst.core.schedulers.base import LinkState, Scheduler
+from fedmst.core.schedulers.binomial import BinomialScheduler
 from fedmst.core.schedulers.hier import HierScheduler
 from fedmst.core.schedulers.mst import MSTLatencyScheduler, MSTScheduler
+from fedmst.core.schedulers.ring import RingScheduler
 from fedmst.core.schedulers.spff import SPFFScheduler
 from fedmst.core.schedulers.steiner_opt import SteinerOptScheduler
 from fedmst.core.tasks import Task
@@ -43,7 +45,8 @@ def _load_registry() -> dict[str, type[Scheduler]]:
     global _plugins_loaded
     if not _plugins_loaded:
         _plugins_loaded = True
-        for builtin in (SPFFScheduler, MSTScheduler, MSTLatencyScheduler, SteinerOptScheduler, HierScheduler):
+        for builtin in (SPFFScheduler, MSTScheduler, MSTLatencyScheduler, SteinerOptScheduler, HierScheduler,
+                        RingScheduler, BinomialScheduler):
             _REGISTRY[builtin.name] = builtin
         for ep in entry_points(group="fedmst.schedulers"):
             try:
