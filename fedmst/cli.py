@@ -221,7 +221,8 @@ def main() -> None:
 
 @main.command()
 @click.option("--scheduler", default="mst", show_default=True,
-              help="spff, mst, mst-latency, steiner-opt, hier, a registered scheduler, or package.module:Class.")
+              help="spff, mst, mst-latency, steiner-opt, hier, ring, binomial, a registered scheduler, or "
+                   "package.module:Class.")
 @click.option("--out", default="runs/run", show_default=True, help="Run folder to write.")
 @_options
 @click.pass_context

@@ -8,7 +8,7 @@ field needs no parsing code. No torch here: the coordinator and the CLI import t
 
 >>> msg = Upload(round=3, progress_dir="/tmp/p", weights={"task0": {0: 0.25, 2: 0.75}})
 >>> encode(msg)
-{'type': 'Upload', 'version': 4, 'round': 3, 'progress_dir': '/tmp/p', 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
+{'type': 'Upload', 'version': 5, 'round': 3, 'progress_dir': '/tmp/p', 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
 >>> decode(encode(msg)) == msg
 True
 """
@@ -25,7 +25,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 from fedmst.core.route import Along
 from fedmst.errors import FedmstError
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 """Raised whenever a message's shape changes, so that an agent from another checkout is refused."""
 
 
@@ -49,6 +49,14 @@ class TransferSpec(Along):
     models: tuple[int, ...]
     src_addr: str
     dst_addr: str
+    segment: tuple[int, int] | None
+    """The byte range of the flat weights it carries; None: all of them."""
+    step: int
+    carries: str
+    """``"global"`` (the global model) or ``"sum"`` (the weighted sum of ``models``' updates)."""
+    connection: str
+    """The key of the connection it travels on (``src_addr`` to ``dst_addr``): transfers along one
+    path in different steps share one, as a collective keeps its connection to a neighbour."""
 
 
 @dataclass(frozen=True)
@@ -226,7 +234,7 @@ def encode(msg: Command | Reply | AgentSpec) -> dict[str, Any]:
     """``msg`` as a JSON-ready object: tuples become lists, integer mapping keys strings.
 
     >>> encode(Trained(task_seconds={"t": 1.5}, losses={}, late={"t": (2,)}))
-    {'type': 'Trained', 'version': 4, 'task_seconds': {'t': 1.5}, 'losses': {}, 'late': {'t': [2]}, 'seconds': 0.0}
+    {'type': 'Trained', 'version': 5, 'task_seconds': {'t': 1.5}, 'losses': {}, 'late': {'t': [2]}, 'seconds': 0.0}
     """
     if _MESSAGES.get(type(msg).__name__) is not type(msg):
         raise ProtocolError(f"not a protocol message: {type(msg).__name__}")
@@ -237,18 +245,18 @@ def decode(obj: Any) -> Command | Reply | AgentSpec:
     """The message ``obj`` (from :func:`encode`, through JSON) stands for, checked against its
     dataclass: known type, this protocol version, every required field and no other.
 
-    >>> decode({"type": "Train", "version": 4, "round": 2})
+    >>> decode({"type": "Train", "version": 5, "round": 2})
     Train(round=2, deadline_s=None)
-    >>> decode({"type": "Train", "version": 4, "round": 2, "deadline": 5})
+    >>> decode({"type": "Train", "version": 5, "round": 2, "deadline": 5})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Train: unknown field deadline
     >>> decode({"type": "Train", "version": 0, "round": 2})
     Traceback (most recent call last):
-    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 4
-    >>> decode({"type": "SetupDone", "version": 4, "samples": {"task0": {"0": 5}}})
+    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 5
+    >>> decode({"type": "SetupDone", "version": 5, "samples": {"task0": {"0": 5}}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: SetupDone: missing field runs_in
-    >>> decode({"type": "Evaluated", "version": 4, "accuracy": {"task0": "high"}})
+    >>> decode({"type": "Evaluated", "version": 5, "accuracy": {"task0": "high"}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Evaluated.accuracy.task0: expected float, got a string
     """

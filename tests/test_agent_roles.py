@@ -13,9 +13,13 @@ from typing import Iterator
 
 import pytest
 import torch
+from graphs import graph_from
 
 import fedmst
-from fedmst.fl import aggregation
+from fedmst.core.schedulers import schedule
+from fedmst.core.tasks import Task
+from fedmst.fl import aggregation, data, models
+from fedmst.run.engine import connect
 from fedmst.protocol import (ABORT_FILE, AgentSpec, Broadcast, Evaluate, Evaluated, Failed, PhaseDone, Reply, Replan,
                              Setup, SetupDone, TaskSpec, Train, Trained, TransferSpec, Upload, decode, encode)
 from fedmst.workers import transport
@@ -31,15 +35,38 @@ def _task(local_nodes: tuple[str, ...], edges: list[tuple[str, str, tuple[int, .
     for i, (parent, child, served) in enumerate(edges):
         for phase, path in (("broadcast", (parent, child)), ("upload", (child, parent))):
             transfers.append(TransferSpec(key=f"task0-{epoch}{i:03d}-{phase}", phase=phase, path=path, models=served,
-                                          src_addr="127.0.0.1", dst_addr="127.0.0.1"))
+                                          src_addr="127.0.0.1", dst_addr="127.0.0.1", segment=None, step=0,
+                                          carries="global" if phase == "broadcast" else "sum",
+                                          connection=f"task0-{epoch}{i:03d}-{phase}"))
     return TaskSpec(name="task0", global_node="g", local_nodes=local_nodes, seed=7,
                     active=tuple(range(len(local_nodes))), transfers=tuple(transfers))
+
+
+def _planned(scheduler: str, local_nodes: tuple[str, ...]) -> TaskSpec:
+    """Task ``task0`` as ``scheduler`` plans it on a ring of the nodes g, r, a, b (the model of
+    :func:`_spec`, G on g)."""
+    graph = graph_from([("g", "r"), ("r", "a"), ("a", "b"), ("b", "g")])
+    d = data.load_dataset("digits")
+    size = models.model_bytes(models.build_model("mlp", num_classes=d.num_classes, input_shape=d.input_shape))
+    plan = schedule(graph, Task("task0", "g", local_nodes, size), scheduler)
+    keyed = {f"task0-{i:03d}-{t.phase}": t for i, t in enumerate(plan.transfers)}
+    joins = connect(keyed, "task0-c")
+    return TaskSpec(name="task0", global_node="g", local_nodes=local_nodes, seed=7,
+                    active=tuple(range(len(local_nodes))), transfers=tuple(
+                        TransferSpec(key=k, phase=t.phase, path=t.path, models=tuple(sorted(t.models)),
+                                     src_addr="127.0.0.1", dst_addr="127.0.0.1", segment=t.segment, step=t.step,
+                                     carries=t.carries, connection=joins[k])
+                        for k, t in keyed.items()))
 
 
 TREE = _task(("r", "a", "b"), [("g", "r", (0, 1, 2)), ("r", "a", (1,)), ("r", "b", (2,))])
 """G on g; relay r holds local model 0 and serves a (1) and b (2)."""
 STAR = _task(("a", "a", "b", "g"), [("g", "a", (0,)), ("g", "a", (1,)), ("g", "b", (2,))])
 """G on g, which holds local model 3 itself; node a holds two local models, each on its own transfer."""
+RING = _planned("ring", ("r", "a", "a", "b"))
+"""Ring all-reduce of g, r, a (two local models) and b: segments, steps, every node ends with G's model."""
+BINOMIAL = _planned("binomial", ("r", "a", "b", "g"))
+"""Binomial trees over g, r, a, b (G's node holds a local model too): store and forward by round."""
 
 
 def _spec(tmp_path: Path, task: TaskSpec) -> AgentSpec:
@@ -119,7 +146,8 @@ def _round(agents: dict[str, Agent], task: TaskSpec, samples: dict[int, int], rn
     assert not torch.equal(got, initial)
 
 
-@pytest.mark.parametrize("agents", [TREE, STAR], ids=["tree", "star"], indirect=True)
+@pytest.mark.parametrize("agents", [TREE, STAR, RING, BINOMIAL], ids=["tree", "star", "ring", "binomial"],
+                         indirect=True)
 def test_broadcast_hands_out_g_and_upload_sums_to_fedavg(agents: dict[str, Agent], tmp_path: Path) -> None:
     task = agents["g"].spec.tasks[0]
     setup = _everywhere(agents, Setup(source_digest=DIGEST))

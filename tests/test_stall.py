@@ -8,7 +8,8 @@ from fedmst.run.stall import StallWatch
 
 
 def _task(name: str, transfers: list[tuple[str, tuple[str, ...], tuple[int, ...]]]) -> TaskSpec:
-    specs = tuple(TransferSpec(f"{name}-{i:03d}-{phase}", phase, path, models, "10.0.0.1", "10.0.0.2")
+    specs = tuple(TransferSpec(f"{name}-{i:03d}-{phase}", phase, path, models, "10.0.0.1", "10.0.0.2", None, 0,
+                               "global" if phase == "broadcast" else "sum", f"{name}-{i:03d}-{phase}")
                   for i, (phase, path, models) in enumerate(transfers))
     return TaskSpec(name, "g", ("a", "b"), 0, (0, 1), specs)
 
@@ -84,7 +85,7 @@ def test_transfers_that_arrived_are_never_stalled() -> None:
 
 def test_an_upload_relay_is_ready_once_every_update_it_sums_is_in() -> None:
     watch = _watch("upload")
-    assert watch.feeders["t-005-upload"] == ["t-003-upload", "t-004-upload"]
+    assert watch.waits["t-005-upload"] == ["t-003-upload", "t-004-upload"]
     assert watch.ready_since("t-003-upload") == 0.0  # a leaf sends its own update at once
     watch.arrive(["t-003-upload"], 4.0)
     assert watch.ready_since("t-005-upload") is None
@@ -111,5 +112,19 @@ def test_tasks_are_watched_apart_a_transfer_of_another_task_feeds_nothing() -> N
     """Task u's transfer into r for model 0 must not count as a feeder of t's transfers out of r."""
     other = _task("u", [("broadcast", ("g", "x", "r"), (0, 1, 2))])
     watch = _watch(tasks=(TREE, other))
-    assert watch.feeders["t-001-broadcast"] == ["t-000-broadcast"]
-    assert watch.feeders["u-000-broadcast"] == []
+    assert watch.waits["t-001-broadcast"] == ["t-000-broadcast"]
+    assert watch.waits["u-000-broadcast"] == []
+
+
+def test_a_later_step_is_ready_once_the_earlier_steps_at_its_source_are_in() -> None:
+    """Store and forward: g's second-round send (step 1) waits for its first (step 0) to arrive,
+    though it forwards nothing."""
+    specs = (TransferSpec("s-000-broadcast", "broadcast", ("g", "a"), (0,), "10.0.0.1", "10.0.0.2", None, 0, "global",
+                          "s-c000"),
+             TransferSpec("s-001-broadcast", "broadcast", ("g", "b"), (1,), "10.0.0.1", "10.0.0.2", None, 1, "global",
+                          "s-c001"))
+    watch = StallWatch([TaskSpec("s", "g", ("a", "b"), 0, (0, 1), specs)], "broadcast", stall_s=2.0, start=0.0)
+    assert watch.waits["s-001-broadcast"] == ["s-000-broadcast"]
+    assert watch.ready_since("s-001-broadcast") is None
+    watch.arrive(["s-000-broadcast"], 3.0)
+    assert watch.ready_since("s-001-broadcast") == 3.0

@@ -38,8 +38,8 @@ def test_weights_arrive_as_sent_chunk_by_chunk(tmp_path: Path) -> None:
     sent = torch.arange(10, dtype=torch.float32)
     got = _both_ends(
         tmp_path / "t",
-        lambda p: transport.relay(sent.clone(), source=None, sinks=[p], chunk_elems=3),
-        lambda p: transport.relay(torch.empty(10), source=p, sinks=[], chunk_elems=3),
+        lambda p: transport.send_whole(p, sent.clone(), chunk_elems=3),
+        lambda p: transport.recv_whole(p, torch.empty(10), chunk_elems=3),
         numel=(10, 10),
     )
     assert torch.equal(got[1], sent)
@@ -59,22 +59,10 @@ def test_aborting_the_connections_wakes_a_blocked_wait(tmp_path: Path) -> None:
         threading.Timer(0.5, transport.abort_connections).start()
         started = time.monotonic()
         try:
-            return transport.relay(torch.empty(4), source=pair, sinks=[], chunk_elems=4)
+            return transport.recv_whole(pair, torch.empty(4), chunk_elems=4)
         except RuntimeError as exc:
             return exc, time.monotonic() - started
 
     got = _both_ends(tmp_path / "t", lambda p: threading.Event().wait(5), receive, numel=(4, 4))
     error, waited = got[1]
     assert "Connection closed" in str(error) and waited < 2
-
-
-def test_the_receiver_is_told_when_the_last_chunk_is_in(tmp_path: Path) -> None:
-    arrived: list[str] = []
-    _both_ends(
-        tmp_path / "task0-000-upload",
-        lambda p: transport.aggregate(torch.ones(10), sources=[], sink=p, chunk_elems=3),
-        lambda p: transport.aggregate(torch.zeros(10), sources=[p], sink=None, chunk_elems=3,
-                                      received=lambda pair: arrived.append(pair.name)),
-        numel=(10, 10),
-    )
-    assert arrived == ["task0-000-upload"]

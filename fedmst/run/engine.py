@@ -17,13 +17,13 @@ import time
 import traceback
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import psutil
 
 import fedmst
 from fedmst.core.faults import replan_workload
-from fedmst.core.plan import LinkDir, plan_summary
+from fedmst.core.plan import LinkDir, Transfer, plan_summary
 from fedmst.core.topology import node_order
 from fedmst.errors import FedmstError
 from fedmst.net.calibrate import cpu_bound_links, link_ceiling_mbps
@@ -165,6 +165,29 @@ def _make_run_dir(out: Path) -> None:
         raise FedmstError(f"output folder {out}: cannot write there ({exc.strerror})") from None
 
 
+
+def connect(transfers: Mapping[str, Transfer], prefix: str) -> dict[str, str]:
+    """The connection each keyed transfer travels on: one per path, shared by its transfers of
+    different steps (a ring's neighbours keep one connection through every step), a new one for
+    each transfer of the same path and step (SPFF's parallel transfers to one node stay apart).
+
+    >>> t = lambda step: Transfer("upload", ("a", "b"), frozenset({0}), step=step)
+    >>> connect({"x": t(0), "y": t(1), "z": t(1)}, "c")
+    {'x': 'c000', 'y': 'c000', 'z': 'c001'}
+    """
+    lanes: dict[tuple[str, ...], list[tuple[str, set[tuple[str, int]]]]] = {}
+    out, count = {}, 0
+    for key, t in transfers.items():
+        when = (t.phase, t.step)
+        lane = next((lane for lane in lanes.setdefault(t.path, []) if when not in lane[1]), None)
+        if lane is None:
+            lane = (f"{prefix}{count:03d}", set())
+            lanes[t.path].append(lane)
+            count += 1
+        lane[1].add(when)
+        out[key] = lane[0]
+    return out
+
 class Engine:
     """The round and phase loop of one run on a built emulation."""
 
@@ -201,16 +224,20 @@ class Engine:
         tag = "" if live.epoch == 0 else f"e{live.epoch}-"
         keys = {p.task.name: {f"{p.task.name}-{tag}{i:03d}-{t.phase}": t for i, t in enumerate(p.transfers)}
                 for p in live.plans}
-        flows = self.emu.install_flows({k: t.path for per_task in keys.values() for k, t in per_task.items()})
+        connections = {p.task.name: connect(keys[p.task.name], f"{p.task.name}-{tag}c") for p in live.plans}
+        flows = self.emu.install_flows({c: keys[name][k].path for name, per_task in connections.items()
+                                        for k, c in per_task.items()})
         specs = []
         for p in live.plans:
             task, original = live.tasks[p.task.name], live.models[p.task.name]
+            joins = connections[task.name]
             specs.append(TaskSpec(
                 name=task.name, global_node=task.global_node, local_nodes=task.local_nodes,
                 seed=self.config.seed + int(task.name.removeprefix("task")), active=original,
                 transfers=tuple(
                     TransferSpec(key=k, phase=t.phase, path=t.path, models=tuple(sorted(original[j] for j in t.models)),
-                                 src_addr=flows[k].src_addr, dst_addr=flows[k].dst_addr)
+                                 src_addr=flows[joins[k]].src_addr, dst_addr=flows[joins[k]].dst_addr,
+                                 segment=t.segment, step=t.step, carries=t.carries, connection=joins[k])
                     for k, t in keys[task.name].items()),
             ))
         self.specs = tuple(specs)

@@ -69,8 +69,10 @@ class RoundResult:
     @property
     def cpu_bound(self) -> list[str]:
         """The transfer phases during which the host's CPUs were all but saturated: their links
-        ran as fast as the host could forward, not as the plan's fluid model says."""
-        return [p for p in PHASES if self.cpu_busy.get(p, 0.0) >= CPU_BOUND]
+        ran as fast as the host could forward, not as the plan's fluid model says. (A phase with
+        nothing to move, as a ring's broadcast, is bound by nothing.)"""
+        return [p for p in PHASES if self.cpu_busy.get(p, 0.0) >= CPU_BOUND
+                and any(plan.phase(p) for plan in self.plans.get(p, ()))]
 
     @property
     def local_models(self) -> dict[str, int]:

@@ -190,9 +190,13 @@ def _workers(workers: Mapping[str, Any]) -> str:
     return "processes" if workers["backend"] == "process" else f"docker ({workers['image']})"
 
 
+MAX_RATIO_COLUMNS = 2
+
+
 def summary_table(summaries: Mapping[str, Summary], ratios_to_first: bool = False) -> Any:
     """A rich Table: one column per scheduler, measured beside predicted, and with
-    ``ratios_to_first`` one ratio column per other scheduler against the first (the baseline)."""
+    ``ratios_to_first`` one ratio column per other scheduler against the first (the baseline),
+    for up to three schedulers: more would not fit a terminal (comparison.json has every ratio)."""
     from rich.table import Table
 
     names = list(summaries)
@@ -202,7 +206,7 @@ def summary_table(summaries: Mapping[str, Summary], ratios_to_first: bool = Fals
     table.add_column("per round (mean)")
     for label in labels:
         table.add_column(label, justify="right")
-    others = names[1:] if ratios_to_first else []
+    others = names[1:] if ratios_to_first and len(names) <= MAX_RATIO_COLUMNS + 1 else []
     for label in labels[1:len(others) + 1]:
         table.add_column(f"{label}/{labels[0]}", justify="right")
 
@@ -235,7 +239,8 @@ def summary_table(summaries: Mapping[str, Summary], ratios_to_first: bool = Fals
     row(f"time to accuracy {first.target_accuracy:g} (s)", lambda s: s.time_to_accuracy_s, "{:.2f}")
     table.caption = (f"{first.local_models} local models, model {first.model} "
                      f"({first.model_bytes / 1e6:.2f} MB), {first.rounds} rounds; "
-                     f"delay: {first.emulated['delay_mechanism']}; workers: {_workers(first.workers)}")
+                     f"delay: {first.emulated['delay_mechanism']}; workers: {_workers(first.workers)}"
+                     + (f"; ratios to {labels[0]} in comparison.json" if ratios_to_first and not others else ""))
     return table
 
 

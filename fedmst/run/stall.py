@@ -7,15 +7,16 @@ sees: a transfer has stalled when
 
 - it is still under way (its receiver has not marked its last chunk in),
 - its sender has had all it must send for at least ``stall_s`` (every transfer it forwards or
-  sums has arrived, see :func:`fedmst.core.plan.feeders`): a relay waiting on a slow upstream is
-  not stalled, its upstream is judged instead,
+  sums, and every earlier step at its source, has arrived, see :func:`fedmst.core.plan.waits_on`):
+  a relay waiting on a slow upstream is not stalled, its upstream is judged instead,
 - and a link direction on its path has carried no byte at all, from any transfer, for ``stall_s``.
 
 A busy link always moves; a link that is down, or a path that lost its route, does not. Pure: the
 engine feeds it counter readings and arrival marks, each with the time it was taken.
 
 >>> from fedmst.protocol import TaskSpec, TransferSpec
->>> down = TransferSpec("t-000-broadcast", "broadcast", ("g", "r", "a"), (0,), "10.0.0.1", "10.0.0.2")
+>>> down = TransferSpec("t-000-broadcast", "broadcast", ("g", "r", "a"), (0,), "10.0.0.1", "10.0.0.2", None, 0,
+...                     "global", "t-c000")
 >>> task = TaskSpec("t", "g", ("a",), 0, (0,), (down,))
 >>> watch = StallWatch([task], "broadcast", stall_s=2.0, start=0.0)
 >>> watch.observe(0.0, {("g", "r"): 0, ("r", "a"): 0})
@@ -29,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from fedmst.core.plan import LinkDir, feeders
+from fedmst.core.plan import LinkDir, waits_on
 from fedmst.protocol import TaskSpec
 
 
@@ -52,12 +53,12 @@ class StallWatch:
     def __init__(self, tasks: Sequence[TaskSpec], phase: str, *, stall_s: float, start: float) -> None:
         self.stall_s, self.start = stall_s, start
         self.hops: dict[str, tuple[LinkDir, ...]] = {}
-        self.feeders: dict[str, list[str]] = {}
+        self.waits: dict[str, list[str]] = {}
         for task in tasks:
             transfers = [t for t in task.transfers if t.phase == phase]
             for t in transfers:
                 self.hops[t.key] = t.hops
-                self.feeders[t.key] = [f.key for f in feeders(t, transfers)]
+                self.waits[t.key] = [f.key for f in waits_on(t, transfers)]
         self.arrived: dict[str, float] = {}
         self.moved: dict[LinkDir, float] = {}
         """Link direction -> the last reading that found its counter higher than the one before."""
@@ -82,7 +83,7 @@ class StallWatch:
     def ready_since(self, key: str) -> float | None:
         """Since when ``key``'s sender has had everything it must send; None while a transfer it
         forwards or sums is still under way."""
-        times = [self.arrived.get(f) for f in self.feeders[key]]
+        times = [self.arrived.get(f) for f in self.waits[key]]
         if any(t is None for t in times):
             return None
         return max([self.start, *(t for t in times if t is not None)])

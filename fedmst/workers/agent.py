@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cache, partial
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 import torch
 
@@ -31,12 +31,15 @@ from fedmst.fl import aggregation
 from fedmst.fl import data
 from fedmst.fl import models
 from fedmst.fl import training
-from fedmst.core.plan import feeders
 from fedmst.protocol import (ABORT_FILE, AgentSpec, Broadcast, Command, Done, Evaluate, Evaluated, Failed, PhaseDone,
                              ProtocolError, Replan, Reply, RunsIn, Save, Setup, SetupDone, Stop, TaskSpec, Train,
                              Trained, TransferSpec, Upload)
 from fedmst.workers import control
+from fedmst.workers import dataflow
 from fedmst.workers import transport
+
+
+_SEEDING = threading.Lock()
 
 
 @dataclass
@@ -48,7 +51,7 @@ class TaskRole:
     spec: TaskSpec
     transfers: tuple[TransferSpec, ...]
     pairs: dict[str, transport.Pair] = field(default_factory=dict)
-    """Transfer key -> this node's end of it, while connected."""
+    """Connection key -> this node's end of it, while connected."""
     global_model: torch.nn.Module | None = None
     test: tuple[torch.Tensor, torch.Tensor] | None = None
     local: dict[int, tuple[torch.nn.Module, torch.Tensor, torch.Tensor]] = field(default_factory=dict)
@@ -59,12 +62,6 @@ class TaskRole:
     @property
     def name(self) -> str:
         return self.spec.name
-
-    def incoming(self, node: str, phase: str) -> list[TransferSpec]:
-        return [t for t in self.transfers if t.phase == phase and t.dst == node]
-
-    def outgoing(self, node: str, phase: str) -> list[TransferSpec]:
-        return [t for t in self.transfers if t.phase == phase and t.src == node]
 
 
 class PhaseAborted(RuntimeError):
@@ -78,8 +75,8 @@ class Progress:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
 
-    def arrived(self, pair: transport.Pair) -> None:
-        (self.folder / pair.name).touch()
+    def arrived(self, key: str) -> None:
+        (self.folder / key).touch()
 
     def abort_reason(self) -> str | None:
         """Why the coordinator aborted the phase, or None while it has not."""
@@ -136,13 +133,13 @@ class Agent:
             task = role.spec
             shards = data.dirichlet_shards(ytr, len(task.local_nodes), spec.alpha, seed=task.seed)
             if self.node == task.global_node:
-                torch.manual_seed(task.seed)
-                role.global_model = self._build()
+                role.global_model = self._build(seed=task.seed)
                 role.test = (dataset.x_test, dataset.y_test)
             for i, node in enumerate(task.local_nodes):
                 if node == self.node:
                     idx = torch.as_tensor(shards[i])
-                    role.local[i] = (self._build(), xtr[idx], ytr[idx])
+                    # G's initial weights: a plan may broadcast nothing (ring all-reduce)
+                    role.local[i] = (self._build(seed=task.seed), xtr[idx], ytr[idx])
         self.numel = aggregation.flatten(self._build()).numel()
         warm_up(model=spec.model, dataset=spec.dataset, optimizer=spec.optimizer, batch_size=spec.batch_size,
                 lr=spec.lr)
@@ -151,22 +148,27 @@ class Agent:
                          runs_in=runs_in())
 
     def _connect(self, store: Path) -> None:
-        """Open every transfer's process group and warm its connection, all at once (one thread
-        each): opening one blocks until its peer opens it too, so opening them in turn would cost
-        a rendezvous and a TCP handshake per transfer, one after the other across the network.
+        """Open every connection's process group and warm it, all at once (one thread each):
+        opening one blocks until its peer opens it too, so opening them in turn would cost a
+        rendezvous and a TCP handshake per connection, one after the other across the network.
 
-        Warming moves one model's worth of zeros over each connection, as a long-lived deployment's
-        connections would have carried earlier rounds: round 1 then measures the schedule, not TCP
-        slow start on new connections. The coordinator counts no set-up bytes in any round."""
-        def open_(t: TransferSpec, role: TaskRole) -> None:
+        Warming moves the largest of its transfers' worth of zeros over each connection, as a
+        long-lived deployment's connections would have carried earlier rounds: round 1 then measures
+        the schedule, not TCP slow start on new connections. The coordinator counts no set-up bytes
+        in any round."""
+        def open_(name: str, role: TaskRole) -> None:
+            shared = [t for t in role.transfers if t.connection == name]
+            t = shared[0]
             rank = transport.SENDER if t.src == self.node else transport.RECEIVER
             addr = t.src_addr if rank == transport.SENDER else t.dst_addr
-            pair = transport.open_pair(store / t.key, rank=rank, address=addr, timeout_s=self.spec.timeout_s,
+            pair = transport.open_pair(store / name, rank=rank, address=addr, timeout_s=self.spec.timeout_s,
                                        numel=self.numel)
-            transport.warm(pair, self.numel, self.chunk_elems)
-            role.pairs[t.key] = pair
+            transport.warm(pair, max(hi - lo for lo, hi in (dataflow.span(t, self.numel) for t in shared)),
+                           self.chunk_elems)
+            role.pairs[name] = pair
 
-        _run_all([partial(open_, t, role) for role in self.roles for t in role.transfers])
+        _run_all([partial(open_, name, role) for role in self.roles
+                  for name in dict.fromkeys(t.connection for t in role.transfers)])
 
     def replan(self, cmd: Replan) -> Done:
         """Take up a new plan (after a link failure or a dead worker): close every transfer, then
@@ -191,12 +193,18 @@ class Agent:
         self._connect(Path(cmd.store_dir))
         return Done()
 
-    def _build(self) -> torch.nn.Module:
+    def _build(self, seed: int | None = None) -> torch.nn.Module:
+        """A fresh model; with ``seed``, initialised from it (under a lock: the seed is the process's)."""
         dataset = data.load_dataset(self.spec.dataset)
-        return models.build_model(self.spec.model, num_classes=dataset.num_classes, input_shape=dataset.input_shape)
+        with _SEEDING:
+            if seed is not None:
+                torch.manual_seed(seed)
+            return models.build_model(self.spec.model, num_classes=dataset.num_classes,
+                                      input_shape=dataset.input_shape)
 
     def broadcast(self, cmd: Broadcast) -> PhaseDone:
-        return PhaseDone(task_seconds=self._transfer_phase(cmd.progress_dir, self._broadcast_role))
+        return PhaseDone(task_seconds=self._transfer_phase(
+            cmd.progress_dir, lambda role, progress: self._phase_role(role, "broadcast", progress)))
 
     def _transfer_phase(self, progress_dir: str, fn: Callable[[TaskRole, Progress], None],
                         poll_s: float = 0.1) -> dict[str, float]:
@@ -233,27 +241,34 @@ class Agent:
             raise outcome["error"]
         return outcome["seconds"]
 
-    def _broadcast_role(self, role: TaskRole, progress: Progress) -> None:
-        streams: list[Callable[[], None]] = []
-        feeds: list[tuple[torch.Tensor, TransferSpec | None, list[TransferSpec], set[int]]] = []
-        outgoing = role.outgoing(self.node, "broadcast")
-        if self.node == role.spec.global_node:
+    def _phase_role(self, role: TaskRole, phase: str, progress: Progress,
+                    weights: Mapping[int, float] | None = None) -> None:
+        """Play this node's part of ``role``'s plan in ``phase`` (:func:`dataflow.run_phase`), then
+        put the global model it ends with where it belongs: G's model after the upload, and every
+        local model here (they start the next round from it)."""
+        def own(models_: Collection[int] | None) -> torch.Tensor:
+            acc = torch.zeros(self.numel)
+            assert weights is not None, "only an upload sums updates"
+            for i in sorted(role.trained.keys() if models_ is None else set(models_) & role.trained.keys()):
+                acc.add_(role.trained[i], alpha=float(weights[i]))
+            return acc
+
+        at_g = self.node == role.spec.global_node
+        model = aggregation.flatten(role.global_model) if at_g and role.global_model is not None else None
+        active = frozenset(role.spec.active)
+        held = dataflow.run_phase(phase, dataflow.PhaseInputs(
+            node=self.node, global_node=role.spec.global_node, transfers=role.transfers, pairs=role.pairs,
+            numel=self.numel, chunk_elems=self.chunk_elems, model=model, own=own,
+            hosted=frozenset(role.local) & active, everyone=active), progress.arrived)
+        if held is None:
+            if at_g and phase == "upload":
+                raise RuntimeError(f"{role.name}: G's node ended the upload without the global model")
+            return
+        if at_g and phase == "upload":
             assert role.global_model is not None
-            flat = aggregation.flatten(role.global_model)
-            feeds.append((flat, None, outgoing, set(role.local)))
-        else:
-            for t_in in role.incoming(self.node, "broadcast"):
-                outs = [t for t in outgoing if t_in in feeders(t, role.transfers)]
-                feeds.append((torch.empty(self.numel), t_in, outs, set(role.local) & set(t_in.models)))
-        for buf, t_in, outs, locals_ in feeds:
-            def stream(buf=buf, t_in=t_in, outs=outs, locals_=locals_) -> None:
-                transport.relay(buf, source=role.pairs[t_in.key] if t_in else None,
-                                sinks=[role.pairs[t.key] for t in outs], chunk_elems=self.chunk_elems,
-                                received=progress.arrived)
-                for i in locals_:
-                    aggregation.load_flat(role.local[i][0], buf)
-            streams.append(stream)
-        _run_all(streams)
+            aggregation.load_flat(role.global_model, held)
+        for local_model, _, _ in role.local.values():
+            aggregation.load_flat(local_model, held)
 
     def train(self, cmd: Train) -> Trained:
         """Train every active local model on this node, one after another.
@@ -293,31 +308,8 @@ class Agent:
 
     def upload(self, cmd: Upload) -> PhaseDone:
         return PhaseDone(task_seconds=self._transfer_phase(
-            cmd.progress_dir, lambda role, progress: self._upload_role(role, cmd.weights[role.name], progress)))
-
-    def _upload_role(self, role: TaskRole, weights: Mapping[int, float], progress: Progress) -> None:
-        def own(models_: set[int]) -> torch.Tensor:
-            acc = torch.zeros(self.numel)
-            for i in sorted(models_ & role.trained.keys()):
-                acc.add_(role.trained[i], alpha=float(weights[i]))
-            return acc
-
-        incoming = role.incoming(self.node, "upload")
-        if self.node == role.spec.global_node:
-            assert role.global_model is not None
-            acc = own(set(role.trained))
-            transport.aggregate(acc, sources=[role.pairs[t.key] for t in incoming], sink=None,
-                                chunk_elems=self.chunk_elems, received=progress.arrived)
-            aggregation.load_flat(role.global_model, acc)
-            return
-        streams = []
-        for t_out in role.outgoing(self.node, "upload"):
-            sources = [role.pairs[t.key] for t in feeders(t_out, incoming)]
-            def stream(t_out=t_out, sources=sources) -> None:
-                transport.aggregate(own(set(t_out.models)), sources=sources, sink=role.pairs[t_out.key],
-                                    chunk_elems=self.chunk_elems, received=progress.arrived)
-            streams.append(stream)
-        _run_all(streams)
+            cmd.progress_dir,
+            lambda role, progress: self._phase_role(role, "upload", progress, cmd.weights[role.name])))
 
     def evaluate(self, cmd: Evaluate) -> Evaluated:
         acc = {}

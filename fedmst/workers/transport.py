@@ -6,8 +6,8 @@ the routes installed for that transfer. Rendezvous goes through a FileStore on t
 filesystem, so it never crosses an emulated link. Weights travel as raw float32 tensors; nothing
 received is unpickled. This is the only module that touches ``torch.distributed``.
 
-Relays are pipelined: a chunk is forwarded (or summed and forwarded) as soon as it lands, while
-the next one is already being received.
+A transfer moves as chunks, each its own message tagged with its index, so that a relay
+(:mod:`fedmst.workers.dataflow`) can forward one chunk while the next is still arriving.
 
 A wait is bounded only by the run's phase timeout: a chunk may take long on a shared link. Deciding
 that a transfer has stalled needs the link counters, which only the coordinator sees; when it does,
@@ -21,7 +21,6 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -116,15 +115,15 @@ _DONE_TAG = 1 << 30
 
 def warm(pair: Pair, numel: int, chunk_elems: int) -> None:
     """Move ``numel`` zeros from sender to receiver in chunks, then a one-element reply back: the
-    connection has then carried a model's worth, as a deployment's would after earlier rounds, and
-    its data is acknowledged before either end returns, so no ACK of it falls into round 1."""
+    connection has then carried a transfer's worth, as a deployment's would after earlier rounds,
+    and its data is acknowledged before either end returns, so no ACK of it falls into round 1."""
     zeros, done = torch.zeros(numel), torch.zeros(1)
     if pair.rank == SENDER:
-        relay(zeros, source=None, sinks=[pair], chunk_elems=chunk_elems)
-        _wait(pair.group.recv([done], pair.peer, _DONE_TAG), pair)
+        send_whole(pair, zeros, chunk_elems)
+        wait(pair.group.recv([done], pair.peer, _DONE_TAG), pair)
     else:
-        relay(zeros, source=pair, sinks=[], chunk_elems=chunk_elems)
-        _wait(pair.group.send([done], pair.peer, _DONE_TAG), pair)
+        recv_whole(pair, zeros, chunk_elems)
+        wait(pair.group.send([done], pair.peer, _DONE_TAG), pair)
 
 
 def chunks(numel: int, chunk_elems: int) -> list[slice]:
@@ -136,72 +135,34 @@ def chunks(numel: int, chunk_elems: int) -> list[slice]:
     return [slice(s, min(s + chunk_elems, numel)) for s in range(0, numel, chunk_elems)]
 
 
-def relay(
-    buf: torch.Tensor,
-    *,
-    source: Pair | None,
-    sinks: Sequence[Pair],
-    chunk_elems: int,
-    received: Callable[[Pair], None] | None = None,
-) -> torch.Tensor:
-    """Broadcast step at one node: fill ``buf`` from ``source`` (or use it as it is when there is
-    no source) and forward every chunk to each sink as soon as it is complete. ``received`` is
-    told once the source's last chunk is in.
-
-    Every receive is posted up front: gloo lets a sender write a message only once the receiver
-    has announced the matching receive, so posting them one by one would cost a round trip per
-    chunk on long links.
-    """
-    parts = chunks(buf.numel(), chunk_elems)
-    recvs = _recv_all(source, buf, parts)
-    sends = []
-    for i, part in enumerate(parts):
-        if recvs:
-            _wait(recvs[i], source)
-            if i == len(parts) - 1 and received is not None:
-                received(source)
-        sends += [(s.group.send([buf[part]], s.peer, i), s) for s in sinks]
-    for work, sink in sends:
-        _wait(work, sink)
-    return buf
+def send_whole(pair: Pair, tensor: torch.Tensor, chunk_elems: int) -> None:
+    """Send all of ``tensor`` in chunks (tags 0, 1, ...) and wait until gloo has taken them."""
+    works = [post_send(pair, tensor[part], i) for i, part in enumerate(chunks(tensor.numel(), chunk_elems))]
+    for work in works:
+        wait(work, pair)
 
 
-def aggregate(
-    acc: torch.Tensor,
-    *,
-    sources: Sequence[Pair],
-    sink: Pair | None,
-    chunk_elems: int,
-    received: Callable[[Pair], None] | None = None,
-) -> torch.Tensor:
-    """Upload step at one node: add every source's tensor into ``acc`` chunk by chunk and forward
-    each summed chunk to ``sink`` at once (in-path partial aggregation: one tensor goes up).
-    ``received`` is told of each source once its last chunk is in."""
-    parts = chunks(acc.numel(), chunk_elems)
-    bufs = [torch.empty_like(acc) for _ in sources]
-    recvs = [_recv_all(src, b, parts) for src, b in zip(sources, bufs)]
-    sends = []
-    for i, part in enumerate(parts):
-        for works, b, src in zip(recvs, bufs, sources):
-            _wait(works[i], src)
-            acc[part] += b[part]
-            if i == len(parts) - 1 and received is not None:
-                received(src)
-        if sink is not None:
-            sends.append(sink.group.send([acc[part]], sink.peer, i))
-    for work in sends:
-        _wait(work, sink)
-    return acc
+def recv_whole(pair: Pair, into: torch.Tensor, chunk_elems: int) -> torch.Tensor:
+    """Fill ``into`` from what :func:`send_whole` sends. Every receive is posted up front: gloo lets
+    a sender write a message only once the receiver has announced the matching receive, so posting
+    them one by one would cost a round trip per chunk on long links."""
+    works = [post_recv(pair, into[part], i) for i, part in enumerate(chunks(into.numel(), chunk_elems))]
+    for work in works:
+        wait(work, pair)
+    return into
 
 
-def _wait(work: dist.Work, pair: Pair | None) -> None:
+def post_recv(pair: Pair, into: torch.Tensor, tag: int) -> dist.Work:
+    """Post the receive of one chunk from the pair's other end into ``into``."""
+    return pair.group.recv([into], pair.peer, tag)
+
+
+def post_send(pair: Pair, chunk: torch.Tensor, tag: int) -> dist.Work:
+    """Post the send of one chunk to the pair's other end."""
+    return pair.group.send([chunk], pair.peer, tag)
+
+
+def wait(work: dist.Work, pair: Pair | None) -> None:
     """Wait for one chunk, at most the pair's timeout."""
     assert pair is not None
     work.wait(pair.timeout)
-
-
-def _recv_all(src: Pair | None, buf: torch.Tensor, parts: list[slice]) -> list[dist.Work]:
-    """Post a receive for every chunk of ``buf`` from ``src`` at once (none without a source)."""
-    if src is None:
-        return []
-    return [src.group.recv([buf[part]], src.peer, i) for i, part in enumerate(parts)]

@@ -1,0 +1,200 @@
+"""One node's part in one phase of any plan: receive, sum, forward, chunk by chunk.
+
+Every transfer that starts or ends at the node gets a thread. A receiving thread posts every
+chunk's receive at once and marks each chunk as it lands. A sending thread first waits for every
+transfer of an earlier step at the node to complete (store and forward between steps), then builds
+each chunk from what :func:`fedmst.core.plan.feeders` names (a copy of the global model received,
+G's own model, or the node's own weighted updates plus the sums that arrive) as soon as those
+chunks are in, and sends it: a relay forwards chunk i while chunk i + 1 is still arriving.
+
+Chunks lie on one grid over the whole flat model (``chunk_elems`` wide, cut at segment ends), so a
+segment's chunk i is inside chunk i of any segment that covers it. Transfers of different steps
+may share a connection; the n-th transfer on one sends chunk i with the tag n * (chunks per model)
++ i, so both ends tell them apart. The phase ends with what the node holds of the global model: a copy it
+received, or the sum it completed from every update (see :func:`fedmst.core.plan.check_plan`).
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Collection, Mapping, Sequence
+
+import torch
+
+from fedmst.core.plan import feeders
+from fedmst.protocol import TransferSpec
+from fedmst.workers import transport
+
+
+class PhaseFailed(RuntimeError):
+    """Another transfer of the phase at this node failed, so this one cannot go on."""
+
+
+def grid(lo: int, hi: int, chunk_elems: int) -> list[tuple[int, slice]]:
+    """(index, elements) of every chunk of ``[lo, hi)`` on the grid of ``chunk_elems``.
+
+    >>> grid(3, 9, 4)
+    [(0, slice(3, 4, None)), (1, slice(4, 8, None)), (2, slice(8, 9, None))]
+    """
+    return [(j, slice(max(lo, j * chunk_elems), min(hi, (j + 1) * chunk_elems)))
+            for j in range(lo // chunk_elems, (hi - 1) // chunk_elems + 1)]
+
+
+@dataclass
+class _End:
+    """One transfer at this node: its elements, its chunks, and when each is in (or out)."""
+
+    spec: TransferSpec
+    lo: int
+    hi: int
+    chunks: list[tuple[int, slice]]
+    buf: torch.Tensor
+    ready: dict[int, threading.Event] = field(default_factory=dict)
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def view(self, part: slice) -> torch.Tensor:
+        return self.buf[part.start - self.lo:part.stop - self.lo]
+
+    def view_when(self, j: int, part: slice, wait: Callable[[threading.Event], None]) -> torch.Tensor:
+        """Elements ``part`` of chunk ``j``, once that chunk has arrived."""
+        wait(self.ready[j])
+        return self.view(part)
+
+
+@dataclass
+class PhaseInputs:
+    """What a node brings to a phase of one task."""
+
+    node: str
+    global_node: str
+    transfers: Sequence[TransferSpec]
+    """The task's transfers that start or end at this node."""
+    pairs: Mapping[str, transport.Pair]
+    """Connection key -> this node's end of it."""
+    numel: int
+    chunk_elems: int
+    model: torch.Tensor | None
+    """G's flat model (at G's node, in broadcast)."""
+    own: Callable[[Collection[int] | None], torch.Tensor]
+    """The weighted sum of this node's trained updates among the given models (None: all)."""
+    hosted: frozenset[int]
+    """The active local models on this node."""
+    everyone: frozenset[int]
+    """Every active local model of the task."""
+
+
+def run_phase(phase: str, inp: PhaseInputs, arrived: Callable[[str], None]) -> torch.Tensor | None:
+    """Play this node's part in ``phase``; return the global model it ends the phase with, or
+    None where it has not all of it (a relay in a tree's upload). ``arrived`` is told the key of
+    every transfer whose last chunk is in."""
+    mine = [t for t in inp.transfers if t.phase == phase]
+    spans = {t.key: span(t, inp.numel) for t in mine}
+    stride = -(-inp.numel // inp.chunk_elems)
+    shared = [t.connection for t in inp.transfers]
+    tag = {t.key: stride * shared[:i].count(t.connection) for i, t in enumerate(inp.transfers)}
+    ends = {t.key: _End(t, *spans[t.key], grid(*spans[t.key], inp.chunk_elems), torch.empty(0)) for t in mine}
+    for end in ends.values():
+        end.ready = {j: threading.Event() for j, _ in end.chunks}
+        if end.spec.dst == inp.node:
+            end.buf = torch.empty(end.hi - end.lo)
+    failed = threading.Event()
+
+    def wait(event: threading.Event) -> None:
+        while not event.wait(0.05):
+            if failed.is_set():
+                raise PhaseFailed("another transfer of this phase failed at this node")
+
+    def receive(end: _End) -> None:
+        pair, first = inp.pairs[end.spec.connection], tag[end.spec.key]
+        works = [(j, transport.post_recv(pair, end.view(part), first + j)) for j, part in end.chunks]
+        for j, work in works:
+            transport.wait(work, pair)
+            end.ready[j].set()
+        arrived(end.spec.key)
+        end.done.set()
+
+    def send(end: _End) -> None:
+        t = end.spec
+        for other in mine:
+            if other.step < t.step and t.src in (other.src, other.dst):
+                wait(ends[other.key].done)
+        feeds = [ends[f.key] for f in feeders(t, mine)]
+        copies = [f for f in feeds if f.spec.carries == "global"]
+        copy = copies[0] if t.carries == "global" and copies else None
+        base = None
+        if copy is None and t.carries == "global" and phase == "broadcast":
+            assert inp.model is not None, f"{t.key}: only G's node starts a broadcast"
+            base = inp.model
+        elif copy is None:
+            base = inp.own(None if t.carries == "global" else t.models)
+            end.buf = torch.empty(end.hi - end.lo) if feeds else end.buf
+        pair, first, sends = inp.pairs[t.connection], tag[t.key], []
+        for j, part in end.chunks:
+            if copy is not None:
+                wait(copy.ready[j])
+                chunk = copy.view(part)
+            elif base is inp.model or not feeds:
+                chunk = base[part]
+            else:
+                chunk = end.view(part)
+                torch.add(base[part], feeds[0].view_when(j, part, wait), out=chunk)
+                for f in feeds[1:]:
+                    chunk.add_(f.view_when(j, part, wait))
+            sends.append(transport.post_send(pair, chunk, first + j))
+        for work in sends:
+            transport.wait(work, pair)
+        end.done.set()
+
+    def guarded(fn: Callable[[_End], None], end: _End) -> None:
+        try:
+            fn(end)
+        except BaseException:
+            failed.set()
+            raise
+
+    jobs = [(receive if t.dst == inp.node else send, ends[t.key]) for t in mine]
+    if jobs:
+        with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+            futures = [pool.submit(guarded, fn, end) for fn, end in jobs]
+            errors = [e for e in (f.exception() for f in futures) if e is not None]
+        if errors:  # the first cause, not the transfers it stopped
+            raise next((e for e in errors if not isinstance(e, PhaseFailed)), errors[0])
+    return _held(phase, inp, [ends[t.key] for t in mine if t.dst == inp.node])
+
+
+def _held(phase: str, inp: PhaseInputs, arriving: list[_End]) -> torch.Tensor | None:
+    """The global model this node has at the end of ``phase``, or None where it lacks part of it."""
+    if phase == "broadcast" and inp.node == inp.global_node:
+        return inp.model
+    cuts = sorted({0, inp.numel} | {b for end in arriving for b in (end.lo, end.hi)})
+    out = torch.empty(inp.numel)
+    own = None
+    for lo, hi in zip(cuts, cuts[1:]):
+        atom = slice(lo, hi)
+        inside = [end for end in arriving if end.lo <= lo and hi <= end.hi]
+        copies = [end for end in inside if end.spec.carries == "global"]
+        if copies:
+            out[atom] = copies[0].view(atom)
+            continue
+        if phase == "broadcast":
+            return None
+        models = set(inp.hosted)
+        for end in inside:
+            models |= set(end.spec.models)
+        if models != inp.everyone or sum(len(end.spec.models) for end in inside) + len(inp.hosted) != len(models):
+            return None
+        own = inp.own(None) if own is None else own
+        out[atom] = own[atom]
+        for end in inside:
+            out[atom] += end.view(atom)
+    return out
+
+
+def span(t: TransferSpec, numel: int) -> tuple[int, int]:
+    """The elements a transfer carries (its byte segment, in float32 weights)."""
+    if t.segment is None:
+        return 0, numel
+    lo, hi = t.segment
+    return lo // 4, hi // 4
