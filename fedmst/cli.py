@@ -298,12 +298,16 @@ def _int_list(_ctx: object, _param: object, value: str) -> list[int]:
 @click.option("--rounds", "-r", type=int, default=1, show_default=True)
 @click.option("--model", default="mlp", show_default=True,
               help="Small by default: 30 tasks x 15 local models must fit a 2-core host.")
+@click.option("--models", "--model-sizes", "models", default=None,
+              help="Comma-separated models (e.g. mlp,mlp-large,mlp-xl: 19 KB, 4.5 MB, 45 MB) to run every point "
+                   "with, instead of --model; with several, the sweep also maps where each schedule wins.")
 @click.option("--topology", default="nsfnet", show_default=True)
 @click.option("--delay-mode", type=click.Choice(DELAY_MODES), default="auto", show_default=True)
 @_worker_options
 @click.pass_context
 def sweep(ctx: click.Context, ks: list[int], seeds: list[int], **kw: Any) -> None:
-    """Reproduce the poster's Figure 3: every scheduler, many concurrent tasks, for real, with figures."""
+    """Reproduce the poster's Figure 3: every scheduler, many concurrent tasks, for real, with figures;
+    over several models, a map of where each schedule wins."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
@@ -311,11 +315,12 @@ def sweep(ctx: click.Context, ks: list[int], seeds: list[int], **kw: Any) -> Non
 
     config, extra = _guard(lambda: _config(ctx, kw))
     schedulers = _schedulers(extra["schedulers"])
+    models = [m.strip() for m in (extra["models"] or config.model).split(",") if m.strip()]
     folder = Path(config.out)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("left"), TimeRemainingColumn())
     with Progress(*columns, console=console) as bar:
-        job = bar.add_task("checking inputs", total=len(points(ks, seeds, schedulers)))
+        job = bar.add_task("checking inputs", total=len(points(ks, seeds, schedulers, models)))
         started = [False]
 
         def progress(what: str) -> None:
@@ -324,12 +329,26 @@ def sweep(ctx: click.Context, ks: list[int], seeds: list[int], **kw: Any) -> Non
             started[0] = True
             bar.update(job, description=what)
 
-        rows = _guard(lambda: sweep_(config, ks, seeds, folder, progress, schedulers))
+        rows = _guard(lambda: sweep_(config, ks, seeds, folder, progress, schedulers, models))
         bar.advance(job)
     from fedmst.views.plots import plot_sweep
 
-    latency, bandwidth = plot_sweep(rows, folder)
-    console.print(f"sweep.csv, {latency.name} and {bandwidth.name} in {folder}/")
+    if len(models) == 1:
+        latency, bandwidth = plot_sweep(rows, folder)
+        console.print(f"sweep.csv, {latency.name} and {bandwidth.name} in {folder}/")
+        return
+    from fedmst.run.experiments import regime_map
+    from fedmst.run.report import regime_table
+    from fedmst.run.results import write_json
+    from fedmst.views.plots import plot_regime_map
+
+    for model in models:
+        plot_sweep([r for r in rows if r["model"] == model], folder, suffix=f"-{model}")
+    regime = regime_map(rows)
+    write_json(folder / "regime.json", regime)
+    console.print(regime_table(regime))
+    figure = plot_regime_map(regime, folder / "regime_map.png")
+    console.print(f"sweep.csv, regime.json, {figure.name} and each model's latency and bandwidth figures in {folder}/")
 
 
 @main.command()

@@ -206,6 +206,27 @@ def test_sweep_writes_a_tidy_table_and_both_figures(tmp_path: Path, clean_host: 
     assert (out / "k3-seed1" / "links.png").is_file()
 
 
+def test_a_sweep_over_models_maps_where_each_schedule_wins(tmp_path: Path, clean_host: None) -> None:
+    out = tmp_path / "regime"
+    proc = subprocess.run(
+        [FEDMST, "sweep", "--topology", "small", "--schedulers", "spff,ring", "--local-models", "2", "--seeds", "1",
+         "--tasks", "1", "--models", "mlp,cnn", "--out", str(out)],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = read_csv(out / "sweep.csv")
+    assert sorted({(r["model"], r["scheduler"]) for r in rows}) == [
+        ("cnn", "ring"), ("cnn", "spff"), ("mlp", "ring"), ("mlp", "spff")]
+    assert {r["model"]: int(r["model_bytes"]) for r in rows}["mlp"] == 19_240
+    regime = json.loads((out / "regime.json").read_text())
+    assert [(p["model"], p["local_models"]) for p in regime] == [("mlp", 2), ("cnn", 2)]  # by size
+    assert all(set(p["latency_measured"]) <= {"spff", "ring"} and p["bytes_predicted"] for p in regime)
+    for name in ("regime_map.png", "latency_vs_local_models-mlp.png", "bandwidth_vs_local_models-cnn.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "cnn-k2-seed1" / "ring" / "summary.json").is_file()
+    assert "Where each schedule wins" in proc.stdout
+
+
 DATASET = '''"""A user's own dataset: three classes of points in 2x3 "images", made here, not downloaded."""
 import torch
 

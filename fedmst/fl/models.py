@@ -58,6 +58,7 @@ MODELS: dict[str, Factory] = {
     "mlp": _mlp((64,)),
     "cnn": _cnn,
     "mlp-large": _mlp((1024, 1024)),
+    "mlp-xl": _mlp((4096, 2688)),  # 45 MB: the large end of a regime map (fedmst sweep --models)
 }
 _plugins_loaded = False
 

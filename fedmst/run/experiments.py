@@ -1,6 +1,6 @@
 """Experiments over any list of schedulers: ``compare`` (one configuration, every scheduler on
 identical tasks) and ``sweep`` (the poster's Figure 3: every scheduler over a range of
-local-model counts and seeds).
+local-model counts and seeds, and over several models for a regime map).
 
 Everything is resolved before the first network is built: the host is checked once, and each
 point's topology, tasks and plans are made once, so bad input fails before anything runs and a
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from fedmst.errors import FedmstError
 from fedmst.run.config import ResolvedRun, RunConfig, check_host, resolve
@@ -20,7 +20,7 @@ from fedmst.run.report import Summary, comparison
 from fedmst.run.results import read_csv, write_csv, write_json
 
 SWEEP_FIELDS = (
-    "scheduler", "local_models", "seed", "task", "round",
+    "model", "model_bytes", "scheduler", "local_models", "seed", "task", "round",
     "broadcast_s", "train_s", "upload_s", "round_s", "accuracy",
     "run_link_bytes_measured", "run_link_bytes_predicted", "run_reserved_capacity_mbps",
     "run_tasks_blocked", "run_predicted_comm_s",
@@ -63,34 +63,45 @@ def _into(run: ResolvedRun, folder: Path) -> ResolvedRun:
     return replace(run, config=replace(run.config, out=str(folder)))
 
 
-def points(local_models: Sequence[int], seeds: Sequence[int],
-           schedulers: Sequence[str] = DEFAULT_SCHEDULERS) -> list[tuple[int, int, str]]:
-    """Every (local models, seed, scheduler) to run, in the order they run.
+def points(local_models: Sequence[int], seeds: Sequence[int], schedulers: Sequence[str] = DEFAULT_SCHEDULERS,
+           models: Sequence[str] = ("mlp",)) -> list[tuple[str, int, int, str]]:
+    """Every (model, local models, seed, scheduler) to run, in the order they run.
 
     >>> points([2, 4], [1])
-    [(2, 1, 'spff'), (2, 1, 'mst'), (4, 1, 'spff'), (4, 1, 'mst')]
+    [('mlp', 2, 1, 'spff'), ('mlp', 2, 1, 'mst'), ('mlp', 4, 1, 'spff'), ('mlp', 4, 1, 'mst')]
     """
-    return [(k, seed, s) for k in local_models for seed in seeds for s in schedulers]
+    return [(m, k, seed, s) for m in models for k in local_models for seed in seeds for s in schedulers]
+
+
+def point_folder(out: Path, model: str, k: int, seed: int, scheduler: str, several_models: bool) -> Path:
+    """Where one point's run goes: ``out/k4-seed1/mst``, with the model in front when the sweep has
+    several (``out/mlp-xl-k4-seed1/mst``)."""
+    name = f"k{k}-seed{seed}"
+    return out / (f"{run_folder_name(model)}-{name}" if several_models else name) / run_folder_name(scheduler)
 
 
 def sweep(base: RunConfig, local_models: Sequence[int], seeds: Sequence[int], out: Path, progress: Progress,
-          schedulers: Sequence[str] = DEFAULT_SCHEDULERS) -> list[dict[str, Any]]:
-    """Run every point for real, writing ``out/sweep.csv`` after each one; return its rows."""
+          schedulers: Sequence[str] = DEFAULT_SCHEDULERS, models: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Run every point for real, writing ``out/sweep.csv`` after each one; return its rows.
+    ``models`` (default: the configuration's) adds a dimension: each point runs with each model."""
     from fedmst.run.engine import run
 
     check_schedulers(schedulers)
+    models = list(dict.fromkeys(models or [base.model]))
     host, resolved = check_host(base), {}
-    for k in local_models:  # every input is checked and planned before the first network is built
-        for seed in seeds:
-            for r in resolve(replace(base, local_models=k, seed=seed), schedulers, host):
-                resolved[(k, seed, r.config.scheduler)] = r
+    for model in models:  # every input is checked and planned before the first network is built
+        for k in local_models:
+            for seed in seeds:
+                for r in resolve(replace(base, model=model, local_models=k, seed=seed), schedulers, host):
+                    resolved[(model, k, seed, r.config.scheduler)] = r
     rows: list[dict[str, Any]] = []
-    for k, seed, scheduler in points(local_models, seeds, schedulers):
-        progress(f"{scheduler} with {k} local models, seed {seed}")
-        folder = out / f"k{k}-seed{seed}" / run_folder_name(scheduler)
-        summary = run(_into(resolved[(k, seed, scheduler)], folder), report=lambda _: None)
+    for model, k, seed, scheduler in points(local_models, seeds, schedulers, models):
+        progress(f"{scheduler}, {k} local models, seed {seed}" + (f", {model}" if len(models) > 1 else ""))
+        folder = point_folder(out, model, k, seed, scheduler, len(models) > 1)
+        summary = run(_into(resolved[(model, k, seed, scheduler)], folder), report=lambda _: None)
         for r in read_csv(folder / "tasks.csv"):
             rows.append({
+                "model": model, "model_bytes": summary.model_bytes,
                 "scheduler": scheduler, "local_models": k, "seed": seed, "task": r["task"],
                 "round": int(r["round"]), **{f: float(r[f]) for f in
                                              ("broadcast_s", "train_s", "upload_s", "round_s", "accuracy")},
@@ -102,3 +113,41 @@ def sweep(base: RunConfig, local_models: Sequence[int], seeds: Sequence[int], ou
             })
         write_csv(out / "sweep.csv", SWEEP_FIELDS, rows)
     return rows
+
+
+TIE = 0.01
+"""Schedulers within 1% of the best share a win (MST and the exact Steiner tree often plan the
+same bytes)."""
+
+
+def regime_map(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """For every (model, local models) point of a sweep: which schedulers have the lowest round
+    latency and the fewest link bytes, measured (means over seeds, tasks and rounds) and as the
+    Plans predict (communication time alone: training is the same under every schedule).
+
+    >>> row = lambda s, lat, b: {"model": "m", "model_bytes": 8, "local_models": 2, "scheduler": s,
+    ...     "round_s": lat, "run_predicted_comm_s": lat, "run_link_bytes_measured": b,
+    ...     "run_link_bytes_predicted": b}
+    >>> (point,) = regime_map([row("mst", 2.0, 100.0), row("ring", 1.5, 100.5), row("spff", 3.0, 200.0)])
+    >>> point["latency_measured"], point["bytes_measured"]
+    (['ring'], ['mst', 'ring'])
+    """
+    groups: dict[tuple[str, int], dict[str, list[Mapping[str, Any]]]] = {}
+    for r in rows:
+        groups.setdefault((r["model"], int(r["local_models"])), {}).setdefault(r["scheduler"], []).append(r)
+
+    def best(per: dict[str, list[Mapping[str, Any]]], field: str) -> tuple[list[str], dict[str, float]]:
+        means = {s: sum(float(r[field]) for r in rs) / len(rs) for s, rs in per.items()}
+        low = min(means.values())
+        return [s for s, v in means.items() if v <= low * (1 + TIE)], means
+
+    out = []
+    for (model, k), per in groups.items():
+        point: dict[str, Any] = {"model": model, "model_bytes": int(next(iter(per.values()))[0]["model_bytes"]),
+                                 "local_models": k}
+        for name, field in (("latency_measured", "round_s"), ("latency_predicted", "run_predicted_comm_s"),
+                            ("bytes_measured", "run_link_bytes_measured"),
+                            ("bytes_predicted", "run_link_bytes_predicted")):
+            point[name], point[f"{name}_values"] = best(per, field)
+        out.append(point)
+    return sorted(out, key=lambda p: (p["model_bytes"], p["local_models"]))

@@ -244,6 +244,33 @@ def summary_table(summaries: Mapping[str, Summary], ratios_to_first: bool = Fals
     return table
 
 
+def size_label(n_bytes: float) -> str:
+    """A model's size for people: ``19 KB``, ``4.51 MB``.
+
+    >>> size_label(19_240), size_label(4_505_640)
+    ('19 KB', '4.51 MB')
+    """
+    return f"{n_bytes / 1e3:.0f} KB" if n_bytes < 1e6 else f"{n_bytes / 1e6:.3g} MB"
+
+
+def regime_table(points: Sequence[Mapping[str, Any]]) -> Any:
+    """A rich Table of a regime map: per (model, local models), the schedulers with the lowest
+    round latency and the fewest link bytes, measured beside the Plans' prediction."""
+    from rich.table import Table
+
+    def names(which: Sequence[str]) -> str:
+        return "=".join(scheduler_label(s) for s in which)
+
+    table = Table(title="Where each schedule wins (ties within 1%)")
+    for column in ("model", "local models", "latency: measured", "predicted", "bytes: measured", "predicted"):
+        table.add_column(column)
+    for p in points:
+        table.add_row(f"{p['model']} ({size_label(p['model_bytes'])})", str(p["local_models"]),
+                      names(p["latency_measured"]), names(p["latency_predicted"]),
+                      names(p["bytes_measured"]), names(p["bytes_predicted"]))
+    return table
+
+
 def scheduler_label(name: str) -> str:
     """A scheduler's name in column headers and titles: ``SPFF``, ``MST``, and the class name for
     ``package.module:Class`` (``MYSCHED`` for ``mypkg.mod:MySched``)."""

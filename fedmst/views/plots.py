@@ -21,7 +21,7 @@ import networkx as nx
 
 from fedmst.core.topology import load_topology, node_order
 from fedmst.errors import FedmstError
-from fedmst.run.report import Summary
+from fedmst.run.report import Summary, size_label
 from fedmst.run.results import read_csv
 from fedmst.views.links import COMPARISON, compare_runs, rate_series, scheduler_label
 
@@ -323,11 +323,11 @@ def scheduler_colours(schedulers: list[str]) -> dict[str, str]:
     return {s: SCHEDULER_COLOURS.get(s) or next(others) for s in schedulers}
 
 
-def plot_sweep(rows: list[dict[str, Any]], out_dir: Path) -> tuple[Path, Path]:
+def plot_sweep(rows: list[dict[str, Any]], out_dir: Path, suffix: str = "") -> tuple[Path, Path]:
     """The poster's Figure 3, measured: task latency and consumed bandwidth against the number of
     local models, one line per scheduler in the rows (in the order they first appear) with the
     spread over seeds as error bars and the Plans' prediction dashed beside it. Returns the two PNGs
-    (latency, bandwidth)."""
+    (latency, bandwidth), their names ending in ``suffix``."""
     from statistics import mean, pstdev
 
     plt = _pyplot()
@@ -346,7 +346,7 @@ def plot_sweep(rows: list[dict[str, Any]], out_dir: Path) -> tuple[Path, Path]:
         return ks, means, spreads
 
     colours = scheduler_colours(list(dict.fromkeys(r["scheduler"] for r in rows)))
-    paths = (out_dir / "latency_vs_local_models.png", out_dir / "bandwidth_vs_local_models.png")
+    paths = (out_dir / f"latency_vs_local_models{suffix}.png", out_dir / f"bandwidth_vs_local_models{suffix}.png")
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for s, c in colours.items():
         ks, m, e = series(s, lambda r: r["round_s"])
@@ -359,7 +359,7 @@ def plot_sweep(rows: list[dict[str, Any]], out_dir: Path) -> tuple[Path, Path]:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(paths[0], dpi=130)
+    _save(fig, paths[0], dpi=130)
     plt.close(fig)
     fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 4.2))
     for s, c in colours.items():
@@ -378,9 +378,45 @@ def plot_sweep(rows: list[dict[str, Any]], out_dir: Path) -> tuple[Path, Path]:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(paths[1], dpi=130)
+    _save(fig, paths[1], dpi=130)
     plt.close(fig)
     return paths
+
+
+def plot_regime_map(points: list[dict[str, Any]], out: Path) -> Path:
+    """Where each schedule wins (:func:`fedmst.run.experiments.regime_map`): for every (local
+    models, model size) cell, the scheduler with the lowest round latency (left) and the fewest
+    link bytes (right), measured, coloured by scheduler, with the Plans' own pick written under it
+    (ties within 1% share a cell)."""
+    plt = _pyplot()
+    ks = sorted({p["local_models"] for p in points})
+    sizes = sorted({(p["model_bytes"], p["model"]) for p in points})
+    names = list(dict.fromkeys(s for p in points for key in ("latency_measured", "bytes_measured",
+                                                             "latency_predicted", "bytes_predicted")
+                               for s in p[key]))
+    colours = scheduler_colours(names)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 1.4 + 1.1 * len(sizes)), sharey=True)
+    for ax, what, title in ((axes[0], "latency", "lowest round latency"), (axes[1], "bytes", "fewest link bytes")):
+        for p in points:
+            x, y = ks.index(p["local_models"]), sizes.index((p["model_bytes"], p["model"]))
+            won, said = p[f"{what}_measured"], p[f"{what}_predicted"]
+            ax.add_patch(plt.Rectangle((x - 0.5, y - 0.5), 1, 1, color=colours[won[0]], alpha=0.55))
+            agree = "" if set(said) & set(won) else " (!)"
+            ax.text(x, y + 0.12, "=".join(scheduler_label(s) for s in won), ha="center", va="center", fontsize=7.5,
+                    weight="bold")
+            ax.text(x, y - 0.22, "pred " + "=".join(scheduler_label(s) for s in said) + agree, ha="center",
+                    va="center", fontsize=6)
+        ax.set(xlim=(-0.5, len(ks) - 0.5), ylim=(-0.5, len(sizes) - 0.5), title=f"{title}, measured",
+               xlabel="local models per task")
+        ax.set_xticks(range(len(ks)), [str(k) for k in ks])
+    axes[0].set_yticks(range(len(sizes)), [f"{m}\n{size_label(b)}" for b, m in sizes])
+    axes[0].set_ylabel("model")
+    fig.suptitle("Where each schedule wins (under each cell: the Plans' prediction; (!) where it differs)",
+                 fontsize=9)
+    fig.tight_layout()
+    _save(fig, out, dpi=130)
+    plt.close(fig)
+    return out
 
 
 def plot_accuracy(run_dir: Path, out: Path | None = None) -> Path:
