@@ -331,8 +331,14 @@ def sweep(ctx: click.Context, ks: list[int], seeds: list[int], **kw: Any) -> Non
 
         rows = _guard(lambda: sweep_(config, ks, seeds, folder, progress, schedulers, models))
         bar.advance(job)
+    _draw_sweep(rows, folder)
+
+
+def _draw_sweep(rows: list[dict[str, Any]], folder: Path) -> None:
+    """A sweep's figures: Figure 3's pair, one per model, and with several models the regime map."""
     from fedmst.views.plots import plot_sweep
 
+    models = list(dict.fromkeys(r["model"] for r in rows))
     if len(models) == 1:
         latency, bandwidth = plot_sweep(rows, folder)
         console.print(f"sweep.csv, {latency.name} and {bandwidth.name} in {folder}/")
@@ -388,12 +394,17 @@ def links(run_dir: Path, sort: str, round_: int | None, against: str | None) -> 
               help="Instead: accuracy against round and against wall-clock time, every scheduler of a compare folder.")
 def plot(run_dir: Path, out: Path | None, task: str, link: str | None, accuracy: bool) -> None:
     """Draw the topology with each link coloured by the bytes it carried and the task's broadcast and
-    upload trees overlaid; a compare folder gets one panel per scheduler, side by side."""
+    upload trees overlaid; a compare folder gets one panel per scheduler, side by side; a sweep folder
+    gets its figures drawn again from its sweep.csv."""
     from fedmst.views.plots import plot_accuracy, plot_link_utilisation, plot_run
 
     if link is not None and accuracy:
         raise click.UsageError("give --link or --accuracy, not both")
-    if accuracy:
+    if (run_dir / "sweep.csv").is_file() and link is None and not accuracy:
+        from fedmst.run.experiments import read_sweep
+
+        _draw_sweep(_guard(lambda: read_sweep(run_dir / "sweep.csv")), run_dir)
+    elif accuracy:
         console.print(f"wrote {_guard(lambda: plot_accuracy(run_dir, out))}")
     elif link is not None:
         console.print(f"wrote {_guard(lambda: plot_link_utilisation(run_dir, link, out))}")

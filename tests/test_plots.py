@@ -262,14 +262,15 @@ def test_regime_map_picks_winners_with_ties_and_draws_every_cell(tmp_path: Path,
     from fedmst.views.plots import plot_regime_map
 
     def row(model: str, size: int, k: int, scheduler: str, seconds: float, predicted_s: float, mb: float) -> dict:
-        return {"model": model, "model_bytes": size, "local_models": k, "scheduler": scheduler, "round_s": seconds,
+        return {"model": model, "model_bytes": size, "local_models": k, "scheduler": scheduler, "broadcast_s": 0.5,
+                "upload_s": seconds - 0.5,
                 "run_predicted_comm_s": predicted_s, "run_link_bytes_measured": mb * 1e6,
                 "run_link_bytes_predicted": mb * 1e6}
 
     rows = [row("big", 45_000_000, 2, "mst", 9.0, 4.0, 200.0), row("big", 45_000_000, 2, "ring", 7.0, 5.0, 180.0),
             row("small", 19_000, 2, "mst", 1.0, 0.1, 0.100), row("small", 19_000, 2, "ring", 1.2, 0.2, 0.1005),
             row("small", 19_000, 4, "mst", 1.1, 0.1, 0.2), row("small", 19_000, 4, "ring", 1.0, 0.05, 0.3)]
-    points = regime_map(rows + [dict(r, round_s=r["round_s"] + 0.2) for r in rows])  # a second seed
+    points = regime_map(rows + [dict(r, upload_s=r["upload_s"] + 0.2) for r in rows])  # a second seed
     assert [(p["model"], p["local_models"]) for p in points] == [("small", 2), ("small", 4), ("big", 2)]
     small2, small4, big2 = points
     assert small2["bytes_measured"] == ["mst", "ring"]  # within 1%: both win

@@ -120,13 +120,23 @@ TIE = 0.01
 same bytes)."""
 
 
+def read_sweep(path: Path) -> list[dict[str, Any]]:
+    """The rows of a ``sweep.csv``, their numbers as numbers (to draw its figures again)."""
+    text = ("model", "scheduler", "task")
+    integral = ("model_bytes", "local_models", "seed", "round", "run_tasks_blocked")
+    return [{k: v if k in text else int(v) if k in integral else float(v) for k, v in r.items()}
+            for r in read_csv(path)]
+
+
 def regime_map(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """For every (model, local models) point of a sweep: which schedulers have the lowest round
     latency and the fewest link bytes, measured (means over seeds, tasks and rounds) and as the
-    Plans predict (communication time alone: training is the same under every schedule).
+    Plans predict. Latency is the round's communication (broadcast + upload), measured and
+    predicted alike: training is the same under every schedule, and its noise (seconds with a
+    45 MB model) would otherwise pick the winners.
 
     >>> row = lambda s, lat, b: {"model": "m", "model_bytes": 8, "local_models": 2, "scheduler": s,
-    ...     "round_s": lat, "run_predicted_comm_s": lat, "run_link_bytes_measured": b,
+    ...     "broadcast_s": 0.0, "upload_s": lat, "run_predicted_comm_s": lat, "run_link_bytes_measured": b,
     ...     "run_link_bytes_predicted": b}
     >>> (point,) = regime_map([row("mst", 2.0, 100.0), row("ring", 1.5, 100.5), row("spff", 3.0, 200.0)])
     >>> point["latency_measured"], point["bytes_measured"]
@@ -136,8 +146,11 @@ def regime_map(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for r in rows:
         groups.setdefault((r["model"], int(r["local_models"])), {}).setdefault(r["scheduler"], []).append(r)
 
+    def value(r: Mapping[str, Any], field: str) -> float:
+        return float(r["broadcast_s"]) + float(r["upload_s"]) if field == "comm_s" else float(r[field])
+
     def best(per: dict[str, list[Mapping[str, Any]]], field: str) -> tuple[list[str], dict[str, float]]:
-        means = {s: sum(float(r[field]) for r in rs) / len(rs) for s, rs in per.items()}
+        means = {s: sum(value(r, field) for r in rs) / len(rs) for s, rs in per.items()}
         low = min(means.values())
         return [s for s, v in means.items() if v <= low * (1 + TIE)], means
 
@@ -145,7 +158,7 @@ def regime_map(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for (model, k), per in groups.items():
         point: dict[str, Any] = {"model": model, "model_bytes": int(next(iter(per.values()))[0]["model_bytes"]),
                                  "local_models": k}
-        for name, field in (("latency_measured", "round_s"), ("latency_predicted", "run_predicted_comm_s"),
+        for name, field in (("latency_measured", "comm_s"), ("latency_predicted", "run_predicted_comm_s"),
                             ("bytes_measured", "run_link_bytes_measured"),
                             ("bytes_predicted", "run_link_bytes_predicted")):
             point[name], point[f"{name}_values"] = best(per, field)

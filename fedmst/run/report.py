@@ -261,11 +261,11 @@ def regime_table(points: Sequence[Mapping[str, Any]]) -> Any:
     def names(which: Sequence[str]) -> str:
         return "=".join(scheduler_label(s) for s in which)
 
-    table = Table(title="Where each schedule wins (ties within 1%)")
-    for column in ("model", "local models", "latency: measured", "predicted", "bytes: measured", "predicted"):
-        table.add_column(column)
+    table = Table(title="Where each schedule wins (communication time and link bytes per round; ties within 1%)")
+    for column in ("model", "k", "time: measured", "predicted", "bytes: measured", "predicted"):
+        table.add_column(column, overflow="fold")
     for p in points:
-        table.add_row(f"{p['model']} ({size_label(p['model_bytes'])})", str(p["local_models"]),
+        table.add_row(f"{p['model']} {size_label(p['model_bytes'])}", str(p["local_models"]),
                       names(p["latency_measured"]), names(p["latency_predicted"]),
                       names(p["bytes_measured"]), names(p["bytes_predicted"]))
     return table

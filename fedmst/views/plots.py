@@ -385,9 +385,9 @@ def plot_sweep(rows: list[dict[str, Any]], out_dir: Path, suffix: str = "") -> t
 
 def plot_regime_map(points: list[dict[str, Any]], out: Path) -> Path:
     """Where each schedule wins (:func:`fedmst.run.experiments.regime_map`): for every (local
-    models, model size) cell, the scheduler with the lowest round latency (left) and the fewest
-    link bytes (right), measured, coloured by scheduler, with the Plans' own pick written under it
-    (ties within 1% share a cell)."""
+    models, model size) cell, the scheduler with the least communication time per round (left) and
+    the fewest link bytes (right), measured, coloured by scheduler, with the Plans' own pick written
+    under it (ties within 1% share a cell)."""
     plt = _pyplot()
     ks = sorted({p["local_models"] for p in points})
     sizes = sorted({(p["model_bytes"], p["model"]) for p in points})
@@ -396,7 +396,8 @@ def plot_regime_map(points: list[dict[str, Any]], out: Path) -> Path:
                                for s in p[key]))
     colours = scheduler_colours(names)
     fig, axes = plt.subplots(1, 2, figsize=(11, 1.4 + 1.1 * len(sizes)), sharey=True)
-    for ax, what, title in ((axes[0], "latency", "lowest round latency"), (axes[1], "bytes", "fewest link bytes")):
+    for ax, what, title in ((axes[0], "latency", "least communication time per round"),
+                            (axes[1], "bytes", "fewest link bytes per round")):
         for p in points:
             x, y = ks.index(p["local_models"]), sizes.index((p["model_bytes"], p["model"]))
             won, said = p[f"{what}_measured"], p[f"{what}_predicted"]

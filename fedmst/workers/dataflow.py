@@ -100,6 +100,17 @@ def run_phase(phase: str, inp: PhaseInputs, arrived: Callable[[str], None]) -> t
         if end.spec.dst == inp.node:
             end.buf = torch.empty(end.hi - end.lo)
     failed = threading.Event()
+    sums: dict[frozenset[int] | None, torch.Tensor] = {}
+    summing = threading.Lock()
+
+    def own(models: Collection[int] | None) -> torch.Tensor:
+        """This node's weighted updates among ``models``, summed once however many transfers send
+        them (a ring member sends its own in every reduce-scatter step)."""
+        key = None if models is None else frozenset(models)
+        with summing:
+            if key not in sums:
+                sums[key] = inp.own(models)
+            return sums[key]
 
     def wait(event: threading.Event) -> None:
         while not event.wait(0.05):
@@ -128,7 +139,7 @@ def run_phase(phase: str, inp: PhaseInputs, arrived: Callable[[str], None]) -> t
             assert inp.model is not None, f"{t.key}: only G's node starts a broadcast"
             base = inp.model
         elif copy is None:
-            base = inp.own(None if t.carries == "global" else t.models)
+            base = own(None if t.carries == "global" else t.models)
             end.buf = torch.empty(end.hi - end.lo) if feeds else end.buf
         pair, first, sends = inp.pairs[t.connection], tag[t.key], []
         for j, part in end.chunks:
@@ -161,16 +172,16 @@ def run_phase(phase: str, inp: PhaseInputs, arrived: Callable[[str], None]) -> t
             errors = [e for e in (f.exception() for f in futures) if e is not None]
         if errors:  # the first cause, not the transfers it stopped
             raise next((e for e in errors if not isinstance(e, PhaseFailed)), errors[0])
-    return _held(phase, inp, [ends[t.key] for t in mine if t.dst == inp.node])
+    return _held(phase, inp, [ends[t.key] for t in mine if t.dst == inp.node], own)
 
 
-def _held(phase: str, inp: PhaseInputs, arriving: list[_End]) -> torch.Tensor | None:
+def _held(phase: str, inp: PhaseInputs, arriving: list[_End],
+          own: Callable[[Collection[int] | None], torch.Tensor]) -> torch.Tensor | None:
     """The global model this node has at the end of ``phase``, or None where it lacks part of it."""
     if phase == "broadcast" and inp.node == inp.global_node:
         return inp.model
     cuts = sorted({0, inp.numel} | {b for end in arriving for b in (end.lo, end.hi)})
     out = torch.empty(inp.numel)
-    own = None
     for lo, hi in zip(cuts, cuts[1:]):
         atom = slice(lo, hi)
         inside = [end for end in arriving if end.lo <= lo and hi <= end.hi]
@@ -185,8 +196,7 @@ def _held(phase: str, inp: PhaseInputs, arriving: list[_End]) -> torch.Tensor | 
             models |= set(end.spec.models)
         if models != inp.everyone or sum(len(end.spec.models) for end in inside) + len(inp.hosted) != len(models):
             return None
-        own = inp.own(None) if own is None else own
-        out[atom] = own[atom]
+        out[atom] = own(None)[atom]
         for end in inside:
             out[atom] += end.view(atom)
     return out
