@@ -166,7 +166,9 @@ def run_phase(phase: str, inp: PhaseInputs, arrived: Callable[[str], None]) -> t
             raise
 
     jobs = [(receive if t.dst == inp.node else send, ends[t.key]) for t in mine]
-    if jobs:
+    if len(jobs) == 1:  # a leaf's one transfer: no thread to start
+        jobs[0][0](jobs[0][1])
+    elif jobs:
         with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
             futures = [pool.submit(guarded, fn, end) for fn, end in jobs]
             errors = [e for e in (f.exception() for f in futures) if e is not None]
