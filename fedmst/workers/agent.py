@@ -18,7 +18,6 @@ import sys
 import threading
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cache, partial
 from pathlib import Path
@@ -167,7 +166,7 @@ class Agent:
                            self.chunk_elems)
             role.pairs[name] = pair
 
-        _run_all([partial(open_, name, role) for role in self.roles
+        dataflow.run_all([partial(open_, name, role) for role in self.roles
                   for name in dict.fromkeys(t.connection for t in role.transfers)])
 
     def replan(self, cmd: Replan) -> Done:
@@ -338,7 +337,7 @@ class Agent:
             fn(role)
             done[role.name] = time.perf_counter() - start
 
-        _run_all([lambda r=r: timed(r) for r in self.roles])
+        dataflow.run_all([lambda r=r: timed(r) for r in self.roles])
         return done
 
 
@@ -368,16 +367,6 @@ def runs_in(root: Path = Path("/")) -> RunsIn:
     memory = read("memory.max", "memory/memory.limit_in_bytes")
     memory_bytes = int(memory) if memory is not None and memory.isdigit() and int(memory) < 1 << 62 else None
     return RunsIn(container=(root / ".dockerenv").exists(), cpus=cpus, memory_bytes=memory_bytes)
-
-
-def _run_all(fns: list[Callable[[], None]]) -> None:
-    """Run independent streams concurrently (they block on the network), re-raising failures."""
-    if len(fns) == 1:
-        fns[0]()
-        return
-    with ThreadPoolExecutor(max_workers=max(1, len(fns))) as pool:
-        for fut in [pool.submit(f) for f in fns]:
-            fut.result()
 
 
 @cache

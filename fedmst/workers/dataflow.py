@@ -16,9 +16,11 @@ received, or the sum it completed from every update (see :func:`fedmst.core.plan
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Collection, Mapping, Sequence
 
 import torch
@@ -165,16 +167,36 @@ def run_phase(phase: str, inp: PhaseInputs, arrived: Callable[[str], None]) -> t
             failed.set()
             raise
 
-    jobs = [(receive if t.dst == inp.node else send, ends[t.key]) for t in mine]
-    if len(jobs) == 1:  # a leaf's one transfer: no thread to start
-        jobs[0][0](jobs[0][1])
-    elif jobs:
-        with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-            futures = [pool.submit(guarded, fn, end) for fn, end in jobs]
-            errors = [e for e in (f.exception() for f in futures) if e is not None]
-        if errors:  # the first cause, not the transfers it stopped
-            raise next((e for e in errors if not isinstance(e, PhaseFailed)), errors[0])
+    run_all([partial(guarded, receive if t.dst == inp.node else send, ends[t.key]) for t in mine])
     return _held(phase, inp, [ends[t.key] for t in mine if t.dst == inp.node], own)
+
+
+MAX_THREADS = 4096
+"""Threads one agent may run at once: every transfer end of every task at the node blocks one
+(30 tasks of 15 local models put a few hundred on a node)."""
+_pools: dict[int, ThreadPoolExecutor] = {}
+
+
+def _pool() -> ThreadPoolExecutor:
+    """This process's threads, kept from phase to phase: starting a thread for every transfer end
+    of every phase took more CPU than moving a small model. One per process id, because a forked
+    agent inherits the pool object but none of its threads."""
+    pid = os.getpid()
+    if pid not in _pools:
+        _pools[pid] = ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="fedmst-transfer")
+    return _pools[pid]
+
+
+def run_all(fns: Sequence[Callable[[], None]]) -> None:
+    """Run blocking streams (transfers, tasks) at once; re-raise the first failure's cause, not
+    the :class:`PhaseFailed` it led to in the others. One stream runs in the calling thread."""
+    if len(fns) == 1:
+        fns[0]()
+        return
+    futures = [_pool().submit(fn) for fn in fns]
+    errors = [e for e in (f.exception() for f in futures) if e is not None]
+    if errors:
+        raise next((e for e in errors if not isinstance(e, PhaseFailed)), errors[0])
 
 
 def _held(phase: str, inp: PhaseInputs, arriving: list[_End],
