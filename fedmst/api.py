@@ -3,7 +3,9 @@
 A scheduler is a :class:`Scheduler` subclass whose ``plan(graph, task, link_state)`` returns a
 :class:`Plan` of :class:`Transfer` objects for the :class:`Task`; use it by name after
 :func:`register_scheduler` (or the ``fedmst.schedulers`` entry-point group), or directly as
-``--schedulers spff,mst,package.module:Class``. A model is a factory
+``--schedulers spff,mst,package.module:Class``. A transfer may carry a byte segment of the model
+(:func:`equal_segments` cuts one into n), the global model or a sum, and a step, so collectives
+are plans too (``fedmst/core/schedulers/ring.py``). A model is a factory
 ``build(num_classes, input_shape) -> torch.nn.Module``, used as ``--model package.module:build``
 or registered with :func:`register_model` (or the ``fedmst.models`` entry-point group).
 
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fedmst.core.plan import Plan, Transfer
+from fedmst.core.plan import Plan, Transfer, equal_segments
 from fedmst.core.schedulers import register_scheduler
 from fedmst.core.schedulers.base import LinkState, Scheduler
 from fedmst.core.tasks import Task
@@ -44,5 +46,5 @@ def register_model(name: str, factory: Factory) -> None:
     models.register_model(name, factory)
 
 
-__all__ = ["FedmstError", "LinkState", "Plan", "Scheduler", "Task", "Transfer", "register_model",
+__all__ = ["FedmstError", "LinkState", "Plan", "Scheduler", "Task", "Transfer", "equal_segments", "register_model",
            "register_scheduler"]
