@@ -310,16 +310,17 @@ def check_plan(plan: Plan, graph: nx.Graph) -> None:
         if t.step < 0:
             raise SchedulerError(f"{name}: negative step {t.step}")
     atoms = _atoms(plan)
-    holds_after_upload = {n for n in plan.nodes if not _missing(plan, "upload", n, atoms)}
+    values = {phase: _values(plan, phase) for phase in ("upload", "broadcast")}
+    holds_after_upload = {n for n in plan.nodes if not _missing(plan, "upload", n, atoms, values["upload"])}
     for phase in PHASES:
-        _check_sources(plan, phase, where)
+        _check_sources(plan, phase, values[phase], where)
     for i, node in enumerate(task.local_nodes):
-        gaps = _missing(plan, "broadcast", node, atoms)
+        gaps = _missing(plan, "broadcast", node, atoms, values["broadcast"])
         if node != task.global_node and gaps and node not in holds_after_upload:
             (lo, hi), _ = gaps[0]
             raise SchedulerError(f"{where}: model {i}'s node {node} does not receive bytes {lo}..{hi} of the "
                                  "global model in broadcast, nor keep them from the upload")
-    gaps = _missing(plan, "upload", task.global_node, atoms)
+    gaps = _missing(plan, "upload", task.global_node, atoms, values["upload"])
     if gaps:
         (lo, hi), total = gaps[0]
         raise SchedulerError(f"{where}: G's node {task.global_node} ends the upload with bytes {lo}..{hi} of the "
@@ -373,10 +374,11 @@ def _values(plan: Plan, phase: Phase) -> dict[int, Counter[int] | None]:
     return values
 
 
-def _check_sources(plan: Plan, phase: Phase, where: str) -> None:
-    """Every transfer of ``phase`` has what it sends (see :func:`check_plan`)."""
+def _check_sources(plan: Plan, phase: Phase, values: Mapping[int, Counter[int] | None], where: str) -> None:
+    """Every transfer of ``phase`` has what it sends (see :func:`check_plan`), given what each
+    carries (:func:`_values`)."""
     task, transfers = plan.task, plan.phase(phase)
-    for i, value in _values(plan, phase).items():
+    for i, value in values.items():
         t = transfers[i]
         name = f"{where}: {phase} transfer {'-'.join(t.path)} (step {t.step})"
         if value is None:
@@ -390,12 +392,12 @@ def _check_sources(plan: Plan, phase: Phase, where: str) -> None:
             raise SchedulerError(f"{name}: {what} is wrong, {_wrong(value, want)}")
 
 
-def _missing(plan: Plan, phase: Phase, node: str, atoms: list[Segment]) -> list[tuple[Segment, Counter[int]]]:
+def _missing(plan: Plan, phase: Phase, node: str, atoms: list[Segment],
+             values: Mapping[int, Counter[int] | None]) -> list[tuple[Segment, Counter[int]]]:
     """The byte ranges of the global model ``node`` does not have at the end of ``phase`` (neither
     received as the global model, nor completed from every update exactly once), each with the
-    updates it does have there."""
+    updates it does have there; ``values`` is what each transfer carries (:func:`_values`)."""
     task, transfers = plan.task, plan.phase(phase)
-    values = _values(plan, phase)
     arriving = [(t, values[i]) for i, t in enumerate(transfers) if t.dst == node]
     gaps = []
     for atom in atoms:

@@ -18,6 +18,8 @@ follows: a ring order that keeps physical hops low.
 
 from __future__ import annotations
 
+from typing import Mapping
+
 import networkx as nx
 
 from fedmst.core.plan import Plan, Transfer, equal_segments
@@ -27,18 +29,18 @@ from fedmst.core.tasks import Task
 from fedmst.errors import SchedulerError
 
 
-def ring_order(graph: nx.Graph, members: list[str]) -> list[str]:
+def ring_order(paths: Mapping[str, Mapping[str, list[str]]], members: list[str]) -> list[str]:
     """The members in ring order, starting with the first, with few physical hops between
-    neighbours (a Christofides tour on the members' least-delay path lengths in hops).
+    neighbours (a Christofides tour on the lengths in hops of ``paths``, each member's least-delay
+    paths to the others).
 
     >>> g = nx.cycle_graph(["a", "b", "c", "d"])
     >>> nx.set_edge_attributes(g, 0.001, "delay_s")
-    >>> ring_order(g, ["a", "c", "b", "d"])
+    >>> ring_order({m: shortest_paths_from(g, m) for m in "abcd"}, ["a", "c", "b", "d"])
     ['a', 'd', 'c', 'b']
     """
     if len(members) <= 3:
         return list(members)
-    paths = {m: shortest_paths_from(graph, m) for m in members}
     closure = nx.Graph()
     closure.add_weighted_edges_from((u, v, len(paths[u][v]) - 1) for u in members for v in members if u < v)
     tour = nx.approximation.christofides(closure)[:-1]  # shortcut: each member once
@@ -53,7 +55,9 @@ class RingScheduler(Scheduler):
     name = "ring"
 
     def plan(self, graph: nx.Graph, task: Task, link_state: LinkState | None = None) -> Plan:
-        members = ring_order(graph, list(dict.fromkeys((task.global_node, *sorted(set(task.local_nodes))))))
+        members = list(dict.fromkeys((task.global_node, *sorted(set(task.local_nodes)))))
+        paths = {m: shortest_paths_from(graph, m) for m in members}
+        members = ring_order(paths, members)
         n = len(members)
         if n == 1:
             return Plan(scheduler=self.name, task=task, transfers=())
@@ -62,7 +66,6 @@ class RingScheduler(Scheduler):
             raise SchedulerError(f"ring: a model of {task.model_bytes // 4} weights cannot be cut into {n} segments, "
                                  "one per ring member")
         hosted = [frozenset(task.models_at(m)) for m in members]
-        paths = {m: shortest_paths_from(graph, m) for m in members}
         hop = [tuple(paths[members[i]][members[(i + 1) % n]]) for i in range(n)]
 
         def models(first: int, count: int) -> frozenset[int]:
