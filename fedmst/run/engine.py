@@ -165,7 +165,6 @@ def _make_run_dir(out: Path) -> None:
         raise FedmstError(f"output folder {out}: cannot write there ({exc.strerror})") from None
 
 
-
 def connect(transfers: Mapping[str, Transfer], prefix: str) -> dict[str, str]:
     """The connection each keyed transfer travels on: one per path, shared by its transfers of
     different steps (a ring's neighbours keep one connection through every step), a new one for
@@ -187,6 +186,7 @@ def connect(transfers: Mapping[str, Transfer], prefix: str) -> dict[str, str]:
         lane[1].add(when)
         out[key] = lane[0]
     return out
+
 
 class Engine:
     """The round and phase loop of one run on a built emulation."""

@@ -167,7 +167,7 @@ class Agent:
             role.pairs[name] = pair
 
         dataflow.run_all([partial(open_, name, role) for role in self.roles
-                  for name in dict.fromkeys(t.connection for t in role.transfers)])
+                          for name in dict.fromkeys(t.connection for t in role.transfers)])
 
     def replan(self, cmd: Replan) -> Done:
         """Take up a new plan (after a link failure or a dead worker): close every transfer, then
@@ -253,7 +253,8 @@ class Agent:
             return acc
 
         at_g = self.node == role.spec.global_node
-        model = aggregation.flatten(role.global_model) if at_g and role.global_model is not None else None
+        starts = at_g and phase == "broadcast" and role.global_model is not None
+        model = aggregation.flatten(role.global_model) if starts else None
         active = frozenset(role.spec.active)
         held = dataflow.run_phase(phase, dataflow.PhaseInputs(
             node=self.node, global_node=role.spec.global_node, transfers=role.transfers, pairs=role.pairs,

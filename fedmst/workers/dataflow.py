@@ -34,16 +34,6 @@ class PhaseFailed(RuntimeError):
     """Another transfer of the phase at this node failed, so this one cannot go on."""
 
 
-def grid(lo: int, hi: int, chunk_elems: int) -> list[tuple[int, slice]]:
-    """(index, elements) of every chunk of ``[lo, hi)`` on the grid of ``chunk_elems``.
-
-    >>> grid(3, 9, 4)
-    [(0, slice(3, 4, None)), (1, slice(4, 8, None)), (2, slice(8, 9, None))]
-    """
-    return [(j, slice(max(lo, j * chunk_elems), min(hi, (j + 1) * chunk_elems)))
-            for j in range(lo // chunk_elems, (hi - 1) // chunk_elems + 1)]
-
-
 @dataclass
 class _End:
     """One transfer at this node: its elements, its chunks, and when each is in (or out)."""
@@ -53,7 +43,9 @@ class _End:
     hi: int
     chunks: list[tuple[int, slice]]
     buf: torch.Tensor
-    ready: dict[int, threading.Event] = field(default_factory=dict)
+    """What arrives (a receiver), or the sums it sends (a sender with feeders to add); else empty."""
+    ready: dict[int, threading.Event]
+    """Chunk index -> set once that chunk has arrived (a receiver)."""
     done: threading.Event = field(default_factory=threading.Event)
 
     def view(self, part: slice) -> torch.Tensor:
@@ -92,15 +84,17 @@ def run_phase(phase: str, inp: PhaseInputs, arrived: Callable[[str], None]) -> t
     None where it has not all of it (a relay in a tree's upload). ``arrived`` is told the key of
     every transfer whose last chunk is in."""
     mine = [t for t in inp.transfers if t.phase == phase]
-    spans = {t.key: span(t, inp.numel) for t in mine}
     stride = -(-inp.numel // inp.chunk_elems)
     shared = [t.connection for t in inp.transfers]
     tag = {t.key: stride * shared[:i].count(t.connection) for i, t in enumerate(inp.transfers)}
-    ends = {t.key: _End(t, *spans[t.key], grid(*spans[t.key], inp.chunk_elems), torch.empty(0)) for t in mine}
-    for end in ends.values():
-        end.ready = {j: threading.Event() for j, _ in end.chunks}
-        if end.spec.dst == inp.node:
-            end.buf = torch.empty(end.hi - end.lo)
+
+    def end_of(t: TransferSpec) -> _End:
+        lo, hi = span(t, inp.numel)
+        chunks = transport.grid(lo, hi, inp.chunk_elems)
+        return _End(t, lo, hi, chunks, torch.empty(hi - lo if t.dst == inp.node else 0),
+                    {j: threading.Event() for j, _ in chunks})
+
+    ends = {t.key: end_of(t) for t in mine}
     failed = threading.Event()
     sums: dict[frozenset[int] | None, torch.Tensor] = {}
     summing = threading.Lock()
@@ -134,21 +128,23 @@ def run_phase(phase: str, inp: PhaseInputs, arrived: Callable[[str], None]) -> t
             if other.step < t.step and t.src in (other.src, other.dst):
                 wait(ends[other.key].done)
         feeds = [ends[f.key] for f in feeders(t, mine)]
-        copies = [f for f in feeds if f.spec.carries == "global"]
-        copy = copies[0] if t.carries == "global" and copies else None
-        base = None
-        if copy is None and t.carries == "global" and phase == "broadcast":
+        # what it sends: a copy of the global model received, G's model, or sums (its own updates,
+        # plus the sums that feed it; all of them where it completes the global model)
+        copy = next((f for f in feeds if f.spec.carries == "global"), None) if t.carries == "global" else None
+        if copy is not None:
+            base = None
+        elif phase == "broadcast":
             assert inp.model is not None, f"{t.key}: only G's node starts a broadcast"
             base = inp.model
-        elif copy is None:
+        else:
             base = own(None if t.carries == "global" else t.models)
-            end.buf = torch.empty(end.hi - end.lo) if feeds else end.buf
+            if feeds:
+                end.buf = torch.empty(end.hi - end.lo)
         pair, first, sends = inp.pairs[t.connection], tag[t.key], []
         for j, part in end.chunks:
             if copy is not None:
-                wait(copy.ready[j])
-                chunk = copy.view(part)
-            elif base is inp.model or not feeds:
+                chunk = copy.view_when(j, part, wait)
+            elif not feeds:
                 chunk = base[part]
             else:
                 chunk = end.view(part)

@@ -30,12 +30,10 @@ SENDER, RECEIVER = 0, 1
 
 @dataclass
 class Pair:
-    """One end of a transfer's process group."""
+    """One end of a connection's process group."""
 
     group: dist.ProcessGroupGloo
     rank: int
-    name: str
-    """The transfer's key (its rendezvous file's name)."""
     timeout: datetime.timedelta = datetime.timedelta(minutes=5)
     """The longest one chunk may take: a guard against a hang, not a judgement on the link."""
 
@@ -57,8 +55,7 @@ def open_pair(store_file: Path, *, rank: int, address: str, timeout_s: float, nu
     opts = dist.ProcessGroupGloo._Options()
     opts._devices = [dist.ProcessGroupGloo.create_device(hostname=address)]
     opts._timeout = datetime.timedelta(seconds=timeout_s)
-    pair = Pair(dist.ProcessGroupGloo(store, rank, 2, opts), rank, store_file.name,
-                datetime.timedelta(seconds=timeout_s))
+    pair = Pair(dist.ProcessGroupGloo(store, rank, 2, opts), rank, datetime.timedelta(seconds=timeout_s))
     count = torch.tensor([numel], dtype=torch.int64)
     if rank == SENDER:
         pair.group.send([count], RECEIVER, 0).wait()
@@ -126,18 +123,22 @@ def warm(pair: Pair, numel: int, chunk_elems: int) -> None:
         wait(pair.group.send([done], pair.peer, _DONE_TAG), pair)
 
 
-def chunks(numel: int, chunk_elems: int) -> list[slice]:
-    """Contiguous slices covering ``numel`` elements, ``chunk_elems`` at a time.
+def grid(lo: int, hi: int, chunk_elems: int) -> list[tuple[int, slice]]:
+    """(index, elements) of every chunk of ``[lo, hi)`` on the grid of ``chunk_elems`` laid over
+    the whole model: a segment's chunk i lies inside chunk i of any segment that covers it.
 
-    >>> chunks(5, 2)
-    [slice(0, 2, None), slice(2, 4, None), slice(4, 5, None)]
+    >>> grid(3, 9, 4)
+    [(0, slice(3, 4, None)), (1, slice(4, 8, None)), (2, slice(8, 9, None))]
+    >>> grid(0, 5, 2)
+    [(0, slice(0, 2, None)), (1, slice(2, 4, None)), (2, slice(4, 5, None))]
     """
-    return [slice(s, min(s + chunk_elems, numel)) for s in range(0, numel, chunk_elems)]
+    return [(j, slice(max(lo, j * chunk_elems), min(hi, (j + 1) * chunk_elems)))
+            for j in range(lo // chunk_elems, (hi - 1) // chunk_elems + 1)]
 
 
 def send_whole(pair: Pair, tensor: torch.Tensor, chunk_elems: int) -> None:
     """Send all of ``tensor`` in chunks (tags 0, 1, ...) and wait until gloo has taken them."""
-    works = [post_send(pair, tensor[part], i) for i, part in enumerate(chunks(tensor.numel(), chunk_elems))]
+    works = [post_send(pair, tensor[part], i) for i, part in grid(0, tensor.numel(), chunk_elems)]
     for work in works:
         wait(work, pair)
 
@@ -146,7 +147,7 @@ def recv_whole(pair: Pair, into: torch.Tensor, chunk_elems: int) -> torch.Tensor
     """Fill ``into`` from what :func:`send_whole` sends. Every receive is posted up front: gloo lets
     a sender write a message only once the receiver has announced the matching receive, so posting
     them one by one would cost a round trip per chunk on long links."""
-    works = [post_recv(pair, into[part], i) for i, part in enumerate(chunks(into.numel(), chunk_elems))]
+    works = [post_recv(pair, into[part], i) for i, part in grid(0, into.numel(), chunk_elems)]
     for work in works:
         wait(work, pair)
     return into
