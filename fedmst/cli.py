@@ -320,10 +320,13 @@ def sweep(ctx: click.Context, ks: list[int], seeds: list[int], **kw: Any) -> Non
     from fedmst.run.experiments import points, sweep as sweep_
 
     config, extra = _guard(lambda: _config(ctx, kw))
-    if ctx.get_parameter_source("stall_s") == click.core.ParameterSource.DEFAULT and config.stall_s == 10.0:
-        from dataclasses import replace  # neither the command line nor --config FILE set it
+    if ctx.get_parameter_source("stall_s") == click.core.ParameterSource.DEFAULT:
+        from dataclasses import replace
 
-        config = replace(config, stall_s=SWEEP_STALL_S)
+        from fedmst.run.config import RunConfig
+
+        if config.stall_s == RunConfig.stall_s:  # nor did --config FILE set it
+            config = replace(config, stall_s=SWEEP_STALL_S)
     schedulers = _schedulers(extra["schedulers"])
     models = [m.strip() for m in (extra["models"] or config.model).split(",") if m.strip()]
     folder = Path(config.out)

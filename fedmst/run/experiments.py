@@ -146,21 +146,20 @@ def regime_map(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for r in rows:
         groups.setdefault((r["model"], int(r["local_models"])), {}).setdefault(r["scheduler"], []).append(r)
 
-    def value(r: Mapping[str, Any], field: str) -> float:
-        return float(r["broadcast_s"]) + float(r["upload_s"]) if field == "comm_s" else float(r[field])
-
-    def best(per: dict[str, list[Mapping[str, Any]]], field: str) -> tuple[list[str], dict[str, float]]:
-        means = {s: sum(value(r, field) for r in rs) / len(rs) for s, rs in per.items()}
-        low = min(means.values())
-        return [s for s, v in means.items() if v <= low * (1 + TIE)], means
-
+    measures: dict[str, Callable[[Mapping[str, Any]], float]] = {
+        "latency_measured": lambda r: float(r["broadcast_s"]) + float(r["upload_s"]),
+        "latency_predicted": lambda r: float(r["run_predicted_comm_s"]),
+        "bytes_measured": lambda r: float(r["run_link_bytes_measured"]),
+        "bytes_predicted": lambda r: float(r["run_link_bytes_predicted"]),
+    }
     out = []
     for (model, k), per in groups.items():
         point: dict[str, Any] = {"model": model, "model_bytes": int(next(iter(per.values()))[0]["model_bytes"]),
                                  "local_models": k}
-        for name, field in (("latency_measured", "comm_s"), ("latency_predicted", "run_predicted_comm_s"),
-                            ("bytes_measured", "run_link_bytes_measured"),
-                            ("bytes_predicted", "run_link_bytes_predicted")):
-            point[name], point[f"{name}_values"] = best(per, field)
+        for name, measure in measures.items():
+            means = {s: sum(map(measure, rs)) / len(rs) for s, rs in per.items()}
+            low = min(means.values())
+            point[name] = [s for s, v in means.items() if v <= low * (1 + TIE)]
+            point[f"{name}_values"] = means
         out.append(point)
     return sorted(out, key=lambda p: (p["model_bytes"], p["local_models"]))
