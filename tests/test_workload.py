@@ -165,3 +165,68 @@ class TestNsfnet:
         for plan in wp.plans:
             total.update(predicted_link_bytes(plan))
         assert wp.predicted_link_bytes() == dict(total)
+
+
+# workload files ------------------------------------------------------------------------------------
+def _file(tmp_path, text: str):
+    path = tmp_path / "workload.json"
+    path.write_text(text)
+    return path
+
+
+def test_a_workload_file_places_its_tasks_in_order(tmp_path) -> None:
+    import json
+
+    from fedmst.core.workload import read_workload
+
+    path = _file(tmp_path, json.dumps({"tasks": [
+        {"name": "A", "global_node": "a", "local_nodes": ["b", "c", "c"], "rounds": 3, "compute_s": 0.5},
+        {"name": "B", "global_node": "c", "local_nodes": ["a"], "start_s": 1.25},
+    ]}))
+    a, b = read_workload(path, load_topology("line3"))
+    assert (a.name, a.global_node, a.local_nodes, a.rounds, a.compute_s, a.start_s) == (
+        "A", "a", ("b", "c", "c"), 3, 0.5, 0.0)
+    assert (b.name, b.rounds, b.compute_s, b.start_s) == ("B", None, None, 1.25)
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ("[", "not JSON"),
+    ('{"tasks": []}', "at least one task"),
+    ('{"jobs": []}', 'expected {"tasks": [...]}'),
+    ('{"tasks": [{"name": "A", "global_node": "a"}]}', "task A: missing local_nodes"),
+    ('{"tasks": [{"name": "A", "global_node": "a", "local_nodes": ["b"], "model": "cnn"}]}',
+     "task A: unknown key(s) model"),
+    ('{"tasks": [{"name": "A", "global_node": "zz", "local_nodes": ["b"]}]}', "node 'zz' is not in topology"),
+    ('{"tasks": [{"name": "A", "global_node": "a", "local_nodes": []}]}', "local_nodes is empty"),
+    ('{"tasks": [{"name": "A", "global_node": "a", "local_nodes": ["b"], "rounds": 0}]}', "rounds 0: give 1 or more"),
+    ('{"tasks": [{"name": "A", "global_node": "a", "local_nodes": ["b"], "rounds": 1.5}]}',
+     "rounds = 1.5 is not an int"),
+    ('{"tasks": [{"name": "A", "global_node": "a", "local_nodes": ["b"], "compute_s": -1}]}',
+     "compute_s -1: give 0 or more seconds"),
+    ('{"tasks": [{"name": "A", "global_node": "a", "local_nodes": ["b"]}, '
+     '{"name": "A", "global_node": "b", "local_nodes": ["c"]}]}', "task name(s) A given more than once"),
+])
+def test_a_bad_workload_file_is_refused_in_one_line(tmp_path, text: str, fragment: str) -> None:
+    from fedmst.core.workload import read_workload
+
+    with pytest.raises(TaskError) as exc:
+        read_workload(_file(tmp_path, text), load_topology("line3"))
+    assert fragment in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_missing_workload_file_is_refused(tmp_path) -> None:
+    from fedmst.core.workload import read_workload
+
+    with pytest.raises(TaskError, match="cannot read it"):
+        read_workload(tmp_path / "nope.json", load_topology("line3"))
+
+
+def test_shipped_workloads_read_on_the_dumbbell() -> None:
+    from pathlib import Path
+
+    from fedmst.core.workload import read_workload
+
+    folder = Path(__file__).resolve().parents[1] / "topologies" / "workloads"
+    graph = load_topology("dumbbell")
+    for path in sorted(folder.glob("*.json")):
+        assert read_workload(path, graph), path

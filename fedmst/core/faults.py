@@ -21,7 +21,7 @@ their names across re-plans.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
 import networkx as nx
@@ -178,8 +178,7 @@ def remaining_tasks(graph: nx.Graph, tasks: Sequence[Task], *, down_links: Itera
                 kept.append(i)
         if not kept:
             raise FedmstError(f"{task.name}: no local model can take part any more ({'; '.join(dropped.values())})")
-        reduced = Task(name=task.name, global_node=task.global_node,
-                       local_nodes=tuple(task.local_nodes[i] for i in kept), model_bytes=task.model_bytes)
+        reduced = replace(task, local_nodes=tuple(task.local_nodes[i] for i in kept))
         out.append(RemainingTask(task=reduced, models=tuple(kept), dropped=dropped))
     return out
 

@@ -21,13 +21,20 @@ class Task:
     """One FL task: G on ``global_node``, local model ``i`` on ``local_nodes[i]``.
 
     ``model_bytes`` is the size of the weights one transfer carries (float32 payload); the
-    schedulers weigh links with it and the Plan predicts link bytes from it.
+    schedulers weigh links with it and the Plan predicts link bytes from it. A workload file
+    (:func:`fedmst.core.workload.read_workload`) may also give a task its own ``rounds``, a
+    ``compute_s`` (its local training lasts at least that long, standing for a model whose compute
+    takes that long on real accelerators) and a ``start_s`` (when it starts, on its own clock);
+    None takes the run's option.
     """
 
     name: str
     global_node: str
     local_nodes: tuple[str, ...]
     model_bytes: int
+    rounds: int | None = None
+    compute_s: float | None = None
+    start_s: float = 0.0
 
     @property
     def k(self) -> int:

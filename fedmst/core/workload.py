@@ -20,9 +20,12 @@ capacity reserved (:attr:`WorkloadPlan.reserved_wavelength_links` x per-waveleng
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
 
 import networkx as nx
 
@@ -76,6 +79,71 @@ def make_tasks(graph: nx.Graph, n_tasks: int, local_models: int, model_bytes: in
         )
         for i in range(n_tasks)
     ]
+
+
+_TASK_KEYS = {"name": str, "global_node": str, "local_nodes": list, "rounds": int, "compute_s": float,
+              "start_s": float}
+"""A workload file's task keys (:class:`~fedmst.core.tasks.Task`'s field names) and their JSON types."""
+
+
+def read_workload(path: str | Path, graph: nx.Graph) -> list[Task]:
+    """The tasks of a workload file, in its order (the order they are scheduled in)::
+
+        {"tasks": [{"name": "A", "global_node": "a1", "local_nodes": ["b1", "b2"],
+                    "rounds": 6, "compute_s": 0.8, "start_s": 0.0}, ...]}
+
+    ``name``, ``global_node`` and ``local_nodes`` are required; ``rounds``, ``compute_s`` (each
+    local model's training lasts at least that long) and ``start_s`` (its start, with
+    ``--clock independent``) are optional. A node may host several local models (list it again).
+    Any fault is refused in one line naming the file and the task.
+    ``model_bytes`` is left 0: the run sets it from its model.
+    """
+    where = f"--workload {path}"
+    try:
+        raw = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise TaskError(f"{where}: cannot read it ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise TaskError(f"{where}: not JSON: {exc}") from None
+    if not isinstance(raw, dict) or set(raw) != {"tasks"} or not isinstance(raw["tasks"], list) or not raw["tasks"]:
+        raise TaskError(f'{where}: expected {{"tasks": [...]}} with at least one task')
+    tasks = [_task_from(where, i, entry, graph) for i, entry in enumerate(raw["tasks"])]
+    names = [t.name for t in tasks]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise TaskError(f"{where}: task name(s) {', '.join(twice)} given more than once")
+    return tasks
+
+
+def _task_from(where: str, i: int, entry: Any, graph: nx.Graph) -> Task:
+    if not isinstance(entry, dict):
+        raise TaskError(f"{where}: task {i} is not a JSON object")
+    label = f"{where}: task {entry.get('name', i)!s}"
+    unknown = sorted(set(entry) - _TASK_KEYS.keys())
+    if unknown:
+        raise TaskError(f"{label}: unknown key(s) {', '.join(unknown)} (known: {', '.join(_TASK_KEYS)})")
+    missing = [k for k in ("name", "global_node", "local_nodes") if k not in entry]
+    if missing:
+        raise TaskError(f"{label}: missing {', '.join(missing)}")
+    for key, kind in _TASK_KEYS.items():
+        value = entry.get(key)
+        ok = value is None or (isinstance(value, kind) and not isinstance(value, bool)) or (
+            kind is float and isinstance(value, int) and not isinstance(value, bool))
+        if not ok:
+            raise TaskError(f"{label}: {key} = {value!r} is not a{'n' if kind is int else ''} {kind.__name__}")
+    nodes = [str(n) for n in entry["local_nodes"]]
+    if not nodes:
+        raise TaskError(f"{label}: local_nodes is empty")
+    rounds, compute_s, start_s = entry.get("rounds"), entry.get("compute_s"), entry.get("start_s", 0.0)
+    if rounds is not None and rounds < 1:
+        raise TaskError(f"{label}: rounds {rounds}: give 1 or more")
+    for key, value in (("compute_s", compute_s), ("start_s", start_s)):
+        if value is not None and not value >= 0:
+            raise TaskError(f"{label}: {key} {value}: give 0 or more seconds")
+    placed = place_task(graph, name=entry["name"], local_models=len(nodes), model_bytes=0, seed=0,
+                        global_node=str(entry["global_node"]), local_nodes=nodes)
+    return replace(placed, rounds=rounds, compute_s=None if compute_s is None else float(compute_s),
+                   start_s=float(start_s))
 
 
 @dataclass(frozen=True)
@@ -179,4 +247,4 @@ def schedule_workload(
     )
 
 
-__all__ = ["WorkloadPlan", "link_state", "make_tasks", "schedule_workload", "task_seed"]
+__all__ = ["WorkloadPlan", "link_state", "make_tasks", "read_workload", "schedule_workload", "task_seed"]
