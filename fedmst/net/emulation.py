@@ -24,6 +24,7 @@ import time
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ from fedmst.net.cleanup import RunState
 from fedmst.net.forkserver import ForkServer
 from fedmst.errors import EmulationError
 from fedmst.core.plan import LinkDir
+from fedmst.core.traffic import BackgroundFlow
 from fedmst.core.topology import node_order
 from fedmst.core.wire import DEFAULT_MTU
 
@@ -44,8 +46,14 @@ HOST_PREFIX = "fm"
 """Every host, and so every emulated interface (``fm3-eth0``), is named with this prefix."""
 LINK_NET = ipaddress.ip_network("10.0.0.0/10")
 FLOW_NET = ipaddress.ip_network("10.128.0.0/9")
+BACKGROUND_NET = ipaddress.ip_network("10.64.0.0/10")
+"""Background flows' endpoints: one iptables rule per interface counts what they put on it."""
+BACKGROUND_PORT = 5201
 _HARMLESS_TC = ("quantum of class", "Consider r2q change")
 _END = "@@fedmst-end@@"
+_BACKGROUND_RULE = re.compile(r"^\s*(\d+)\s+(\d+)\s+RETURN\s+\S+\s+--\s+\*\s+(\S+)\s+" + re.escape(str(BACKGROUND_NET)),
+                              re.MULTILINE)
+_ETH_HEADER = 14
 _HTB_DROPS = re.compile(r"qdisc htb \S+ dev (\S+) root.*?\n Sent \d+ bytes \d+ pkt \(dropped (\d+)")
 _OFFLOADS = ("tcp-segmentation-offload", "generic-segmentation-offload", "generic-receive-offload")
 """What ``ethtool -K IF tso off gso off gro off`` switches off, as ``ethtool -k`` names it."""
@@ -110,13 +118,13 @@ def resolve_delay_mode(requested: str, capabilities: Capabilities) -> str:
     return requested
 
 
-def require_tools(delay_mode: str = "off", *, join_netns: bool = False) -> None:
+def require_tools(delay_mode: str = "off", *, join_netns: bool = False, background: bool = False) -> None:
     """Fail early, in one line, when the host lacks what the emulation needs: Mininet itself
     would only ``exit(1)`` half-way through, or its hosts would silently skip a command."""
     if os.geteuid() != 0:
         raise EmulationError("fedmst needs root to create network namespaces: run it as root")
     tools = list(_TOOLS)
-    if delay_mode == "userspace":
+    if delay_mode == "userspace" or background:  # delay lines' NFQUEUE rules; counting background bytes
         tools.append(("iptables", "iptables"))
     if join_netns:
         tools.append(("nsenter", "util-linux"))
@@ -191,6 +199,10 @@ class Emulation:
         self._lines: dict[LinkDir, tuple[Process, Path]] = {}
         self._scratch: Path | None = None
         self._flow_hosts = FLOW_NET.hosts()
+        self._background_hosts = BACKGROUND_NET.hosts()
+        self._counting_background = False
+        self._background: list[tuple[str, Process, Path]] = []
+        self._sinks: list[tuple[str, Process, Path]] = []
         self._state: RunState | None = None
 
     def emulated(self) -> dict[str, object]:
@@ -365,11 +377,16 @@ class Emulation:
                 time.sleep(0.05)
 
     def check(self) -> None:
-        """Raise if a delay line has died: its link would otherwise stop or pass packets unseen."""
-        for (u, v), (proc, log) in self._lines.items():
+        """Raise if a delay line has died (its link would otherwise stop or pass packets unseen), or
+        a background flow's sink, or its sender before its time with an error."""
+        dead = [(f"delay line of link {u}->{v}", proc, log) for (u, v), (proc, log) in self._lines.items()]
+        dead += [(f"background flow {key}'s sink", proc, log) for key, proc, log in self._sinks]
+        dead += [(f"background flow {key}'s sender", proc, stats.with_suffix(".log"))
+                 for key, proc, stats in self._background if proc.poll()]
+        for what, proc, log in dead:
             if proc.poll() is not None:
                 lines = [line for line in log.read_text().splitlines() if line.strip()] or ["(no output)"]
-                raise EmulationError(f"delay line of link {u}->{v} exited with code {proc.returncode}: {lines[-1]}")
+                raise EmulationError(f"{what} exited with code {proc.returncode}: {lines[-1]}")
 
     def close(self) -> None:
         """Stop every process started in the hosts, then the network. Safe to call twice."""
@@ -412,8 +429,10 @@ class Emulation:
             self._state = None
 
     # routes --------------------------------------------------------------------------------
-    def install_flows(self, paths: Mapping[str, Sequence[str]]) -> dict[str, Flow]:
-        """Give each keyed path its two endpoint addresses and route it hop by hop."""
+    def install_flows(self, paths: Mapping[str, Sequence[str]], *, background: bool = False) -> dict[str, Flow]:
+        """Give each keyed path its two endpoint addresses and route it hop by hop (``background``:
+        addresses from :data:`BACKGROUND_NET`, whose bytes :meth:`background_counters` counts)."""
+        pool = self._background_hosts if background else self._flow_hosts
         flows: dict[str, Flow] = {}
         cmds: dict[str, list[str]] = {n: [] for n in self.nodes}
         for key, path in paths.items():
@@ -421,7 +440,7 @@ class Emulation:
             for hop in zip(path, path[1:]):
                 if hop not in self._intf:
                     raise EmulationError(f"flow {key}: path {path} uses missing link {hop[0]}-{hop[1]}")
-            a, b = str(next(self._flow_hosts)), str(next(self._flow_hosts))
+            a, b = str(next(pool)), str(next(pool))
             flows[key] = Flow(key=key, path=path, src_addr=a, dst_addr=b)
             cmds[path[0]].append(f"addr add {a}/32 dev lo")
             cmds[path[-1]].append(f"addr add {b}/32 dev lo")
@@ -460,6 +479,74 @@ class Emulation:
             errors = [line for line in out.splitlines()[:-1]
                       if line.strip() and not any(h in line for h in _HARMLESS_TC)]
             raise EmulationError(f"configuring node {node} failed ({tool}): {(errors or out.splitlines())[0]}")
+
+    # background traffic ----------------------------------------------------------------------
+    def start_background(self, flows: Sequence[BackgroundFlow], start_at: float, log_dir: Path) -> None:
+        """Route each flow on its least-delay path and start it (:mod:`fedmst.net.generator`):
+        its sink now, its sender waiting until ``start_at`` (monotonic) plus the flow's start.
+        The first call adds, on every link interface, the rule that counts background bytes."""
+        from fedmst.core.traffic import flow_path
+
+        if not self._counting_background:
+            for node in self.nodes:
+                if self._ports[node]:
+                    rules = [f"-A POSTROUTING -o {i} -s {BACKGROUND_NET} -j RETURN" for i in self._ports[node]]
+                    out = self._on_file(node, ["*mangle", *rules, "COMMIT"],
+                                        "iptables-restore --noflush {} 2>&1; echo rc=$?").strip()
+                    if not out.endswith("rc=0"):
+                        raise EmulationError(f"counting background traffic on node {node} failed: {_first_line(out)}")
+            self._counting_background = True
+        log_dir.mkdir(parents=True, exist_ok=True)
+        routes = self.install_flows({f"bg{len(self._background) + i}": flow_path(self.graph, f)
+                                     for i, f in enumerate(flows)}, background=True)
+        for (key, route), flow in zip(routes.items(), flows):
+            end = "inf" if flow.end_s is None else repr(start_at + flow.end_s)
+            sink_log = log_dir / f"{key}-sink.log"
+            sink = self.spawn(flow.dst, "fedmst.net.generator:sink", [flow.protocol, route.dst_addr,
+                                                                      str(BACKGROUND_PORT)],
+                              env={}, log=sink_log, name=f"sink{key[2:]}", warm=False)
+            self._sinks.append((key, sink, sink_log))
+            stats = log_dir / f"{key}.json"
+            sender = self.spawn(flow.src, "fedmst.net.generator:send",
+                                [flow.protocol, route.src_addr, route.dst_addr, str(BACKGROUND_PORT), repr(flow.mbps),
+                                 str(self.mtu), repr(start_at + flow.start_s), end, str(stats)],
+                                env={}, log=log_dir / f"{key}.log", name=f"send{key[2:]}", warm=False)
+            self._background.append((key, sender, stats))
+        self.check()
+
+    def stop_background(self) -> dict[str, dict[str, float]]:
+        """Stop every background sender and return what each sent (flow key -> sent bytes, seconds);
+        the sinks stop with the emulation."""
+        self.check()
+        for _, sender, _ in self._background:
+            if sender.poll() is None:
+                sender.terminate()
+        out = {}
+        for key, sender, stats in self._background:
+            try:
+                sender.wait(timeout=5)
+                out[key] = json.loads(stats.read_text())
+            except (subprocess.TimeoutExpired, OSError, ValueError) as exc:
+                raise EmulationError(f"background flow {key}: its sender left no record of what it sent "
+                                     f"({exc})") from None
+        self._background.clear()
+        return out
+
+    def background_counters(self) -> dict[LinkDir, int]:
+        """Bytes of background traffic (frames, Ethernet header included, as the interface counters
+        count them) each link direction has carried so far; zeros before any flow was started.
+        Every host is read at once (one thread each), so the reading spans a few milliseconds."""
+        if not self._counting_background:
+            return {hop: 0 for hop in self._intf}
+
+        def read(node: str) -> dict[str, int]:
+            out = self.cmd(node, "iptables -t mangle -L POSTROUTING -v -x -n")
+            return {intf: int(size) + _ETH_HEADER * int(pkts) for pkts, size, intf in _BACKGROUND_RULE.findall(out)}
+
+        with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
+            parts = list(pool.map(read, [n for n in self.nodes if self._ports[n]]))
+        by_intf = {intf: n for part in parts for intf, n in part.items()}
+        return {hop: by_intf.get(intf, 0) for hop, intf in self._intf.items()}
 
     # faults --------------------------------------------------------------------------------
     def set_link(self, u: str, v: str, *, up: bool) -> int:
