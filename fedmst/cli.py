@@ -31,6 +31,7 @@ DEFAULT_MODEL, DEFAULT_DATASET, DEFAULT_IMAGE = "mlp-large", "digits", "fedmst-w
 """Option defaults; fedmst.run.config checks they are its own (tests/test_cli.py)."""
 DELAY_MODES, BACKENDS = ("auto", "netem", "userspace", "off"), ("process", "docker")
 OPTIMIZERS = ("sgd", "momentum", "adam")
+CLOCKS, INTERLEAVES = ("lockstep", "independent"), ("none", "cassini")
 
 
 console = Console(highlight=False)
@@ -112,6 +113,24 @@ def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--deadline", "deadline_s", type=float, default=None, metavar="SECONDS",
                      help="Per-round training deadline: updates of local models not trained by then are dropped "
                           "(weights renormalised over the others) and recorded."),
+        click.option("--workload", default=None, metavar="FILE",
+                     help='Place the tasks from a JSON file: {"tasks": [{"name", "global_node", "local_nodes", '
+                          'and optionally "rounds", "compute_s", "start_s"}]} (README, "Workloads").'),
+        click.option("--clock", type=click.Choice(CLOCKS), default="lockstep", show_default=True,
+                     help="lockstep: every task's phases start together; independent: each task runs its rounds "
+                          "back to back from its own start."),
+        click.option("--compute-s", type=float, default=0.0, show_default=True, metavar="SECONDS",
+                     help="Each local model's training lasts at least this long (it trains, then waits), standing "
+                          "for compute on real accelerators."),
+        click.option("--interleave", type=click.Choice(INTERLEAVES), default="none", show_default=True,
+                     help="cassini: shift the tasks' starts so their communication interleaves on shared links "
+                          "(with --clock independent)."),
+        click.option("--traffic", multiple=True, metavar="SRC-DST:RATE[:tcp|udp][@START[-END]]",
+                     help="A background flow (e.g. a-c:20mbit:udp@1-5: from 1 s to 5 s after the first round "
+                          "starts), on the least-delay path, counted apart from the weights. Repeatable."),
+        click.option("--traffic-file", default=None, metavar="FILE",
+                     help='Background flows from JSON: {"flows": [{"src", "dst", "rate", "protocol", "start_s", '
+                          '"end_s"}]}.'),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
@@ -405,15 +424,20 @@ def links(run_dir: Path, sort: str, round_: int | None, against: str | None) -> 
 @click.option("--link", default=None, help="Instead: one link's utilisation over time, e.g. --link 10-11.")
 @click.option("--accuracy", is_flag=True,
               help="Instead: accuracy against round and against wall-clock time, every scheduler of a compare folder.")
-def plot(run_dir: Path, out: Path | None, task: str, link: str | None, accuracy: bool) -> None:
+@click.option("--timeline", is_flag=True,
+              help="Instead: each task's phases against time (measured, and predicted beneath), with the "
+                   "links' utilisation below.")
+def plot(run_dir: Path, out: Path | None, task: str, link: str | None, accuracy: bool, timeline: bool) -> None:
     """Draw the topology with each link coloured by the bytes it carried and the task's broadcast and
     upload trees overlaid; a compare folder gets one panel per scheduler, side by side; a sweep folder
     gets its figures drawn again from its sweep.csv."""
-    from fedmst.views.plots import plot_accuracy, plot_link_utilisation, plot_run
+    from fedmst.views.plots import plot_accuracy, plot_link_utilisation, plot_run, plot_timeline
 
-    if link is not None and accuracy:
-        raise click.UsageError("give --link or --accuracy, not both")
-    if (run_dir / "sweep.csv").is_file() and link is None and not accuracy:
+    if (link is not None) + accuracy + timeline > 1:
+        raise click.UsageError("give one of --link, --accuracy and --timeline")
+    if timeline:
+        console.print(f"wrote {_guard(lambda: plot_timeline(run_dir, out))}")
+    elif (run_dir / "sweep.csv").is_file() and link is None and not accuracy:
         from fedmst.run.experiments import read_sweep
 
         _draw_sweep(_guard(lambda: read_sweep(run_dir / "sweep.csv")), run_dir)

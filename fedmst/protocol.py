@@ -8,7 +8,7 @@ field needs no parsing code. No torch here: the coordinator and the CLI import t
 
 >>> msg = Upload(round=3, progress_dir="/tmp/p", weights={"task0": {0: 0.25, 2: 0.75}})
 >>> encode(msg)
-{'type': 'Upload', 'version': 5, 'round': 3, 'progress_dir': '/tmp/p', 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
+{'type': 'Upload', 'version': 6, 'round': 3, 'progress_dir': '/tmp/p', 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
 >>> decode(encode(msg)) == msg
 True
 """
@@ -25,7 +25,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 from fedmst.core.route import Along
 from fedmst.errors import FedmstError
 
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 """Raised whenever a message's shape changes, so that an agent from another checkout is refused."""
 
 
@@ -69,6 +69,8 @@ class TaskSpec:
     seed: int
     active: tuple[int, ...]
     transfers: tuple[TransferSpec, ...]
+    compute_s: float = 0.0
+    """Its local training lasts at least this long (a stand-in for compute on real accelerators)."""
 
 
 @dataclass(frozen=True)
@@ -162,6 +164,19 @@ class Replan:
 
 
 @dataclass(frozen=True)
+class RunRounds:
+    """Run every task's rounds on its own clock: task T starts ``offsets[T]`` seconds after the
+    monotonic time ``start_at`` (one clock for every namespace of the host) and runs ``rounds[T]``
+    rounds back to back, each node going from phase to phase as soon as its part is done."""
+
+    start_at: float
+    rounds: Mapping[str, int]
+    offsets: Mapping[str, float]
+    weights: Mapping[str, Mapping[int, float]]
+    """As in :class:`Upload`, the same every round."""
+
+
+@dataclass(frozen=True)
 class Stop:
     pass
 
@@ -217,14 +232,34 @@ class Evaluated:
 
 
 @dataclass(frozen=True)
+class PhaseSpan:
+    """One node's part of one phase of one round of one task, in seconds after ``start_at``."""
+
+    task: str
+    round: int
+    phase: str
+    start_s: float
+    end_s: float
+
+
+@dataclass(frozen=True)
+class RoundsDone:
+    """:class:`RunRounds` done: this node's spans, and (at G's node) each task's accuracy after each round."""
+
+    spans: tuple[PhaseSpan, ...]
+    accuracy: Mapping[str, tuple[float, ...]]
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
 class Done:
     """Save or replan done."""
 
     seconds: float = 0.0
 
 
-Command = Union[Setup, Broadcast, Train, Upload, Evaluate, Save, Replan, Stop]
-Reply = Union[Failed, SetupDone, PhaseDone, Trained, Evaluated, Done]
+Command = Union[Setup, Broadcast, Train, Upload, Evaluate, Save, Replan, RunRounds, Stop]
+Reply = Union[Failed, SetupDone, PhaseDone, Trained, Evaluated, RoundsDone, Done]
 
 _MESSAGES: dict[str, type] = {cls.__name__: cls for cls in (*get_args(Command), *get_args(Reply), AgentSpec)}
 
@@ -234,7 +269,7 @@ def encode(msg: Command | Reply | AgentSpec) -> dict[str, Any]:
     """``msg`` as a JSON-ready object: tuples become lists, integer mapping keys strings.
 
     >>> encode(Trained(task_seconds={"t": 1.5}, losses={}, late={"t": (2,)}))
-    {'type': 'Trained', 'version': 5, 'task_seconds': {'t': 1.5}, 'losses': {}, 'late': {'t': [2]}, 'seconds': 0.0}
+    {'type': 'Trained', 'version': 6, 'task_seconds': {'t': 1.5}, 'losses': {}, 'late': {'t': [2]}, 'seconds': 0.0}
     """
     if _MESSAGES.get(type(msg).__name__) is not type(msg):
         raise ProtocolError(f"not a protocol message: {type(msg).__name__}")
@@ -245,18 +280,18 @@ def decode(obj: Any) -> Command | Reply | AgentSpec:
     """The message ``obj`` (from :func:`encode`, through JSON) stands for, checked against its
     dataclass: known type, this protocol version, every required field and no other.
 
-    >>> decode({"type": "Train", "version": 5, "round": 2})
+    >>> decode({"type": "Train", "version": 6, "round": 2})
     Train(round=2, deadline_s=None)
-    >>> decode({"type": "Train", "version": 5, "round": 2, "deadline": 5})
+    >>> decode({"type": "Train", "version": 6, "round": 2, "deadline": 5})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Train: unknown field deadline
     >>> decode({"type": "Train", "version": 0, "round": 2})
     Traceback (most recent call last):
-    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 5
-    >>> decode({"type": "SetupDone", "version": 5, "samples": {"task0": {"0": 5}}})
+    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 6
+    >>> decode({"type": "SetupDone", "version": 6, "samples": {"task0": {"0": 5}}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: SetupDone: missing field runs_in
-    >>> decode({"type": "Evaluated", "version": 5, "accuracy": {"task0": "high"}})
+    >>> decode({"type": "Evaluated", "version": 6, "accuracy": {"task0": "high"}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Evaluated.accuracy.task0: expected float, got a string
     """

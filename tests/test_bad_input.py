@@ -117,6 +117,16 @@ CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
     ("scheduler-module-missing", _args("--scheduler", "no_such_pkg.mod:Sched"), ("no_such_pkg", "cannot import")),
     ("config-unknown-key", lambda p: (["--config", _write_topology(p, "exp.toml", "local_modles = 3\n")], {}),
      ("exp.toml", "unknown option 'local_modles'")),
+    ("traffic-unknown-node", _args("--traffic", "a-zz:10mbit"), ("--traffic a-zz:10mbit", "'a-zz'", "line3")),
+    ("traffic-negative-rate", _args("--traffic", "a-c:-5mbit"), ("--traffic a-c:-5mbit", "positive rate")),
+    ("workload-missing", _args("--workload", "nope.json"), ("--workload nope.json", "cannot read it")),
+    ("workload-unknown-node", lambda p: (["--workload", _write_topology(
+        p, "w.json", '{"tasks": [{"name": "A", "global_node": "a", "local_nodes": ["zz"]}]}')], {}),
+     ("w.json", "task A", "'zz'")),
+    ("workload-rounds-in-lockstep", lambda p: (["--workload", _write_topology(
+        p, "w.json", '{"tasks": [{"name": "A", "global_node": "a", "local_nodes": ["c"], "rounds": 3}]}')], {}),
+     ("task(s) A", "--clock independent")),
+    ("interleave-in-lockstep", _args("--interleave", "cassini"), ("--interleave cassini", "--clock independent")),
 ]
 
 BASE = {"--topology": "line3", "-k": "2", "--rounds": "1", "--model": "mlp", "--seed": "1"}

@@ -99,6 +99,7 @@ def test_cli_defaults_are_the_run_configs() -> None:
         config.DEFAULT_MODEL, config.DEFAULT_DATASET, backends.DEFAULT_IMAGE)
     assert (cli.DELAY_MODES, cli.BACKENDS) == (config.DELAY_MODES, backends.BACKENDS)
     assert cli.OPTIMIZERS == config.OPTIMIZERS
+    assert (cli.CLOCKS, cli.INTERLEAVES) == (config.CLOCKS, config.INTERLEAVES)
 
 
 def test_every_run_option_defaults_to_the_run_configs_field() -> None:
@@ -137,6 +138,13 @@ def test_every_run_option_defaults_to_the_run_configs_field() -> None:
     ({"optimizer": "rmsprop"}, "--optimizer rmsprop: choose one of sgd, momentum, adam"),
     ({"lr": 0.0}, "--lr 0: give a positive learning rate"),
     ({"target_accuracy": 1.5}, "--target-accuracy 1.5: give an accuracy in (0, 1]"),
+    ({"workload": "w.json", "tasks": 2}, "--workload places the tasks"),
+    ({"clock": "async"}, "--clock async: choose one of lockstep, independent"),
+    ({"interleave": "cassini"}, "add --clock independent"),
+    ({"interleave": "tetris", "clock": "independent"}, "--interleave tetris: choose one of none, cassini"),
+    ({"compute_s": -1.0}, "--compute-s -1: give 0 or more seconds"),
+    ({"clock": "independent", "fail_links": ("0-1@2",)}, "--fail-link: not supported with --clock independent"),
+    ({"clock": "independent", "deadline_s": 2.0}, "--deadline: not supported with --clock independent"),
 ])
 def test_validate_refuses_in_one_line(change: dict[str, object], fragment: str) -> None:
     with pytest.raises(FedmstError, match=None) as exc:

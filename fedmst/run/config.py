@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import json
 import tomllib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence, get_type_hints
 
 import networkx as nx
 
 from fedmst.core import faults
+from fedmst.core.contention import Profile, capacities, cassini_offsets, profile_of
+from fedmst.core.traffic import BackgroundFlow, parse_flow, read_traffic_file
 from fedmst.core.schedulers import get_scheduler
 from fedmst.core.tasks import Task, place_task
 from fedmst.core.topology import load_topology, node_order
 from fedmst.core.wire import DEFAULT_MTU
-from fedmst.core.workload import WorkloadPlan, make_tasks, schedule_workload
+from fedmst.core.workload import WorkloadPlan, make_tasks, read_workload, schedule_workload
 from fedmst.errors import FedmstError
 from fedmst.workers.backends import BACKENDS, DEFAULT_IMAGE, WorkerLimits, worker_limits
 
@@ -31,6 +33,8 @@ DEFAULT_MODEL = "mlp-large"
 DEFAULT_DATASET = "digits"
 DELAY_MODES = ("auto", "netem", "userspace", "off")
 OPTIMIZERS = ("sgd", "momentum", "adam")
+CLOCKS = ("lockstep", "independent")
+INTERLEAVES = ("none", "cassini")
 """Local optimizers, as :data:`fedmst.fl.training.OPTIMIZERS` names them (no torch here)."""
 
 
@@ -73,6 +77,19 @@ class RunConfig:
     slow_nodes: tuple[str, ...] = ()
     deadline_s: float | None = None
     stall_s: float = 10.0
+    workload: str | None = None
+    """A workload file (:func:`fedmst.core.workload.read_workload`) placing the tasks instead of the seed."""
+    clock: str = "lockstep"
+    """``lockstep``: every task's phase starts together; ``independent``: each task runs its rounds
+    back to back from its own start offset."""
+    compute_s: float = 0.0
+    """Each local model's training lasts at least this long (a task in the workload file may say otherwise)."""
+    interleave: str = "none"
+    """``cassini``: shift the tasks' starts so that their communication interleaves on shared links."""
+    traffic: tuple[str, ...] = ()
+    """Background flows, ``SRC-DST:RATE[:tcp|udp][@START[-END]]`` (:mod:`fedmst.core.traffic`)."""
+    traffic_file: str | None = None
+    """More background flows, from a JSON file (:func:`fedmst.core.traffic.read_traffic_file`)."""
 
 
 _MINIMUM = {"local_models": ("--local-models", 1), "tasks": ("--tasks", 1), "wavelengths": ("--wavelengths", 1),
@@ -118,6 +135,23 @@ def validate(config: RunConfig) -> None:
         raise FedmstError("--cpus/--memory limit containers: add --workers docker")
     if config.tasks > 1 and (config.global_node is not None or config.local_nodes is not None):
         raise FedmstError("--global-node/--local-nodes place one task: leave them out with --tasks N")
+    if config.workload is not None and (config.tasks > 1 or config.global_node is not None
+                                        or config.local_nodes is not None):
+        raise FedmstError("--workload places the tasks: leave out --tasks, --global-node and --local-nodes")
+    if config.clock not in CLOCKS:
+        raise FedmstError(f"--clock {config.clock}: choose one of {', '.join(CLOCKS)}")
+    if config.interleave not in INTERLEAVES:
+        raise FedmstError(f"--interleave {config.interleave}: choose one of {', '.join(INTERLEAVES)}")
+    if config.interleave != "none" and config.clock != "independent":
+        raise FedmstError(f"--interleave {config.interleave} shifts tasks on their own clocks: add --clock independent")
+    if not config.compute_s >= 0:
+        raise FedmstError(f"--compute-s {config.compute_s:g}: give 0 or more seconds")
+    if config.clock == "independent":
+        given = [o for o, v in (("--fail-link", config.fail_links), ("--kill-worker", config.kill_workers),
+                                ("--deadline", config.deadline_s)) if v]
+        if given:
+            raise FedmstError(f"{', '.join(given)}: not supported with --clock independent yet "
+                              "(faults and deadlines are injected between lockstep phases); use --clock lockstep")
 
 
 def read_config_file(path: Path, extra_keys: Sequence[str] = ()) -> dict[str, Any]:
@@ -187,6 +221,19 @@ class ResolvedRun:
     delay_mode: str
     """``netem``, ``userspace`` or ``off``: ``auto`` already decided by probing the kernel."""
     netem_available: bool
+    background: tuple[BackgroundFlow, ...] = ()
+    offsets: Mapping[str, float] = field(default_factory=dict)
+    """Task -> seconds its start is shifted by ``--interleave`` (beyond its own ``start_s``)."""
+
+    def profiles(self) -> list[Profile]:
+        """Each admitted task's round as predicted alone (:mod:`fedmst.core.contention`)."""
+        return _profiles(self.config, self.graph, self.workload, with_delay=self.delay_mode != "off")
+
+
+def _profiles(config: RunConfig, graph: nx.Graph, workload: WorkloadPlan, *, with_delay: bool) -> list[Profile]:
+    return [profile_of(p, graph, compute_s=float(p.task.compute_s or 0.0), start_s=p.task.start_s,
+                       chunk_bytes=config.chunk_bytes, with_delay=with_delay, mtu=config.mtu)
+            for p in workload.plans]
 
 
 @dataclass(frozen=True)
@@ -204,7 +251,7 @@ def check_host(config: RunConfig) -> Host:
     require_tools()  # root, and the tools that probing the kernel needs
     capabilities = probe_capabilities()
     delay_mode = resolve_delay_mode(config.delay_mode, capabilities)
-    require_tools(delay_mode)
+    require_tools(delay_mode, background=bool(config.traffic or config.traffic_file))
     return Host(delay_mode=delay_mode, netem_available=capabilities.netem)
 
 
@@ -219,7 +266,9 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
     link_failures = tuple(faults.parse_link_failure(f, graph, config.rounds) for f in config.fail_links)
     kills = tuple(faults.parse_worker_kill(k, graph, config.rounds) for k in config.kill_workers)
     slow = dict(faults.parse_slow_node(spec, graph) for spec in config.slow_nodes)
-    placed = _tasks(config, graph, model_bytes=0)  # placement does not depend on the model's size
+    background = tuple(parse_flow(spec, graph) for spec in config.traffic) + tuple(
+        read_traffic_file(config.traffic_file, graph) if config.traffic_file else ())
+    placed = _tasks(config, graph)  # placement does not depend on the model's size
     names = list(schedulers or [config.scheduler])
     for scheduler in names:
         get_scheduler(scheduler)
@@ -230,7 +279,7 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
     size = models.model_bytes(models.build_model(config.model, num_classes=dataset.num_classes,
                                                  input_shape=dataset.input_shape))
     tasks = [replace(task, model_bytes=size) for task in placed]
-    data.dirichlet_shards(dataset.y_train, config.local_models, config.alpha, seed=config.seed)  # too many models?
+    data.dirichlet_shards(dataset.y_train, max(t.k for t in tasks), config.alpha, seed=config.seed)  # too many models?
     runs = []
     for scheduler in names:
         workload = schedule_workload(graph, tasks, scheduler, wavelengths=config.wavelengths, mtu=config.mtu)
@@ -241,7 +290,13 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
         for node in slow:
             if node not in nodes:
                 raise FedmstError(f"--slow-node {node}: node {node} runs no worker in this run (it only forwards)")
+        offsets = {p.task.name: 0.0 for p in workload.plans}
+        if config.interleave == "cassini":
+            offsets = cassini_offsets(_profiles(config, graph, workload, with_delay=host.delay_mode != "off"),
+                                      {p.task.name: int(p.task.rounds or config.rounds) for p in workload.plans},
+                                      capacities(graph))
         runs.append(ResolvedRun(
+            background=background, offsets=offsets,
             config=replace(config, scheduler=scheduler), graph=graph, workload=workload,
             link_failures=link_failures, kills=kills, slow=slow, worker_nodes=nodes,
             limits=worker_limits(nodes, config.cpus, config.memory, graph.nodes),
@@ -251,11 +306,24 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
     return runs
 
 
-def _tasks(config: RunConfig, graph: nx.Graph, model_bytes: int) -> list[Task]:
-    if config.tasks == 1:
-        return [place_task(graph, name="task0", local_models=config.local_models, model_bytes=model_bytes,
-                           seed=config.seed, global_node=config.global_node, local_nodes=config.local_nodes)]
-    return make_tasks(graph, config.tasks, config.local_models, model_bytes, config.seed)
+def _tasks(config: RunConfig, graph: nx.Graph) -> list[Task]:
+    """The tasks, from the workload file or placed by seed, each with its rounds and compute time
+    given (the run's options where the file says nothing)."""
+    if config.workload is not None:
+        tasks = read_workload(config.workload, graph)
+    elif config.tasks == 1:
+        tasks = [place_task(graph, name="task0", local_models=config.local_models, model_bytes=0,
+                            seed=config.seed, global_node=config.global_node, local_nodes=config.local_nodes)]
+    else:
+        tasks = make_tasks(graph, config.tasks, config.local_models, 0, config.seed)
+    tasks = [replace(t, rounds=config.rounds if t.rounds is None else t.rounds,
+                     compute_s=config.compute_s if t.compute_s is None else t.compute_s) for t in tasks]
+    if config.clock == "lockstep":
+        own = [t.name for t in tasks if t.rounds != config.rounds or t.start_s]
+        if own:
+            raise FedmstError(f"--workload {config.workload}: task(s) {', '.join(own)} have their own rounds or "
+                              "start_s: add --clock independent (in lockstep every task runs every round together)")
+    return tasks
 
 
 def _worker_nodes(config: RunConfig, graph: nx.Graph, workload: WorkloadPlan) -> tuple[str, ...]:

@@ -6,6 +6,12 @@ their own and shown beside the plans' prediction. Several tasks run their phases
 time on the same links; each task's phase latency is when its last node finished. Faults are
 injected where the run asks for them; :func:`fedmst.run.recovery.assess` says what a phase's
 outcome needs, and the engine re-plans and runs the phase again.
+
+On an independent clock (``--clock independent``) the engine instead hands every agent the
+whole run at once (:class:`~fedmst.protocol.RunRounds`): each task runs its rounds back to back
+from its own start offset, each node moving on as soon as its data is in, and the engine measures
+the links over the whole run and each task's phases from the spans the nodes report. Background
+flows (``--traffic``) start with the first round and are counted apart from the weights.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ from typing import Any, Callable, Mapping
 import psutil
 
 import fedmst
+from fedmst.core.contention import capacities, iteration_times, simulate
 from fedmst.core.faults import replan_workload
+from fedmst.core.traffic import as_json
 from fedmst.core.plan import LinkDir, Transfer, plan_summary
 from fedmst.core.topology import node_order
 from fedmst.errors import FedmstError
@@ -34,6 +42,7 @@ from fedmst.protocol import (
     Broadcast,
     Evaluate,
     Replan,
+    RunRounds,
     Save,
     Setup,
     TaskSpec,
@@ -42,7 +51,18 @@ from fedmst.protocol import (
     Upload,
 )
 from fedmst.run.config import ResolvedRun
-from fedmst.run.measure import STEPS, CounterSampler, Prediction, RoundResult, cpu_busy, summarise, write_tables
+from fedmst.run.measure import (
+    STEPS,
+    ClockRun,
+    CounterSampler,
+    Prediction,
+    RoundResult,
+    cpu_busy,
+    summarise,
+    summarise_clock,
+    write_clock_tables,
+    write_tables,
+)
 from fedmst.run.recovery import (
     NEXT_PHASE,
     Live,
@@ -95,6 +115,7 @@ def run(resolved: ResolvedRun, report: Report = print, command_started: float | 
     capabilities = Capabilities(netem=resolved.netem_available)
     ceiling: dict[str, object] = {}
     status = "interrupted"
+    engine: Engine | None = None
     try:
         ceiling = _link_ceiling(resolved, capabilities, lambda m: report(f"{tag} {m}"))
         hosts = {node: host_name(i) for i, node in enumerate(sorted(graph.nodes, key=node_order))}
@@ -126,13 +147,16 @@ def run(resolved: ResolvedRun, report: Report = print, command_started: float | 
         shutil.rmtree(scratch, ignore_errors=True)
         if emu is not None and emu.delay_stats:
             write_json(out / "delay_lines.json", emu.delay_stats)
-        if rounds:  # rounds already finished keep their summary
+        clock = engine.clock if engine is not None else None
+        if rounds or (clock is not None and clock.rounds_done):  # rounds already finished keep their summary
             wall_s = time.monotonic() - started
             times["teardown"] = wall_s - sum(s for name, s in times.items() if name != "prepare")
             emulated = {**emu.emulated(), **ceiling} if emu else {}
-            summary = summarise(resolved, prediction, rounds, emulated=emulated,
-                                workers=backend.describe(), wall_s=wall_s, status=status,
-                                times={k: round(v, 3) for k, v in times.items()})
+            common = dict(emulated=emulated, workers=backend.describe(), wall_s=wall_s, status=status,
+                          times={k: round(v, 3) for k, v in times.items()},
+                          background=engine.background if engine else [])
+            summary = (summarise_clock(resolved, prediction, clock, **common) if clock is not None
+                       else summarise(resolved, prediction, rounds, **common))
             summary.write(out / "summary.json")
     report(f"{tag} time: {breakdown_line(times)}")
     return summary
@@ -208,6 +232,13 @@ class Engine:
         self.watch: StallWatch | None = None
         self.progress: Path | None = None
         self.stall: Stall | None = None
+        self.index = {name: i for i, name in enumerate(
+            [t.name for t in (p.task for p in plans)] + [name for name, _ in resolved.workload.blocked])}
+        self.clock: ClockRun | None = None
+        """The run on independent clocks (``--clock independent``), once it started."""
+        self.background: list[dict[str, Any]] = []
+        """The background flows as asked, with what each sender sent (summary.json's ``background``)."""
+        self.started_at = 0.0
         self._attempts = 0
         self._looked = 0.0
         self.times: dict[str, float] = {}
@@ -217,8 +248,9 @@ class Engine:
     def task_specs(self) -> tuple[TaskSpec, ...]:
         """Each task as the agents need it, with its transfers' routes installed in the emulation.
 
-        Task i seeds its data shards and initial weights with ``seed + i``. A transfer names the
-        original indices of the local models it serves, so weights keep their names across re-plans.
+        Task i (in the workload's order) seeds its data shards and initial weights with ``seed + i``.
+        A transfer names the original indices of the local models it serves, so weights keep their
+        names across re-plans.
         """
         live = self.live
         tag = "" if live.epoch == 0 else f"e{live.epoch}-"
@@ -233,7 +265,7 @@ class Engine:
             joins = connections[task.name]
             specs.append(TaskSpec(
                 name=task.name, global_node=task.global_node, local_nodes=task.local_nodes,
-                seed=self.config.seed + int(task.name.removeprefix("task")), active=original,
+                seed=self.config.seed + self.index[task.name], active=original, compute_s=float(task.compute_s or 0.0),
                 transfers=tuple(
                     TransferSpec(key=k, phase=t.phase, path=t.path, models=tuple(sorted(original[j] for j in t.models)),
                                  src_addr=flows[joins[k]].src_addr, dst_addr=flows[joins[k]].dst_addr,
@@ -282,23 +314,92 @@ class Engine:
             write_json(self.out / "workers.json", {node: asdict(r.runs_in) for node, r in sorted(setup.items())})
             self.times["agents"] = time.monotonic() - begun
             self.times["rounds"] = 0.0
-            for r in range(1, config.rounds + 1):
-                begun = time.monotonic()
-                results.append(self.round(r))
-                self.times["rounds"] += time.monotonic() - begun
-                write_tables(self.out, self.prediction, results)
-                write_csv(self.out / "samples.csv", SAMPLE_FIELDS, self.sampler.rows)
-                res = results[-1]
-                self.report(
-                    f"{self.tag} round {r}/{config.rounds}: broadcast {res.seconds['broadcast']:.2f} s, "
-                    f"train {res.seconds['train']:.2f} s, upload {res.seconds['upload']:.2f} s, "
-                    f"{sum(sum(b.values()) for b in res.link_bytes.values()) / 1e6:.1f} MB on links, "
-                    f"accuracy {res.accuracy:.3f}"
-                    + "".join(f"; the {p} was bound by the CPU ({res.cpu_busy[p]:.0%} busy), not by the links"
-                              for p in res.cpu_bound)
-                )
+            self.started_at = time.monotonic() + (0.3 if self.run_.background else 0.0)
+            self.sampler.t0 = self.started_at
+            if self.run_.background:
+                self.emu.start_background(self.run_.background, self.started_at, self.out / "background")
+                self.report(f"{self.tag} background: {', '.join(f.label for f in self.run_.background)}")
+                time.sleep(max(0.0, self.started_at - time.monotonic()))
+            try:
+                if config.clock == "independent":
+                    self.run_clock()
+                else:
+                    self.run_rounds(results)
+            finally:
+                if self.run_.background:
+                    sent = self.emu.stop_background()
+                    self.background = [{**asked, "sent_bytes": done["sent_bytes"], "sent_seconds": done["seconds"],
+                                        "sent_mbps": done["sent_bytes"] * 8 / done["seconds"] / 1e6
+                                        if done["sent_bytes"] and done["seconds"] else None}
+                                       for asked, done in zip(as_json(list(self.run_.background)), sent.values())]
+                    write_json(self.out / "background.json", self.background)
         finally:
             self.server.close()
+
+    def run_rounds(self, results: list[RoundResult]) -> None:
+        """Every round in lockstep, appending each to ``results`` once written."""
+        config = self.config
+        for r in range(1, config.rounds + 1):
+            begun = time.monotonic()
+            results.append(self.round(r))
+            self.times["rounds"] += time.monotonic() - begun
+            write_tables(self.out, self.prediction, results)
+            write_csv(self.out / "samples.csv", SAMPLE_FIELDS, self.sampler.rows)
+            res = results[-1]
+            background = sum(res.background_bytes.values())
+            self.report(
+                f"{self.tag} round {r}/{config.rounds}: broadcast {res.seconds['broadcast']:.2f} s, "
+                f"train {res.seconds['train']:.2f} s, upload {res.seconds['upload']:.2f} s, "
+                f"{sum(sum(b.values()) for b in res.link_bytes.values()) / 1e6:.1f} MB of weights on links"
+                + (f" ({background / 1e6:.1f} MB background)" if background else "")
+                + f", accuracy {res.accuracy:.3f}"
+                + "".join(f"; the {p} was bound by the CPU ({res.cpu_busy[p]:.0%} busy), not by the links"
+                          for p in res.cpu_bound)
+            )
+
+    def run_clock(self) -> None:
+        """Every task's rounds on its own clock, in one command to the agents (see the module's
+        docstring); the spans they report become the tasks' timeline beside the predicted one."""
+        config, live = self.config, self.live
+        rounds = {p.task.name: int(p.task.rounds or config.rounds) for p in live.plans}
+        offsets = {p.task.name: p.task.start_s + self.run_.offsets.get(p.task.name, 0.0) for p in live.plans}
+        predicted = simulate(self.run_.profiles(), self.run_.offsets, rounds, capacities(self.graph))
+        self.clock = clock = ClockRun(plans=live.plans, rounds=rounds, offsets=offsets, predicted=predicted)
+        shifted = {n: o for n, o in self.run_.offsets.items() if o}
+        if shifted:
+            self.report(f"{self.tag} interleaving ({config.interleave}): "
+                        + ", ".join(f"{n} starts {o:.2f} s later" for n, o in shifted.items()))
+        before, background = self.emu.counters(), self.emu.background_counters()
+        drops, retransmits, cpu = self.emu.queue_drops(), self.emu.tcp_retransmits(), psutil.cpu_times()
+        begun = time.monotonic()
+        limit = self.timeout_s * 3 * max(rounds.values()) + max(offsets.values())
+        with self.sampler.sampling(0, "rounds"):
+            replies = self.server.run(
+                RunRounds(start_at=self.started_at, rounds=rounds, offsets=offsets,
+                          weights=aggregation_weights(live, self.samples, {}, 1)),
+                timeout_s=limit, check=self.check)
+        self.times["rounds"] = time.monotonic() - begun
+        clock.cpu_busy = cpu_busy(cpu, psutil.cpu_times())
+        after, counted = self.emu.counters(), self.emu.background_counters()
+        clock.background_bytes = {hop: counted[hop] - background[hop] for hop in after}
+        clock.link_bytes = {hop: after[hop] - before[hop] - clock.background_bytes[hop] for hop in after}
+        clock.queue_drops = {hop: n - drops[hop] for hop, n in self.emu.queue_drops().items()}
+        clock.retransmits = self.emu.tcp_retransmits() - retransmits
+        clock.spans = [(node, s.task, s.round, s.phase, s.start_s, s.end_s)
+                       for node, reply in replies.items() for s in reply.spans]
+        clock.accuracy = {name: list(acc) for reply in replies.values() for name, acc in reply.accuracy.items()}
+        write_clock_tables(self.out, clock, self.graph, config.mtu)
+        write_csv(self.out / "samples.csv", SAMPLE_FIELDS, self.sampler.rows)
+        for name, seconds in sorted(self._iterations().items()):
+            self.report(f"{self.tag} {name}: {len(seconds)} rounds, mean round {sum(seconds) / len(seconds):.2f} s, "
+                        f"accuracy {clock.accuracy.get(name, [float('nan')])[-1]:.3f}")
+
+    def _iterations(self) -> dict[str, list[float]]:
+        assert self.clock is not None
+        out: dict[str, list[float]] = {}
+        for (name, _), seconds in sorted(iteration_times(self.clock.windows()).items()):
+            out.setdefault(name, []).append(seconds)
+        return out
 
     def check(self) -> None:
         """Raise if an agent or a delay line died, and abort a transfer phase that stalled
@@ -341,8 +442,11 @@ class Engine:
             self.replan(res, "broadcast", {"event": ", ".join(c["event"] for c in changes),
                                            "in_flight_lost_bytes": sum(c["in_flight_lost_bytes"] for c in changes)})
         drops, retransmits = self.emu.queue_drops(), self.emu.tcp_retransmits()
+        background, begun = self.emu.background_counters(), time.monotonic()
         for phase in STEPS:
             self.phase(res, phase)
+        res.window = (begun - self.started_at, time.monotonic() - self.started_at)
+        res.background_bytes = {hop: n - background[hop] for hop, n in self.emu.background_counters().items()}
         res.queue_drops = {hop: n - drops[hop] for hop, n in self.emu.queue_drops().items()}
         res.retransmits = self.emu.tcp_retransmits() - retransmits
         evaluated = self.server.run(Evaluate(round=r), timeout_s=self.timeout_s, check=self.check)
@@ -377,6 +481,7 @@ class Engine:
         r = res.round
         strikes = strikes_for(r, phase, self.run_.link_failures, self.run_.kills,
                               lambda u, v: self.emu.set_link(u, v, up=False), self.agents)
+        background = self.emu.background_counters()
         before = self.emu.counters()
         cpu = psutil.cpu_times()
         start = time.perf_counter()
@@ -399,7 +504,7 @@ class Engine:
                 if outcome.redo:
                     res.aborted_bytes[phase] = {hop: after[hop] - before[hop] for hop in after}
                     outcome.event["aborted"]["link_bytes"] = sum(res.aborted_bytes[phase].values())
-                    before = after
+                    before, background = after, self.emu.background_counters()
                 setup = self.replan(res, phase if outcome.redo else NEXT_PHASE[phase], outcome.event)
                 before = {hop: n + setup[hop] for hop, n in before.items()}  # set-up bytes are no phase's
                 if outcome.redo:
@@ -415,8 +520,8 @@ class Engine:
             p.task.name: max(rep.task_seconds.get(p.task.name, 0.0) for rep in replies.values())
             for p in self.live.plans
         }
-        after = self.emu.counters()
-        res.link_bytes[phase] = {hop: after[hop] - before[hop] for hop in after}
+        after, counted = self.emu.counters(), self.emu.background_counters()
+        res.link_bytes[phase] = {hop: after[hop] - before[hop] - (counted[hop] - background[hop]) for hop in after}
 
     def report_late(self, r: int, late: dict[str, list[int]]) -> None:
         for name, models_ in sorted(late.items()):

@@ -18,11 +18,12 @@ from typing import Any, Callable, Iterator
 
 import networkx as nx
 
+from fedmst.core.contention import Span, iteration_times
 from fedmst.core.plan import PHASES, Plan, predicted_phase_seconds
 from fedmst.core.topology import node_order
 from fedmst.core.workload import link_state
 from fedmst.run.report import Summary, time_to_accuracy
-from fedmst.run.results import LINK_FIELDS, ROUND_FIELDS, TASK_FIELDS, write_csv
+from fedmst.run.results import LINK_FIELDS, ROUND_FIELDS, TASK_FIELDS, TIMELINE_FIELDS, write_csv
 
 LinkDir = tuple[str, str]
 STEPS = ("broadcast", "train", "upload")
@@ -65,6 +66,10 @@ class RoundResult:
     faults: list[dict[str, Any]] = field(default_factory=list)
     cpu_busy: dict[str, float] = field(default_factory=dict)
     """Fraction of the host's CPU time that was busy during each phase (:func:`cpu_busy`)."""
+    background_bytes: dict[LinkDir, int] = field(default_factory=dict)
+    """Bytes of background traffic per link direction over the whole round (not in ``link_bytes``)."""
+    window: tuple[float, float] = (0.0, 0.0)
+    """When the round began and ended, in seconds from the first round's start."""
 
     @property
     def cpu_bound(self) -> list[str]:
@@ -98,18 +103,19 @@ class CounterSampler:
         self.read = read
         self.interval_s = interval_s
         self.rows: list[dict[str, Any]] = []
-        self._t0: float | None = None
+        self.t0: float | None = None
+        """The monotonic time ``t_s`` counts from (default: the first sample's)."""
 
     @contextmanager
     def sampling(self, round_: int, phase: str) -> Iterator[None]:
         stop = threading.Event()
 
         def sample() -> None:
-            before = time.perf_counter()
+            before = time.monotonic()
             counters = self.read()
-            now = (before + time.perf_counter()) / 2  # the read takes a few ms: stamp its middle
-            self._t0 = now if self._t0 is None else self._t0
-            self.rows += [{"t_s": now - self._t0, "round": round_, "phase": phase, "src": u, "dst": v,
+            now = (before + time.monotonic()) / 2  # the read takes a few ms: stamp its middle
+            self.t0 = now if self.t0 is None else self.t0
+            self.rows += [{"t_s": now - self.t0, "round": round_, "phase": phase, "src": u, "dst": v,
                            "bytes": n} for (u, v), n in sorted(counters.items())]
 
         def loop() -> None:
@@ -142,6 +148,11 @@ class Prediction:
                                            with_delay=self.with_delay, mtu=self.mtu)
                 for p in PHASES}
 
+    def seconds_alone(self, plan: Plan) -> dict[str, float]:
+        """``plan``'s prediction of each transfer phase with nothing else on the links."""
+        return {p: predicted_phase_seconds(plan, self.graph, p, chunk_bytes=self.chunk_bytes,
+                                           with_delay=self.with_delay, mtu=self.mtu) for p in PHASES}
+
     def link_rows(self, res: RoundResult) -> list[dict[str, Any]]:
         """One row per link direction for one round: predicted weight bytes beside measured bytes.
 
@@ -164,7 +175,7 @@ class Prediction:
                 "error_pct": 100 * (weights - planned) / planned if planned else 0.0,
                 "broadcast_bytes": measured["broadcast"], "upload_bytes": measured["upload"],
                 "aborted_bytes": sum(b.get(hop, 0) for b in res.aborted_bytes.values()),
-                "queue_drops": res.queue_drops[hop],
+                "queue_drops": res.queue_drops[hop], "background_bytes": res.background_bytes.get(hop, 0),
             })
         return rows
 
@@ -177,7 +188,9 @@ def write_tables(out: Path, prediction: Prediction, rounds: list[RoundResult]) -
         task_rows += [{
             "round": res.round, "task": name, **{f"{p}_s": secs_[name] for p, secs_ in res.task_seconds.items()},
             "round_s": sum(secs_[name] for secs_ in res.task_seconds.values()), "accuracy": res.accuracies[name],
-            "local_models": res.local_models[name],
+            "local_models": res.local_models[name], "start_s": res.window[0],
+            "end_s": res.window[0] + sum(secs_[name] for secs_ in res.task_seconds.values()),
+            "predicted_round_s": "",
         } for name in res.task_seconds["broadcast"]]
         rows = prediction.link_rows(res)
         link_rows += rows
@@ -198,10 +211,24 @@ def write_tables(out: Path, prediction: Prediction, rounds: list[RoundResult]) -
     write_csv(out / "rounds.csv", ROUND_FIELDS, round_rows)
     write_csv(out / "tasks.csv", TASK_FIELDS, task_rows)
     write_csv(out / "links.csv", LINK_FIELDS, link_rows)
+    write_csv(out / "timeline.csv", TIMELINE_FIELDS, [
+        {"kind": "measured", "task": name, "round": res.round, "phase": p, "start_s": begin,
+         "end_s": begin + res.task_seconds[p][name]}
+        for res in rounds for p, begin in zip(STEPS, _phase_starts(res)) for name in res.task_seconds[p]])
+
+
+def _phase_starts(res: RoundResult) -> list[float]:
+    """When each phase of a lockstep round began (they follow one another), from the first round's start."""
+    starts, t = [], res.window[0]
+    for p in STEPS:
+        starts.append(t)
+        t += res.seconds[p]
+    return starts
 
 
 def summarise(run: Any, prediction: Prediction, rounds: list[RoundResult], *, emulated: dict[str, Any],
-              workers: dict[str, Any], wall_s: float, status: str, times: dict[str, float]) -> Summary:
+              workers: dict[str, Any], wall_s: float, status: str, times: dict[str, float],
+              background: list[dict[str, Any]]) -> Summary:
     """summary.json of ``run`` (a :class:`~fedmst.run.config.ResolvedRun`): means over the
     finished rounds; ``status`` says whether all of them ran (``completed``), or the run was
     ``interrupted`` or ``failed: REASON`` after ``rounds``."""
@@ -211,6 +238,10 @@ def summarise(run: Any, prediction: Prediction, rounds: list[RoundResult], *, em
     first = workload.plans[0]
     reached = time_to_accuracy([r.round_s for r in rounds], [r.accuracy for r in rounds],
                                config.target_accuracy)
+    by_task: dict[str, list[float]] = {}
+    for r in rounds:
+        for name in r.task_seconds["train"]:
+            by_task.setdefault(name, []).append(sum(r.task_seconds[p][name] for p in r.task_seconds))
     return Summary(
         status=status,
         rounds_planned=config.rounds,
@@ -237,8 +268,9 @@ def summarise(run: Any, prediction: Prediction, rounds: list[RoundResult], *, em
         queue_drops=sum(sum(r.queue_drops.values()) for r in rounds),
         max_link_bytes_error=max((abs(r["error_pct"]) / 100 for r in rows if r["predicted_bytes"]), default=0.0),
         round_latency_s=mean(r.round_s for r in rounds),
-        task_round_latency_s=mean(sum(r.task_seconds[p][name] for p in r.task_seconds)
-                                   for r in rounds for name in r.task_seconds["train"]),
+        task_round_latency_s=mean(s for seconds in by_task.values() for s in seconds),
+        round_latency_by_task_s={name: mean(s) for name, s in by_task.items()},
+        background=background,
         broadcast_s=mean(r.seconds["broadcast"] for r in rounds),
         train_s=mean(r.seconds["train"] for r in rounds),
         upload_s=mean(r.seconds["upload"] for r in rounds),
@@ -257,4 +289,158 @@ def summarise(run: Any, prediction: Prediction, rounds: list[RoundResult], *, em
         target_accuracy=config.target_accuracy,
         rounds_to_accuracy=reached[0] if reached else None,
         time_to_accuracy_s=reached[1] if reached else None,
+    )
+
+
+@dataclass
+class ClockRun:
+    """A run on independent clocks (``--clock independent``): the tasks' rounds overlap, so what
+    each link carried is measured over the whole run, and time per task and round from the spans
+    each node reported."""
+
+    plans: tuple[Plan, ...]
+    rounds: dict[str, int]
+    offsets: dict[str, float]
+    spans: list[tuple[str, str, int, str, float, float]] = field(default_factory=list)
+    """(node, task, round, phase, start, end), seconds from the common start."""
+    accuracy: dict[str, list[float]] = field(default_factory=dict)
+    link_bytes: dict[LinkDir, int] = field(default_factory=dict)
+    background_bytes: dict[LinkDir, int] = field(default_factory=dict)
+    queue_drops: dict[LinkDir, int] = field(default_factory=dict)
+    retransmits: int = 0
+    cpu_busy: float = 0.0
+    predicted: list[Span] = field(default_factory=list)
+    """The timeline :func:`fedmst.core.contention.simulate` predicts for the same offsets."""
+
+    def windows(self) -> list[Span]:
+        """Each task's phases, round by round: the broadcast from G's start to the last node
+        holding the model, the training from the first to the last local model's, and the upload
+        from then to G holding the new global model (a round ends where the next begins)."""
+        g = {p.task.name: p.task.global_node for p in self.plans}
+        by: dict[tuple[str, int, str], list[tuple[str, float, float]]] = {}
+        for node, task, r, phase, start, end in self.spans:
+            by.setdefault((task, r, phase), []).append((node, start, end))
+        out = []
+        for task, rounds in sorted(self.rounds.items()):
+            for r in range(1, rounds + 1):
+                bcast, up = by.get((task, r, "broadcast")), by.get((task, r, "upload"))
+                if not bcast or not up:
+                    break  # the run ended before this round did
+                begin = next(s for n, s, _ in bcast if n == g[task])
+                sent = max(e for _, _, e in bcast)
+                train = by.get((task, r, "train"), [(g[task], sent, sent)])
+                trained = max(e for _, _, e in train)
+                out += [Span(task, r, "broadcast", begin, sent),
+                        Span(task, r, "train", min(s for _, s, _ in train), trained),
+                        Span(task, r, "upload", trained, next(e for n, _, e in up if n == g[task]))]
+        return out
+
+    @property
+    def rounds_done(self) -> int:
+        return max((s.round for s in self.windows()), default=0)
+
+
+def clock_link_rows(run: ClockRun, graph: nx.Graph, mtu: int) -> list[dict[str, Any]]:
+    """links.csv on an independent clock: one row per link direction for the whole run (round 0).
+    A direction that carries planned weights of any task counts all its bytes as weights (the ACKs
+    of other tasks' transfers going the other way included), since phases overlap."""
+    done = {s.task: s.round for s in run.windows() if s.phase == "upload"}
+    predicted: dict[LinkDir, int] = {}
+    for plan in run.plans:
+        for hop, b in link_state((plan,), mtu=mtu).items():
+            predicted[hop] = predicted.get(hop, 0) + b * done.get(plan.task.name, 0)
+    rows = []
+    for u, v in sorted(run.link_bytes, key=lambda h: (sorted(map(node_order, h)), node_order(h[0]))):
+        hop = (u, v)
+        measured, planned = run.link_bytes[hop], predicted.get(hop, 0)
+        weights = measured if planned else 0
+        rows.append({
+            "round": 0, "link": "-".join(sorted((u, v), key=node_order)), "src": u, "dst": v,
+            "capacity_mbps": graph.edges[u, v]["capacity_mbps"], "predicted_bytes": planned,
+            "measured_bytes": measured, "measured_weight_bytes": weights, "measured_other_bytes": measured - weights,
+            "error_pct": 100 * (weights - planned) / planned if planned else 0.0,
+            "broadcast_bytes": "", "upload_bytes": "", "aborted_bytes": 0,
+            "queue_drops": run.queue_drops.get(hop, 0), "background_bytes": run.background_bytes.get(hop, 0),
+        })
+    return rows
+
+
+def write_clock_tables(out: Path, run: ClockRun, graph: nx.Graph, mtu: int) -> None:
+    """tasks.csv, rounds.csv (means over the tasks of each round), links.csv and timeline.csv."""
+    windows = run.windows()
+    measured = iteration_times(windows)
+    predicted = iteration_times(run.predicted)
+    phase = {(s.task, s.round, s.phase): s for s in windows}
+    local = {p.task.name: p.task.k for p in run.plans}
+    task_rows = [{
+        "round": r, "task": task, **{f"{p}_s": phase[(task, r, p)].end_s - phase[(task, r, p)].start_s for p in STEPS},
+        "round_s": seconds, "accuracy": run.accuracy.get(task, [])[r - 1] if len(run.accuracy.get(task, [])) >= r
+        else "", "local_models": local[task], "start_s": phase[(task, r, "broadcast")].start_s,
+        "end_s": phase[(task, r, "upload")].end_s, "predicted_round_s": predicted.get((task, r), ""),
+    } for (task, r), seconds in sorted(measured.items())]
+    write_csv(out / "tasks.csv", TASK_FIELDS, task_rows)
+    round_rows = []
+    for r in sorted({row["round"] for row in task_rows}):
+        rows = [row for row in task_rows if row["round"] == r]
+        accs = [row["accuracy"] for row in rows if row["accuracy"] != ""]
+        round_rows.append({key: "" for key in ROUND_FIELDS} | {
+            "round": r, **{f"{p}_s": mean(row[f"{p}_s"] for row in rows) for p in STEPS},
+            "round_s": mean(row["round_s"] for row in rows), "accuracy": mean(accs) if accs else "",
+            "local_models": sum(row["local_models"] for row in rows),
+        })
+    write_csv(out / "rounds.csv", ROUND_FIELDS, round_rows)
+    write_csv(out / "links.csv", LINK_FIELDS, clock_link_rows(run, graph, mtu))
+    write_csv(out / "timeline.csv", TIMELINE_FIELDS,
+              [{"kind": kind, "task": s.task, "round": s.round, "phase": s.phase, "start_s": s.start_s,
+                "end_s": s.end_s} for kind, spans in (("measured", windows), ("predicted", run.predicted))
+               for s in spans])
+
+
+def summarise_clock(run: Any, prediction: Prediction, clock: ClockRun, *, emulated: dict[str, Any],
+                    workers: dict[str, Any], wall_s: float, status: str, times: dict[str, float],
+                    background: list[dict[str, Any]]) -> Summary:
+    """summary.json of a run on independent clocks: means over every task's finished rounds."""
+    config, workload = run.config, run.workload
+    windows = clock.windows()
+    iterations = iteration_times(windows)
+    rows = clock_link_rows(clock, run.graph, config.mtu)
+    first = workload.plans[0]
+    per_round = [mean(a[r] for a in clock.accuracy.values() if len(a) > r)
+                 for r in range(max((len(a) for a in clock.accuracy.values()), default=0))]
+    by_task = {t: mean(s for (name, _), s in iterations.items() if name == t)
+               for t in sorted({t for t, _ in iterations})}
+    phases = {p: [s.end_s - s.start_s for s in windows if s.phase == p] for p in STEPS}
+    alone = [prediction.seconds_alone(p) for p in workload.plans]
+    mean_s = mean(iterations.values()) if iterations else 0.0
+    round_means = [mean(s for (_, r_), s in iterations.items() if r_ == r + 1) for r in range(len(per_round))]
+    reached = time_to_accuracy(round_means, per_round, config.target_accuracy)
+    predicted_iterations = iteration_times(clock.predicted)
+    return Summary(
+        status=status, rounds_planned=max(clock.rounds.values()), scheduler=config.scheduler,
+        topology=run.graph.graph["name"], local_models=first.task.k,
+        tasks=len(workload.plans) + len(workload.blocked), tasks_blocked=len(workload.blocked),
+        rounds=clock.rounds_done, model=config.model, model_bytes=first.task.model_bytes,
+        global_node=first.task.global_node, local_nodes=list(first.task.local_nodes),
+        aggregation_nodes=sorted(first.aggregation_nodes), wavelengths=workload.wavelengths,
+        reserved_wavelength_links=workload.reserved_wavelength_links,
+        reserved_capacity_mbps=workload.reserved_capacity_mbps,
+        link_bytes_measured=sum(r["measured_bytes"] for r in rows),
+        link_bytes_predicted=sum(r["predicted_bytes"] for r in rows),
+        weight_bytes_measured=sum(r["measured_weight_bytes"] for r in rows),
+        ack_bytes_measured=sum(r["measured_other_bytes"] for r in rows),
+        tcp_retransmitted_segments=clock.retransmits, queue_drops=sum(clock.queue_drops.values()),
+        max_link_bytes_error=max((abs(r["error_pct"]) / 100 for r in rows if r["predicted_bytes"]), default=0.0),
+        round_latency_s=mean_s, task_round_latency_s=mean_s,
+        broadcast_s=mean(phases["broadcast"] or [0.0]), train_s=mean(phases["train"] or [0.0]),
+        upload_s=mean(phases["upload"] or [0.0]),
+        predicted_broadcast_s=mean(a["broadcast"] for a in alone), predicted_upload_s=mean(a["upload"] for a in alone),
+        faults=[], local_models_per_round=[sum(p.task.k for p in workload.plans)] * len(per_round),
+        late_updates_per_round=[0] * len(per_round), final_accuracy=per_round[-1] if per_round else 0.0,
+        accuracy_per_round=per_round,
+        emulated={**emulated, "rounds_cpu_busy": clock.cpu_busy}, workers=workers, wall_s=wall_s,
+        time_breakdown_s=times, target_accuracy=config.target_accuracy,
+        rounds_to_accuracy=reached[0] if reached else None, time_to_accuracy_s=reached[1] if reached else None,
+        clock="independent", round_latency_by_task_s=by_task, start_offsets_s=clock.offsets,
+        predicted_round_latency_s=mean(predicted_iterations.values()) if predicted_iterations else None,
+        background=background,
     )

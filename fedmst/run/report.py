@@ -74,6 +74,16 @@ class Summary:
     papers report (set-up and evaluation left out)."""
     time_breakdown_s: dict[str, float] = field(default_factory=dict)
     """Where the wall-clock went (:data:`TIME_PARTS`): the rounds, and the fixed cost around them."""
+    clock: str = "lockstep"
+    """``lockstep`` (every task's phases together, round by round) or ``independent``."""
+    round_latency_by_task_s: dict[str, float] = field(default_factory=dict)
+    """Each task's mean round latency (its iteration time: broadcast start to upload end)."""
+    start_offsets_s: dict[str, float] = field(default_factory=dict)
+    """Independent clock: when each task started (its ``start_s`` plus the interleaving shift)."""
+    predicted_round_latency_s: float | None = None
+    """Independent clock: the mean round latency :func:`fedmst.core.contention.simulate` predicts."""
+    background: list[dict[str, Any]] = field(default_factory=list)
+    """The background flows that ran: as asked, what the sender sent, and what the first link carried."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Keys this version does not know (a newer fedmst wrote the file); kept, not dropped."""
 

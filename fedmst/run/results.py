@@ -1,8 +1,10 @@
 """Run folders: every file written atomically, so an interrupted run never leaves half a file.
 
 A run folder holds ``config.json`` (resolved options), ``plan.json`` (the Plan and its
-addresses), ``rounds.csv`` (a row per round), ``links.csv`` (a row per link direction and round:
-measured beside predicted bytes), ``samples.csv`` (link counters over time) and ``summary.json``.
+addresses), ``rounds.csv`` (a row per round), ``tasks.csv`` (a row per task and round), ``links.csv``
+(a row per link direction and round: measured beside predicted bytes; round 0 is the whole run on
+an independent clock), ``samples.csv`` (link counters over time), ``timeline.csv`` (independent
+clock: every task's phases over time), ``background.json`` (background flows) and ``summary.json``.
 """
 
 from __future__ import annotations
@@ -21,14 +23,20 @@ ROUND_FIELDS = (
     "bytes_measured", "bytes_predicted", "bytes_aborted", "retransmitted_segments", "queue_drops", "accuracy",
     "local_models", "faults", "replan_s", "late_updates", "broadcast_cpu_busy", "train_cpu_busy", "upload_cpu_busy",
 )
-TASK_FIELDS = ("round", "task", "broadcast_s", "train_s", "upload_s", "round_s", "accuracy", "local_models")
-"""tasks.csv: each task's own phase latencies (when its last node finished) and accuracy."""
+TASK_FIELDS = ("round", "task", "broadcast_s", "train_s", "upload_s", "round_s", "accuracy", "local_models",
+               "start_s", "end_s", "predicted_round_s")
+"""tasks.csv: each task's own phase latencies (when its last node finished), accuracy, and when its
+round began and ended (seconds from the first round's start); on an independent clock, also the
+round's predicted latency (:func:`fedmst.core.contention.simulate`)."""
+TIMELINE_FIELDS = ("kind", "task", "round", "phase", "start_s", "end_s")
+"""timeline.csv (independent clock): each task's phases, ``measured`` and ``predicted``, in seconds
+from the common start."""
 SAMPLE_FIELDS = ("t_s", "round", "phase", "src", "dst", "bytes")
 """samples.csv: cumulative bytes of each link direction, read about every 100 ms during phases."""
 LINK_FIELDS = (
     "round", "link", "src", "dst", "capacity_mbps", "predicted_bytes", "measured_bytes",
     "measured_weight_bytes", "measured_other_bytes", "error_pct", "broadcast_bytes", "upload_bytes",
-    "aborted_bytes", "queue_drops",
+    "aborted_bytes", "queue_drops", "background_bytes",
 )
 
 

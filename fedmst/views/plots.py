@@ -505,3 +505,55 @@ def plot_link_utilisation(run_dir: Path, link: str, out: Path | None = None) -> 
     fig.savefig(target, dpi=130)
     plt.close(fig)
     return target
+
+
+TIMELINE_COLOURS = {"broadcast": "tab:blue", "train": "tab:green", "upload": "tab:red"}
+TIMELINE_LINKS = 4
+"""Link directions drawn under a timeline: the busiest ones."""
+
+
+def plot_timeline(run_dir: Path, out: Path | None = None) -> Path:
+    """Each task's phases against time (``timeline.csv``): a bar per phase coloured by phase, the
+    measured timeline with the predicted one as a thin bar beneath it, and the busiest link
+    directions' utilisation below (``samples.csv``), on the same time axis."""
+    path = run_dir / "timeline.csv"
+    if not path.is_file():
+        raise FedmstError(f"{run_dir}: no timeline.csv (a run folder from before timelines were written?)")
+    rows = read_csv(path)
+    tasks = sorted({r["task"] for r in rows}, key=lambda t: (len(t), t))
+    caps = {(r["src"], r["dst"]): float(r["capacity_mbps"]) for r in read_csv(run_dir / "links.csv")} \
+        if (run_dir / "links.csv").is_file() else {}
+    series = rate_series(run_dir / "samples.csv") or {}
+    busiest = sorted((hop for hop in series if hop in caps and series[hop]),
+                     key=lambda hop: -sum(r for _, r in series[hop]))[:TIMELINE_LINKS]
+    plt = _pyplot()
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 1.2 + 0.7 * len(tasks) + 2.6), sharex=True,
+                                      gridspec_kw={"height_ratios": [max(1.0, 0.6 * len(tasks)), 1.6]})
+    for i, task in enumerate(tasks):
+        for r in rows:
+            if r["task"] != task:
+                continue
+            start, end = float(r["start_s"]), float(r["end_s"])
+            measured = r["kind"] == "measured"
+            top.barh(i + (0.0 if measured else 0.32), end - start, left=start, height=0.5 if measured else 0.12,
+                     color=TIMELINE_COLOURS[r["phase"]], alpha=0.9 if measured else 0.55,
+                     edgecolor="white" if measured else "none", linewidth=0.4)
+    top.set_yticks(range(len(tasks)), tasks)
+    top.invert_yaxis()
+    top.set_title("phases of each task (thin bars beneath: predicted)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in TIMELINE_COLOURS.values()]
+    top.legend(handles, list(TIMELINE_COLOURS), loc="upper right", ncols=3, fontsize="small")
+    for hop in busiest:
+        points = series[hop]
+        bottom.plot([t for t, _ in points], [100 * b * 8 / (caps[hop] * 1e6) for _, b in points],
+                    label=f"{hop[0]}->{hop[1]} ({caps[hop]:g} Mbit/s)", lw=1)
+    bottom.set(xlabel="seconds since the first round started", ylabel="link utilisation (%)")
+    bottom.set_ylim(bottom=0)
+    bottom.grid(alpha=0.3)
+    if busiest:
+        bottom.legend(fontsize="small", loc="upper right")
+    fig.tight_layout()
+    target = out or run_dir / "timeline.png"
+    fig.savefig(target, dpi=130)
+    plt.close(fig)
+    return target

@@ -31,8 +31,8 @@ from fedmst.fl import data
 from fedmst.fl import models
 from fedmst.fl import training
 from fedmst.protocol import (ABORT_FILE, AgentSpec, Broadcast, Command, Done, Evaluate, Evaluated, Failed, PhaseDone,
-                             ProtocolError, Replan, Reply, RunsIn, Save, Setup, SetupDone, Stop, TaskSpec, Train,
-                             Trained, TransferSpec, Upload)
+                             PhaseSpan, ProtocolError, Replan, Reply, RoundsDone, RunRounds, RunsIn, Save, Setup,
+                             SetupDone, Stop, TaskSpec, Train, Trained, TransferSpec, Upload)
 from fedmst.workers import control
 from fedmst.workers import dataflow
 from fedmst.workers import transport
@@ -105,7 +105,7 @@ class Agent:
         """Run one command; its reply carries the seconds it took, or the error it raised."""
         handlers: dict[type, Callable[..., Reply]] = {
             Setup: self.setup, Broadcast: self.broadcast, Train: self.train, Upload: self.upload,
-            Evaluate: self.evaluate, Save: self.save, Replan: self.replan,
+            Evaluate: self.evaluate, Save: self.save, Replan: self.replan, RunRounds: self.run_rounds,
         }
         start = time.perf_counter()
         try:
@@ -203,7 +203,7 @@ class Agent:
 
     def broadcast(self, cmd: Broadcast) -> PhaseDone:
         return PhaseDone(task_seconds=self._transfer_phase(
-            cmd.progress_dir, lambda role, progress: self._phase_role(role, "broadcast", progress)))
+            cmd.progress_dir, lambda role, progress: self._phase_role(role, "broadcast", progress.arrived)))
 
     def _transfer_phase(self, progress_dir: str, fn: Callable[[TaskRole, Progress], None],
                         poll_s: float = 0.1) -> dict[str, float]:
@@ -240,7 +240,7 @@ class Agent:
             raise outcome["error"]
         return outcome["seconds"]
 
-    def _phase_role(self, role: TaskRole, phase: str, progress: Progress,
+    def _phase_role(self, role: TaskRole, phase: str, arrived: Callable[[str], None],
                     weights: Mapping[int, float] | None = None) -> None:
         """Play this node's part of ``role``'s plan in ``phase`` (:func:`dataflow.run_phase`), then
         put the global model it ends with where it belongs: G's model after the upload, and every
@@ -259,7 +259,7 @@ class Agent:
         held = dataflow.run_phase(phase, dataflow.PhaseInputs(
             node=self.node, global_node=role.spec.global_node, transfers=role.transfers, pairs=role.pairs,
             numel=self.numel, chunk_elems=self.chunk_elems, model=model, own=own,
-            hosted=frozenset(role.local) & active, everyone=active), progress.arrived)
+            hosted=frozenset(role.local) & active, everyone=active), arrived)
         if held is None:
             if at_g and phase == "upload":
                 raise RuntimeError(f"{role.name}: G's node ended the upload without the global model")
@@ -271,45 +271,100 @@ class Agent:
             aggregation.load_flat(local_model, held)
 
     def train(self, cmd: Train) -> Trained:
-        """Train every active local model on this node, one after another.
-
-        A node slowed by ``slow`` (a factor, from ``--slow-node``) waits ``slow - 1`` times each
-        model's real training time after it, as a CPU that much slower would take. With a
-        ``deadline_s``, a model not done by then is late: its update is dropped (the node still
-        relays and aggregates the others) and the node replies at the deadline.
-        """
-        spec = self.spec
+        """Train every active local model on this node, one after another; a task's training here
+        lasts at least its ``compute_s`` (the node replies once every task's has)."""
         losses: dict[str, float] = {}
         done: dict[str, float] = {}
         late: dict[str, list[int]] = {}
-        slow = float(spec.slow.get(self.node, 1.0))
-        deadline = cmd.deadline_s
         start = time.perf_counter()
         for role in self.roles:
-            active = set(role.spec.active)
-            for i, (model, x, y) in sorted(role.local.items()):
-                if i not in active:
-                    continue
-                role.trained.pop(i, None)
-                began = time.perf_counter()
-                losses[f"{role.name}/{i}"] = training.train_local(
-                    model, x, y, epochs=spec.epochs, batch_size=spec.batch_size, lr=spec.lr, optimizer=spec.optimizer,
-                    seed=training.local_seed(role.spec.seed, cmd.round, i),
-                )
-                finish = time.perf_counter() + (time.perf_counter() - began) * (slow - 1)
-                if deadline is not None and finish - start > deadline:
-                    time.sleep(max(0.0, start + deadline - time.perf_counter()))
-                    late.setdefault(role.name, []).append(i)
-                    continue
-                time.sleep(max(0.0, finish - time.perf_counter()))
-                role.trained[i] = aggregation.flatten(model)
-            done[role.name] = time.perf_counter() - start
+            lost, missed = self._train_role(role, cmd.round, start, cmd.deadline_s)
+            losses.update(lost)
+            if missed:
+                late[role.name] = missed
+            done[role.name] = max(time.perf_counter() - start, role.spec.compute_s if lost or missed else 0.0)
+        time.sleep(max(0.0, start + max(done.values(), default=0.0) - time.perf_counter()))
         return Trained(task_seconds=done, losses=losses, late={name: tuple(v) for name, v in late.items()})
+
+    def _train_role(self, role: TaskRole, round_: int, start: float,
+                    deadline: float | None) -> tuple[dict[str, float], list[int]]:
+        """Train ``role``'s active local models here, one after another; return their losses and the
+        models that were late.
+
+        A node slowed by ``slow`` (a factor, from ``--slow-node``) waits ``slow - 1`` times each
+        model's real training time after it, as a CPU that much slower would take. With a
+        ``deadline`` (seconds after ``start``), a model not done by then (or whose task's
+        ``compute_s`` is longer) is late: its update is dropped (the node still relays and
+        aggregates the others) and training here ends at the deadline.
+        """
+        spec = self.spec
+        slow = float(spec.slow.get(self.node, 1.0))
+        losses: dict[str, float] = {}
+        late: list[int] = []
+        active = set(role.spec.active)
+        for i, (model, x, y) in sorted(role.local.items()):
+            if i not in active:
+                continue
+            role.trained.pop(i, None)
+            began = time.perf_counter()
+            losses[f"{role.name}/{i}"] = training.train_local(
+                model, x, y, epochs=spec.epochs, batch_size=spec.batch_size, lr=spec.lr, optimizer=spec.optimizer,
+                seed=training.local_seed(role.spec.seed, round_, i),
+            )
+            finish = time.perf_counter() + (time.perf_counter() - began) * (slow - 1)
+            if deadline is not None and max(finish - start, role.spec.compute_s) > deadline:
+                time.sleep(max(0.0, start + deadline - time.perf_counter()))
+                late.append(i)
+                continue
+            time.sleep(max(0.0, finish - time.perf_counter()))
+            role.trained[i] = aggregation.flatten(model)
+        return losses, late
+
+    def run_rounds(self, cmd: RunRounds) -> RoundsDone:
+        """Every task's rounds on its own clock (one thread per task): from its start offset, each
+        round's broadcast part, training (at least the task's ``compute_s``) and upload part, then at
+        once the next round's; what waits for what is only the data (a node forwards or trains what
+        has arrived). G keeps each round's global model and evaluates them all once the rounds are
+        over, off the clock."""
+        spans: list[PhaseSpan] = []
+        accuracy: dict[str, tuple[float, ...]] = {}
+        lock = threading.Lock()
+
+        def mark(role: TaskRole, r: int, phase: str, began: float) -> None:
+            with lock:
+                spans.append(PhaseSpan(role.name, r, phase, began - cmd.start_at, time.monotonic() - cmd.start_at))
+
+        def clock(role: TaskRole) -> None:
+            name, history = role.name, []
+            time.sleep(max(0.0, cmd.start_at + cmd.offsets.get(name, 0.0) - time.monotonic()))
+            for r in range(1, cmd.rounds.get(name, 0) + 1):
+                began = time.monotonic()
+                self._phase_role(role, "broadcast", _nowhere)
+                mark(role, r, "broadcast", began)
+                if role.local:
+                    began = time.monotonic()
+                    self._train_role(role, r, time.perf_counter(), None)
+                    time.sleep(max(0.0, began + role.spec.compute_s - time.monotonic()))
+                    mark(role, r, "train", began)
+                began = time.monotonic()
+                self._phase_role(role, "upload", _nowhere, cmd.weights[name])
+                mark(role, r, "upload", began)
+                if role.global_model is not None and self.node == role.spec.global_node:
+                    history.append(aggregation.flatten(role.global_model))
+            if history and role.test is not None:
+                scratch, scores = self._build(), []
+                for flat in history:
+                    aggregation.load_flat(scratch, flat)
+                    scores.append(training.accuracy(scratch, *role.test))
+                accuracy[name] = tuple(scores)
+
+        dataflow.run_all([partial(clock, role) for role in self.roles])
+        return RoundsDone(spans=tuple(spans), accuracy=accuracy)
 
     def upload(self, cmd: Upload) -> PhaseDone:
         return PhaseDone(task_seconds=self._transfer_phase(
             cmd.progress_dir,
-            lambda role, progress: self._phase_role(role, "upload", progress, cmd.weights[role.name])))
+            lambda role, progress: self._phase_role(role, "upload", progress.arrived, cmd.weights[role.name])))
 
     def evaluate(self, cmd: Evaluate) -> Evaluated:
         acc = {}
@@ -340,6 +395,10 @@ class Agent:
 
         dataflow.run_all([lambda r=r: timed(r) for r in self.roles])
         return done
+
+
+def _nowhere(key: str) -> None:
+    """Arrivals are not marked on an independent clock (no stall watch runs there)."""
 
 
 def runs_in(root: Path = Path("/")) -> RunsIn:

@@ -1,0 +1,121 @@
+"""Contention over time, for real: background flows, compute time, tasks on their own clocks and
+interleaving, through the real ``fedmst`` command in Mininet (each test leaves nothing behind)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import FEDMST
+from fedmst.run.results import read_csv
+
+pytestmark = pytest.mark.integration
+WORKLOADS = Path(__file__).resolve().parents[1] / "topologies" / "workloads"
+
+
+def fedmst(*args: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([FEDMST, *args], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def test_a_udp_background_flow_is_counted_apart_from_the_weights(clean_host: None, tmp_path: Path) -> None:
+    """Issue 14's first check: 20 Mbit/s of UDP from a to c on line3 shows on a->b as
+    background bytes within 10% of rate x time, while the weights stay within 5% of the plan."""
+    out = tmp_path / "run"
+    fedmst("run", "--topology", "line3", "--global-node", "a", "--local-nodes", "b,c", "--local-models", "2",
+           "--rounds", "2", "--traffic", "a-c:20mbit:udp", "--out", str(out))
+    rounds = {r["round"]: r for r in read_csv(out / "rounds.csv")}
+    tasks = {r["round"]: r for r in read_csv(out / "tasks.csv")}
+    for row in read_csv(out / "links.csv"):
+        window = float(tasks[row["round"]]["end_s"]) - float(tasks[row["round"]]["start_s"])
+        assert abs(float(window) - float(rounds[row["round"]]["round_s"])) < 0.2
+        expected = 20e6 / 8 * window
+        background = int(row["background_bytes"])
+        if (row["src"], row["dst"]) in (("a", "b"), ("b", "c")):
+            assert abs(background - expected) <= 0.10 * expected, (row, expected)
+        else:  # the flow's reverse direction carries nothing of it (UDP: no ACKs)
+            assert background < 0.01 * expected, row
+        if int(row["predicted_bytes"]):
+            assert abs(float(row["error_pct"])) <= 5.0, row
+    summary = json.loads((out / "summary.json").read_text())
+    (flow,) = summary["background"]
+    assert flow["flow"] == "a-c:20mbit:udp@0" and flow["protocol"] == "udp"
+    assert abs(flow["sent_mbps"] - 20) < 2, flow
+    assert json.loads((out / "background.json").read_text()) == summary["background"]
+
+
+def test_a_tcp_background_flow_backs_off_and_is_counted_both_ways(clean_host: None, tmp_path: Path) -> None:
+    """A TCP flow from c to a starting 0.5 s into the run: its data on c->b and b->a, its ACKs the
+    other way; and compute time in lockstep holds the training phase for at least its seconds."""
+    out = tmp_path / "run"
+    fedmst("run", "--topology", "line3", "--global-node", "a", "--local-nodes", "b,c", "--local-models", "2",
+           "--rounds", "1", "--model", "mlp", "--compute-s", "1.5", "--traffic", "c-a:10mbit:tcp@0.5",
+           "--out", str(out))
+    (round_,) = read_csv(out / "rounds.csv")
+    assert float(round_["train_s"]) >= 1.5
+    links = {(r["src"], r["dst"]): int(r["background_bytes"]) for r in read_csv(out / "links.csv")}
+    (task,) = read_csv(out / "tasks.csv")
+    most = 10e6 / 8 * (float(task["end_s"]) - 0.5) * 1.1 + 70_000  # paced to 10 Mbit/s, in 64 KB writes
+    for data, acks in ((("c", "b"), ("b", "c")), (("b", "a"), ("a", "b"))):
+        assert 0.5 * most < links[data] <= most, (links, most)
+        assert 0 < links[acks] < links[data] / 10, links
+
+
+def test_tasks_run_on_their_own_clocks(clean_host: None, tmp_path: Path) -> None:
+    """Two tasks on the dumbbell from a workload file, one with its own rounds and start time:
+    each runs its rounds back to back, the timeline and per-task latencies are written, weights on
+    the links match the plans over the whole run, and the timeline figure is drawn."""
+    workload = tmp_path / "w.json"
+    workload.write_text(json.dumps({"tasks": [
+        {"name": "A", "global_node": "g1", "local_nodes": ["w1", "w2"], "rounds": 2},
+        {"name": "B", "global_node": "g2", "local_nodes": ["w2", "w3"], "rounds": 3, "start_s": 0.5,
+         "compute_s": 0.4},
+    ]}))
+    out = tmp_path / "run"
+    fedmst("run", "--topology", "dumbbell", "--workload", str(workload), "--clock", "independent",
+           "--compute-s", "0.2", "--model", "mlp", "--epochs", "1", "--out", str(out))
+    rows = read_csv(out / "tasks.csv")
+    assert [(r["task"], r["round"]) for r in rows] == [("A", "1"), ("A", "2"), ("B", "1"), ("B", "2"), ("B", "3")]
+    for task, compute in (("A", 0.2), ("B", 0.4)):
+        mine = [r for r in rows if r["task"] == task]
+        for r in mine:
+            assert float(r["train_s"]) >= compute - 0.01, r
+            parts = sum(float(r[f"{p}_s"]) for p in ("broadcast", "train", "upload"))
+            assert abs(parts - float(r["round_s"])) < 0.01 + 0.1 * float(r["round_s"]), r
+            assert r["accuracy"] != "" and float(r["predicted_round_s"]) > 0
+        for a, b in zip(mine, mine[1:]):  # back to back: the next round starts as this one ends
+            assert 0 <= float(b["start_s"]) - float(a["end_s"]) < 0.1, (a, b)
+    assert float(next(r for r in rows if r["task"] == "B")["start_s"]) >= 0.5
+    timeline = read_csv(out / "timeline.csv")
+    assert {(r["kind"], r["task"]) for r in timeline} == {(k, t) for k in ("measured", "predicted") for t in "AB"}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["clock"] == "independent" and summary["status"] == "completed"
+    assert set(summary["round_latency_by_task_s"]) == {"A", "B"} and summary["rounds"] == 3
+    assert summary["start_offsets_s"] == {"A": 0.0, "B": 0.5}
+    assert abs(summary["weight_bytes_measured"] / summary["link_bytes_predicted"] - 1) < 0.05
+    # a 17 KB model: a direction's count also holds the ACKs of other tasks' transfers going the other way
+    assert summary["max_link_bytes_error"] < 0.10
+    links = read_csv(out / "links.csv")
+    assert {r["round"] for r in links} == {"0"}
+    plot = subprocess.run([FEDMST, "plot", str(out), "--timeline"], capture_output=True, text=True, timeout=120)
+    assert plot.returncode == 0, plot.stderr
+    assert (out / "timeline.png").stat().st_size > 10_000
+
+
+def test_cassini_shifts_a_contending_task(clean_host: None, tmp_path: Path) -> None:
+    """With two tasks crossing the dumbbell's bottleneck, --interleave cassini starts the second
+    later by the shift it predicts, and the run keeps that shift."""
+    out = tmp_path / "run"
+    fedmst("run", "--topology", "dumbbell", "--workload", str(WORKLOADS / "dumbbell-2tasks.json"),
+           "--clock", "independent", "--interleave", "cassini", "--compute-s", "0.5", "--rounds", "2",
+           "--epochs", "1", "--out", str(out))
+    summary = json.loads((out / "summary.json").read_text())
+    shift = summary["start_offsets_s"]["B"]
+    assert summary["start_offsets_s"]["A"] == 0.0 and 0.1 < shift < 2.0
+    starts = {r["task"]: float(r["start_s"]) for r in read_csv(out / "tasks.csv") if r["round"] == "1"}
+    assert starts["B"] - starts["A"] == pytest.approx(shift, abs=0.05)
+    assert summary["predicted_round_latency_s"] > 0
