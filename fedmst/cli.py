@@ -31,7 +31,7 @@ DEFAULT_MODEL, DEFAULT_DATASET, DEFAULT_IMAGE = "mlp-large", "digits", "fedmst-w
 """Option defaults; fedmst.run.config checks they are its own (tests/test_cli.py)."""
 DELAY_MODES, BACKENDS = ("auto", "netem", "userspace", "off"), ("process", "docker")
 OPTIMIZERS = ("sgd", "momentum", "adam")
-CLOCKS, INTERLEAVES = ("lockstep", "independent"), ("none", "cassini")
+CLOCKS, INTERLEAVES, LINK_STATES = ("lockstep", "independent"), ("none", "cassini"), ("planned", "measured")
 
 
 console = Console(highlight=False)
@@ -128,6 +128,12 @@ def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--traffic", multiple=True, metavar="SRC-DST:RATE[:tcp|udp][@START[-END]]",
                      help="A background flow (e.g. a-c:20mbit:udp@1-5: from 1 s to 5 s after the first round "
                           "starts), on the least-delay path, counted apart from the weights. Repeatable."),
+        click.option("--link-state", type=click.Choice(LINK_STATES), default="planned", show_default=True,
+                     help="measured: schedulers also weigh each link by the background traffic measured on it in "
+                          "the last round, and the tasks are re-planned between rounds when that changes a plan."),
+        click.option("--link-trace", default=None, metavar="FILE",
+                     help='Change links live during the run: {"changes": [{"at_s", "a", "b", and any of '
+                          '"capacity_mbps", "delay_ms", "loss"}]}, at_s from the first round\'s start.'),
         click.option("--traffic-file", default=None, metavar="FILE",
                      help='Background flows from JSON: {"flows": [{"src", "dst", "rate", "protocol", "start_s", '
                           '"end_s"}]}.'),

@@ -127,6 +127,12 @@ CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
         p, "w.json", '{"tasks": [{"name": "A", "global_node": "a", "local_nodes": ["c"], "rounds": 3}]}')], {}),
      ("task(s) A", "--clock independent")),
     ("interleave-in-lockstep", _args("--interleave", "cassini"), ("--interleave cassini", "--clock independent")),
+    ("link-trace-not-a-link", lambda p: (["--link-trace", _write_topology(
+        p, "t.json", '{"changes": [{"at_s": 1, "a": "a", "b": "c", "capacity_mbps": 5}]}')], {}),
+     ("t.json", "a-c is not a link")),
+    ("link-trace-delay-without-delay", lambda p: (["--delay-mode", "off", "--link-trace", _write_topology(
+        p, "t.json", '{"changes": [{"at_s": 1, "a": "a", "b": "b", "delay_ms": 5}]}')], {}),
+     ("t.json", "--delay-mode off")),
 ]
 
 BASE = {"--topology": "line3", "-k": "2", "--rounds": "1", "--model": "mlp", "--seed": "1"}

@@ -99,7 +99,7 @@ def test_cli_defaults_are_the_run_configs() -> None:
         config.DEFAULT_MODEL, config.DEFAULT_DATASET, backends.DEFAULT_IMAGE)
     assert (cli.DELAY_MODES, cli.BACKENDS) == (config.DELAY_MODES, backends.BACKENDS)
     assert cli.OPTIMIZERS == config.OPTIMIZERS
-    assert (cli.CLOCKS, cli.INTERLEAVES) == (config.CLOCKS, config.INTERLEAVES)
+    assert (cli.CLOCKS, cli.INTERLEAVES, cli.LINK_STATES) == (config.CLOCKS, config.INTERLEAVES, config.LINK_STATES)
 
 
 def test_every_run_option_defaults_to_the_run_configs_field() -> None:
@@ -145,6 +145,8 @@ def test_every_run_option_defaults_to_the_run_configs_field() -> None:
     ({"compute_s": -1.0}, "--compute-s -1: give 0 or more seconds"),
     ({"clock": "independent", "fail_links": ("0-1@2",)}, "--fail-link: not supported with --clock independent"),
     ({"clock": "independent", "deadline_s": 2.0}, "--deadline: not supported with --clock independent"),
+    ({"link_state": "guessed"}, "--link-state guessed: choose one of planned, measured"),
+    ({"clock": "independent", "link_state": "measured"}, "--link-state measured: not supported with --clock"),
 ])
 def test_validate_refuses_in_one_line(change: dict[str, object], fragment: str) -> None:
     with pytest.raises(FedmstError, match=None) as exc:

@@ -119,3 +119,45 @@ def test_cassini_shifts_a_contending_task(clean_host: None, tmp_path: Path) -> N
     starts = {r["task"]: float(r["start_s"]) for r in read_csv(out / "tasks.csv") if r["round"] == "1"}
     assert starts["B"] - starts["A"] == pytest.approx(shift, abs=0.05)
     assert summary["predicted_round_latency_s"] > 0
+
+
+def test_a_link_trace_changes_links_live_and_the_prediction_follows(clean_host: None, tmp_path: Path) -> None:
+    """a-b drops to 10 Mbit/s at once and b-c gets 20 ms more delay later: the broadcast takes
+    as long as 10 Mbit/s makes it, the predictions say so too, the delay lines were retuned, and
+    link_changes.json records both changes on time."""
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"changes": [{"at_s": 0, "a": "a", "b": "b", "capacity_mbps": 10},
+                                             {"at_s": 1.0, "a": "b", "b": "c", "delay_ms": 20}]}))
+    out = tmp_path / "run"
+    fedmst("run", "--topology", "line3", "--global-node", "a", "--local-nodes", "b,c", "--local-models", "2",
+           "--rounds", "1", "--epochs", "1", "--link-trace", str(trace), "--out", str(out))
+    (round_,) = read_csv(out / "rounds.csv")
+    at_10mbit = 4.5e6 * 8 / 10e6
+    assert float(round_["broadcast_s"]) > 0.9 * at_10mbit
+    assert float(round_["predicted_broadcast_s"]) > at_10mbit
+    applied = json.loads((out / "link_changes.json").read_text())
+    assert [(c["a"], c["b"]) for c in applied] == [("a", "b"), ("b", "c")]
+    assert all(0 <= c["applied_s"] - c["at_s"] < 0.5 for c in applied)
+    lines = json.loads((out / "delay_lines.json").read_text())
+    assert lines["b->c"]["delay_s"] == pytest.approx(0.02) and lines["c->b"]["delay_s"] == pytest.approx(0.02)
+    assert lines["a->b"]["delay_s"] == pytest.approx(0.0005)
+
+
+def test_measured_link_state_re_plans_around_a_loaded_link(clean_host: None, tmp_path: Path) -> None:
+    """On a square with two equal paths from G to its local model, background traffic on the
+    path MST took makes it re-plan onto the other before round 2 (--link-state measured)."""
+    topology = tmp_path / "square.json"
+    topology.write_text(json.dumps({"name": "square", "capacity_mbps": 50, "links": [
+        {"a": "a", "b": "b", "delay_ms": 1}, {"a": "b", "b": "d", "delay_ms": 1},
+        {"a": "a", "b": "c", "delay_ms": 1}, {"a": "c", "b": "d", "delay_ms": 1}]}))
+    out = tmp_path / "run"
+    fedmst("run", "--topology", str(topology), "--global-node", "a", "--local-nodes", "d", "--local-models", "1",
+           "--rounds", "2", "--epochs", "1", "--traffic", "a-b:20mbit:udp", "--link-state", "measured",
+           "--out", str(out))
+    first = [f["path"] for t in json.loads((out / "plan.json").read_text())["tasks"] for f in t["flows"]]
+    assert first == [["a", "b", "d"], ["d", "b", "a"]]
+    (event,) = json.loads((out / "faults.json").read_text())
+    assert event["round"] == 2 and "measured link load" in event["event"]
+    assert [f["path"] for t in event["tasks"] for f in t["flows"]] == [["a", "c", "d"], ["d", "c", "a"]]
+    weights = {(r["round"], r["src"], r["dst"]): int(r["measured_weight_bytes"]) for r in read_csv(out / "links.csv")}
+    assert weights[("2", "a", "b")] == 0 and weights[("2", "a", "c")] > 4_000_000

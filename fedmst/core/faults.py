@@ -22,7 +22,7 @@ their names across re-plans.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import networkx as nx
 
@@ -185,16 +185,18 @@ def remaining_tasks(graph: nx.Graph, tasks: Sequence[Task], *, down_links: Itera
 
 def replan_workload(graph: nx.Graph, tasks: Sequence[Task], scheduler: str, *, down_links: Iterable[tuple[str, str]],
                     dead_nodes: Iterable[str], workers: Iterable[str], wavelengths: int,
-                    mtu: int) -> tuple[WorkloadPlan, list[RemainingTask]]:
+                    mtu: int, load: Mapping[tuple[str, str], float] | None = None,
+                    ) -> tuple[WorkloadPlan, list[RemainingTask]]:
     """Schedule ``tasks`` again on what survives: each reduced to the local models that can still
-    take part, planned on ``graph`` without the failed links and dead nodes. The new plans may
-    only use nodes in ``workers`` (those with a live agent), since every other node only forwards.
+    take part, planned on ``graph`` without the failed links and dead nodes, with ``load`` (bytes
+    per round on link directions, measured) under the link state. The new plans may only use
+    nodes in ``workers`` (those with a live agent), since every other node only forwards.
     """
     dead = set(dead_nodes)
     down = list(down_links)
     remaining = remaining_tasks(graph, tasks, down_links=down, dead_nodes=dead)
     workload = schedule_workload(surviving_graph(graph, down, dead), [r.task for r in remaining], scheduler,
-                                 wavelengths=wavelengths, mtu=mtu)
+                                 wavelengths=wavelengths, mtu=mtu, load=load)
     if workload.blocked:
         raise FedmstError(f"re-planning: {workload.blocked[0][0]} is blocked: {workload.blocked[0][1]}")
     missing = set().union(*(p.nodes for p in workload.plans)) - set(workers)

@@ -53,20 +53,21 @@ class BackgroundFlow:
 def parse_flow(spec: str, graph: nx.Graph) -> BackgroundFlow:
     """A ``--traffic`` value, checked against ``graph`` (see the module's docstring)."""
     usage = "give SRC-DST:RATE[:tcp|udp][@START[-END]], e.g. a-c:20mbit:udp@1-5"
+    label = f"--traffic {spec}"
     body, at, when = spec.partition("@")
     parts = body.split(":")
     if len(parts) not in (2, 3):
-        raise FedmstError(f"--traffic {spec}: {usage}")
+        raise FedmstError(f"{label}: {usage}")
     ends, rate = parts[0], parts[1]
     protocol = parts[2].lower() if len(parts) == 3 else "udp"
     pairs = [(ends[:i], ends[i + 1:]) for i, ch in enumerate(ends) if ch == "-"]
     found = [(u, v) for u, v in pairs if u in graph and v in graph]
     if not found:
-        raise FedmstError(f"--traffic {spec}: {ends!r} is not two nodes SRC-DST of topology "
+        raise FedmstError(f"{label}: {ends!r} is not two nodes SRC-DST of topology "
                           f"{graph.graph.get('name', '?')!r}")
     start, dash, end = when.partition("-")
-    return _checked(spec, graph, found[0][0], found[0][1], _mbps(spec, rate), protocol,
-                    _seconds(spec, start) if at else 0.0, _seconds(spec, end) if dash else None)
+    return _checked(label, graph, found[0][0], found[0][1], _mbps(label, rate), protocol,
+                    _seconds(label, start) if at else 0.0, _seconds(label, end) if dash else None)
 
 
 def read_traffic_file(path: str | Path, graph: nx.Graph) -> list[BackgroundFlow]:

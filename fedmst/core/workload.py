@@ -25,7 +25,7 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import networkx as nx
 
@@ -140,8 +140,11 @@ def _task_from(where: str, i: int, entry: Any, graph: nx.Graph) -> Task:
     for key, value in (("compute_s", compute_s), ("start_s", start_s)):
         if value is not None and not value >= 0:
             raise TaskError(f"{label}: {key} {value}: give 0 or more seconds")
-    placed = place_task(graph, name=entry["name"], local_models=len(nodes), model_bytes=0, seed=0,
-                        global_node=str(entry["global_node"]), local_nodes=nodes)
+    try:
+        placed = place_task(graph, name=entry["name"], local_models=len(nodes), model_bytes=0, seed=0,
+                            global_node=str(entry["global_node"]), local_nodes=nodes)
+    except TaskError as exc:
+        raise TaskError(f"{where}: {exc}") from None
     return replace(placed, rounds=rounds, compute_s=None if compute_s is None else float(compute_s),
                    start_s=float(start_s))
 
@@ -212,12 +215,14 @@ def schedule_workload(
     wavelength_mbps: float | None = None,
     share_link_state: bool = True,
     mtu: int = DEFAULT_MTU,
+    load: Mapping[LinkDir, float] | None = None,
 ) -> WorkloadPlan:
     """Schedule ``tasks`` in order with ``scheduler``, each admitted or blocked by first fit.
 
     Each task's plan comes from :func:`fedmst.core.schedulers.schedule` (so it is checked), given as
     link state the bytes per round of the tasks admitted before it (all zeros with
-    ``share_link_state=False``, which makes every task independent). Its paths then get
+    ``share_link_state=False``, which makes every task independent), on top of ``load``: bytes per
+    round that something else puts on link directions (background traffic, measured). Its paths then get
     lightpaths on a :class:`~fedmst.core.optical.Spectrum` of ``wavelengths`` per link
     (per-wavelength capacity ``capacity_mbps / wavelengths``, or ``wavelength_mbps``).
     """
@@ -227,9 +232,12 @@ def schedule_workload(
     spectrum = Spectrum(graph, wavelengths, wavelength_mbps=wavelength_mbps)
     plans: list[Plan] = []
     blocked: list[tuple[str, str]] = []
-    state: dict[LinkDir, int] = defaultdict(int)
+    state: dict[LinkDir, float] = defaultdict(float)
     for task in tasks:
-        seen = {hop: float(b) for hop, b in state.items()} if share_link_state else None
+        seen = {hop: float(b) for hop, b in (load or {}).items()} if load or share_link_state else None
+        if share_link_state:
+            for hop, b in state.items():
+                seen[hop] = seen.get(hop, 0.0) + b
         plan = schedule(graph, task, scheduler, seen)
         reason = admit(spectrum, plan)
         if reason is not None:

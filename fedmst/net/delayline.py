@@ -138,6 +138,18 @@ class DelayLine:
         self._last_due = due
         self._held.append((due, packet))
 
+    def retune(self, delay_s: float | None = None, loss: float | None = None) -> None:
+        """Change the delay or loss of packets pushed from now on (a link trace); packets held keep
+        their due time, and a shorter delay never lets a new packet overtake them."""
+        if delay_s is not None:
+            if not delay_s >= 0:
+                raise ValueError(f"delay must be >= 0 s, got {delay_s}")
+            self.delay_s = float(delay_s)
+        if loss is not None:
+            if not 0 <= loss <= 1:
+                raise ValueError(f"loss must be a probability in [0, 1], got {loss}")
+            self.loss = float(loss)
+
     def next_due(self) -> float | None:
         """When the oldest held packet is due, or ``None`` when nothing is held."""
         return self._held[0][0] if self._held else None
@@ -235,6 +247,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--capacity", type=int, default=DEFAULT_CAPACITY, help="most packets held at once")
     p.add_argument("--seed", type=int, default=None, help="seed of the loss/jitter RNG")
     p.add_argument("--stats", type=Path, default=None, help="write the counters here as JSON on exit")
+    p.add_argument("--control", type=Path, default=None,
+                   help='on SIGUSR1, read {"delay_ms": D, "loss": P} (either optional) from this file and apply it')
     return p.parse_args(argv)
 
 
@@ -316,11 +330,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
     _die_with_parent()
-    stop = False
+    stop = retune = False
 
     def on_signal(signum: int, frame: object) -> None:
-        nonlocal stop
-        stop = True
+        nonlocal stop, retune
+        if signum == signal.SIGUSR1:
+            retune = True
+        else:
+            stop = True
 
     # the handler only sets a flag; the wake-up pipe makes the blocked select() return at once
     wake_r, wake_w = os.pipe()
@@ -329,6 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGUSR1, on_signal)
 
     _tighten_timers()
     stamps = _enable_rx_timestamps()  # noqa: F841 - kept open: the kernel stamps while it lives
@@ -382,6 +400,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     os.read(wake_r, 512)
                 except BlockingIOError:
                     pass
+            if retune and args.control is not None:
+                retune = False
+                change = json.loads(args.control.read_text())
+                line.retune(None if change.get("delay_ms") is None else change["delay_ms"] / 1e3, change.get("loss"))
     except Exception as exc:  # noqa: BLE001 - report it, still write the counters
         print(f"fedmst.net.delayline: stopped by error: {exc!r}", file=sys.stderr)
         rc = 1

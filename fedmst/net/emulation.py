@@ -22,8 +22,10 @@ import os
 import re
 import time
 import shutil
+import signal
 import subprocess
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -90,6 +92,7 @@ class Process(Protocol):
     def wait(self, timeout: float | None = None) -> int: ...
     def terminate(self) -> None: ...
     def kill(self) -> None: ...
+    def send_signal(self, signum: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -162,11 +165,15 @@ class Emulation:
     ``capabilities`` are the kernel's when the caller probed them already (probing creates an
     interface, so a command does it once). Processes in the hosts (:meth:`spawn`) are forked from
     one :class:`~fedmst.net.forkserver.ForkServer`, which runs ``preload`` first (the agents' warm-up).
+    ``changing`` names links whose delay or loss :meth:`change_link` may change later: with the
+    userspace delay line they get one even at zero delay. A host's shell serves one command at a
+    time (a lock per host), so a link trace can change links while the engine reads counters.
     """
 
     def __init__(self, graph: nx.Graph, *, delay_mode: str = "auto", loss: float = 0.0,
                  jitter_s: float = 0.0, mtu: int = DEFAULT_MTU, netns: Mapping[str, int] | None = None,
-                 capabilities: Capabilities | None = None, preload: Callable[[], None] | None = None) -> None:
+                 capabilities: Capabilities | None = None, preload: Callable[[], None] | None = None,
+                 changing: Iterable[tuple[str, str]] = ()) -> None:
         if not 0 <= loss < 1:
             raise EmulationError(f"loss must be a probability in [0, 1), got {loss}")
         if jitter_s < 0:
@@ -198,6 +205,10 @@ class Emulation:
         self._procs: list[Process] = []
         self._lines: dict[LinkDir, tuple[Process, Path]] = {}
         self._scratch: Path | None = None
+        self.changing = {frozenset(link) for link in changing}
+        self._delay_now: dict[frozenset[str], float] = {}
+        """Delays a link trace set, by link (the graph is the run's, shared: never changed here)."""
+        self._shell_locks = {n: threading.Lock() for n in self.nodes}
         self._flow_hosts = FLOW_NET.hosts()
         self._background_hosts = BACKGROUND_NET.hosts()
         self._counting_background = False
@@ -342,7 +353,7 @@ class Emulation:
         queues: dict[str, list[tuple[str, int]]] = {}
         for seed, (u, v) in enumerate(sorted(self._intf, key=lambda h: (node_order(h[0]), node_order(h[1])))):
             delay = float(self.graph.edges[u, v]["delay_s"])
-            if delay <= 0 and not self.loss and not self.jitter_s:
+            if delay <= 0 and not self.loss and not self.jitter_s and frozenset((u, v)) not in self.changing:
                 continue
             queue = len(queues.setdefault(v, []))
             queues[v].append((self._intf[(v, u)], queue))
@@ -352,7 +363,8 @@ class Emulation:
             capacity = max(DEFAULT_CAPACITY, 2 * int(in_flight) + 1)
             args = ["--queue", str(queue), "--capacity", str(capacity),
                     "--delay-ms", f"{delay * 1e3:.6f}", "--jitter-ms", f"{self.jitter_s * 1e3:.6f}",
-                    "--loss", str(self.loss), "--seed", str(seed), "--stats", str(log.with_suffix(".json"))]
+                    "--loss", str(self.loss), "--seed", str(seed), "--stats", str(log.with_suffix(".json")),
+                    "--control", str(log.with_suffix(".control"))]
             self._lines[(u, v)] = (self.spawn(v, "fedmst.net.delayline:main", args, env={}, log=log, name="delay",
                                                warm=False), log)
         # one iptables-restore per node (while the lines start); nothing crosses a link before they bind
@@ -431,7 +443,7 @@ class Emulation:
     # routes --------------------------------------------------------------------------------
     def install_flows(self, paths: Mapping[str, Sequence[str]], *, background: bool = False) -> dict[str, Flow]:
         """Give each keyed path its two endpoint addresses and route it hop by hop (``background``:
-        addresses from :data:`BACKGROUND_NET`, whose bytes :meth:`background_counters` counts)."""
+        addresses from :data:`BACKGROUND_NET`, whose bytes :meth:`counters_and_background` counts)."""
         pool = self._background_hosts if background else self._flow_hosts
         flows: dict[str, Flow] = {}
         cmds: dict[str, list[str]] = {n: [] for n in self.nodes}
@@ -463,7 +475,8 @@ class Emulation:
         with tempfile.NamedTemporaryFile("w", prefix="fedmst-") as lines_file:
             lines_file.write("\n".join(lines) + "\n")
             lines_file.flush()
-            return str(self._hosts[node].cmd(command.format(lines_file.name)))
+            with self._shell_locks[node]:
+                return str(self._hosts[node].cmd(command.format(lines_file.name)))
 
     def _script(self, node: str, lines: Iterable[str]) -> str:
         """Run ``lines`` as one shell script inside ``node``'s host and return its output."""
@@ -532,21 +545,56 @@ class Emulation:
         self._background.clear()
         return out
 
-    def background_counters(self) -> dict[LinkDir, int]:
-        """Bytes of background traffic (frames, Ethernet header included, as the interface counters
-        count them) each link direction has carried so far; zeros before any flow was started.
-        Every host is read at once (one thread each), so the reading spans a few milliseconds."""
+    def counters_and_background(self) -> tuple[dict[LinkDir, int], dict[LinkDir, int]]:
+        """:meth:`counters` and, read with them, the bytes of background traffic (frames, Ethernet
+        header included, as the interface counters count them) each link direction has carried so
+        far (zeros before any flow was started). Each host's two readings are taken one right after
+        the other, every host at once (a thread each), so that weight bytes (the first less the
+        second) are never a reading's few milliseconds of background traffic off."""
         if not self._counting_background:
-            return {hop: 0 for hop in self._intf}
+            return self.counters(), {hop: 0 for hop in self._intf}
 
-        def read(node: str) -> dict[str, int]:
+        def read(node: str) -> tuple[dict[str, int], dict[str, int]]:
             out = self.cmd(node, "iptables -t mangle -L POSTROUTING -v -x -n")
-            return {intf: int(size) + _ETH_HEADER * int(pkts) for pkts, size, intf in _BACKGROUND_RULE.findall(out)}
+            tx = _read_tx_bytes(Path(f"/proc/{self._hosts[node].pid}/net/dev"))
+            return tx, {intf: int(size) + _ETH_HEADER * int(pkts) for pkts, size, intf in _BACKGROUND_RULE.findall(out)}
 
         with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
             parts = list(pool.map(read, [n for n in self.nodes if self._ports[n]]))
-        by_intf = {intf: n for part in parts for intf, n in part.items()}
-        return {hop: by_intf.get(intf, 0) for hop, intf in self._intf.items()}
+        tx = {intf: n for part, _ in parts for intf, n in part.items()}
+        background = {intf: n for _, part in parts for intf, n in part.items()}
+        return ({hop: tx[intf] for hop, intf in self._intf.items()},
+                {hop: background.get(intf, 0) for hop, intf in self._intf.items()})
+
+    # link dynamics -------------------------------------------------------------------------
+    def change_link(self, u: str, v: str, *, capacity_mbps: float | None = None, delay_s: float | None = None,
+                    loss: float | None = None) -> None:
+        """Change link u-v, both directions, live: htb's rate, and the delay or loss where netem or
+        the delay line applies them (a link named in ``changing`` has a delay line to retune)."""
+        if (delay_s is not None or loss is not None) and not self.delay_applied:
+            raise EmulationError(f"link {u}-{v}: delay and loss are not applied with delay mode off")
+        for a, b in ((u, v), (v, u)):
+            intf, cmds = self._intf[(a, b)], []
+            if capacity_mbps is not None:
+                cmds.append(f"class change dev {intf} parent 5:0 classid 5:1 htb rate {capacity_mbps:f}Mbit burst 15k")
+            if self.delay_mode == "netem" and (delay_s is not None or loss is not None):
+                now = self._delay_now.get(frozenset((a, b)), float(self.graph.edges[a, b]["delay_s"]))
+                netem = f"delay {(now if delay_s is None else delay_s) * 1e3:.3f}ms"
+                if self.jitter_s:
+                    netem += f" {self.jitter_s * 1e3:.3f}ms"
+                netem += f" loss {float(self.loss if loss is None else loss) * 100:.5f}"
+                cmds.append(f"qdisc change dev {intf} parent 5:1 handle 10: netem {netem}")
+            if cmds:
+                self._host_batch(a, "tc", cmds)
+            if self.delay_mode == "userspace" and (delay_s is not None or loss is not None):
+                if (a, b) not in self._lines:
+                    raise EmulationError(f"link {a}->{b} has no delay line to change (name it in `changing`)")
+                proc, log = self._lines[(a, b)]
+                control = log.with_suffix(".control")
+                control.write_text(json.dumps({"delay_ms": None if delay_s is None else delay_s * 1e3, "loss": loss}))
+                proc.send_signal(signal.SIGUSR1)
+        if delay_s is not None:
+            self._delay_now[frozenset((u, v))] = delay_s
 
     # faults --------------------------------------------------------------------------------
     def set_link(self, u: str, v: str, *, up: bool) -> int:
@@ -623,7 +671,8 @@ class Emulation:
 
     def cmd(self, node: str, command: str) -> str:
         """Run a shell command inside ``node``'s host and return its output (tests, benchmarks)."""
-        return str(self._hosts[node].cmd(command))
+        with self._shell_locks[node]:
+            return str(self._hosts[node].cmd(command))
 
 
 def _batch(argv: Sequence[str], lines: Sequence[str], what: str) -> None:

@@ -28,6 +28,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -70,6 +71,8 @@ class ForkServer:
         self._sock = ours
         self._buf = b""
         self._exits: dict[int, int] = {}
+        self._io = threading.RLock()
+        """One thread at a time talks to the server (a link trace signals delay lines from its own)."""
         self.closed = False
 
     def spawn(self, netns_pid: int | None, target: str, args: Sequence[str], *, env: Mapping[str, str],
@@ -80,31 +83,35 @@ class ForkServer:
         comm = NAME_PREFIX + name
         if len(comm) > 15:
             raise ValueError(f"process name {comm!r} is longer than the kernel's 15 characters")
-        self._send({"spawn": target, "args": list(args), "env": dict(env), "log": str(log), "netns_pid": netns_pid,
-                    "name": comm})
-        while True:
-            msg = self._recv(timeout_s=30.0)
-            if msg is None:
-                raise ForkServerError(f"the fork server did not answer while starting {target}")
-            if "error" in msg:
-                raise ForkServerError(msg["error"])
-            if "pid" in msg:
-                return Forked(self, int(msg["pid"]))
+        with self._io:
+            self._send({"spawn": target, "args": list(args), "env": dict(env), "log": str(log),
+                        "netns_pid": netns_pid, "name": comm})
+            while True:
+                msg = self._recv(timeout_s=30.0)
+                if msg is None:
+                    raise ForkServerError(f"the fork server did not answer while starting {target}")
+                if "error" in msg:
+                    raise ForkServerError(msg["error"])
+                if "pid" in msg:
+                    return Forked(self, int(msg["pid"]))
 
     def signal(self, pid: int, signum: int) -> None:
         """Send ``signum`` to child ``pid`` unless it has already been reaped (no PID reuse)."""
-        if pid not in self.exits():
-            self._send({"signal": signum, "pid": pid})
+        with self._io:
+            if pid not in self.exits():
+                self._send({"signal": signum, "pid": pid})
 
     def exits(self) -> dict[int, int]:
         """Every child reaped so far: PID -> exit code (negative: killed by that signal)."""
-        while self._recv(timeout_s=0.0) is not None:
-            pass
-        return self._exits
+        with self._io:
+            while self._recv(timeout_s=0.0) is not None:
+                pass
+            return self._exits
 
     def next_message(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` for the server's next message (exit notices are recorded)."""
-        self._recv(timeout_s)
+        with self._io:
+            self._recv(timeout_s)
 
     def close(self, timeout_s: float = 5.0) -> None:
         """End the server; it terminates, then kills, the children still running. Safe twice."""

@@ -20,6 +20,7 @@ import networkx as nx
 
 from fedmst.core import faults
 from fedmst.core.contention import Profile, capacities, cassini_offsets, profile_of
+from fedmst.core.linktrace import LinkChange, read_link_trace
 from fedmst.core.traffic import BackgroundFlow, parse_flow, read_traffic_file
 from fedmst.core.schedulers import get_scheduler
 from fedmst.core.tasks import Task, place_task
@@ -34,6 +35,7 @@ DEFAULT_DATASET = "digits"
 DELAY_MODES = ("auto", "netem", "userspace", "off")
 OPTIMIZERS = ("sgd", "momentum", "adam")
 CLOCKS = ("lockstep", "independent")
+LINK_STATES = ("planned", "measured")
 INTERLEAVES = ("none", "cassini")
 """Local optimizers, as :data:`fedmst.fl.training.OPTIMIZERS` names them (no torch here)."""
 
@@ -90,6 +92,11 @@ class RunConfig:
     """Background flows, ``SRC-DST:RATE[:tcp|udp][@START[-END]]`` (:mod:`fedmst.core.traffic`)."""
     traffic_file: str | None = None
     """More background flows, from a JSON file (:func:`fedmst.core.traffic.read_traffic_file`)."""
+    link_trace: str | None = None
+    """Links' capacity, delay or loss changing during the run (:mod:`fedmst.core.linktrace`)."""
+    link_state: str = "planned"
+    """What the schedulers see as a link's load: the bytes earlier tasks planned on it, or with
+    ``measured`` also the background traffic measured on it in the last round (re-planned then)."""
 
 
 _MINIMUM = {"local_models": ("--local-models", 1), "tasks": ("--tasks", 1), "wavelengths": ("--wavelengths", 1),
@@ -146,12 +153,15 @@ def validate(config: RunConfig) -> None:
         raise FedmstError(f"--interleave {config.interleave} shifts tasks on their own clocks: add --clock independent")
     if not config.compute_s >= 0:
         raise FedmstError(f"--compute-s {config.compute_s:g}: give 0 or more seconds")
+    if config.link_state not in LINK_STATES:
+        raise FedmstError(f"--link-state {config.link_state}: choose one of {', '.join(LINK_STATES)}")
     if config.clock == "independent":
         given = [o for o, v in (("--fail-link", config.fail_links), ("--kill-worker", config.kill_workers),
-                                ("--deadline", config.deadline_s)) if v]
+                                ("--deadline", config.deadline_s),
+                                ("--link-state measured", config.link_state == "measured")) if v]
         if given:
-            raise FedmstError(f"{', '.join(given)}: not supported with --clock independent yet "
-                              "(faults and deadlines are injected between lockstep phases); use --clock lockstep")
+            raise FedmstError(f"{', '.join(given)}: not supported with --clock independent yet (faults, deadlines "
+                              "and re-plans happen between lockstep phases); use --clock lockstep")
 
 
 def read_config_file(path: Path, extra_keys: Sequence[str] = ()) -> dict[str, Any]:
@@ -222,6 +232,7 @@ class ResolvedRun:
     """``netem``, ``userspace`` or ``off``: ``auto`` already decided by probing the kernel."""
     netem_available: bool
     background: tuple[BackgroundFlow, ...] = ()
+    link_changes: tuple[LinkChange, ...] = ()
     offsets: Mapping[str, float] = field(default_factory=dict)
     """Task -> seconds its start is shifted by ``--interleave`` (beyond its own ``start_s``)."""
 
@@ -268,6 +279,10 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
     slow = dict(faults.parse_slow_node(spec, graph) for spec in config.slow_nodes)
     background = tuple(parse_flow(spec, graph) for spec in config.traffic) + tuple(
         read_traffic_file(config.traffic_file, graph) if config.traffic_file else ())
+    link_changes = read_link_trace(config.link_trace, graph) if config.link_trace else ()
+    if host.delay_mode == "off" and any(c.delay_ms is not None or c.loss is not None for c in link_changes):
+        raise FedmstError(f"--link-trace {config.link_trace}: changes delay or loss, which --delay-mode off does "
+                          "not apply; use --delay-mode auto, netem or userspace")
     placed = _tasks(config, graph)  # placement does not depend on the model's size
     names = list(schedulers or [config.scheduler])
     for scheduler in names:
@@ -296,7 +311,7 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
                                       {p.task.name: int(p.task.rounds or config.rounds) for p in workload.plans},
                                       capacities(graph))
         runs.append(ResolvedRun(
-            background=background, offsets=offsets,
+            background=background, offsets=offsets, link_changes=link_changes,
             config=replace(config, scheduler=scheduler), graph=graph, workload=workload,
             link_failures=link_failures, kills=kills, slow=slow, worker_nodes=nodes,
             limits=worker_limits(nodes, config.cpus, config.memory, graph.nodes),
@@ -328,7 +343,7 @@ def _tasks(config: RunConfig, graph: nx.Graph) -> list[Task]:
 
 def _worker_nodes(config: RunConfig, graph: nx.Graph, workload: WorkloadPlan) -> tuple[str, ...]:
     """Nodes that run an agent: every node holding a model or relaying for one, and with faults
-    to inject every node, since a re-planned tree may aggregate anywhere."""
-    if config.fail_links or config.kill_workers:
+    to inject or a measured link state every node, since a re-planned tree may aggregate anywhere."""
+    if config.fail_links or config.kill_workers or config.link_state == "measured":
         return tuple(sorted(graph.nodes, key=node_order))
     return tuple(sorted(set().union(*(p.nodes for p in workload.plans)), key=node_order))

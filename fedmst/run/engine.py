@@ -19,6 +19,7 @@ from __future__ import annotations
 import secrets
 import shutil
 import tempfile
+import threading
 import time
 import traceback
 from dataclasses import asdict
@@ -30,6 +31,7 @@ import psutil
 import fedmst
 from fedmst.core.contention import capacities, iteration_times, simulate
 from fedmst.core.faults import replan_workload
+from fedmst.core.linktrace import LinkChange
 from fedmst.core.traffic import as_json
 from fedmst.core.plan import LinkDir, Transfer, plan_summary
 from fedmst.core.topology import node_order
@@ -109,7 +111,8 @@ def run(resolved: ResolvedRun, report: Report = print, command_started: float | 
     scratch = Path(tempfile.mkdtemp(prefix="fedmst-"))
     backend = backend_for(config.workers, config.image, resolved.limits)
     graph = resolved.graph
-    prediction = Prediction(graph, config.chunk_bytes, config.mtu, with_delay=resolved.delay_mode != "off")
+    prediction = Prediction(graph, config.chunk_bytes, config.mtu, with_delay=resolved.delay_mode != "off",
+                            changes=resolved.link_changes)
     rounds: list[RoundResult] = []
     emu: Emulation | None = None
     capabilities = Capabilities(netem=resolved.netem_available)
@@ -124,7 +127,9 @@ def run(resolved: ResolvedRun, report: Report = print, command_started: float | 
                         mtu=config.mtu, netns=netns, capabilities=capabilities,
                         preload=backend.preload(model=config.model, dataset=config.dataset,
                                                 optimizer=config.optimizer, batch_size=config.batch_size,
-                                                lr=config.lr))
+                                                lr=config.lr),
+                        changing=[c.link for c in resolved.link_changes
+                                  if c.delay_ms is not None or c.loss is not None])
         with emu:
             times["network"] = time.monotonic() - started
             report(f"{tag} links: htb bandwidth; {emu.emulated()['note']}")
@@ -212,6 +217,48 @@ def connect(transfers: Mapping[str, Transfer], prefix: str) -> dict[str, str]:
     return out
 
 
+class LinkTrace:
+    """Applies a link trace (``--link-trace``) on time, from a thread of its own, while the rounds
+    run: each change is made live (:meth:`~fedmst.net.emulation.Emulation.change_link`), reported,
+    and recorded in ``link_changes.json`` with when it was asked for and when it took effect."""
+
+    def __init__(self, emu: Emulation, changes: tuple[LinkChange, ...], started_at: float, record: Path,
+                 report: Report) -> None:
+        self.emu, self.changes, self.started_at, self.record, self.report = emu, changes, started_at, record, report
+        self.applied: list[dict[str, Any]] = []
+        self.error: Exception | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._apply, name="link-trace", daemon=True)
+
+    def __enter__(self) -> LinkTrace:
+        if self.changes:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise FedmstError(f"link trace: {self.error}")
+
+    def _apply(self) -> None:
+        try:
+            for change in self.changes:
+                if self._stop.wait(max(0.0, self.started_at + change.at_s - time.monotonic())):
+                    return
+                self.emu.change_link(*change.link, capacity_mbps=change.capacity_mbps, loss=change.loss,
+                                     delay_s=None if change.delay_ms is None else change.delay_ms / 1e3)
+                self.applied.append({**change.as_json(), "applied_s": round(time.monotonic() - self.started_at, 4)})
+                write_json(self.record, self.applied)
+                what = ", ".join(f"{k} {v:g}" for k, v in change.as_json().items() if k not in ("at_s", "a", "b"))
+                self.report(f"link {change.link[0]}-{change.link[1]}: {what} at {self.applied[-1]['applied_s']:.2f} s")
+        except Exception as exc:  # noqa: BLE001 - handed to the engine, which ends the run with it
+            self.error = exc
+
+
 class Engine:
     """The round and phase loop of one run on a built emulation."""
 
@@ -239,6 +286,10 @@ class Engine:
         self.background: list[dict[str, Any]] = []
         """The background flows as asked, with what each sender sent (summary.json's ``background``)."""
         self.started_at = 0.0
+        self.load: dict[LinkDir, float] = {}
+        """``--link-state measured``: background bytes per round each link direction carried last."""
+        self.last_background: dict[LinkDir, int] = {}
+        self.trace: LinkTrace | None = None
         self._attempts = 0
         self._looked = 0.0
         self.times: dict[str, float] = {}
@@ -320,11 +371,15 @@ class Engine:
                 self.emu.start_background(self.run_.background, self.started_at, self.out / "background")
                 self.report(f"{self.tag} background: {', '.join(f.label for f in self.run_.background)}")
                 time.sleep(max(0.0, self.started_at - time.monotonic()))
+            trace = LinkTrace(self.emu, self.run_.link_changes, self.started_at, self.out / "link_changes.json",
+                              lambda line: self.report(f"{self.tag} {line}"))
+            self.trace = trace
             try:
-                if config.clock == "independent":
-                    self.run_clock()
-                else:
-                    self.run_rounds(results)
+                with trace:
+                    if config.clock == "independent":
+                        self.run_clock()
+                    else:
+                        self.run_rounds(results)
             finally:
                 if self.run_.background:
                     sent = self.emu.stop_background()
@@ -369,7 +424,7 @@ class Engine:
         if shifted:
             self.report(f"{self.tag} interleaving ({config.interleave}): "
                         + ", ".join(f"{n} starts {o:.2f} s later" for n, o in shifted.items()))
-        before, background = self.emu.counters(), self.emu.background_counters()
+        before, background = self.emu.counters_and_background()
         drops, retransmits, cpu = self.emu.queue_drops(), self.emu.tcp_retransmits(), psutil.cpu_times()
         begun = time.monotonic()
         limit = self.timeout_s * 3 * max(rounds.values()) + max(offsets.values())
@@ -380,7 +435,7 @@ class Engine:
                 timeout_s=limit, check=self.check)
         self.times["rounds"] = time.monotonic() - begun
         clock.cpu_busy = cpu_busy(cpu, psutil.cpu_times())
-        after, counted = self.emu.counters(), self.emu.background_counters()
+        after, counted = self.emu.counters_and_background()
         clock.background_bytes = {hop: counted[hop] - background[hop] for hop in after}
         clock.link_bytes = {hop: after[hop] - before[hop] - clock.background_bytes[hop] for hop in after}
         clock.queue_drops = {hop: n - drops[hop] for hop, n in self.emu.queue_drops().items()}
@@ -402,10 +457,12 @@ class Engine:
         return out
 
     def check(self) -> None:
-        """Raise if an agent or a delay line died, and abort a transfer phase that stalled
-        (called while waiting on the agents)."""
+        """Raise if an agent or a delay line died, or a link change failed, and abort a transfer
+        phase that stalled (called while waiting on the agents)."""
         self.agents.check()
         self.emu.check()
+        if self.trace is not None:
+            self.trace.check()
         self.look_for_stalls()
 
     def look_for_stalls(self) -> None:
@@ -427,6 +484,8 @@ class Engine:
     # rounds ------------------------------------------------------------------------------------
     def round(self, r: int) -> RoundResult:
         res = RoundResult(round=r)
+        if r > 1 and self.config.link_state == "measured":
+            self.follow_load(res)
         changes = []
         for f in self.run_.link_failures:
             u, v = f.link
@@ -442,11 +501,13 @@ class Engine:
             self.replan(res, "broadcast", {"event": ", ".join(c["event"] for c in changes),
                                            "in_flight_lost_bytes": sum(c["in_flight_lost_bytes"] for c in changes)})
         drops, retransmits = self.emu.queue_drops(), self.emu.tcp_retransmits()
-        background, begun = self.emu.background_counters(), time.monotonic()
+        background, begun = self.emu.counters_and_background()[1], time.monotonic()
         for phase in STEPS:
             self.phase(res, phase)
         res.window = (begun - self.started_at, time.monotonic() - self.started_at)
-        res.background_bytes = {hop: n - background[hop] for hop, n in self.emu.background_counters().items()}
+        counted = self.emu.counters_and_background()[1]
+        res.background_bytes = {hop: n - background[hop] for hop, n in counted.items()}
+        self.last_background = res.background_bytes
         res.queue_drops = {hop: n - drops[hop] for hop, n in self.emu.queue_drops().items()}
         res.retransmits = self.emu.tcp_retransmits() - retransmits
         evaluated = self.server.run(Evaluate(round=r), timeout_s=self.timeout_s, check=self.check)
@@ -481,8 +542,7 @@ class Engine:
         r = res.round
         strikes = strikes_for(r, phase, self.run_.link_failures, self.run_.kills,
                               lambda u, v: self.emu.set_link(u, v, up=False), self.agents)
-        background = self.emu.background_counters()
-        before = self.emu.counters()
+        before, background = self.emu.counters_and_background()
         cpu = psutil.cpu_times()
         start = time.perf_counter()
         with self.sampler.sampling(r, phase):
@@ -504,7 +564,7 @@ class Engine:
                 if outcome.redo:
                     res.aborted_bytes[phase] = {hop: after[hop] - before[hop] for hop in after}
                     outcome.event["aborted"]["link_bytes"] = sum(res.aborted_bytes[phase].values())
-                    before, background = after, self.emu.background_counters()
+                    before, background = self.emu.counters_and_background()
                 setup = self.replan(res, phase if outcome.redo else NEXT_PHASE[phase], outcome.event)
                 before = {hop: n + setup[hop] for hop, n in before.items()}  # set-up bytes are no phase's
                 if outcome.redo:
@@ -520,7 +580,7 @@ class Engine:
             p.task.name: max(rep.task_seconds.get(p.task.name, 0.0) for rep in replies.values())
             for p in self.live.plans
         }
-        after, counted = self.emu.counters(), self.emu.background_counters()
+        after, counted = self.emu.counters_and_background()
         res.link_bytes[phase] = {hop: after[hop] - before[hop] - (counted[hop] - background[hop]) for hop in after}
 
     def report_late(self, r: int, late: dict[str, list[int]]) -> None:
@@ -528,6 +588,23 @@ class Engine:
             where = ", ".join(f"{i} on node {self.live.tasks[name].local_nodes[i]}" for i in models_)
             self.report(f"{self.tag} round {r}: {name}'s local model(s) {where} missed the "
                         f"{self.config.deadline_s:g} s deadline; their updates are dropped")
+
+    def follow_load(self, res: RoundResult) -> None:
+        """``--link-state measured``: take the background bytes the last round measured on each
+        link direction as its load, and re-plan before this round if the schedulers would now plan
+        any task otherwise (MST then avoids a loaded link among trees of the same size)."""
+        self.load = {hop: float(n) for hop, n in self.last_background.items() if n}
+        live = self.live
+        workload, _ = replan_workload(
+            self.graph, [live.tasks[p.task.name] for p in live.plans], self.config.scheduler, down_links=live.down,
+            dead_nodes=live.dead, workers=self.server.agents, wavelengths=self.config.wavelengths,
+            mtu=self.config.mtu, load=self.load)
+        if [p.transfers for p in workload.plans] != [p.transfers for p in live.plans]:
+            loaded = sorted(self.load, key=lambda hop: -self.load[hop])[:3]
+            self.replan(res, "broadcast", {
+                "event": "re-planned on the measured link load (busiest: "
+                         + ", ".join(f"{u}->{v} {self.load[(u, v)] / 1e6:.1f} MB" for u, v in loaded) + ")",
+                "in_flight_lost_bytes": 0})
 
     def replan(self, res: RoundResult, before_phase: str, event: dict[str, Any]) -> dict[LinkDir, int]:
         """Schedule the tasks again around what is broken, install the new routes, have the
@@ -538,7 +615,8 @@ class Engine:
         t0 = time.perf_counter()
         workload, remaining = replan_workload(
             self.graph, [live.tasks[p.task.name] for p in live.plans], config.scheduler, down_links=live.down,
-            dead_nodes=live.dead, workers=self.server.agents, wavelengths=config.wavelengths, mtu=config.mtu)
+            dead_nodes=live.dead, workers=self.server.agents, wavelengths=config.wavelengths, mtu=config.mtu,
+            load=self.load)
         t1 = time.perf_counter()
         live.plans, live.epoch = workload.plans, live.epoch + 1
         live.models = {rt.task.name: rt.models for rt in remaining}

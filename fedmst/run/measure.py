@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 import networkx as nx
 
 from fedmst.core.contention import Span, iteration_times
+from fedmst.core.linktrace import LinkChange, graph_at
 from fedmst.core.plan import PHASES, Plan, predicted_phase_seconds
 from fedmst.core.topology import node_order
 from fedmst.core.workload import link_state
@@ -141,11 +142,14 @@ class Prediction:
     chunk_bytes: int
     mtu: int
     with_delay: bool
+    changes: tuple[LinkChange, ...] = ()
+    """A link trace: each phase is predicted on the network as it stood when the phase began."""
 
     def seconds(self, res: RoundResult) -> dict[str, float]:
         """The plans' prediction of each transfer phase of ``res``, from the plans it ran with."""
-        return {p: predicted_phase_seconds(res.plans[p], self.graph, p, chunk_bytes=self.chunk_bytes,
-                                           with_delay=self.with_delay, mtu=self.mtu)
+        starts = dict(zip(STEPS, _phase_starts(res)))
+        return {p: predicted_phase_seconds(res.plans[p], graph_at(self.graph, self.changes, starts[p]), p,
+                                           chunk_bytes=self.chunk_bytes, with_delay=self.with_delay, mtu=self.mtu)
                 for p in PHASES}
 
     def seconds_alone(self, plan: Plan) -> dict[str, float]:
@@ -161,6 +165,7 @@ class Prediction:
         (phases where weights were planned on it) and the rest.
         """
         predicted = {p: link_state(res.plans[p], phase=p, mtu=self.mtu) for p in PHASES}
+        graph = graph_at(self.graph, self.changes, res.window[0])
         rows = []
         for u, v in sorted(res.link_bytes["broadcast"], key=lambda h: (sorted(map(node_order, h)), node_order(h[0]))):
             hop = (u, v)
@@ -169,7 +174,7 @@ class Prediction:
             weights = sum(measured[p] for p in PHASES if predicted[p].get(hop))
             rows.append({
                 "round": res.round, "link": "-".join(sorted((u, v), key=node_order)), "src": u, "dst": v,
-                "capacity_mbps": self.graph.edges[u, v]["capacity_mbps"],
+                "capacity_mbps": graph.edges[u, v]["capacity_mbps"],
                 "predicted_bytes": planned, "measured_bytes": sum(measured.values()),
                 "measured_weight_bytes": weights, "measured_other_bytes": sum(measured.values()) - weights,
                 "error_pct": 100 * (weights - planned) / planned if planned else 0.0,
