@@ -32,6 +32,7 @@ DEFAULT_MODEL, DEFAULT_DATASET, DEFAULT_IMAGE = "mlp-large", "digits", "fedmst-w
 DELAY_MODES, BACKENDS = ("auto", "netem", "userspace", "off"), ("process", "docker")
 OPTIMIZERS = ("sgd", "momentum", "adam")
 CLOCKS, INTERLEAVES, LINK_STATES = ("lockstep", "independent"), ("none", "cassini"), ("planned", "measured")
+ORDERS = ("fifo", "sjf-bco")
 
 
 console = Console(highlight=False)
@@ -128,6 +129,10 @@ def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--traffic", multiple=True, metavar="SRC-DST:RATE[:tcp|udp][@START[-END]]",
                      help="A background flow (e.g. a-c:20mbit:udp@1-5: from 1 s to 5 s after the first round "
                           "starts), on the least-delay path, counted apart from the weights. Repeatable."),
+        click.option("--order", type=click.Choice(ORDERS), default="fifo", show_default=True,
+                     help="The order tasks are admitted and scheduled in (each sees the links the earlier ones "
+                          "planned; wavelengths go first come, first served): as listed, or sjf-bco, the shortest "
+                          "job first counting its contention with the tasks admitted before it."),
         click.option("--link-state", type=click.Choice(LINK_STATES), default="planned", show_default=True,
                      help="measured: schedulers also weigh each link by the background traffic measured on it in "
                           "the last round, and the tasks are re-planned between rounds when that changes a plan."),

@@ -100,6 +100,7 @@ def test_cli_defaults_are_the_run_configs() -> None:
     assert (cli.DELAY_MODES, cli.BACKENDS) == (config.DELAY_MODES, backends.BACKENDS)
     assert cli.OPTIMIZERS == config.OPTIMIZERS
     assert (cli.CLOCKS, cli.INTERLEAVES, cli.LINK_STATES) == (config.CLOCKS, config.INTERLEAVES, config.LINK_STATES)
+    assert cli.ORDERS == config.ORDERS
 
 
 def test_every_run_option_defaults_to_the_run_configs_field() -> None:
@@ -146,6 +147,7 @@ def test_every_run_option_defaults_to_the_run_configs_field() -> None:
     ({"clock": "independent", "fail_links": ("0-1@2",)}, "--fail-link: not supported with --clock independent"),
     ({"clock": "independent", "deadline_s": 2.0}, "--deadline: not supported with --clock independent"),
     ({"link_state": "guessed"}, "--link-state guessed: choose one of planned, measured"),
+    ({"order": "lifo"}, "--order lifo: choose one of fifo, sjf-bco"),
     ({"clock": "independent", "link_state": "measured"}, "--link-state measured: not supported with --clock"),
 ])
 def test_validate_refuses_in_one_line(change: dict[str, object], fragment: str) -> None:

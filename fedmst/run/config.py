@@ -21,6 +21,7 @@ import networkx as nx
 from fedmst.core import faults
 from fedmst.core.contention import Profile, capacities, cassini_offsets, profile_of
 from fedmst.core.linktrace import LinkChange, read_link_trace
+from fedmst.core.ordering import ORDERS, order_tasks
 from fedmst.core.traffic import BackgroundFlow, parse_flow, read_traffic_file
 from fedmst.core.schedulers import get_scheduler
 from fedmst.core.tasks import Task, place_task
@@ -94,6 +95,8 @@ class RunConfig:
     """More background flows, from a JSON file (:func:`fedmst.core.traffic.read_traffic_file`)."""
     link_trace: str | None = None
     """Links' capacity, delay or loss changing during the run (:mod:`fedmst.core.linktrace`)."""
+    order: str = "fifo"
+    """The order tasks are admitted and scheduled in: as listed, or ``sjf-bco`` (:mod:`fedmst.core.ordering`)."""
     link_state: str = "planned"
     """What the schedulers see as a link's load: the bytes earlier tasks planned on it, or with
     ``measured`` also the background traffic measured on it in the last round (re-planned then)."""
@@ -153,6 +156,8 @@ def validate(config: RunConfig) -> None:
         raise FedmstError(f"--interleave {config.interleave} shifts tasks on their own clocks: add --clock independent")
     if not config.compute_s >= 0:
         raise FedmstError(f"--compute-s {config.compute_s:g}: give 0 or more seconds")
+    if config.order not in ORDERS:
+        raise FedmstError(f"--order {config.order}: choose one of {', '.join(ORDERS)}")
     if config.link_state not in LINK_STATES:
         raise FedmstError(f"--link-state {config.link_state}: choose one of {', '.join(LINK_STATES)}")
     if config.clock == "independent":
@@ -233,6 +238,9 @@ class ResolvedRun:
     netem_available: bool
     background: tuple[BackgroundFlow, ...] = ()
     link_changes: tuple[LinkChange, ...] = ()
+    listed: tuple[str, ...] = ()
+    """The tasks' names as the workload lists them: task i is seeded with ``seed + i`` whatever
+    order ``--order`` admits them in."""
     offsets: Mapping[str, float] = field(default_factory=dict)
     """Task -> seconds its start is shifted by ``--interleave`` (beyond its own ``start_s``)."""
 
@@ -297,7 +305,9 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
     data.dirichlet_shards(dataset.y_train, max(t.k for t in tasks), config.alpha, seed=config.seed)  # too many models?
     runs = []
     for scheduler in names:
-        workload = schedule_workload(graph, tasks, scheduler, wavelengths=config.wavelengths, mtu=config.mtu)
+        ordered = order_tasks(graph, tasks, config.order, scheduler, chunk_bytes=config.chunk_bytes,
+                              with_delay=host.delay_mode != "off", mtu=config.mtu)
+        workload = schedule_workload(graph, ordered, scheduler, wavelengths=config.wavelengths, mtu=config.mtu)
         if not workload.plans:
             raise FedmstError(f"every task was blocked under {scheduler}, e.g. {workload.blocked[0][0]}: "
                               f"{workload.blocked[0][1]}")
@@ -311,7 +321,7 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
                                       {p.task.name: int(p.task.rounds or config.rounds) for p in workload.plans},
                                       capacities(graph))
         runs.append(ResolvedRun(
-            background=background, offsets=offsets, link_changes=link_changes,
+            background=background, offsets=offsets, link_changes=link_changes, listed=tuple(t.name for t in tasks),
             config=replace(config, scheduler=scheduler), graph=graph, workload=workload,
             link_failures=link_failures, kills=kills, slow=slow, worker_nodes=nodes,
             limits=worker_limits(nodes, config.cpus, config.memory, graph.nodes),

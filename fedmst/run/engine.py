@@ -105,7 +105,9 @@ def run(resolved: ResolvedRun, report: Report = print, command_started: float | 
         )
     else:
         report(f"{tag} {len(workload.plans)} tasks scheduled, {len(workload.blocked)} blocked "
-               f"(W={workload.wavelengths}); {workload.reserved_wavelength_links} wavelength-links reserved")
+               f"(W={workload.wavelengths}); {workload.reserved_wavelength_links} wavelength-links reserved"
+               + (f"; admitted in {config.order} order: {', '.join(p.task.name for p in workload.plans)}"
+                  if config.order != "fifo" else ""))
         for name, reason in workload.blocked:
             report(f"{tag} blocked {name}: {reason}")
     scratch = Path(tempfile.mkdtemp(prefix="fedmst-"))
@@ -279,8 +281,7 @@ class Engine:
         self.watch: StallWatch | None = None
         self.progress: Path | None = None
         self.stall: Stall | None = None
-        self.index = {name: i for i, name in enumerate(
-            [t.name for t in (p.task for p in plans)] + [name for name, _ in resolved.workload.blocked])}
+        self.index = {name: i for i, name in enumerate(resolved.listed or [p.task.name for p in plans])}
         self.clock: ClockRun | None = None
         """The run on independent clocks (``--clock independent``), once it started."""
         self.background: list[dict[str, Any]] = []
@@ -340,7 +341,8 @@ class Engine:
         )
         workload = self.run_.workload
         write_json(self.out / "plan.json", {
-            "scheduler": config.scheduler, "wavelengths": workload.wavelengths,
+            "scheduler": config.scheduler, "order": config.order,
+            "admitted": [p.task.name for p in workload.plans], "wavelengths": workload.wavelengths,
             "reserved_wavelength_links": workload.reserved_wavelength_links,
             "reserved_capacity_mbps": workload.reserved_capacity_mbps,
             "blocked": [{"task": name, "reason": reason} for name, reason in workload.blocked],
