@@ -71,6 +71,9 @@ class TaskSpec:
     transfers: tuple[TransferSpec, ...]
     compute_s: float = 0.0
     """Its local training lasts at least this long (a stand-in for compute on real accelerators)."""
+    model: str | None = None
+    dataset: str | None = None
+    """Its own model and dataset (a workload file's); None: the run's (:class:`AgentSpec`'s)."""
 
 
 @dataclass(frozen=True)

@@ -66,14 +66,14 @@ def test_a_tcp_background_flow_backs_off_and_is_counted_both_ways(clean_host: No
 
 
 def test_tasks_run_on_their_own_clocks(clean_host: None, tmp_path: Path) -> None:
-    """Two tasks on the dumbbell from a workload file, one with its own rounds and start time:
-    each runs its rounds back to back, the timeline and per-task latencies are written, weights on
-    the links match the plans over the whole run, and the timeline figure is drawn."""
+    """Two tasks on the dumbbell from a workload file, one with its own model, rounds, compute time
+    and start: each runs its rounds back to back, the timeline and per-task latencies are written,
+    weights on the links match the plans over the whole run, and the timeline figure is drawn."""
     workload = tmp_path / "w.json"
     workload.write_text(json.dumps({"tasks": [
         {"name": "A", "global_node": "g1", "local_nodes": ["w1", "w2"], "rounds": 2},
         {"name": "B", "global_node": "g2", "local_nodes": ["w2", "w3"], "rounds": 3, "start_s": 0.5,
-         "compute_s": 0.4},
+         "compute_s": 0.4, "model": "cnn"},
     ]}))
     out = tmp_path / "run"
     fedmst("run", "--topology", "dumbbell", "--workload", str(workload), "--clock", "independent",
@@ -101,6 +101,9 @@ def test_tasks_run_on_their_own_clocks(clean_host: None, tmp_path: Path) -> None
     assert summary["max_link_bytes_error"] < 0.10
     links = read_csv(out / "links.csv")
     assert {r["round"] for r in links} == {"0"}
+    plans = {t["task"]: t for t in json.loads((out / "plan.json").read_text())["tasks"]}
+    assert (plans["A"]["model"], plans["B"]["model"]) == ("mlp", "cnn")
+    assert plans["B"]["model_bytes"] > 5 * plans["A"]["model_bytes"]
     plot = subprocess.run([FEDMST, "plot", str(out), "--timeline"], capture_output=True, text=True, timeout=120)
     assert plot.returncode == 0, plot.stderr
     assert (out / "timeline.png").stat().st_size > 10_000

@@ -180,13 +180,15 @@ def test_a_workload_file_places_its_tasks_in_order(tmp_path) -> None:
     from fedmst.core.workload import read_workload
 
     path = _file(tmp_path, json.dumps({"tasks": [
-        {"name": "A", "global_node": "a", "local_nodes": ["b", "c", "c"], "rounds": 3, "compute_s": 0.5},
+        {"name": "A", "global_node": "a", "local_nodes": ["b", "c", "c"], "rounds": 3, "compute_s": 0.5,
+         "model": "cnn", "dataset": "digits"},
         {"name": "B", "global_node": "c", "local_nodes": ["a"], "start_s": 1.25},
     ]}))
     a, b = read_workload(path, load_topology("line3"))
     assert (a.name, a.global_node, a.local_nodes, a.rounds, a.compute_s, a.start_s) == (
         "A", "a", ("b", "c", "c"), 3, 0.5, 0.0)
-    assert (b.name, b.rounds, b.compute_s, b.start_s) == ("B", None, None, 1.25)
+    assert (a.model, a.dataset) == ("cnn", "digits")
+    assert (b.name, b.rounds, b.compute_s, b.start_s, b.model, b.dataset) == ("B", None, None, 1.25, None, None)
 
 
 @pytest.mark.parametrize("text,fragment", [
@@ -194,8 +196,9 @@ def test_a_workload_file_places_its_tasks_in_order(tmp_path) -> None:
     ('{"tasks": []}', "at least one task"),
     ('{"jobs": []}', 'expected {"tasks": [...]}'),
     ('{"tasks": [{"name": "A", "global_node": "a"}]}', "task A: missing local_nodes"),
-    ('{"tasks": [{"name": "A", "global_node": "a", "local_nodes": ["b"], "model": "cnn"}]}',
-     "task A: unknown key(s) model"),
+    ('{"tasks": [{"name": "A", "global_node": "a", "local_nodes": ["b"], "epochs": 3}]}',
+     "task A: unknown key(s) epochs"),
+    ('{"tasks": [{"name": "A", "global_node": "a", "local_nodes": ["b"], "model": 3}]}', "model = 3 is not a str"),
     ('{"tasks": [{"name": "A", "global_node": "zz", "local_nodes": ["b"]}]}', "node 'zz' is not in topology"),
     ('{"tasks": [{"name": "A", "global_node": "a", "local_nodes": []}]}', "local_nodes is empty"),
     ('{"tasks": [{"name": "A", "global_node": "a", "local_nodes": ["b"], "rounds": 0}]}', "rounds 0: give 1 or more"),

@@ -419,6 +419,7 @@ def plan_summary(plan: Plan) -> Mapping[str, object]:
         "task": plan.task.name,
         "global_node": plan.task.global_node,
         "local_nodes": list(plan.task.local_nodes),
+        "model": plan.task.model, "dataset": plan.task.dataset, "model_bytes": plan.task.model_bytes,
         "aggregation_nodes": sorted(plan.aggregation_nodes),
         "transfers": [
             {"phase": t.phase, "path": list(t.path), "models": sorted(t.models), "carries": t.carries,

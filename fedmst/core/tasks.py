@@ -22,10 +22,10 @@ class Task:
 
     ``model_bytes`` is the size of the weights one transfer carries (float32 payload); the
     schedulers weigh links with it and the Plan predicts link bytes from it. A workload file
-    (:func:`fedmst.core.workload.read_workload`) may also give a task its own ``rounds``, a
-    ``compute_s`` (its local training lasts at least that long, standing for a model whose compute
-    takes that long on real accelerators) and a ``start_s`` (when it starts, on its own clock);
-    None takes the run's option.
+    (:func:`fedmst.core.workload.read_workload`) may also give a task its own ``model`` and
+    ``dataset``, ``rounds``, a ``compute_s`` (its local training lasts at least that long, standing
+    for a model whose compute takes that long on real accelerators) and a ``start_s`` (when it
+    starts, on its own clock); None takes the run's option.
     """
 
     name: str
@@ -35,6 +35,8 @@ class Task:
     rounds: int | None = None
     compute_s: float | None = None
     start_s: float = 0.0
+    model: str | None = None
+    dataset: str | None = None
 
     @property
     def k(self) -> int:

@@ -81,22 +81,23 @@ def make_tasks(graph: nx.Graph, n_tasks: int, local_models: int, model_bytes: in
     ]
 
 
-_TASK_KEYS = {"name": str, "global_node": str, "local_nodes": list, "rounds": int, "compute_s": float,
-              "start_s": float}
+_TASK_KEYS = {"name": str, "global_node": str, "local_nodes": list, "model": str, "dataset": str, "rounds": int,
+              "compute_s": float, "start_s": float}
 """A workload file's task keys (:class:`~fedmst.core.tasks.Task`'s field names) and their JSON types."""
 
 
 def read_workload(path: str | Path, graph: nx.Graph) -> list[Task]:
-    """The tasks of a workload file, in its order (the order they are scheduled in)::
+    """The tasks of a workload file, in its order (``--order`` says whether they are admitted in it)::
 
-        {"tasks": [{"name": "A", "global_node": "a1", "local_nodes": ["b1", "b2"],
-                    "rounds": 6, "compute_s": 0.8, "start_s": 0.0}, ...]}
+        {"tasks": [{"name": "A", "global_node": "a1", "local_nodes": ["b1", "b2"], "model": "cnn",
+                    "dataset": "digits", "rounds": 6, "compute_s": 0.8, "start_s": 0.0}, ...]}
 
-    ``name``, ``global_node`` and ``local_nodes`` are required; ``rounds``, ``compute_s`` (each
-    local model's training lasts at least that long) and ``start_s`` (its start, with
-    ``--clock independent``) are optional. A node may host several local models (list it again).
-    Any fault is refused in one line naming the file and the task.
-    ``model_bytes`` is left 0: the run sets it from its model.
+    ``name``, ``global_node`` and ``local_nodes`` are required; ``model`` and ``dataset`` (as
+    ``--model``/``--dataset`` name them), ``rounds``, ``compute_s`` (each local model's training
+    lasts at least that long) and ``start_s`` (its start, with ``--clock independent``) are
+    optional. A node may host several local models (list it again).
+    Any fault is refused in one line naming the file and the task. ``model_bytes`` is left 0: the
+    run sets it from the task's model.
     """
     where = f"--workload {path}"
     try:
@@ -146,7 +147,7 @@ def _task_from(where: str, i: int, entry: Any, graph: nx.Graph) -> Task:
     except TaskError as exc:
         raise TaskError(f"{where}: {exc}") from None
     return replace(placed, rounds=rounds, compute_s=None if compute_s is None else float(compute_s),
-                   start_s=float(start_s))
+                   start_s=float(start_s), model=entry.get("model"), dataset=entry.get("dataset"))
 
 
 @dataclass(frozen=True)

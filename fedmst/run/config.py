@@ -298,11 +298,14 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
     # torch (1.5 s) only after every check that does not need it, so most bad input fails at once
     from fedmst.fl import data, models
 
-    dataset = data.load_dataset(config.dataset)
-    size = models.model_bytes(models.build_model(config.model, num_classes=dataset.num_classes,
-                                                 input_shape=dataset.input_shape))
-    tasks = [replace(task, model_bytes=size) for task in placed]
-    data.dirichlet_shards(dataset.y_train, max(t.k for t in tasks), config.alpha, seed=config.seed)  # too many models?
+    sizes: dict[tuple[str, str], int] = {}
+    for kind in dict.fromkeys((str(t.model), str(t.dataset)) for t in placed):
+        dataset = data.load_dataset(kind[1])
+        sizes[kind] = models.model_bytes(models.build_model(kind[0], num_classes=dataset.num_classes,
+                                                            input_shape=dataset.input_shape))
+        k = max(t.k for t in placed if t.dataset == kind[1])
+        data.dirichlet_shards(dataset.y_train, k, config.alpha, seed=config.seed)  # too many local models?
+    tasks = [replace(task, model_bytes=sizes[(str(task.model), str(task.dataset))]) for task in placed]
     runs = []
     for scheduler in names:
         ordered = order_tasks(graph, tasks, config.order, scheduler, chunk_bytes=config.chunk_bytes,
@@ -332,8 +335,8 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
 
 
 def _tasks(config: RunConfig, graph: nx.Graph) -> list[Task]:
-    """The tasks, from the workload file or placed by seed, each with its rounds and compute time
-    given (the run's options where the file says nothing)."""
+    """The tasks, from the workload file or placed by seed, each with its model, dataset, rounds and
+    compute time given (the run's options where the file says nothing)."""
     if config.workload is not None:
         tasks = read_workload(config.workload, graph)
     elif config.tasks == 1:
@@ -342,7 +345,8 @@ def _tasks(config: RunConfig, graph: nx.Graph) -> list[Task]:
     else:
         tasks = make_tasks(graph, config.tasks, config.local_models, 0, config.seed)
     tasks = [replace(t, rounds=config.rounds if t.rounds is None else t.rounds,
-                     compute_s=config.compute_s if t.compute_s is None else t.compute_s) for t in tasks]
+                     compute_s=config.compute_s if t.compute_s is None else t.compute_s,
+                     model=t.model or config.model, dataset=t.dataset or config.dataset) for t in tasks]
     if config.clock == "lockstep":
         own = [t.name for t in tasks if t.rounds != config.rounds or t.start_s]
         if own:

@@ -318,6 +318,7 @@ class Engine:
             specs.append(TaskSpec(
                 name=task.name, global_node=task.global_node, local_nodes=task.local_nodes,
                 seed=self.config.seed + self.index[task.name], active=original, compute_s=float(task.compute_s or 0.0),
+                model=task.model, dataset=task.dataset,
                 transfers=tuple(
                     TransferSpec(key=k, phase=t.phase, path=t.path, models=tuple(sorted(original[j] for j in t.models)),
                                  src_addr=flows[joins[k]].src_addr, dst_addr=flows[joins[k]].dst_addr,

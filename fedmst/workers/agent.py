@@ -90,7 +90,7 @@ class Agent:
         self.spec = spec
         self.node = node
         self.chunk_elems = max(1, spec.chunk_bytes // 4)
-        self.numel = 0
+        self._numel: dict[tuple[str, str], int] = {}
         self.roles = [r for r in map(self._role, spec.tasks) if r is not None]
 
     def _role(self, task: TaskSpec) -> TaskRole | None:
@@ -126,22 +126,23 @@ class Agent:
         if cmd.source_digest != fedmst.source_digest():
             raise RuntimeError("this worker runs other fedmst code than the coordinator: rebuild the worker image "
                                "from this checkout (docker build -t fedmst-worker .)")
-        dataset = data.load_dataset(spec.dataset)
-        xtr, ytr = dataset.x_train, dataset.y_train
         for role in self.roles:
             task = role.spec
+            dataset = data.load_dataset(self._kind(task)[1])
+            xtr, ytr = dataset.x_train, dataset.y_train
             shards = data.dirichlet_shards(ytr, len(task.local_nodes), spec.alpha, seed=task.seed)
             if self.node == task.global_node:
-                role.global_model = self._build(seed=task.seed)
+                role.global_model = self._build(task, seed=task.seed)
                 role.test = (dataset.x_test, dataset.y_test)
             for i, node in enumerate(task.local_nodes):
                 if node == self.node:
                     idx = torch.as_tensor(shards[i])
                     # G's initial weights: a plan may broadcast nothing (ring all-reduce)
-                    role.local[i] = (self._build(seed=task.seed), xtr[idx], ytr[idx])
-        self.numel = aggregation.flatten(self._build()).numel()
-        warm_up(model=spec.model, dataset=spec.dataset, optimizer=spec.optimizer, batch_size=spec.batch_size,
-                lr=spec.lr)
+                    role.local[i] = (self._build(task, seed=task.seed), xtr[idx], ytr[idx])
+            if role.local:
+                model, dataset_ = self._kind(task)
+                warm_up(model=model, dataset=dataset_, optimizer=spec.optimizer, batch_size=spec.batch_size,
+                        lr=spec.lr)
         self._connect(Path(spec.store_dir))
         return SetupDone(samples={r.name: {i: len(v[2]) for i, v in r.local.items()} for r in self.roles},
                          runs_in=runs_in())
@@ -160,9 +161,10 @@ class Agent:
             t = shared[0]
             rank = transport.SENDER if t.src == self.node else transport.RECEIVER
             addr = t.src_addr if rank == transport.SENDER else t.dst_addr
+            numel = self.numel(role.spec)
             pair = transport.open_pair(store / name, rank=rank, address=addr, timeout_s=self.spec.timeout_s,
-                                       numel=self.numel)
-            transport.warm(pair, max(hi - lo for lo, hi in (dataflow.span(t, self.numel) for t in shared)),
+                                       numel=numel)
+            transport.warm(pair, max(hi - lo for lo, hi in (dataflow.span(t, numel) for t in shared)),
                            self.chunk_elems)
             role.pairs[name] = pair
 
@@ -192,14 +194,26 @@ class Agent:
         self._connect(Path(cmd.store_dir))
         return Done()
 
-    def _build(self, seed: int | None = None) -> torch.nn.Module:
-        """A fresh model; with ``seed``, initialised from it (under a lock: the seed is the process's)."""
-        dataset = data.load_dataset(self.spec.dataset)
+    def _kind(self, task: TaskSpec) -> tuple[str, str]:
+        """``task``'s model and dataset: its own, or the run's."""
+        return task.model or self.spec.model, task.dataset or self.spec.dataset
+
+    def _build(self, task: TaskSpec, seed: int | None = None) -> torch.nn.Module:
+        """A fresh model of ``task``'s; with ``seed``, initialised from it (under a lock: the seed is
+        the process's)."""
+        model, name = self._kind(task)
+        dataset = data.load_dataset(name)
         with _SEEDING:
             if seed is not None:
                 torch.manual_seed(seed)
-            return models.build_model(self.spec.model, num_classes=dataset.num_classes,
-                                      input_shape=dataset.input_shape)
+            return models.build_model(model, num_classes=dataset.num_classes, input_shape=dataset.input_shape)
+
+    def numel(self, task: TaskSpec) -> int:
+        """Weights in ``task``'s model (its flat vector's length), worked out once per kind of model."""
+        kind = self._kind(task)
+        if kind not in self._numel:
+            self._numel[kind] = aggregation.flatten(self._build(task)).numel()
+        return self._numel[kind]
 
     def broadcast(self, cmd: Broadcast) -> PhaseDone:
         return PhaseDone(task_seconds=self._transfer_phase(
@@ -245,8 +259,10 @@ class Agent:
         """Play this node's part of ``role``'s plan in ``phase`` (:func:`dataflow.run_phase`), then
         put the global model it ends with where it belongs: G's model after the upload, and every
         local model here (they start the next round from it)."""
+        numel = self.numel(role.spec)
+
         def own(models_: Collection[int] | None) -> torch.Tensor:
-            acc = torch.zeros(self.numel)
+            acc = torch.zeros(numel)
             assert weights is not None, "only an upload sums updates"
             for i in sorted(role.trained.keys() if models_ is None else set(models_) & role.trained.keys()):
                 acc.add_(role.trained[i], alpha=float(weights[i]))
@@ -258,7 +274,7 @@ class Agent:
         active = frozenset(role.spec.active)
         held = dataflow.run_phase(phase, dataflow.PhaseInputs(
             node=self.node, global_node=role.spec.global_node, transfers=role.transfers, pairs=role.pairs,
-            numel=self.numel, chunk_elems=self.chunk_elems, model=model, own=own,
+            numel=numel, chunk_elems=self.chunk_elems, model=model, own=own,
             hosted=frozenset(role.local) & active, everyone=active), arrived)
         if held is None:
             if at_g and phase == "upload":
@@ -352,7 +368,7 @@ class Agent:
                 if role.global_model is not None and self.node == role.spec.global_node:
                     history.append(aggregation.flatten(role.global_model))
             if history and role.test is not None:
-                scratch, scores = self._build(), []
+                scratch, scores = self._build(role.spec), []
                 for flat in history:
                     aggregation.load_flat(scratch, flat)
                     scores.append(training.accuracy(scratch, *role.test))
