@@ -405,6 +405,7 @@ class Engine:
             write_csv(self.out / "samples.csv", SAMPLE_FIELDS, self.sampler.rows)
             res = results[-1]
             background = sum(res.background_bytes.values())
+            compute = max(float(p.task.compute_s or 0.0) for p in self.live.plans)
             self.report(
                 f"{self.tag} round {r}/{config.rounds}: broadcast {res.seconds['broadcast']:.2f} s, "
                 f"train {res.seconds['train']:.2f} s, upload {res.seconds['upload']:.2f} s, "
@@ -413,7 +414,17 @@ class Engine:
                 + f", accuracy {res.accuracy:.3f}"
                 + "".join(f"; the {p} was bound by the CPU ({res.cpu_busy[p]:.0%} busy), not by the links"
                           for p in res.cpu_bound)
+                + self._overrun(compute, [res.seconds["train"]])
             )
+
+    @staticmethod
+    def _overrun(compute_s: float | None, trained: list[float]) -> str:
+        """A warning when training took well over the compute time asked for: the host's CPUs, not
+        ``--compute-s``, set the time then."""
+        if not compute_s or not trained or sum(trained) / len(trained) <= 1.1 * compute_s:
+            return ""
+        return (f"; training took {sum(trained) / len(trained):.2f} s, over its {compute_s:g} s of compute: this "
+                "host's CPUs set it (fewer --epochs, or more cores, keep it at --compute-s)")
 
     def run_clock(self) -> None:
         """Every task's rounds on its own clock, in one command to the agents (see the module's
@@ -448,9 +459,14 @@ class Engine:
         clock.accuracy = {name: list(acc) for reply in replies.values() for name, acc in reply.accuracy.items()}
         write_clock_tables(self.out, clock, self.graph, config.mtu)
         write_csv(self.out / "samples.csv", SAMPLE_FIELDS, self.sampler.rows)
+        trained: dict[str, list[float]] = {}
+        for s in clock.windows():
+            if s.phase == "train":
+                trained.setdefault(s.task, []).append(s.end_s - s.start_s)
         for name, seconds in sorted(self._iterations().items()):
             self.report(f"{self.tag} {name}: {len(seconds)} rounds, mean round {sum(seconds) / len(seconds):.2f} s, "
-                        f"accuracy {clock.accuracy.get(name, [float('nan')])[-1]:.3f}")
+                        f"accuracy {clock.accuracy.get(name, [float('nan')])[-1]:.3f}"
+                        + self._overrun(live.tasks[name].compute_s, trained.get(name, [])))
 
     def _iterations(self) -> dict[str, list[float]]:
         assert self.clock is not None
