@@ -49,12 +49,13 @@ HOST_PREFIX = "fm"
 LINK_NET = ipaddress.ip_network("10.0.0.0/10")
 FLOW_NET = ipaddress.ip_network("10.128.0.0/9")
 BACKGROUND_NET = ipaddress.ip_network("10.64.0.0/10")
-"""Background flows' endpoints: one iptables rule per interface counts what they put on it."""
+"""Background flows' endpoints: one iptables rule per receiving interface counts what they put on a link."""
 BACKGROUND_PORT = 5201
 _HARMLESS_TC = ("quantum of class", "Consider r2q change")
 _END = "@@fedmst-end@@"
-_BACKGROUND_RULE = re.compile(r"^\s*(\d+)\s+(\d+)\s+RETURN\s+\S+\s+--\s+\*\s+(\S+)\s+" + re.escape(str(BACKGROUND_NET)),
+_BACKGROUND_RULE = re.compile(r"^\s*(\d+)\s+(\d+)\s+\S+\s+--\s+(\S+)\s+\*\s+" + re.escape(str(BACKGROUND_NET)),
                               re.MULTILINE)
+"""A counting rule (no target) of ``iptables -t raw -L PREROUTING -v -x -n``: packets, bytes, in-interface."""
 _ETH_HEADER = 14
 _HTB_DROPS = re.compile(r"qdisc htb \S+ dev (\S+) root.*?\n Sent \d+ bytes \d+ pkt \(dropped (\d+)")
 _OFFLOADS = ("tcp-segmentation-offload", "generic-segmentation-offload", "generic-receive-offload")
@@ -497,14 +498,18 @@ class Emulation:
     def start_background(self, flows: Sequence[BackgroundFlow], start_at: float, log_dir: Path) -> None:
         """Route each flow on its least-delay path and start it (:mod:`fedmst.net.generator`):
         its sink now, its sender waiting until ``start_at`` (monotonic) plus the flow's start.
-        The first call adds, on every link interface, the rule that counts background bytes."""
+
+        The first call adds, on every link interface, a rule that counts the background packets
+        arriving there: what crossed the link (a packet the sender's queue dropped never arrives),
+        counted first thing at ingress, before a delay line may drop it as lost, as the sender's
+        interface counter counted it."""
         from fedmst.core.traffic import flow_path
 
         if not self._counting_background:
             for node in self.nodes:
                 if self._ports[node]:
-                    rules = [f"-A POSTROUTING -o {i} -s {BACKGROUND_NET} -j RETURN" for i in self._ports[node]]
-                    out = self._on_file(node, ["*mangle", *rules, "COMMIT"],
+                    rules = [f"-I PREROUTING 1 -i {i} -s {BACKGROUND_NET}" for i in self._ports[node]]
+                    out = self._on_file(node, ["*raw", *rules, "COMMIT"],
                                         "iptables-restore --noflush {} 2>&1; echo rc=$?").strip()
                     if not out.endswith("rc=0"):
                         raise EmulationError(f"counting background traffic on node {node} failed: {_first_line(out)}")
@@ -555,16 +560,17 @@ class Emulation:
             return self.counters(), {hop: 0 for hop in self._intf}
 
         def read(node: str) -> tuple[dict[str, int], dict[str, int]]:
-            out = self.cmd(node, "iptables -t mangle -L POSTROUTING -v -x -n")
+            out = self.cmd(node, "iptables -t raw -L PREROUTING -v -x -n")
             tx = _read_tx_bytes(Path(f"/proc/{self._hosts[node].pid}/net/dev"))
             return tx, {intf: int(size) + _ETH_HEADER * int(pkts) for pkts, size, intf in _BACKGROUND_RULE.findall(out)}
 
         with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
             parts = list(pool.map(read, [n for n in self.nodes if self._ports[n]]))
         tx = {intf: n for part, _ in parts for intf, n in part.items()}
-        background = {intf: n for _, part in parts for intf, n in part.items()}
+        arrived = {intf: n for _, part in parts for intf, n in part.items()}
+        # link direction u->v: sent on u's interface, counted arriving on v's
         return ({hop: tx[intf] for hop, intf in self._intf.items()},
-                {hop: background.get(intf, 0) for hop, intf in self._intf.items()})
+                {(u, v): arrived.get(self._intf[(v, u)], 0) for u, v in self._intf})
 
     # link dynamics -------------------------------------------------------------------------
     def change_link(self, u: str, v: str, *, capacity_mbps: float | None = None, delay_s: float | None = None,
