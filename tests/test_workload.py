@@ -193,7 +193,7 @@ def test_a_workload_file_places_its_tasks_in_order(tmp_path) -> None:
 
 @pytest.mark.parametrize("text,fragment", [
     ("[", "not JSON"),
-    ('{"tasks": []}', "at least one task"),
+    ('{"tasks": []}', "no tasks: give at least one"),
     ('{"jobs": []}', 'expected {"tasks": [...]}'),
     ('{"tasks": [{"name": "A", "global_node": "a"}]}', "task A: missing local_nodes"),
     ('{"tasks": [{"name": "A", "global_node": "a", "local_nodes": ["b"], "epochs": 3}]}',

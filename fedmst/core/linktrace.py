@@ -20,13 +20,13 @@ time, so that predictions of later phases follow the changes.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import networkx as nx
 
+from fedmst.core.jsonfile import read_entries
 from fedmst.errors import FedmstError
 
 _KEYS = {"at_s", "a", "b", "capacity_mbps", "delay_ms", "loss"}
@@ -51,15 +51,8 @@ class LinkChange:
 def read_link_trace(path: str | Path, graph: nx.Graph) -> tuple[LinkChange, ...]:
     """The changes of a trace file, checked against ``graph`` and sorted by time."""
     where = f"--link-trace {path}"
-    try:
-        raw = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise FedmstError(f"{where}: cannot read it ({exc.strerror or exc})") from None
-    except ValueError as exc:
-        raise FedmstError(f"{where}: not JSON: {exc}") from None
-    if not isinstance(raw, dict) or set(raw) != {"changes"} or not isinstance(raw["changes"], list):
-        raise FedmstError(f'{where}: expected {{"changes": [...]}}')
-    return tuple(sorted((_change(where, i, c, graph) for i, c in enumerate(raw["changes"])), key=lambda c: c.at_s))
+    changes = read_entries(path, where, "changes")
+    return tuple(sorted((_change(where, i, c, graph) for i, c in enumerate(changes)), key=lambda c: c.at_s))
 
 
 def _change(where: str, i: int, entry: Any, graph: nx.Graph) -> LinkChange:

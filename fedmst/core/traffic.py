@@ -17,7 +17,6 @@ BackgroundFlow(src='c', dst='a', mbps=1500.0, protocol='tcp', start_s=2.0, end_s
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 
 import networkx as nx
 
+from fedmst.core.jsonfile import read_entries
 from fedmst.errors import FedmstError
 
 PROTOCOLS = ("udp", "tcp")
@@ -75,17 +75,9 @@ def read_traffic_file(path: str | Path, graph: nx.Graph) -> list[BackgroundFlow]
     "protocol": "udp", "start_s": 0, "end_s": 5}, ...]}`` (``protocol``, ``start_s`` and ``end_s``
     optional). A trace is many such flows, one per interval of constant rate."""
     where = f"--traffic-file {path}"
-    try:
-        raw = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise FedmstError(f"{where}: cannot read it ({exc.strerror or exc})") from None
-    except ValueError as exc:
-        raise FedmstError(f"{where}: not JSON: {exc}") from None
-    if not isinstance(raw, dict) or set(raw) != {"flows"} or not isinstance(raw["flows"], list):
-        raise FedmstError(f'{where}: expected {{"flows": [...]}}')
     out = []
     keys = {"src", "dst", "rate", "protocol", "start_s", "end_s"}
-    for i, entry in enumerate(raw["flows"]):
+    for i, entry in enumerate(read_entries(path, where, "flows")):
         label = f"{where}: flow {i}"
         if not isinstance(entry, dict) or not {"src", "dst", "rate"} <= set(entry) or set(entry) - keys:
             raise FedmstError(f"{label}: give an object with src, dst, rate and optionally protocol, start_s, end_s")

@@ -20,7 +20,6 @@ capacity reserved (:attr:`WorkloadPlan.reserved_wavelength_links` x per-waveleng
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 from collections import defaultdict
 from dataclasses import dataclass, replace
@@ -30,6 +29,7 @@ from typing import Any, Mapping
 import networkx as nx
 
 from fedmst.errors import SchedulerError, TaskError
+from fedmst.core.jsonfile import read_entries
 from fedmst.core.schedulers import schedule
 from fedmst.core.optical import Lightpath, Spectrum, admit
 from fedmst.core.plan import LinkDir, Phase, Plan, predicted_link_bytes
@@ -100,15 +100,10 @@ def read_workload(path: str | Path, graph: nx.Graph) -> list[Task]:
     run sets it from the task's model.
     """
     where = f"--workload {path}"
-    try:
-        raw = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise TaskError(f"{where}: cannot read it ({exc.strerror or exc})") from None
-    except ValueError as exc:
-        raise TaskError(f"{where}: not JSON: {exc}") from None
-    if not isinstance(raw, dict) or set(raw) != {"tasks"} or not isinstance(raw["tasks"], list) or not raw["tasks"]:
-        raise TaskError(f'{where}: expected {{"tasks": [...]}} with at least one task')
-    tasks = [_task_from(where, i, entry, graph) for i, entry in enumerate(raw["tasks"])]
+    entries = read_entries(path, where, "tasks", TaskError)
+    if not entries:
+        raise TaskError(f"{where}: no tasks: give at least one")
+    tasks = [_task_from(where, i, entry, graph) for i, entry in enumerate(entries)]
     names = [t.name for t in tasks]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:

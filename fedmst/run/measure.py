@@ -231,16 +231,41 @@ def _phase_starts(res: RoundResult) -> list[float]:
     return starts
 
 
+def _shared(run: Any, rows: list[dict[str, Any]], *, reached: tuple[int, float] | None, status: str,
+            workers: dict[str, Any], wall_s: float, times: dict[str, float],
+            background: list[dict[str, Any]]) -> dict[str, Any]:
+    """The summary fields that lockstep and independent runs work out alike: what ran, and the
+    link bytes of its ``rows`` (links.csv) against the plans."""
+    config, workload = run.config, run.workload
+    first = workload.plans[0]
+    return dict(
+        status=status, scheduler=config.scheduler, topology=run.graph.graph["name"],
+        tasks=len(workload.plans) + len(workload.blocked), tasks_blocked=len(workload.blocked),
+        model=config.model, model_bytes=first.task.model_bytes, global_node=first.task.global_node,
+        local_nodes=list(first.task.local_nodes), aggregation_nodes=sorted(first.aggregation_nodes),
+        wavelengths=workload.wavelengths, reserved_wavelength_links=workload.reserved_wavelength_links,
+        reserved_capacity_mbps=workload.reserved_capacity_mbps,
+        link_bytes_measured=sum(r["measured_bytes"] for r in rows),
+        link_bytes_predicted=sum(r["predicted_bytes"] for r in rows),
+        weight_bytes_measured=sum(r["measured_weight_bytes"] for r in rows),
+        ack_bytes_measured=sum(r["measured_other_bytes"] for r in rows),
+        aborted_link_bytes=sum(r["aborted_bytes"] for r in rows),
+        max_link_bytes_error=max((abs(r["error_pct"]) / 100 for r in rows if r["predicted_bytes"]), default=0.0),
+        workers=workers, wall_s=wall_s, time_breakdown_s=times, target_accuracy=config.target_accuracy,
+        rounds_to_accuracy=reached[0] if reached else None, time_to_accuracy_s=reached[1] if reached else None,
+        background=background,
+    )
+
+
 def summarise(run: Any, prediction: Prediction, rounds: list[RoundResult], *, emulated: dict[str, Any],
               workers: dict[str, Any], wall_s: float, status: str, times: dict[str, float],
               background: list[dict[str, Any]]) -> Summary:
     """summary.json of ``run`` (a :class:`~fedmst.run.config.ResolvedRun`): means over the
     finished rounds; ``status`` says whether all of them ran (``completed``), or the run was
     ``interrupted`` or ``failed: REASON`` after ``rounds``."""
-    config, workload = run.config, run.workload
+    config = run.config
     secs = [prediction.seconds(r) for r in rounds]
     rows = [row for r in rounds for row in prediction.link_rows(r)]
-    first = workload.plans[0]
     reached = time_to_accuracy([r.round_s for r in rounds], [r.accuracy for r in rounds],
                                config.target_accuracy)
     by_task: dict[str, list[float]] = {}
@@ -248,34 +273,16 @@ def summarise(run: Any, prediction: Prediction, rounds: list[RoundResult], *, em
         for name in r.task_seconds["train"]:
             by_task.setdefault(name, []).append(sum(r.task_seconds[p][name] for p in r.task_seconds))
     return Summary(
-        status=status,
+        **_shared(run, rows, reached=reached, status=status, workers=workers, wall_s=wall_s, times=times,
+                  background=background),
         rounds_planned=config.rounds,
-        scheduler=config.scheduler,
-        topology=run.graph.graph["name"],
         local_models=config.local_models,
-        tasks=len(workload.plans) + len(workload.blocked),
-        tasks_blocked=len(workload.blocked),
         rounds=len(rounds),
-        model=config.model,
-        model_bytes=first.task.model_bytes,
-        global_node=first.task.global_node,
-        local_nodes=list(first.task.local_nodes),
-        aggregation_nodes=sorted(first.aggregation_nodes),
-        wavelengths=workload.wavelengths,
-        reserved_wavelength_links=workload.reserved_wavelength_links,
-        reserved_capacity_mbps=workload.reserved_capacity_mbps,
-        link_bytes_measured=sum(r["measured_bytes"] for r in rows),
-        link_bytes_predicted=sum(r["predicted_bytes"] for r in rows),
-        weight_bytes_measured=sum(r["measured_weight_bytes"] for r in rows),
-        ack_bytes_measured=sum(r["measured_other_bytes"] for r in rows),
-        aborted_link_bytes=sum(r["aborted_bytes"] for r in rows),
         tcp_retransmitted_segments=sum(r.retransmits for r in rounds),
         queue_drops=sum(sum(r.queue_drops.values()) for r in rounds),
-        max_link_bytes_error=max((abs(r["error_pct"]) / 100 for r in rows if r["predicted_bytes"]), default=0.0),
         round_latency_s=mean(r.round_s for r in rounds),
         task_round_latency_s=mean(s for seconds in by_task.values() for s in seconds),
         round_latency_by_task_s={name: mean(s) for name, s in by_task.items()},
-        background=background,
         broadcast_s=mean(r.seconds["broadcast"] for r in rounds),
         train_s=mean(r.seconds["train"] for r in rounds),
         upload_s=mean(r.seconds["upload"] for r in rounds),
@@ -288,12 +295,6 @@ def summarise(run: Any, prediction: Prediction, rounds: list[RoundResult], *, em
         final_accuracy=rounds[-1].accuracy,
         accuracy_per_round=[r.accuracy for r in rounds],
         emulated={**emulated, "phases_cpu_bound": [f"round {r.round} {p}" for r in rounds for p in r.cpu_bound]},
-        workers=workers,
-        wall_s=wall_s,
-        time_breakdown_s=times,
-        target_accuracy=config.target_accuracy,
-        rounds_to_accuracy=reached[0] if reached else None,
-        time_to_accuracy_s=reached[1] if reached else None,
     )
 
 
@@ -408,8 +409,6 @@ def summarise_clock(run: Any, prediction: Prediction, clock: ClockRun, *, emulat
     config, workload = run.config, run.workload
     windows = clock.windows()
     iterations = iteration_times(windows)
-    rows = clock_link_rows(clock, run.graph, config.mtu)
-    first = workload.plans[0]
     per_round = [mean(a[r] for a in clock.accuracy.values() if len(a) > r)
                  for r in range(max((len(a) for a in clock.accuracy.values()), default=0))]
     by_task = {t: mean(s for (name, _), s in iterations.items() if name == t)
@@ -418,34 +417,21 @@ def summarise_clock(run: Any, prediction: Prediction, clock: ClockRun, *, emulat
     alone = [prediction.seconds_alone(p) for p in workload.plans]
     mean_s = mean(iterations.values()) if iterations else 0.0
     round_means = [mean(s for (_, r_), s in iterations.items() if r_ == r + 1) for r in range(len(per_round))]
-    reached = time_to_accuracy(round_means, per_round, config.target_accuracy)
     predicted_iterations = iteration_times(clock.predicted)
     return Summary(
-        status=status, rounds_planned=max(clock.rounds.values()), scheduler=config.scheduler,
-        topology=run.graph.graph["name"], local_models=first.task.k,
-        tasks=len(workload.plans) + len(workload.blocked), tasks_blocked=len(workload.blocked),
-        rounds=clock.rounds_done, model=config.model, model_bytes=first.task.model_bytes,
-        global_node=first.task.global_node, local_nodes=list(first.task.local_nodes),
-        aggregation_nodes=sorted(first.aggregation_nodes), wavelengths=workload.wavelengths,
-        reserved_wavelength_links=workload.reserved_wavelength_links,
-        reserved_capacity_mbps=workload.reserved_capacity_mbps,
-        link_bytes_measured=sum(r["measured_bytes"] for r in rows),
-        link_bytes_predicted=sum(r["predicted_bytes"] for r in rows),
-        weight_bytes_measured=sum(r["measured_weight_bytes"] for r in rows),
-        ack_bytes_measured=sum(r["measured_other_bytes"] for r in rows),
-        tcp_retransmitted_segments=clock.retransmits, queue_drops=sum(clock.queue_drops.values()),
-        max_link_bytes_error=max((abs(r["error_pct"]) / 100 for r in rows if r["predicted_bytes"]), default=0.0),
+        **_shared(run, clock_link_rows(clock, run.graph, config.mtu),
+                  reached=time_to_accuracy(round_means, per_round, config.target_accuracy), status=status,
+                  workers=workers, wall_s=wall_s, times=times, background=background),
+        rounds_planned=max(clock.rounds.values()), local_models=workload.plans[0].task.k,
+        rounds=clock.rounds_done, tcp_retransmitted_segments=clock.retransmits,
+        queue_drops=sum(clock.queue_drops.values()),
         round_latency_s=mean_s, task_round_latency_s=mean_s,
         broadcast_s=mean(phases["broadcast"] or [0.0]), train_s=mean(phases["train"] or [0.0]),
         upload_s=mean(phases["upload"] or [0.0]),
         predicted_broadcast_s=mean(a["broadcast"] for a in alone), predicted_upload_s=mean(a["upload"] for a in alone),
         faults=[], local_models_per_round=[sum(p.task.k for p in workload.plans)] * len(per_round),
         late_updates_per_round=[0] * len(per_round), final_accuracy=per_round[-1] if per_round else 0.0,
-        accuracy_per_round=per_round,
-        emulated={**emulated, "rounds_cpu_busy": clock.cpu_busy}, workers=workers, wall_s=wall_s,
-        time_breakdown_s=times, target_accuracy=config.target_accuracy,
-        rounds_to_accuracy=reached[0] if reached else None, time_to_accuracy_s=reached[1] if reached else None,
+        accuracy_per_round=per_round, emulated={**emulated, "rounds_cpu_busy": clock.cpu_busy},
         clock="independent", round_latency_by_task_s=by_task, start_offsets_s=clock.offsets,
         predicted_round_latency_s=mean(predicted_iterations.values()) if predicted_iterations else None,
-        background=background,
     )
