@@ -125,3 +125,23 @@ def test_a_killed_container_worker_leaves_the_round_to_the_survivors(tmp_path: P
     for rnd in (2, 3):
         weights = assert_fedavg(out / "models" / f"round{rnd}")
         assert sorted(weights) == ["0", "1", "2"]
+
+
+def test_docker_workers_run_tasks_on_their_own_clocks(tmp_path: Path, clean_host: None) -> None:
+    """Containers share the host's monotonic clock, so tasks on independent clocks, Cassini's
+    shifts and a background flow work with Docker workers as with processes."""
+    workload = Path(__file__).resolve().parents[1] / "topologies" / "workloads" / "dumbbell-2tasks.json"
+    out = tmp_path / "run"
+    proc = subprocess.run([FEDMST, "run", "--workers", "docker", "--topology", "dumbbell", "--workload", str(workload),
+                           "--clock", "independent", "--interleave", "cassini", "--compute-s", "0.3", "--rounds", "2",
+                           "--epochs", "1", "--traffic", "g1-w1:10mbit:udp", "--out", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["workers"]["backend"] == "docker" and summary["clock"] == "independent"
+    assert summary["start_offsets_s"]["B"] > 0 and summary["rounds"] == 2
+    starts = {r["task"]: float(r["start_s"]) for r in read_csv(out / "tasks.csv") if r["round"] == "1"}
+    assert abs(starts["B"] - starts["A"] - summary["start_offsets_s"]["B"]) < 0.1
+    assert abs(summary["weight_bytes_measured"] / summary["link_bytes_predicted"] - 1) < 0.05
+    background = {(r["src"], r["dst"]): int(r["background_bytes"]) for r in read_csv(out / "links.csv")}
+    assert background[("sl", "sr")] > 0 and background[("sr", "sl")] == 0
