@@ -431,14 +431,14 @@ def links(run_dir: Path, sort: str, round_: int | None, against: str | None) -> 
 @main.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="PNG to write (default RUN_DIR/links.png).")
-@click.option("--task", default="task0", show_default=True, help="Task whose trees are overlaid.")
+@click.option("--task", default=None, help="Task whose trees are overlaid (default: the first of the plan).")
 @click.option("--link", default=None, help="Instead: one link's utilisation over time, e.g. --link 10-11.")
 @click.option("--accuracy", is_flag=True,
               help="Instead: accuracy against round and against wall-clock time, every scheduler of a compare folder.")
 @click.option("--timeline", is_flag=True,
               help="Instead: each task's phases against time (measured, and predicted beneath), with the "
                    "links' utilisation below.")
-def plot(run_dir: Path, out: Path | None, task: str, link: str | None, accuracy: bool, timeline: bool) -> None:
+def plot(run_dir: Path, out: Path | None, task: str | None, link: str | None, accuracy: bool, timeline: bool) -> None:
     """Draw the topology with each link coloured by the bytes it carried and the task's broadcast and
     upload trees overlaid; a compare folder gets one panel per scheduler, side by side; a sweep folder
     gets its figures drawn again from its sweep.csv."""

@@ -43,7 +43,7 @@ _MIN_W, _MAX_W = 1.5, 9.0
 """Link widths in points for 0 bytes and for the busiest link of all panels."""
 
 
-def plot_run(run_dir: Path, out: Path | None = None, *, task: str = "task0") -> Path:
+def plot_run(run_dir: Path, out: Path | None = None, *, task: str | None = None) -> Path:
     """Draw the run folder or compare folder ``run_dir`` as a PNG and return its path.
 
     ``out`` defaults to ``run_dir / "links.png"``. A folder that is neither a run folder nor a
@@ -124,8 +124,9 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _load_run(run: Path, task: str, name: str | None = None) -> dict[str, Any]:
-    """Everything one panel needs, checked against the topology so a stale file fails loudly.
+def _load_run(run: Path, task: str | None, name: str | None = None) -> dict[str, Any]:
+    """Everything one panel needs, checked against the topology so a stale file fails loudly;
+    ``task`` None draws the first task of the plan.
 
     ``name`` is the scheduler as the compare folder knows it; a lone run folder names its own.
     summary.json is optional (a run still going has none): the title then says latency n/a.
@@ -136,6 +137,7 @@ def _load_run(run: Path, task: str, name: str | None = None) -> dict[str, Any]:
         raise FedmstError(f"{run / 'config.json'}: no 'topology'")
     graph = load_topology(str(config["topology"]))
     plans = {p.get("task"): p for p in workload.get("tasks", []) if isinstance(p, dict)}
+    task = next(iter(plans), None) if task is None else task
     if task not in plans:
         raise FedmstError(f"{run / 'plan.json'}: has no task {task!r} (tasks: {', '.join(map(str, plans)) or 'none'})")
     plan = plans[task]
