@@ -21,7 +21,8 @@ from fedmst.core.tasks import Task
 from fedmst.fl import aggregation, data, models
 from fedmst.run.engine import connect
 from fedmst.protocol import (ABORT_FILE, AgentSpec, Broadcast, Evaluate, Evaluated, Failed, PhaseDone, Reply, Replan,
-                             Setup, SetupDone, TaskSpec, Train, Trained, TransferSpec, Upload, decode, encode)
+                             RoundsDone, RunRounds, Setup, SetupDone, TaskSpec, Train, Trained, TransferSpec, Upload,
+                             decode, encode)
 from fedmst.workers import transport
 from fedmst.workers.agent import Agent
 
@@ -77,15 +78,12 @@ def _spec(tmp_path: Path, task: TaskSpec) -> AgentSpec:
     return AgentSpec.from_json(spec.to_json())  # as an agent reads it
 
 
-@pytest.fixture
-def agents(tmp_path: Path, request: pytest.FixtureRequest,
-           monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Agent]]:
-    """One agent per node of ``request.param`` (a task), its pairs closed on the way out."""
-    monkeypatch.setattr(fedmst, "source_digest", lambda: DIGEST)  # others may edit sources meanwhile
-    (tmp_path / "store").mkdir()
-    task: TaskSpec = request.param
+@contextmanager
+def _agents_for(task: TaskSpec, folder: Path) -> Iterator[dict[str, Agent]]:
+    """One agent per node of ``task``, storing in ``folder``, its pairs closed on the way out."""
+    (folder / "store").mkdir(parents=True)
     nodes = sorted({"g", *task.local_nodes, *(n for t in task.transfers for n in t.path)})
-    spec = _spec(tmp_path, task)
+    spec = _spec(folder, task)
     by_node = {n: Agent(spec, n) for n in nodes}
     try:
         yield by_node
@@ -94,6 +92,15 @@ def agents(tmp_path: Path, request: pytest.FixtureRequest,
             for role in agent.roles:
                 for pair in role.pairs.values():
                     transport.close_pair(pair)
+
+
+@pytest.fixture
+def agents(tmp_path: Path, request: pytest.FixtureRequest,
+           monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Agent]]:
+    """One agent per node of ``request.param`` (a task)."""
+    monkeypatch.setattr(fedmst, "source_digest", lambda: DIGEST)  # others may edit sources meanwhile
+    with _agents_for(request.param, tmp_path) as by_node:
+        yield by_node
 
 
 def _everywhere(agents: dict[str, Agent], cmd: object) -> dict[str, Reply]:
@@ -202,3 +209,31 @@ def test_an_aborted_phase_fails_at_once_with_the_coordinators_reason(agents: dic
     assert {n: r.error for n, r in replies.items()} == {
         n: "PhaseAborted: transfer task0-000-broadcast stalled: test" for n in waiting}
     assert [p.name for p in folder.iterdir()] == [ABORT_FILE]
+
+
+@pytest.mark.parametrize("agents", [TREE, RING], ids=["tree", "ring"], indirect=True)
+def test_rounds_on_their_own_clock_end_where_lockstep_rounds_do(agents: dict[str, Agent], tmp_path: Path) -> None:
+    """RunRounds (--clock independent): every node goes from phase to phase on its own, and after
+    two rounds G holds exactly the model two lockstep rounds give (training is seeded per round
+    and model); each node's spans follow one another, and G evaluated every round."""
+    task = agents["g"].spec.tasks[0]
+    setup = _everywhere(agents, Setup(source_digest=DIGEST))
+    samples = {i: n for r in setup.values() for i, n in r.samples.get(task.name, {}).items()}
+    weights = dict(zip(sorted(samples), aggregation.sample_weights([samples[i] for i in sorted(samples)])))
+    start = time.monotonic() + 0.2
+    replies = _everywhere(agents, RunRounds(start_at=start, rounds={task.name: 2}, offsets={task.name: 0.0},
+                                            weights={task.name: weights}))
+    for node, reply in replies.items():
+        assert isinstance(reply, RoundsDone)
+        spans = sorted(reply.spans, key=lambda s: s.start_s)
+        steps = ("broadcast", "train", "upload") if node in task.local_nodes else ("broadcast", "upload")
+        assert [(s.round, s.phase) for s in spans] == [(r, p) for r in (1, 2) for p in steps]
+        assert spans[0].start_s >= -0.01 and all(a.end_s <= b.start_s + 1e-6 for a, b in zip(spans, spans[1:]))
+    assert len(replies["g"].accuracy[task.name]) == 2
+    independent = aggregation.flatten(agents["g"].roles[0].global_model)
+
+    with _agents_for(task, tmp_path / "lockstep") as lockstep:
+        _everywhere(lockstep, Setup(source_digest=DIGEST))
+        for rnd in (1, 2):
+            _round(lockstep, task, samples, rnd, tmp_path / "lockstep")
+        assert torch.allclose(aggregation.flatten(lockstep["g"].roles[0].global_model), independent, atol=1e-6)
