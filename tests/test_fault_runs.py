@@ -79,7 +79,7 @@ def test_a_killed_relay_worker_leaves_the_round_to_the_survivors(tmp_path: Path,
     assert 0 < event["detected_s"]["4"] < 2  # noticed within the bounded time
     assert all("4" not in f["path"] for f in event["tasks"][0]["flows"])
     assert "4" not in event["tasks"][0]["aggregation_nodes"]
-    # the new connections are warmed (a model's worth each), and those set-up bytes are no phase's
+    # the new connections are warmed (a chunk each, here the whole 17 KB model), and those set-up bytes are no phase's
     assert event["setup_link_bytes"] > summary["model_bytes"]
     in_training = sum(int(r["measured_bytes"]) - int(r["broadcast_bytes"]) - int(r["upload_bytes"])
                       for r in read_csv(out / "links.csv") if r["round"] == "2")

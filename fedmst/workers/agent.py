@@ -152,10 +152,13 @@ class Agent:
         opening one blocks until its peer opens it too, so opening them in turn would cost a
         rendezvous and a TCP handshake per connection, one after the other across the network.
 
-        Warming moves the largest of its transfers' worth of zeros over each connection, as a
-        long-lived deployment's connections would have carried earlier rounds: round 1 then measures
-        the schedule, not TCP slow start on new connections. The coordinator counts no set-up bytes
-        in any round."""
+        Warming moves one chunk of zeros over each connection (at most its largest transfer): the
+        handshake, gloo's first use and TCP's first slow start are paid before round 1, and no
+        queue fills. Warming every connection with a whole model at once overflowed the queues they
+        share, and the losses left TCP's ssthresh low on those connections for every later phase
+        (slow start after idle keeps it): phases ran slower than the plans predict, and on a shared
+        bottleneck the task whose connection came out of set-up with the larger window won the first
+        contended phase. The coordinator counts no set-up bytes in any round."""
         def open_(name: str, role: TaskRole) -> None:
             shared = [t for t in role.transfers if t.connection == name]
             t = shared[0]
@@ -164,8 +167,8 @@ class Agent:
             numel = self.numel(role.spec)
             pair = transport.open_pair(store / name, rank=rank, address=addr, timeout_s=self.spec.timeout_s,
                                        numel=numel)
-            transport.warm(pair, max(hi - lo for lo, hi in (dataflow.span(t, numel) for t in shared)),
-                           self.chunk_elems)
+            largest = max(hi - lo for lo, hi in (dataflow.span(t, numel) for t in shared))
+            transport.warm(pair, min(largest, self.chunk_elems), self.chunk_elems)
             role.pairs[name] = pair
 
         dataflow.run_all([partial(open_, name, role) for role in self.roles

@@ -112,8 +112,8 @@ _DONE_TAG = 1 << 30
 
 def warm(pair: Pair, numel: int, chunk_elems: int) -> None:
     """Move ``numel`` zeros from sender to receiver in chunks, then a one-element reply back: the
-    connection has then carried a transfer's worth, as a deployment's would after earlier rounds,
-    and its data is acknowledged before either end returns, so no ACK of it falls into round 1."""
+    connection is set up and has carried data, and that data is acknowledged before either end
+    returns, so no ACK of it falls into round 1."""
     zeros, done = torch.zeros(numel), torch.zeros(1)
     if pair.rank == SENDER:
         send_whole(pair, zeros, chunk_elems)
