@@ -67,7 +67,7 @@ def main() -> int:
         ratio = mean(measured["none"]) / mean(measured["cassini"])
         rows.append((scenario, "none / cassini", f"{ratio:.2f}x", f"{predicted['none'] / predicted['cassini']:.2f}x",
                      "", ""))
-    print("| scenario | interleave | mean iteration (s), measured | predicted (s) | each run | start offsets (s) |")
+    print("| scenario | interleave | mean round latency (s), measured | predicted (s) | each run | start offsets (s) |")
     print("|---|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")

@@ -154,11 +154,10 @@ class Agent:
 
         Warming moves one chunk of zeros over each connection (at most its largest transfer): the
         handshake, gloo's first use and TCP's first slow start are paid before round 1, and no
-        queue fills. Warming every connection with a whole model at once overflowed the queues they
-        share, and the losses left TCP's ssthresh low on those connections for every later phase
-        (slow start after idle keeps it): phases ran slower than the plans predict, and on a shared
-        bottleneck the task whose connection came out of set-up with the larger window won the first
-        contended phase. The coordinator counts no set-up bytes in any round."""
+        queue fills. Warming every connection with a whole model at once took longer and overflowed
+        the queues connections share (the losses set TCP's ssthresh on them); an A/B of the two
+        measured the same phase times (README, "Transport"). The coordinator counts no set-up
+        bytes in any round."""
         def open_(name: str, role: TaskRole) -> None:
             shared = [t for t in role.transfers if t.connection == name]
             t = shared[0]
