@@ -116,7 +116,8 @@ def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
                           "(weights renormalised over the others) and recorded."),
         click.option("--workload", default=None, metavar="FILE",
                      help='Place the tasks from a JSON file: {"tasks": [{"name", "global_node", "local_nodes", '
-                          'and optionally "rounds", "compute_s", "start_s"}]} (README, "Workloads").'),
+                          'and optionally "model", "dataset", "rounds", "compute_s", "start_s"}]} (README, '
+                          '"Contention over time").'),
         click.option("--clock", type=click.Choice(CLOCKS), default="lockstep", show_default=True,
                      help="lockstep: every task's phases start together; independent: each task runs its rounds "
                           "back to back from its own start."),
