@@ -92,8 +92,16 @@ def assert_fedavg(saved: Path, task: str = "task0") -> dict[str, Any]:
 
 
 def children_running(proc: subprocess.Popen[str], name: str) -> list[psutil.Process]:
-    """The processes ``proc`` started (forked or run) called ``name`` (e.g. fedmst-agent)."""
-    return [p for p in psutil.Process(proc.pid).children(recursive=True) if p.name() == name]
+    """The processes ``proc`` started (forked or run) called ``name`` (e.g. fedmst-agent); a child that
+    ends while they are listed (a short-lived ``tc`` or ``ip``) is no longer one of them."""
+    found = []
+    for p in psutil.Process(proc.pid).children(recursive=True):
+        try:
+            if p.name() == name:
+                found.append(p)
+        except psutil.NoSuchProcess:
+            continue
+    return found
 
 
 def agent_of(proc: subprocess.Popen[str], node: str) -> psutil.Process:
