@@ -38,7 +38,7 @@ from fedmst.net.cleanup import RunState
 from fedmst.net.forkserver import ForkServer
 from fedmst.errors import EmulationError
 from fedmst.core.plan import LinkDir
-from fedmst.core.traffic import BackgroundFlow
+from fedmst.core.traffic import BackgroundFlow, flow_path
 from fedmst.core.topology import node_order
 from fedmst.core.wire import DEFAULT_MTU
 
@@ -207,8 +207,9 @@ class Emulation:
         self._lines: dict[LinkDir, tuple[Process, Path]] = {}
         self._scratch: Path | None = None
         self.changing = {frozenset(link) for link in changing}
-        self._delay_now: dict[frozenset[str], float] = {}
-        """Delays a link trace set, by link (the graph is the run's, shared: never changed here)."""
+        self._netem_now: dict[frozenset[str], tuple[float, float]] = {}
+        """The delay and loss a link trace left on each link netem applies (the graph is the run's,
+        shared: never changed here): a later change of one of them keeps the other."""
         self._shell_locks = {n: threading.Lock() for n in self.nodes}
         self._flow_hosts = FLOW_NET.hosts()
         self._background_hosts = BACKGROUND_NET.hosts()
@@ -324,13 +325,24 @@ class Emulation:
         cmds = [f"qdisc add dev {intf} root handle 5:0 htb default 1",
                 f"class add dev {intf} parent 5:0 classid 5:1 htb rate {float(attrs['capacity_mbps']):f}Mbit burst 15k"]
         if self.delay_mode == "netem":
-            netem = f"delay {float(attrs['delay_s']) * 1e3:.3f}ms"  # type: ignore[arg-type]
-            if self.jitter_s:
-                netem += f" {self.jitter_s * 1e3:.3f}ms"
-            if self.loss:
-                netem += f" loss {self.loss * 100:.5f}"
-            cmds.append(f"qdisc add dev {intf} parent 5:1 handle 10: netem {netem}")
+            cmds.append(f"qdisc add dev {intf} parent 5:1 handle 10: netem "
+                        f"{self._netem(float(attrs['delay_s']), self.loss)}")  # type: ignore[arg-type]
         return cmds
+
+    def _netem(self, delay_s: float, loss: float) -> str:
+        """netem's arguments for a link direction: its delay, the run's jitter, and ``loss``."""
+        netem = f"delay {delay_s * 1e3:.3f}ms"
+        if self.jitter_s:
+            netem += f" {self.jitter_s * 1e3:.3f}ms"
+        if loss:
+            netem += f" loss {loss * 100:.5f}"
+        return netem
+
+    def _iptables_restore(self, node: str, lines: Sequence[str], what: str) -> None:
+        """Add ``lines`` (``iptables-restore`` input) to ``node``'s rules, keeping those there."""
+        out = self._on_file(node, lines, "iptables-restore --noflush {} 2>&1; echo rc=$?").strip()
+        if not out.endswith("rc=0"):
+            raise EmulationError(f"{what} failed: {_first_line(out)}")
 
     def _offloads_off(self, node: str, intfs: Sequence[str]) -> None:
         """Switch off segmentation offloads and check they are off: with one still on, the
@@ -370,9 +382,7 @@ class Emulation:
                                                warm=False), log)
         # one iptables-restore per node (while the lines start); nothing crosses a link before they bind
         for node, rules in queues.items():
-            out = self._on_file(node, [ingress_rules(rules)], "iptables-restore --noflush {} 2>&1; echo rc=$?").strip()
-            if not out.endswith("rc=0"):
-                raise EmulationError(f"installing the delay lines of node {node} failed: {out.splitlines()[0]}")
+            self._iptables_restore(node, [ingress_rules(rules)], f"installing the delay lines of node {node}")
         self._wait_for_queues({node: len(rules) - 1 for node, rules in queues.items()})
 
     def _wait_for_queues(self, queues: Mapping[str, int], timeout_s: float = 60.0) -> None:
@@ -503,16 +513,12 @@ class Emulation:
         arriving there: what crossed the link (a packet the sender's queue dropped never arrives),
         counted first thing at ingress, before a delay line may drop it as lost, as the sender's
         interface counter counted it."""
-        from fedmst.core.traffic import flow_path
-
         if not self._counting_background:
             for node in self.nodes:
                 if self._ports[node]:
                     rules = [f"-I PREROUTING 1 -i {i} -s {BACKGROUND_NET}" for i in self._ports[node]]
-                    out = self._on_file(node, ["*raw", *rules, "COMMIT"],
-                                        "iptables-restore --noflush {} 2>&1; echo rc=$?").strip()
-                    if not out.endswith("rc=0"):
-                        raise EmulationError(f"counting background traffic on node {node} failed: {_first_line(out)}")
+                    self._iptables_restore(node, ["*raw", *rules, "COMMIT"],
+                                           f"counting background traffic on node {node}")
             self._counting_background = True
         log_dir.mkdir(parents=True, exist_ok=True)
         routes = self.install_flows({f"bg{len(self._background) + i}": flow_path(self.graph, f)
@@ -579,17 +585,16 @@ class Emulation:
         the delay line applies them (a link named in ``changing`` has a delay line to retune)."""
         if (delay_s is not None or loss is not None) and not self.delay_applied:
             raise EmulationError(f"link {u}-{v}: delay and loss are not applied with delay mode off")
+        netem = self.delay_mode == "netem" and (delay_s is not None or loss is not None)
+        delay_now, loss_now = self._netem_now.get(frozenset((u, v)), (float(self.graph.edges[u, v]["delay_s"]),
+                                                                      self.loss))
+        delay_now, loss_now = (delay_now if delay_s is None else delay_s, loss_now if loss is None else loss)
         for a, b in ((u, v), (v, u)):
             intf, cmds = self._intf[(a, b)], []
             if capacity_mbps is not None:
                 cmds.append(f"class change dev {intf} parent 5:0 classid 5:1 htb rate {capacity_mbps:f}Mbit burst 15k")
-            if self.delay_mode == "netem" and (delay_s is not None or loss is not None):
-                now = self._delay_now.get(frozenset((a, b)), float(self.graph.edges[a, b]["delay_s"]))
-                netem = f"delay {(now if delay_s is None else delay_s) * 1e3:.3f}ms"
-                if self.jitter_s:
-                    netem += f" {self.jitter_s * 1e3:.3f}ms"
-                netem += f" loss {float(self.loss if loss is None else loss) * 100:.5f}"
-                cmds.append(f"qdisc change dev {intf} parent 5:1 handle 10: netem {netem}")
+            if netem:
+                cmds.append(f"qdisc change dev {intf} parent 5:1 handle 10: netem {self._netem(delay_now, loss_now)}")
             if cmds:
                 self._host_batch(a, "tc", cmds)
             if self.delay_mode == "userspace" and (delay_s is not None or loss is not None):
@@ -599,8 +604,8 @@ class Emulation:
                 control = log.with_suffix(".control")
                 control.write_text(json.dumps({"delay_ms": None if delay_s is None else delay_s * 1e3, "loss": loss}))
                 proc.send_signal(signal.SIGUSR1)
-        if delay_s is not None:
-            self._delay_now[frozenset((u, v))] = delay_s
+        if netem:
+            self._netem_now[frozenset((u, v))] = (delay_now, loss_now)
 
     # faults --------------------------------------------------------------------------------
     def set_link(self, u: str, v: str, *, up: bool) -> int:
