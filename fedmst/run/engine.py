@@ -30,11 +30,12 @@ import psutil
 
 import fedmst
 from fedmst.core.contention import capacities, iteration_times, simulate
-from fedmst.core.faults import replan_workload
+from fedmst.core.faults import RemainingTask, replan_workload
 from fedmst.core.linktrace import LinkChange
 from fedmst.core.traffic import as_json
 from fedmst.core.plan import LinkDir, Transfer, plan_summary
 from fedmst.core.topology import node_order
+from fedmst.core.workload import WorkloadPlan
 from fedmst.errors import FedmstError
 from fedmst.net.calibrate import cpu_bound_links, link_ceiling_mbps
 from fedmst.net.emulation import Capabilities, Emulation, host_name
@@ -289,7 +290,6 @@ class Engine:
         self.started_at = 0.0
         self.load: dict[LinkDir, float] = {}
         """``--link-state measured``: background bytes per round each link direction carried last."""
-        self.last_background: dict[LinkDir, int] = {}
         self.trace: LinkTrace | None = None
         self._attempts = 0
         self._looked = 0.0
@@ -459,21 +459,18 @@ class Engine:
         clock.accuracy = {name: list(acc) for reply in replies.values() for name, acc in reply.accuracy.items()}
         write_clock_tables(self.out, clock, self.graph, config.mtu)
         write_csv(self.out / "samples.csv", SAMPLE_FIELDS, self.sampler.rows)
+        windows = clock.windows()
         trained: dict[str, list[float]] = {}
-        for s in clock.windows():
+        rounds_s: dict[str, list[float]] = {}
+        for s in windows:
             if s.phase == "train":
                 trained.setdefault(s.task, []).append(s.end_s - s.start_s)
-        for name, seconds in sorted(self._iterations().items()):
+        for (name, _), seconds in sorted(iteration_times(windows).items()):
+            rounds_s.setdefault(name, []).append(seconds)
+        for name, seconds in rounds_s.items():
             self.report(f"{self.tag} {name}: {len(seconds)} rounds, mean round {sum(seconds) / len(seconds):.2f} s, "
                         f"accuracy {clock.accuracy.get(name, [float('nan')])[-1]:.3f}"
                         + self._overrun(live.tasks[name].compute_s, trained.get(name, [])))
-
-    def _iterations(self) -> dict[str, list[float]]:
-        assert self.clock is not None
-        out: dict[str, list[float]] = {}
-        for (name, _), seconds in sorted(iteration_times(self.clock.windows()).items()):
-            out.setdefault(name, []).append(seconds)
-        return out
 
     def check(self) -> None:
         """Raise if an agent or a delay line died, or a link change failed, and abort a transfer
@@ -526,7 +523,8 @@ class Engine:
         res.window = (begun - self.started_at, time.monotonic() - self.started_at)
         counted = self.emu.counters_and_background()[1]
         res.background_bytes = {hop: n - background[hop] for hop, n in counted.items()}
-        self.last_background = res.background_bytes
+        if self.config.link_state == "measured":
+            self.load = {hop: float(n) for hop, n in res.background_bytes.items() if n}
         res.queue_drops = {hop: n - drops[hop] for hop, n in self.emu.queue_drops().items()}
         res.retransmits = self.emu.tcp_retransmits() - retransmits
         evaluated = self.server.run(Evaluate(round=r), timeout_s=self.timeout_s, check=self.check)
@@ -579,11 +577,11 @@ class Engine:
                          timeout_s=self.timeout_s)
             outcome = assess(phase, replies, strikes, self.live, self.server.lost, self.agents.died, self.stall)
             if outcome.event is not None:
-                after = self.emu.counters()
+                after, counted = self.emu.counters_and_background()
                 if outcome.redo:
                     res.aborted_bytes[phase] = {hop: after[hop] - before[hop] for hop in after}
                     outcome.event["aborted"]["link_bytes"] = sum(res.aborted_bytes[phase].values())
-                    before, background = self.emu.counters_and_background()
+                    before, background = after, counted
                 setup = self.replan(res, phase if outcome.redo else NEXT_PHASE[phase], outcome.event)
                 before = {hop: n + setup[hop] for hop, n in before.items()}  # set-up bytes are no phase's
                 if outcome.redo:
@@ -609,33 +607,33 @@ class Engine:
                         f"{self.config.deadline_s:g} s deadline; their updates are dropped")
 
     def follow_load(self, res: RoundResult) -> None:
-        """``--link-state measured``: take the background bytes the last round measured on each
-        link direction as its load, and re-plan before this round if the schedulers would now plan
-        any task otherwise (MST then avoids a loaded link among trees of the same size)."""
-        self.load = {hop: float(n) for hop, n in self.last_background.items() if n}
-        live = self.live
-        workload, _ = replan_workload(
-            self.graph, [live.tasks[p.task.name] for p in live.plans], self.config.scheduler, down_links=live.down,
-            dead_nodes=live.dead, workers=self.server.agents, wavelengths=self.config.wavelengths,
-            mtu=self.config.mtu, load=self.load)
-        if [p.transfers for p in workload.plans] != [p.transfers for p in live.plans]:
+        """``--link-state measured``: with the background bytes the last round measured on each
+        link direction as its load, re-plan before this round if the schedulers would now plan any
+        task otherwise (MST then avoids a loaded link among trees of the same size)."""
+        workload, _ = self.schedule()
+        if [p.transfers for p in workload.plans] != [p.transfers for p in self.live.plans]:
             loaded = sorted(self.load, key=lambda hop: -self.load[hop])[:3]
             self.replan(res, "broadcast", {
                 "event": "re-planned on the measured link load (busiest: "
                          + ", ".join(f"{u}->{v} {self.load[(u, v)] / 1e6:.1f} MB" for u, v in loaded) + ")",
                 "in_flight_lost_bytes": 0})
 
+    def schedule(self) -> tuple[WorkloadPlan, list[RemainingTask]]:
+        """The live tasks scheduled again on what survives, with the measured load (if any)."""
+        live, config = self.live, self.config
+        return replan_workload(
+            self.graph, [live.tasks[p.task.name] for p in live.plans], config.scheduler, down_links=live.down,
+            dead_nodes=live.dead, workers=self.server.agents, wavelengths=config.wavelengths, mtu=config.mtu,
+            load=self.load)
+
     def replan(self, res: RoundResult, before_phase: str, event: dict[str, Any]) -> dict[LinkDir, int]:
         """Schedule the tasks again around what is broken, install the new routes, have the
         agents connect (and warm) the new transfers, and record the event with what each step
         took. Returns the bytes each link direction carried meanwhile: set-up, like the first
         connections', which the caller keeps out of the phase it measures."""
-        live, config = self.live, self.config
+        live = self.live
         t0 = time.perf_counter()
-        workload, remaining = replan_workload(
-            self.graph, [live.tasks[p.task.name] for p in live.plans], config.scheduler, down_links=live.down,
-            dead_nodes=live.dead, workers=self.server.agents, wavelengths=config.wavelengths, mtu=config.mtu,
-            load=self.load)
+        workload, remaining = self.schedule()
         t1 = time.perf_counter()
         live.plans, live.epoch = workload.plans, live.epoch + 1
         live.models = {rt.task.name: rt.models for rt in remaining}
