@@ -163,7 +163,7 @@ def run(resolved: ResolvedRun, report: Report = print, command_started: float | 
             common = dict(emulated=emulated, workers=backend.describe(), wall_s=wall_s, status=status,
                           times={k: round(v, 3) for k, v in times.items()},
                           background=engine.background if engine else [])
-            summary = (summarise_clock(resolved, prediction, clock, **common) if clock is not None
+            summary = (summarise_clock(resolved, clock, **common) if clock is not None
                        else summarise(resolved, prediction, rounds, **common))
             summary.write(out / "summary.json")
     report(f"{tag} time: {breakdown_line(times)}")

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import networkx as nx
 
@@ -152,11 +152,6 @@ class Prediction:
                                            chunk_bytes=self.chunk_bytes, with_delay=self.with_delay, mtu=self.mtu)
                 for p in PHASES}
 
-    def seconds_alone(self, plan: Plan) -> dict[str, float]:
-        """``plan``'s prediction of each transfer phase with nothing else on the links."""
-        return {p: predicted_phase_seconds(plan, self.graph, p, chunk_bytes=self.chunk_bytes,
-                                           with_delay=self.with_delay, mtu=self.mtu) for p in PHASES}
-
     def link_rows(self, res: RoundResult) -> list[dict[str, Any]]:
         """One row per link direction for one round: predicted weight bytes beside measured bytes.
 
@@ -216,10 +211,16 @@ def write_tables(out: Path, prediction: Prediction, rounds: list[RoundResult]) -
     write_csv(out / "rounds.csv", ROUND_FIELDS, round_rows)
     write_csv(out / "tasks.csv", TASK_FIELDS, task_rows)
     write_csv(out / "links.csv", LINK_FIELDS, link_rows)
-    write_csv(out / "timeline.csv", TIMELINE_FIELDS, [
-        {"kind": "measured", "task": name, "round": res.round, "phase": p, "start_s": begin,
-         "end_s": begin + res.task_seconds[p][name]}
-        for res in rounds for p, begin in zip(STEPS, _phase_starts(res)) for name in res.task_seconds[p]])
+    write_timeline(out, [Span(name, res.round, p, begin, begin + res.task_seconds[p][name])
+                         for res in rounds for p, begin in zip(STEPS, _phase_starts(res))
+                         for name in res.task_seconds[p]])
+
+
+def write_timeline(out: Path, measured: Sequence[Span], predicted: Sequence[Span] = ()) -> None:
+    """timeline.csv: every task's phase windows, measured and (on an independent clock) predicted."""
+    write_csv(out / "timeline.csv", TIMELINE_FIELDS,
+              [{"kind": kind, "task": s.task, "round": s.round, "phase": s.phase, "start_s": s.start_s,
+                "end_s": s.end_s} for kind, spans in (("measured", measured), ("predicted", predicted)) for s in spans])
 
 
 def _phase_starts(res: RoundResult) -> list[float]:
@@ -396,13 +397,10 @@ def write_clock_tables(out: Path, run: ClockRun, graph: nx.Graph, mtu: int) -> N
         })
     write_csv(out / "rounds.csv", ROUND_FIELDS, round_rows)
     write_csv(out / "links.csv", LINK_FIELDS, clock_link_rows(run, graph, mtu))
-    write_csv(out / "timeline.csv", TIMELINE_FIELDS,
-              [{"kind": kind, "task": s.task, "round": s.round, "phase": s.phase, "start_s": s.start_s,
-                "end_s": s.end_s} for kind, spans in (("measured", windows), ("predicted", run.predicted))
-               for s in spans])
+    write_timeline(out, windows, run.predicted)
 
 
-def summarise_clock(run: Any, prediction: Prediction, clock: ClockRun, *, emulated: dict[str, Any],
+def summarise_clock(run: Any, clock: ClockRun, *, emulated: dict[str, Any],
                     workers: dict[str, Any], wall_s: float, status: str, times: dict[str, float],
                     background: list[dict[str, Any]]) -> Summary:
     """summary.json of a run on independent clocks: means over every task's finished rounds."""
@@ -414,7 +412,7 @@ def summarise_clock(run: Any, prediction: Prediction, clock: ClockRun, *, emulat
     by_task = {t: mean(s for (name, _), s in iterations.items() if name == t)
                for t in sorted({t for t, _ in iterations})}
     phases = {p: [s.end_s - s.start_s for s in windows if s.phase == p] for p in STEPS}
-    alone = [prediction.seconds_alone(p) for p in workload.plans]
+    alone = run.profiles()  # each task's phases as predicted alone
     mean_s = mean(iterations.values()) if iterations else 0.0
     round_means = [mean(s for (_, r_), s in iterations.items() if r_ == r + 1) for r in range(len(per_round))]
     predicted_iterations = iteration_times(clock.predicted)
@@ -428,7 +426,8 @@ def summarise_clock(run: Any, prediction: Prediction, clock: ClockRun, *, emulat
         round_latency_s=mean_s, task_round_latency_s=mean_s,
         broadcast_s=mean(phases["broadcast"] or [0.0]), train_s=mean(phases["train"] or [0.0]),
         upload_s=mean(phases["upload"] or [0.0]),
-        predicted_broadcast_s=mean(a["broadcast"] for a in alone), predicted_upload_s=mean(a["upload"] for a in alone),
+        predicted_broadcast_s=mean(a.broadcast.seconds for a in alone),
+        predicted_upload_s=mean(a.upload.seconds for a in alone),
         faults=[], local_models_per_round=[sum(p.task.k for p in workload.plans)] * len(per_round),
         late_updates_per_round=[0] * len(per_round), final_accuracy=per_round[-1] if per_round else 0.0,
         accuracy_per_round=per_round, emulated={**emulated, "rounds_cpu_busy": clock.cpu_busy},
