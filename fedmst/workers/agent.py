@@ -296,11 +296,12 @@ class Agent:
         late: dict[str, list[int]] = {}
         start = time.perf_counter()
         for role in self.roles:
-            lost, missed = self._train_role(role, cmd.round, start, cmd.deadline_s)
-            losses.update(lost)
-            if missed:
-                late[role.name] = missed
-            done[role.name] = max(time.perf_counter() - start, role.spec.compute_s if lost or missed else 0.0)
+            role_losses, role_late = self._train_role(role, cmd.round, start, cmd.deadline_s)
+            losses.update(role_losses)
+            if role_late:
+                late[role.name] = role_late
+            trains_here = bool(role_losses or role_late)
+            done[role.name] = max(time.perf_counter() - start, role.spec.compute_s if trains_here else 0.0)
         time.sleep(max(0.0, start + max(done.values(), default=0.0) - time.perf_counter()))
         return Trained(task_seconds=done, losses=losses, late={name: tuple(v) for name, v in late.items()})
 
