@@ -67,7 +67,7 @@ def test_htb_shapes_links_above_one_gigabit(clean_host: None) -> None:
     """Mininet's TCLink silently left links above 1000 Mbit/s unshaped; fedmst's own batch does not."""
     g = nx.Graph([("a", "b", {"capacity_mbps": 2500.0, "delay_s": 0.0})])
     with Emulation(g, delay_mode="off", capabilities=Capabilities(netem=False)) as emu:
-        out = emu.cmd("a", "tc class show dev fm0-eth0")
+        out = emu.cmd("a", f"tc class show dev {emu.interfaces('a')[0]}")
     assert "htb 5:1" in out and "rate 2500Mbit" in out, out
 
 

@@ -238,10 +238,10 @@ def test_ping_rtt_is_twice_the_one_way_delay(delay_ms: float, tmp_path: Path, cl
     scripts/bench_delay.py measures small delays)."""
     procs = []
     with _line3() as emu:
-        b = _addr(emu, "b", "fm1-eth0")
+        b = _addr(emu, "b", emu.interfaces("b")[0])
         _, _, base = _ping(emu, "a", b, "-c 20 -i 0.05", median=True)  # the stack's own RTT, no delay line yet
         assert base is not None
-        for node, intf in (("b", "fm1-eth0"), ("a", "fm0-eth0")):  # a->b held at b, b->a at a
+        for node, intf in (("b", emu.interfaces("b")[0]), ("a", emu.interfaces("a")[0])):  # a->b held at b, b->a at a
             procs.append(_start_delay_line(emu, node, intf, tmp_path, "--delay-ms", str(delay_ms))[0])
         sent, got, rtt = _ping(emu, "a", b, "-c 20 -i 0.05", median=True)
     _gone(procs)
@@ -262,8 +262,8 @@ def test_ping_rtt_is_twice_the_one_way_delay(delay_ms: float, tmp_path: Path, cl
 @pytest.mark.integration
 def test_loss_on_one_direction(tmp_path: Path, clean_host: None) -> None:
     with _line3() as emu:
-        b = _addr(emu, "b", "fm1-eth0")
-        proc, stats_file = _start_delay_line(emu, "b", "fm1-eth0", tmp_path,
+        b = _addr(emu, "b", emu.interfaces("b")[0])
+        proc, stats_file = _start_delay_line(emu, "b", emu.interfaces("b")[0], tmp_path,
                                              "--delay-ms", "1", "--loss", "0.2", "--seed", "1")
         sent, got, _ = _ping(emu, "a", b, "-c 500 -i 0.005 -W 1")
     _gone([proc])
@@ -280,8 +280,8 @@ def test_loss_on_one_direction(tmp_path: Path, clean_host: None) -> None:
 @pytest.mark.integration
 def test_a_dead_delay_line_stops_packets_instead_of_passing_them(tmp_path: Path, clean_host: None) -> None:
     with _line3() as emu:
-        b = _addr(emu, "b", "fm1-eth0")
-        proc, _ = _start_delay_line(emu, "b", "fm1-eth0", tmp_path, "--delay-ms", "1")
+        b = _addr(emu, "b", emu.interfaces("b")[0])
+        proc, _ = _start_delay_line(emu, "b", emu.interfaces("b")[0], tmp_path, "--delay-ms", "1")
         assert _ping(emu, "a", b, "-c 5 -i 0.05 -W 1")[1] == 5
         # a second delay line cannot take the same queue: one line on stderr, exit status 1
         log = tmp_path / "second.log"
@@ -303,10 +303,10 @@ def test_a_dead_delay_line_stops_packets_instead_of_passing_them(tmp_path: Path,
 
 @contextmanager
 def _line3() -> Iterator[Any]:
-    """line3 (a-b-c, 50 Mbit/s) without netem; link a-b is fm0-eth0 (a) -- fm1-eth0 (b)."""
+    """line3 (a-b-c, 50 Mbit/s) without netem; link a-b is interface 0 of a and of b."""
     from fedmst.net.emulation import Emulation
     from fedmst.core.topology import load_topology
 
     with Emulation(load_topology("line3"), delay_mode="off") as emu:
-        assert emu.interfaces("a")[0] == "fm0-eth0" and emu.interfaces("b")[0] == "fm1-eth0"
+        assert emu.interfaces("a")[0] == f"fm{emu.run_id}0-eth0" and emu.interfaces("b")[0] == f"fm{emu.run_id}1-eth0"
         yield emu

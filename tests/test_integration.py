@@ -156,7 +156,7 @@ def test_sigkill_then_clean_leaves_nothing(tmp_path: Path, clean_host: None) -> 
         proc.wait(timeout=30)
     cleaned = subprocess.run([FEDMST, "clean"], capture_output=True, text=True, timeout=120)
     assert cleaned.returncode == 0, cleaned.stderr
-    assert f"dead run {proc.pid}" in cleaned.stdout
+    assert f"(coordinator {proc.pid} is gone)" in cleaned.stdout and ": ended process " in cleaned.stdout
 
 
 def test_concurrent_tasks_share_the_links_and_each_aggregates_exactly(tmp_path: Path, clean_host: None) -> None:

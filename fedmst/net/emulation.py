@@ -34,7 +34,7 @@ from typing import IO, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import networkx as nx
 
-from fedmst.net.cleanup import RunState
+from fedmst.net.cleanup import RunState, probe_name
 from fedmst.net.forkserver import ForkServer
 from fedmst.errors import EmulationError
 from fedmst.core.plan import LinkDir
@@ -44,8 +44,6 @@ from fedmst.core.wire import DEFAULT_MTU
 
 log = logging.getLogger(__name__)
 
-HOST_PREFIX = "fm"
-"""Every host, and so every emulated interface (``fm3-eth0``), is named with this prefix."""
 LINK_NET = ipaddress.ip_network("10.0.0.0/10")
 FLOW_NET = ipaddress.ip_network("10.128.0.0/9")
 BACKGROUND_NET = ipaddress.ip_network("10.64.0.0/10")
@@ -139,7 +137,7 @@ def require_tools(delay_mode: str = "off", *, join_netns: bool = False, backgrou
 
 def probe_capabilities() -> Capabilities:
     """Try netem on a throw-away dummy interface and remove it again."""
-    probe = f"{HOST_PREFIX}probe0"
+    probe = probe_name()
     run = lambda *a: subprocess.run(a, capture_output=True, text=True)  # noqa: E731
     created = run("ip", "link", "add", probe, "type", "dummy").returncode == 0
     try:
@@ -148,10 +146,6 @@ def probe_capabilities() -> Capabilities:
         if created:
             run("ip", "link", "del", probe)
     return Capabilities(netem=ok)
-
-
-def host_name(index: int) -> str:
-    return f"{HOST_PREFIX}{index}"
 
 
 class Emulation:
@@ -169,12 +163,14 @@ class Emulation:
     ``changing`` names links whose delay or loss :meth:`change_link` may change later: with the
     userspace delay line they get one even at zero delay. A host's shell serves one command at a
     time (a lock per host), so a link trace can change links while the engine reads counters.
+    ``run`` is the run the emulation belongs to (its id names the hosts, its state file records
+    the processes); without one it claims its own.
     """
 
     def __init__(self, graph: nx.Graph, *, delay_mode: str = "auto", loss: float = 0.0,
                  jitter_s: float = 0.0, mtu: int = DEFAULT_MTU, netns: Mapping[str, int] | None = None,
                  capabilities: Capabilities | None = None, preload: Callable[[], None] | None = None,
-                 changing: Iterable[tuple[str, str]] = ()) -> None:
+                 changing: Iterable[tuple[str, str]] = (), run: RunState | None = None) -> None:
         if not 0 <= loss < 1:
             raise EmulationError(f"loss must be a probability in [0, 1), got {loss}")
         if jitter_s < 0:
@@ -216,7 +212,15 @@ class Emulation:
         self._counting_background = False
         self._background: list[tuple[str, Process, Path]] = []
         self._sinks: list[tuple[str, Process, Path]] = []
+        self._run = run
         self._state: RunState | None = None
+
+    @property
+    def run_id(self) -> str:
+        """The id of the run this emulation belongs to, in its hosts' and interfaces' names."""
+        if self._state is None:
+            raise EmulationError("run_id: the emulation is not running (use it inside `with`)")
+        return self._state.id
 
     def emulated(self) -> dict[str, object]:
         """The ``emulated`` object of summary.json: what was really applied to the links."""
@@ -240,7 +244,7 @@ class Emulation:
             if not Path(f"/proc/{pid}/ns/net").exists():
                 raise EmulationError(f"node {node}: process {pid}, whose network namespace it should join, "
                                      "is not running")
-        self._state = RunState()
+        self._state = self._run or RunState()
         try:
             # before Mininet opens anything a child could inherit; the delay lines' server is a
             # fresh interpreter: they need neither torch nor the agents' warm-up
@@ -284,9 +288,9 @@ class Emulation:
         assert self._state is not None
         for i, node in enumerate(self.nodes):
             if node in self.netns:
-                host = _ContainerHost(host_name(i), netns_pid=self.netns[node])
+                host = _ContainerHost(self._state.host_name(i), netns_pid=self.netns[node])
             else:
-                host = Host(host_name(i))
+                host = Host(self._state.host_name(i))
             self._hosts[node] = host
             self._state.add(host.shell.pid)
             # before any interface exists: no IPv6 chatter on the measured links, forward packets
@@ -302,7 +306,7 @@ class Emulation:
             ip_u, ip_v = (str(a) for a in list(net_.hosts())[:2])
             ends = []
             for a, b, ip in ((u, v, ip_u), (v, u, ip_v)):
-                intf = f"{host_name(self.nodes.index(a))}-eth{len(self._ports[a])}"
+                intf = f"{self._state.host_name(self.nodes.index(a))}-eth{len(self._ports[a])}"
                 self._ports[a].append(intf)
                 self._intf[(a, b)] = intf
                 ends.append(f"name {intf} netns {self._hosts[a].pid}")
@@ -448,7 +452,8 @@ class Emulation:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
         if self._state is not None:
-            self._state.remove()
+            if self._run is None:  # its own run: the caller's removes its record itself
+                self._state.remove()
             self._state = None
 
     # routes --------------------------------------------------------------------------------

@@ -16,6 +16,8 @@ flows (``--traffic``) start with the first round and are counted apart from the 
 
 from __future__ import annotations
 
+import fcntl
+import os
 import secrets
 import shutil
 import tempfile
@@ -38,7 +40,8 @@ from fedmst.core.topology import node_order
 from fedmst.core.workload import WorkloadPlan
 from fedmst.errors import FedmstError
 from fedmst.net.calibrate import cpu_bound_links, link_ceiling_mbps
-from fedmst.net.emulation import Capabilities, Emulation, host_name
+from fedmst.net.cleanup import RunState
+from fedmst.net.emulation import Capabilities, Emulation
 from fedmst.protocol import (
     ABORT_FILE,
     AgentSpec,
@@ -92,7 +95,16 @@ def run(resolved: ResolvedRun, report: Report = print, command_started: float | 
     times = {} if command_started is None else {"prepare": started - command_started}
     config = resolved.config
     out = Path(config.out)
-    _make_run_dir(out)
+    claim = _claim_run_dir(out)
+    try:
+        return _run(resolved, report, started, times)
+    finally:
+        os.close(claim)
+
+
+def _run(resolved: ResolvedRun, report: Report, started: float, times: dict[str, float]) -> Summary:
+    config = resolved.config
+    out = Path(config.out)
     write_json(out / "config.json", asdict(config))
     tag = f"[{config.scheduler}]"
     workload = resolved.workload
@@ -111,8 +123,9 @@ def run(resolved: ResolvedRun, report: Report = print, command_started: float | 
                   if config.order != "fifo" else ""))
         for name, reason in workload.blocked:
             report(f"{tag} blocked {name}: {reason}")
-    scratch = Path(tempfile.mkdtemp(prefix="fedmst-"))
     backend = backend_for(config.workers, config.image, resolved.limits)
+    state = RunState()
+    scratch = Path(tempfile.mkdtemp(prefix=f"fedmst-{state.id}-"))
     graph = resolved.graph
     prediction = Prediction(graph, config.chunk_bytes, config.mtu, with_delay=resolved.delay_mode != "off",
                             changes=resolved.link_changes)
@@ -124,7 +137,7 @@ def run(resolved: ResolvedRun, report: Report = print, command_started: float | 
     engine: Engine | None = None
     try:
         ceiling = _link_ceiling(resolved, capabilities, lambda m: report(f"{tag} {m}"))
-        hosts = {node: host_name(i) for i, node in enumerate(sorted(graph.nodes, key=node_order))}
+        hosts = {node: state.host_name(i) for i, node in enumerate(sorted(graph.nodes, key=node_order))}
         netns = backend.up(hosts, mounts=(str(scratch), str(out.resolve())))
         emu = Emulation(graph, delay_mode=resolved.delay_mode, loss=config.loss, jitter_s=config.jitter_ms / 1e3,
                         mtu=config.mtu, netns=netns, capabilities=capabilities,
@@ -132,10 +145,10 @@ def run(resolved: ResolvedRun, report: Report = print, command_started: float | 
                                                 optimizer=config.optimizer, batch_size=config.batch_size,
                                                 lr=config.lr),
                         changing=[c.link for c in resolved.link_changes
-                                  if c.delay_ms is not None or c.loss is not None])
+                                  if c.delay_ms is not None or c.loss is not None], run=state)
         with emu:
             times["network"] = time.monotonic() - started
-            report(f"{tag} links: htb bandwidth; {emu.emulated()['note']}")
+            report(f"{tag} run {state.id}'s links: htb bandwidth; {emu.emulated()['note']}")
             engine = Engine(resolved, emu, backend, out, scratch, report, prediction)
             try:
                 engine.run(rounds)
@@ -152,6 +165,7 @@ def run(resolved: ResolvedRun, report: Report = print, command_started: float | 
                           f"(an internal error; the traceback is in {out / 'error.log'})") from exc
     finally:
         backend.down()
+        state.remove()
         shutil.rmtree(scratch, ignore_errors=True)
         if emu is not None and emu.delay_stats:
             write_json(out / "delay_lines.json", emu.delay_stats)
@@ -187,14 +201,23 @@ def _link_ceiling(resolved: ResolvedRun, capabilities: Capabilities, report: Rep
     return {"link_ceiling_mbps": ceiling, "bandwidth_cpu_bound": above}
 
 
-def _make_run_dir(out: Path) -> None:
+def _claim_run_dir(out: Path) -> int:
+    """Make the run folder and lock it for this run (two runs writing one folder would mix their
+    results); return the open folder whose lock the run holds until it closes it."""
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".write-test"
         probe.write_text("")
         probe.unlink()
+        folder = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as exc:
         raise FedmstError(f"output folder {out}: cannot write there ({exc.strerror})") from None
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(folder)
+        raise FedmstError(f"output folder {out} is in use by another run: give this one its own --out") from None
+    return folder
 
 
 def connect(transfers: Mapping[str, Transfer], prefix: str) -> dict[str, str]:

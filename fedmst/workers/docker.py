@@ -21,6 +21,7 @@ from typing import Iterable, Mapping, Sequence
 import psutil
 
 from fedmst.errors import EmulationError, FedmstError
+from fedmst.net.cleanup import run_of
 
 DEFAULT_IMAGE = "fedmst-worker"
 WORKER_BACKENDS = ("process", "docker")
@@ -192,7 +193,7 @@ def clean_dead() -> list[str]:
     them itself), and report each one removed, one line each."""
     dead = [name for name, owner in labelled() if owner == os.getpid() or not psutil.pid_exists(owner)]
     remove_names(dead)
-    return [f"removed container {name}" for name in dead]
+    return [f"run {run_of(name)}: removed container {name}" for name in dead]
 
 
 def remove_names(names: Sequence[str]) -> None:

@@ -1,0 +1,99 @@
+"""Runs as isolated units: run ids in every shared name, ``clean`` that spares live runs, and two
+real runs at once on one host."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import FEDMST
+from fedmst.errors import FedmstError
+from fedmst.net import cleanup
+from fedmst.run.engine import _claim_run_dir
+
+ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network interfaces")
+
+
+def test_runs_claim_different_ids_and_name_their_hosts_with_them(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cleanup, "STATE_DIR", tmp_path)
+    runs = [cleanup.RunState() for _ in range(50)]
+    assert len({r.id for r in runs}) == 50
+    assert sorted(p.stem for p in tmp_path.glob("*.json")) == sorted(r.id for r in runs)
+    run = runs[0]
+    assert run.host_name(12) == f"fm{run.id}12" and cleanup.run_of(f"{run.host_name(12)}-eth3") == run.id
+    run.add(1234)
+    record = json.loads(run.path.read_text())
+    assert record["run"] == run.id and record["coordinator"] == os.getpid() and record["pids"] == [1234]
+    assert cleanup.live_runs() == {r.id for r in runs}
+    for r in runs:
+        r.remove()
+    assert not list(tmp_path.iterdir())
+
+
+def _dead_pid() -> int:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    return gone.pid
+
+
+@ROOT
+def test_clean_removes_a_dead_runs_leftovers_and_spares_a_live_run(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two runs' interfaces in the root namespace (what a run killed mid-build could leave) and
+    their records: only the dead run's go, each line naming its run."""
+    monkeypatch.setattr(cleanup, "STATE_DIR", tmp_path)
+    live = cleanup.RunState()
+    dead = cleanup.RunState()
+    dead._record["coordinator"] = _dead_pid()
+    dead._write()
+    mine = [f"{r.host_name(0)}-eth0" for r in (live, dead)]
+    peers = [f"{r.host_name(1)}-eth0" for r in (live, dead)]
+    try:
+        for name, peer in zip(mine, peers):  # a veth pair each (this kernel has no dummy interfaces)
+            subprocess.run(["ip", "link", "add", name, "type", "veth", "peer", "name", peer], check=True)
+        done = cleanup.clean()
+        links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+        assert f"run {live.id}: live (process {os.getpid()}), left alone" in done
+        deleted = [line for line in done if line.startswith(f"run {dead.id}: deleted interface ")]
+        assert len(deleted) == 1 and deleted[0].endswith("-eth0"), done  # one end of the pair takes both
+        assert any(line.startswith(f"run {dead.id}: removed its record") for line in done)
+        assert f" {mine[0]}@" in links and f" {mine[1]}@" not in links, links
+        assert live.path.exists() and not dead.path.exists()
+    finally:
+        for name in mine:
+            subprocess.run(["ip", "link", "del", name], capture_output=True)
+        live.remove()
+
+
+def test_a_run_folder_takes_one_run_at_a_time(tmp_path: Path) -> None:
+    first = _claim_run_dir(tmp_path / "run")
+    try:
+        with pytest.raises(FedmstError, match="is in use by another run: give this one its own --out"):
+            _claim_run_dir(tmp_path / "run")
+    finally:
+        os.close(first)
+    os.close(_claim_run_dir(tmp_path / "run"))  # free again once the first run let go
+
+
+@ROOT
+@pytest.mark.integration
+def test_two_runs_at_once_each_measure_their_own_links(tmp_path: Path, clean_host: None) -> None:
+    """The issue's check: NSFNET, 4 local models, one MST and one SPFF run started together."""
+    procs = {s: subprocess.Popen([FEDMST, "run", "--topology", "nsfnet", "--local-models", "4", "--scheduler", s,
+                                  "--rounds", "1", "--epochs", "1", "--out", str(tmp_path / s)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for s in ("mst", "spff")}
+    outputs = {s: p.communicate(timeout=600)[0] for s, p in procs.items()}
+    for s, p in procs.items():
+        assert p.returncode == 0, outputs[s][-2000:]
+        summary = json.loads((tmp_path / s / "summary.json").read_text())
+        assert summary["status"] == "completed"
+        assert abs(summary["weight_bytes_measured"] / summary["link_bytes_predicted"] - 1) < 0.05, summary
+        assert summary["max_link_bytes_error"] < 0.05, summary
+    ids = {s: out.split("] run ", 1)[1][:3] for s, out in outputs.items()}
+    assert ids["mst"] != ids["spff"], ids
