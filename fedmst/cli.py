@@ -340,6 +340,9 @@ stand idle; only a dead link (a bug) is left to find."""
                    "with, instead of --model; with several, the sweep also maps where each schedule wins.")
 @click.option("--topology", default="nsfnet", show_default=True)
 @click.option("--delay-mode", type=click.Choice(DELAY_MODES), default="auto", show_default=True)
+@click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
+              help="Run the points as tasks of the Ray cluster at ADDRESS (host:port, or auto for the one on this "
+                   "host), one per emulation slot its nodes offer (scripts/ray-local.sh start N makes one here).")
 @_worker_options
 @click.pass_context
 def sweep(ctx: click.Context, ks: list[int], seeds: list[int], **kw: Any) -> None:
@@ -364,17 +367,24 @@ def sweep(ctx: click.Context, ks: list[int], seeds: list[int], **kw: Any) -> Non
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("left"), TimeRemainingColumn())
     with Progress(*columns, console=console) as bar:
-        job = bar.add_task("checking inputs", total=len(points(ks, seeds, schedulers, models)))
-        started = [False]
+        total = len(points(ks, seeds, schedulers, models))
+        job = bar.add_task("checking inputs" if extra["ray_address"] is None else "all points", total=total)
+        nodes: dict[str, Any] = {}
 
-        def progress(what: str) -> None:
-            if started[0]:
+        class Shown:
+            """The bar: the point running (without Ray), or the points done on each Ray node."""
+
+            def started(self, point: str) -> None:
+                bar.update(job, description=point)
+
+            def finished(self, point: str, node: str) -> None:
                 bar.advance(job)
-            started[0] = True
-            bar.update(job, description=what)
+                if node:
+                    if node not in nodes:
+                        nodes[node] = bar.add_task(f"  ray node {node}", total=None)
+                    bar.advance(nodes[node])
 
-        rows = _guard(lambda: sweep_(config, ks, seeds, folder, progress, schedulers, models))
-        bar.advance(job)
+        rows = _guard(lambda: sweep_(config, ks, seeds, folder, Shown(), schedulers, models, extra["ray_address"]))
     _draw_sweep(rows, folder)
 
 
@@ -463,7 +473,8 @@ def plot(run_dir: Path, out: Path | None, task: str | None, link: str | None, ac
 
 @main.command()
 def clean() -> None:
-    """Remove every namespace, interface, process and container a crashed fedmst run left behind."""
+    """Remove every namespace, interface, process and container that crashed fedmst runs left behind,
+    naming the run each belonged to; a live run's are left alone."""
     def both() -> list[str]:
         from fedmst.net.cleanup import clean as clean_network
         from fedmst.workers.docker import clean_dead

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from fedmst.errors import FedmstError
 from fedmst.run.config import ResolvedRun, RunConfig, check_host, resolve
@@ -23,12 +23,11 @@ SWEEP_FIELDS = (
     "model", "model_bytes", "scheduler", "local_models", "seed", "task", "round",
     "broadcast_s", "train_s", "upload_s", "round_s", "accuracy",
     "run_link_bytes_measured", "run_link_bytes_predicted", "run_reserved_capacity_mbps",
-    "run_tasks_blocked", "run_predicted_comm_s",
+    "run_tasks_blocked", "run_predicted_comm_s", "ray_node",
 )
 DEFAULT_SCHEDULERS = ("spff", "mst")
 
 Report = Callable[[str], None]
-Progress = Callable[[str], None]
 
 
 def check_schedulers(schedulers: Sequence[str]) -> None:
@@ -80,10 +79,23 @@ def point_folder(out: Path, model: str, k: int, seed: int, scheduler: str, sever
     return out / (f"{run_folder_name(model)}-{name}" if several_models else name) / run_folder_name(scheduler)
 
 
+class Progress(Protocol):
+    """What a sweep tells the one watching it."""
+
+    def started(self, point: str) -> None:
+        """A point starts here (one at a time, without Ray)."""
+
+    def finished(self, point: str, node: str) -> None:
+        """A point is done, on Ray node ``node`` ('' without Ray)."""
+
+
 def sweep(base: RunConfig, local_models: Sequence[int], seeds: Sequence[int], out: Path, progress: Progress,
-          schedulers: Sequence[str] = DEFAULT_SCHEDULERS, models: Sequence[str] | None = None) -> list[dict[str, Any]]:
+          schedulers: Sequence[str] = DEFAULT_SCHEDULERS, models: Sequence[str] | None = None,
+          ray_address: str | None = None) -> list[dict[str, Any]]:
     """Run every point for real, writing ``out/sweep.csv`` after each one; return its rows.
-    ``models`` (default: the configuration's) adds a dimension: each point runs with each model."""
+    ``models`` (default: the configuration's) adds a dimension: each point runs with each model.
+    With ``ray_address`` the points run as tasks of that Ray cluster (:mod:`fedmst.run.distributed`),
+    as many at once as it has emulation slots; the table is the same, in the same order."""
     from fedmst.run.engine import run
 
     check_schedulers(schedulers)
@@ -94,25 +106,49 @@ def sweep(base: RunConfig, local_models: Sequence[int], seeds: Sequence[int], ou
             for seed in seeds:
                 for r in resolve(replace(base, model=model, local_models=k, seed=seed), schedulers, host):
                     resolved[(model, k, seed, r.config.scheduler)] = r
-    rows: list[dict[str, Any]] = []
-    for model, k, seed, scheduler in points(local_models, seeds, schedulers, models):
-        progress(f"{scheduler}, {k} local models, seed {seed}" + (f", {model}" if len(models) > 1 else ""))
-        folder = point_folder(out, model, k, seed, scheduler, len(models) > 1)
-        summary = run(_into(resolved[(model, k, seed, scheduler)], folder), report=lambda _: None)
-        for r in read_csv(folder / "tasks.csv"):
-            rows.append({
-                "model": model, "model_bytes": summary.model_bytes,
-                "scheduler": scheduler, "local_models": k, "seed": seed, "task": r["task"],
-                "round": int(r["round"]), **{f: float(r[f]) for f in
-                                             ("broadcast_s", "train_s", "upload_s", "round_s", "accuracy")},
-                "run_link_bytes_measured": summary.per_round_bytes,
-                "run_link_bytes_predicted": summary.link_bytes_predicted / summary.rounds,
-                "run_reserved_capacity_mbps": summary.reserved_capacity_mbps,
-                "run_tasks_blocked": summary.tasks_blocked,
-                "run_predicted_comm_s": summary.predicted_broadcast_s + summary.predicted_upload_s,
-            })
-        write_csv(out / "sweep.csv", SWEEP_FIELDS, rows)
-    return rows
+    order = points(local_models, seeds, schedulers, models)
+    folders = {p: point_folder(out, *p, len(models) > 1) for p in order}
+    described = {(m, k, seed, s): f"{s}, {k} local models, seed {seed}" + (f", {m}" if len(models) > 1 else "")
+                 for m, k, seed, s in order}
+    done: dict[tuple[str, int, int, str], list[dict[str, Any]]] = {}
+
+    def record(point: tuple[str, int, int, str], summary: Summary, node: str) -> None:
+        done[point] = _rows(point, summary, folders[point], node)
+        write_csv(out / "sweep.csv", SWEEP_FIELDS, [row for p in order if p in done for row in done[p]])
+        progress.finished(described[point], node)
+
+    if ray_address is None:
+        for point in order:
+            progress.started(described[point])
+            record(point, run(_into(resolved[point], folders[point]), report=lambda _: None), "")
+    else:
+        from fedmst.run.distributed import Finished, connect, run_points, unpack
+
+        connect(ray_address)
+
+        def arrived(point: Any, result: Finished) -> None:
+            unpack(result.files, folders[point])
+            record(point, result.summary, result.node)
+
+        run_points({p: resolved[p] for p in order}, arrived)
+    return [row for p in order for row in done[p]]
+
+
+def _rows(point: tuple[str, int, int, str], summary: Summary, folder: Path, node: str) -> list[dict[str, Any]]:
+    """A finished point's rows of ``sweep.csv``: one per task and round."""
+    model, k, seed, scheduler = point
+    return [{
+        "model": model, "model_bytes": summary.model_bytes,
+        "scheduler": scheduler, "local_models": k, "seed": seed, "task": r["task"],
+        "round": int(r["round"]),
+        **{f: float(r[f]) for f in ("broadcast_s", "train_s", "upload_s", "round_s", "accuracy")},
+        "run_link_bytes_measured": summary.per_round_bytes,
+        "run_link_bytes_predicted": summary.link_bytes_predicted / summary.rounds,
+        "run_reserved_capacity_mbps": summary.reserved_capacity_mbps,
+        "run_tasks_blocked": summary.tasks_blocked,
+        "run_predicted_comm_s": summary.predicted_broadcast_s + summary.predicted_upload_s,
+        "ray_node": node,
+    } for r in read_csv(folder / "tasks.csv")]
 
 
 TIE = 0.01
@@ -122,7 +158,7 @@ same bytes)."""
 
 def read_sweep(path: Path) -> list[dict[str, Any]]:
     """The rows of a ``sweep.csv``, their numbers as numbers (to draw its figures again)."""
-    text = ("model", "scheduler", "task")
+    text = ("model", "scheduler", "task", "ray_node")
     integral = ("model_bytes", "local_models", "seed", "round", "run_tasks_blocked")
     return [{k: v if k in text else int(v) if k in integral else float(v) for k, v in r.items()}
             for r in read_csv(path)]

@@ -1,0 +1,115 @@
+"""Sweep points as Ray tasks: independent runs spread over the hosts of a Ray cluster.
+
+Why Ray: a sweep's points are independent runs, the natural unit to spread over machines, and Ray
+already schedules tasks over a cluster, retries a task whose node dies, and lets each host say
+what it offers. A host offers one unit of the custom resource :data:`SLOT` when it can run an
+emulation (root, Mininet, the README's setup done), so each node runs one point at a time; two
+runs on one host would be isolated (:mod:`fedmst.net.cleanup`) but would share its CPUs.
+
+A point is planned once, by the command (so bad input fails before anything runs), and runs on
+its node into a scratch folder whose files come back to the command's ``sweep`` folder: the nodes
+need not share a file system. The node decides the delay mechanism for its own kernel.
+
+Ray is an optional extra (``pip install -e '.[ray]'``): imported only here, only with ``--ray``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Hashable, Mapping
+
+from fedmst.errors import FedmstError
+from fedmst.run.config import ResolvedRun
+from fedmst.run.report import Summary
+
+SLOT = "fedmst_emulation"
+"""The custom resource a Ray node offers once per emulation it can run at a time."""
+RETRIES = 3
+"""Times a point is run again when its node dies (Ray moves it to a node that lives)."""
+
+
+@dataclass(frozen=True)
+class Finished:
+    """One point run on a Ray node: where, its summary, and its run folder's files."""
+
+    node: str
+    """The first 8 hex digits of the Ray node's id."""
+    summary: Summary
+    files: Mapping[str, bytes]
+    """Path inside the run folder -> content."""
+
+
+def connect(address: str) -> int:
+    """Join the Ray cluster at ``address`` (``auto``: the one running on this host); return the
+    emulation slots it offers, or fail in one line saying what is missing."""
+    try:
+        import ray
+    except ImportError:
+        raise FedmstError("--ray needs Ray: pip install -e '.[ray]' (scripts/setup.sh installs it)") from None
+    import logging
+
+    try:
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, configure_logging=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise FedmstError(f"--ray {address}: no Ray cluster there ({' '.join(str(exc).split())[:200]}); "
+                          "start one with scripts/ray-local.sh start N or `ray start --head`") from None
+    slots = int(ray.cluster_resources().get(SLOT, 0))
+    if not slots:
+        ray.shutdown()
+        raise FedmstError(f"--ray {address}: no node offers an emulation slot; start each node with "
+                          f"--resources '{{\"{SLOT}\": 1}}' (scripts/ray-local.sh does)")
+    return slots
+
+
+def run_points(resolved: Mapping[Hashable, ResolvedRun], finished: Callable[[Hashable, Finished], None]) -> None:
+    """Run every point on the cluster :func:`connect` joined, at most one per slot, calling
+    ``finished`` as each comes back (in the order they finish). A point that fails stops the
+    sweep: the points not started are cancelled, those running are interrupted and torn down."""
+    import ray
+
+    remote = ray.remote(num_cpus=0, resources={SLOT: 1}, max_retries=RETRIES)(_run_point)
+    pending = {remote.remote(run): key for key, run in resolved.items()}
+    try:
+        while pending:
+            (ref,), _ = ray.wait(list(pending), num_returns=1)
+            key = pending.pop(ref)
+            try:
+                finished(key, ray.get(ref))
+            except ray.exceptions.RayTaskError as exc:
+                cause = exc.cause if isinstance(exc.cause, BaseException) else exc
+                raise FedmstError(f"point {key}: {' '.join(str(cause).split())}") from None
+            except ray.exceptions.RayError as exc:
+                raise FedmstError(f"point {key}: Ray gave up on it ({type(exc).__name__}: "
+                                  f"{' '.join(str(exc).split())[:200]})") from None
+    finally:
+        for ref in pending:  # not started: dropped; running: KeyboardInterrupt, which the run tears down
+            ray.cancel(ref)
+        if pending:
+            ray.wait(list(pending), num_returns=len(pending), timeout=120)
+        ray.shutdown()
+
+
+def _run_point(run: ResolvedRun) -> Finished:
+    """On the Ray node: check this host, run the point into a scratch folder, send its files back."""
+    import ray
+
+    from fedmst.run.config import check_host
+    from fedmst.run.engine import run as run_here
+
+    host = check_host(run.config)
+    run = replace(run, delay_mode=host.delay_mode, netem_available=host.netem_available)
+    with tempfile.TemporaryDirectory(prefix="fedmst-ray-") as scratch:
+        folder = Path(scratch) / "run"
+        summary = run_here(replace(run, config=replace(run.config, out=str(folder))), report=lambda _: None)
+        files = {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return Finished(node=ray.get_runtime_context().get_node_id()[:8], summary=summary, files=files)
+
+
+def unpack(files: Mapping[str, bytes], folder: Path) -> None:
+    """Write a point's files into its run folder here."""
+    for name, content in files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# A real Ray cluster of N nodes on this host, each offering one emulation slot, for
+# `fedmst sweep --ray ADDRESS`; and its end.
+#
+#   bash scripts/ray-local.sh start N   # prints progress, then the address to use as its last line
+#   bash scripts/ray-local.sh stop      # stops only the nodes this script started, then `fedmst clean`
+#
+# Each node is a `ray start --block` process (the head first) whose PID is kept in $RAY_LOCAL_DIR
+# (default /run/fedmst-ray); it takes its Ray processes down when it gets SIGTERM, so stop ends
+# exactly those PIDs, nothing by name. Run as root from the repository, after scripts/setup.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DIR=${RAY_LOCAL_DIR:-/run/fedmst-ray}
+PORT=${RAY_LOCAL_PORT:-6390}
+RAY=.venv/bin/ray
+SLOT='{"fedmst_emulation": 1}'
+
+die() { echo "ray-local.sh: $*" >&2; exit 1; }
+
+running() {  # the PIDs of nodes this script started that still run
+    local f
+    for f in "$DIR"/node*.pid; do
+        [[ -e $f ]] || continue
+        local pid
+        pid=$(<"$f")
+        if kill -0 "$pid" 2>/dev/null; then echo "$pid"; fi
+    done
+}
+
+alive_nodes() {  # how many nodes the cluster at 127.0.0.1:$PORT has alive
+    .venv/bin/python - "$PORT" <<'EOF' 2>/dev/null || echo 0
+import logging, sys
+import ray
+ray.init(address=f"127.0.0.1:{sys.argv[1]}", logging_level=logging.ERROR, log_to_driver=False, configure_logging=False)
+print(sum(1 for n in ray.nodes() if n["Alive"]))
+EOF
+}
+
+start() {
+    local n=${1:-}
+    [[ $n =~ ^[1-9][0-9]*$ ]] || die "start N: N is how many nodes, 1 or more"
+    [[ $(id -u) -eq 0 ]] || die "run as root (the emulations it runs need it)"
+    [[ -x $RAY ]] || die "$RAY not found: run bash scripts/setup.sh (it installs the ray extra)"
+    [[ -z $(running) ]] || die "a cluster started here already runs (PIDs $(running | xargs)); stop it first"
+    mkdir -p "$DIR"
+    rm -f "$DIR"/node*.pid
+    local common=(--block --node-ip-address 127.0.0.1 --num-cpus "$(nproc)" --resources "$SLOT" --object-store-memory 200000000
+                  --disable-usage-stats)
+    echo "starting the head node on port $PORT" >&2
+    nohup "$RAY" start --head --port "$PORT" --include-dashboard false "${common[@]}" \
+        >"$DIR/node0.log" 2>&1 </dev/null &
+    echo $! >"$DIR/node0.pid"
+    local i
+    for ((i = 1; i < n; i++)); do
+        wait_for "$i" 120 "the head node"
+        echo "starting node $i" >&2
+        nohup "$RAY" start --address "127.0.0.1:$PORT" "${common[@]}" >"$DIR/node$i.log" 2>&1 </dev/null &
+        echo $! >"$DIR/node$i.pid"
+    done
+    wait_for "$n" 120 "all $n nodes"
+    echo "ray cluster of $n node(s) up, one emulation slot each; logs in $DIR" >&2
+    echo "127.0.0.1:$PORT"
+}
+
+wait_for() {  # wait until $1 nodes are alive, at most $2 seconds
+    local want=$1 limit=$2 what=$3 t
+    for ((t = 0; t < limit; t += 2)); do
+        [[ $(alive_nodes) -ge $want ]] && return 0
+        [[ $(running | wc -l) -ge $(ls "$DIR"/node*.pid | wc -l) ]] || break
+        sleep 2
+    done
+    stop >/dev/null 2>&1 || true
+    die "$what did not come up (see $DIR/node*.log)"
+}
+
+stop() {
+    local pids
+    pids=$(running | xargs)
+    if [[ -n $pids ]]; then
+        echo "stopping ray nodes (PIDs $pids)" >&2
+        # shellcheck disable=SC2086
+        kill -TERM $pids
+        local t
+        for ((t = 0; t < 60; t++)); do
+            [[ -z $(running) ]] && break
+            sleep 1
+        done
+        pids=$(running | xargs)
+        # shellcheck disable=SC2086
+        [[ -z $pids ]] || kill -KILL $pids
+    fi
+    rm -f "$DIR"/node*.pid
+    # a point interrupted by the stop cleans up after itself; one killed outright leaves a record
+    .venv/bin/fedmst clean >&2
+}
+
+case ${1:-} in
+    start) start "${2:-}" ;;
+    stop) stop ;;
+    *) die "usage: ray-local.sh start N | stop" ;;
+esac

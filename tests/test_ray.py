@@ -1,0 +1,93 @@
+"""Sweeps on a real Ray cluster of two nodes on this host (scripts/ray-local.sh): the same table as
+without Ray, points spread over both nodes, a point whose node dies run again on the other, and
+nothing left running after ``ray-local.sh stop``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterator
+
+import psutil
+import pytest
+
+from conftest import FEDMST
+from fedmst.run.results import read_csv
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(os.geteuid() != 0, reason="emulations need root")]
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "ray-local.sh"
+SWEEP = ["sweep", "--topology", "small", "--local-models", "2,3", "--seeds", "1", "--tasks", "2"]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, clean_host: None) -> Iterator[tuple[str, list[int]]]:
+    """Two Ray nodes started by the script: (address, PIDs of their `ray start` processes);
+    stopped by the script however the test ends, and checked gone."""
+    env = {**os.environ, "RAY_LOCAL_DIR": str(tmp_path / "ray")}
+    started = subprocess.run(["bash", str(SCRIPT), "start", "2"], capture_output=True, text=True, env=env,
+                             timeout=300)
+    pids = [int(p.read_text()) for p in sorted((tmp_path / "ray").glob("node*.pid"))]
+    try:
+        assert started.returncode == 0, started.stderr
+        yield started.stdout.strip().splitlines()[-1], pids
+    finally:
+        stopped = subprocess.run(["bash", str(SCRIPT), "stop"], capture_output=True, text=True, env=env,
+                                 timeout=300)
+        assert stopped.returncode == 0, stopped.stderr
+        assert not [p for p in pids if psutil.pid_exists(p)], "ray-local.sh stop left a node running"
+
+
+def _bytes(folder: Path) -> dict[tuple[str, str, str], float]:
+    return {(r["scheduler"], r["local_models"], r["task"]): float(r["run_link_bytes_measured"])
+            for r in read_csv(folder / "sweep.csv")}
+
+
+def test_a_sweep_on_ray_spreads_over_both_nodes_and_matches_the_sweep_without_it(
+        tmp_path: Path, cluster: tuple[str, list[int]]) -> None:
+    address, _ = cluster
+    on_ray = subprocess.run([FEDMST, *SWEEP, "--ray", address, "--out", str(tmp_path / "ray-sweep")],
+                            capture_output=True, text=True, timeout=900)
+    assert on_ray.returncode == 0, on_ray.stdout[-2000:] + on_ray.stderr[-2000:]
+    here = subprocess.run([FEDMST, *SWEEP, "--out", str(tmp_path / "sweep")], capture_output=True, text=True,
+                          timeout=900)
+    assert here.returncode == 0, here.stderr[-2000:]
+    rows = read_csv(tmp_path / "ray-sweep" / "sweep.csv")
+    assert len({r["ray_node"] for r in rows}) == 2 and all(len(r["ray_node"]) == 8 for r in rows)
+    assert {r["ray_node"] for r in read_csv(tmp_path / "sweep" / "sweep.csv")} == {""}
+    with_ray, without = _bytes(tmp_path / "ray-sweep"), _bytes(tmp_path / "sweep")
+    assert with_ray.keys() == without.keys() and len(with_ray) == 2 * 2 * 2
+    for key, value in with_ray.items():
+        assert abs(value / without[key] - 1) < 0.02, (key, value, without[key])
+    for name in ("latency_vs_local_models.png", "bandwidth_vs_local_models.png"):
+        assert (tmp_path / "ray-sweep" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "ray-sweep" / "k3-seed1" / "mst" / "links.csv").is_file()  # the node's files came back
+
+
+def test_a_point_whose_node_dies_runs_again_on_the_other(tmp_path: Path, cluster: tuple[str, list[int]]) -> None:
+    """The second node's raylet is SIGKILLed while a point runs there: Ray runs it again on the
+    head, the sweep completes, and the killed point's emulation is left for ``clean`` (which
+    ray-local.sh stop runs; the fixture checks nothing is left)."""
+    address, (_, second) = cluster
+    sweep = subprocess.Popen([FEDMST, *SWEEP, "--rounds", "3", "--ray", address, "--out", str(tmp_path / "s")],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        raylet = next(p for p in psutil.Process(second).children() if p.name() == "raylet")
+        deadline = time.monotonic() + 240
+        while not [p for p in raylet.children(recursive=True) if p.name().startswith("fedmst-")]:
+            assert time.monotonic() < deadline, "no point ran on the second node"
+            assert sweep.poll() is None, sweep.communicate()[0][-2000:]
+            time.sleep(0.2)
+        raylet.send_signal(signal.SIGKILL)
+        output = sweep.communicate(timeout=900)[0]
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.wait()
+    assert sweep.returncode == 0, output[-2000:]
+    rows = read_csv(tmp_path / "s" / "sweep.csv")
+    assert len(rows) == 2 * 2 * 2 * 3  # schedulers x local models x tasks x rounds: every point came back
