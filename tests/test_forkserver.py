@@ -63,6 +63,20 @@ def test_the_preload_ran_once_before_the_fork(server: ForkServer, tmp_path: Path
     assert "fedmst_test_preloaded" not in sys.modules  # the coordinator itself never ran it
 
 
+def test_a_failing_warm_up_leaves_the_server_serving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The preload is only a warm-up (e.g. a model factory this host cannot import): the server
+    goes on, and its children do the work, and report a failure, themselves."""
+    (tmp_path / "fedmst_test_targets.py").write_text(TARGETS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    forks = ForkServer(preload=lambda: __import__("fedmst_test_missing_module"))
+    try:
+        child = _spawn(forks, tmp_path, "echo", "0")
+        assert child.wait(timeout=10) == 0
+        assert (tmp_path / "echo.log").read_text().splitlines()[0] == "hello 0 None"
+    finally:
+        forks.close()
+
+
 def test_a_failing_target_is_exit_code_one_with_its_traceback(server: ForkServer, tmp_path: Path) -> None:
     child = _spawn(server, tmp_path, "boom")
     assert child.wait(timeout=10) == 1

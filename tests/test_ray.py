@@ -91,3 +91,24 @@ def test_a_point_whose_node_dies_runs_again_on_the_other(tmp_path: Path, cluster
     assert sweep.returncode == 0, output[-2000:]
     rows = read_csv(tmp_path / "s" / "sweep.csv")
     assert len(rows) == 2 * 2 * 2 * 3  # schedulers x local models x tasks x rounds: every point came back
+
+
+def test_a_point_that_fails_on_its_node_stops_the_sweep_and_brings_its_folder_back(
+        tmp_path: Path, cluster: tuple[str, list[int]]) -> None:
+    """A model the command can import (it plans with it) but the nodes cannot (their Python path
+    lacks it), as on a host whose checkout misses the user's module: the sweep says which point,
+    on which node, why, and where its run folder now is, in one line, and exits 1."""
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "onlyhere.py").write_text(
+        "import torch\n"
+        "def make(num_classes, input_shape):\n"
+        "    return torch.nn.Linear(int(torch.tensor(input_shape).prod()), num_classes)\n")
+    address, _ = cluster
+    proc = subprocess.run([FEDMST, *SWEEP, "--model", "onlyhere:make", "--ray", address, "--out", str(tmp_path / "s")],
+                          capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path / "plugins")})
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("fedmst: error: ")]
+    assert ", on ray node " in line and "failed in setup" in line and "No module named 'onlyhere'" in line, line
+    folder = Path(line.rsplit("(its run folder: ", 1)[1].rstrip(")"))
+    assert (folder / "config.json").is_file() and any((folder / "agents").iterdir()), line

@@ -206,8 +206,8 @@ def ingress_rule(interface: str, queue: int) -> str:
     Run it inside the *receiving* host's namespace (see the module docstring for why ingress).
     No ``--queue-bypass``: with no delay line bound to the queue, the kernel drops the packets.
 
-    >>> ingress_rule("fm1-eth0", 3)
-    'iptables -t raw -A PREROUTING -i fm1-eth0 -j NFQUEUE --queue-num 3'
+    >>> ingress_rule("fmabc1-eth0", 3)
+    'iptables -t raw -A PREROUTING -i fmabc1-eth0 -j NFQUEUE --queue-num 3'
     """
     return f"iptables -t raw {_rule(interface, queue)}"
 
@@ -216,10 +216,10 @@ def ingress_rules(queues: Sequence[tuple[str, int]]) -> str:
     """The same rules for several (interface, queue) pairs of one host, as ``iptables-restore
     --noflush`` input: one process installs them all.
 
-    >>> print(ingress_rules([("fm1-eth0", 0), ("fm1-eth1", 1)]))
+    >>> print(ingress_rules([("fmabc1-eth0", 0), ("fmabc1-eth1", 1)]))
     *raw
-    -A PREROUTING -i fm1-eth0 -j NFQUEUE --queue-num 0
-    -A PREROUTING -i fm1-eth1 -j NFQUEUE --queue-num 1
+    -A PREROUTING -i fmabc1-eth0 -j NFQUEUE --queue-num 0
+    -A PREROUTING -i fmabc1-eth1 -j NFQUEUE --queue-num 1
     COMMIT
     <BLANKLINE>
     """

@@ -268,7 +268,12 @@ def _serve(sock: socket.socket, preload: Callable[[], None] | None) -> int:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     _die_with_parent(SERVER_NAME.encode())
     if preload is not None:
-        preload()
+        try:
+            preload()
+        except Exception as exc:  # noqa: BLE001 - a warm-up only: each child does the real work and reports
+            # its own failure (e.g. a model factory this host cannot import) to the coordinator
+            os.write(2, f"fedmst fork server: warm-up failed, children start cold: {type(exc).__name__}: {exc}\n"
+                     .encode())
     gc.freeze()  # the children's collector never walks (and so never copies) the inherited heap
     children: set[int] = set()
     buf = b""

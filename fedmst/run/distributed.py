@@ -32,13 +32,15 @@ RETRIES = 3
 
 @dataclass(frozen=True)
 class Finished:
-    """One point run on a Ray node: where, its summary, and its run folder's files."""
+    """One point run on a Ray node: where, its summary (None where it failed, with ``error``
+    saying why in one line), and its run folder's files, which come back either way."""
 
     node: str
     """The first 8 hex digits of the Ray node's id."""
-    summary: Summary
+    summary: Summary | None
     files: Mapping[str, bytes]
     """Path inside the run folder -> content."""
+    error: str | None = None
 
 
 def connect(address: str) -> int:
@@ -65,8 +67,9 @@ def connect(address: str) -> int:
 
 def run_points(resolved: Mapping[Hashable, ResolvedRun], finished: Callable[[Hashable, Finished], None]) -> None:
     """Run every point on the cluster :func:`connect` joined, at most one per slot, calling
-    ``finished`` as each comes back (in the order they finish). A point that fails stops the
-    sweep: the points not started are cancelled, those running are interrupted and torn down."""
+    ``finished`` as each comes back (in the order they finish), a failed one too (its run folder
+    is worth reading). Whatever ``finished`` raises stops the sweep, as does a point Ray gives up
+    on: the points not started are cancelled, those running are interrupted and torn down."""
     import ray
 
     remote = ray.remote(num_cpus=0, resources={SLOT: 1}, max_retries=RETRIES)(_run_point)
@@ -76,13 +79,14 @@ def run_points(resolved: Mapping[Hashable, ResolvedRun], finished: Callable[[Has
             (ref,), _ = ray.wait(list(pending), num_returns=1)
             key = pending.pop(ref)
             try:
-                finished(key, ray.get(ref))
+                result = ray.get(ref)
             except ray.exceptions.RayTaskError as exc:
                 cause = exc.cause if isinstance(exc.cause, BaseException) else exc
                 raise FedmstError(f"point {key}: {' '.join(str(cause).split())}") from None
             except ray.exceptions.RayError as exc:
                 raise FedmstError(f"point {key}: Ray gave up on it ({type(exc).__name__}: "
                                   f"{' '.join(str(exc).split())[:200]})") from None
+            finished(key, result)
     finally:
         for ref in pending:  # not started: dropped; running: KeyboardInterrupt, which the run tears down
             ray.cancel(ref)
@@ -98,13 +102,18 @@ def _run_point(run: ResolvedRun) -> Finished:
     from fedmst.run.config import check_host
     from fedmst.run.engine import run as run_here
 
+    node = ray.get_runtime_context().get_node_id()[:8]
     host = check_host(run.config)
     run = replace(run, delay_mode=host.delay_mode, netem_available=host.netem_available)
+    summary, error = None, None
     with tempfile.TemporaryDirectory(prefix="fedmst-ray-") as scratch:
         folder = Path(scratch) / "run"
-        summary = run_here(replace(run, config=replace(run.config, out=str(folder))), report=lambda _: None)
+        try:
+            summary = run_here(replace(run, config=replace(run.config, out=str(folder))), report=lambda _: None)
+        except FedmstError as exc:  # bad luck or this host's fault, not a bug: its folder says more
+            error = str(exc).replace(str(folder), "the run folder")  # this scratch is gone: the folder is sent back
         files = {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-    return Finished(node=ray.get_runtime_context().get_node_id()[:8], summary=summary, files=files)
+    return Finished(node=node, summary=summary, files=files, error=error)
 
 
 def unpack(files: Mapping[str, bytes], folder: Path) -> None:

@@ -128,6 +128,9 @@ def sweep(base: RunConfig, local_models: Sequence[int], seeds: Sequence[int], ou
 
         def arrived(point: Any, result: Finished) -> None:
             unpack(result.files, folders[point])
+            if result.summary is None:
+                raise FedmstError(f"{described[point]}, on ray node {result.node}: {result.error} "
+                                  f"(its run folder: {folders[point]})")
             record(point, result.summary, result.node)
 
         run_points({p: resolved[p] for p in order}, arrived)
