@@ -11,9 +11,11 @@ import signal
 import subprocess
 from pathlib import Path
 
+import psutil
 import pytest
 
 from conftest import FEDMST, agent_of, assert_fedavg, run_past_round_one
+from fedmst.net.cleanup import STATE_DIR
 from fedmst.net.emulation import Emulation
 from fedmst.run.results import read_csv
 from fedmst.core.topology import load_topology
@@ -150,13 +152,22 @@ def test_ctrl_c_tears_everything_down(tmp_path: Path, clean_host: None) -> None:
 
 
 def test_sigkill_then_clean_leaves_nothing(tmp_path: Path, clean_host: None) -> None:
-    """A coordinator killed outright cannot tear down; ``fedmst clean`` finishes the job."""
+    """A coordinator killed outright cannot tear down; ``fedmst clean`` finishes the job: every
+    process its record names ends (some die with the coordinator on their own, the rest are
+    ended by ``clean``), its record goes, and ``clean_host`` finds nothing left."""
     with run_past_round_one(tmp_path / "run") as proc:
         proc.kill()
         proc.wait(timeout=30)
+    [record] = [r for r in map(json.loads, map(Path.read_text, STATE_DIR.glob("*.json")))
+                if r["coordinator"] == proc.pid]
+    assert record["pids"], record
     cleaned = subprocess.run([FEDMST, "clean"], capture_output=True, text=True, timeout=120)
     assert cleaned.returncode == 0, cleaned.stderr
-    assert f"(coordinator {proc.pid} is gone)" in cleaned.stdout and ": ended process " in cleaned.stdout
+    assert f"run {record['run']}: removed its record (coordinator {proc.pid} is gone)" in cleaned.stdout
+    assert not (STATE_DIR / f"{record['run']}.json").exists()
+    running = [p.pid for p in psutil.process_iter(["status"])
+               if p.pid in record["pids"] and p.info["status"] != psutil.STATUS_ZOMBIE]
+    assert not running, f"processes of the dead run still running: {running}"
 
 
 def test_concurrent_tasks_share_the_links_and_each_aggregates_exactly(tmp_path: Path, clean_host: None) -> None:
