@@ -199,17 +199,35 @@ def cassini_offsets(profiles: Sequence[Profile], rounds: Mapping[str, int], capa
         order = sorted(group, key=lambda p: -(p.broadcast.seconds + p.upload.seconds))
         placed = [order[0]]
         for p in order[1:]:
-            best = None
-            for j in range(grid):
-                shift = p.period_s * j / grid
-                trial = {**offsets, p.name: shift}
-                score = mean_iteration_s(simulate([*placed, p], trial, rounds, capacity))
-                if best is None or score < best[0] - 1e-9:
-                    best = (score, shift)
-            assert best is not None
-            offsets[p.name] = best[1]
+            scores = [mean_iteration_s(simulate([*placed, p], {**offsets, p.name: p.period_s * j / grid},
+                                                rounds, capacity)) for j in range(grid)]
+            offsets[p.name] = p.period_s * _middle_of_best(scores) / grid
             placed.append(p)
     return offsets
+
+
+def _middle_of_best(scores: Sequence[float], *, tolerance: float = 1e-6) -> int:
+    """The grid index to use: 0 when no shift is as good as any, else the middle of the longest
+    run of consecutive best scores, so that a real phase a little longer or shorter than predicted
+    still misses its neighbours (the edge of the run is where they just touch).
+
+    >>> _middle_of_best([3.0, 2.0, 2.0, 2.0, 2.5])
+    2
+    >>> _middle_of_best([2.0, 2.0, 3.0])
+    0
+    """
+    best = min(scores)
+    good = [s <= best * (1 + tolerance) for s in scores]
+    if good[0]:
+        return 0
+    runs: list[tuple[int, int]] = []  # (length, first index)
+    for j, ok in enumerate(good):
+        if ok and (j == 0 or not good[j - 1]):
+            runs.append((0, j))
+        if ok:
+            runs[-1] = (runs[-1][0] + 1, runs[-1][1])
+    length, first = max(runs, key=lambda r: (r[0], -r[1]))
+    return first + (length - 1) // 2
 
 
 __all__ = ["Demand", "Profile", "Span", "capacities", "cassini_offsets", "iteration_times", "mean_iteration_s",
