@@ -32,7 +32,7 @@ DEFAULT_MODEL, DEFAULT_DATASET, DEFAULT_IMAGE = "mlp-large", "digits", "fedmst-w
 DELAY_MODES, BACKENDS = ("auto", "netem", "userspace", "off"), ("process", "docker")
 OPTIMIZERS = ("sgd", "momentum", "adam")
 CLOCKS, INTERLEAVES, LINK_STATES = ("lockstep", "independent"), ("none", "cassini"), ("planned", "measured")
-ORDERS = ("fifo", "sjf-bco")
+ORDERS, QUEUES = ("fifo", "sjf-bco"), ("fifo", "fair")
 
 
 console = Console(highlight=False)
@@ -93,6 +93,9 @@ def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--delay-mode", type=click.Choice(DELAY_MODES), default="auto", show_default=True,
                      help="How link propagation delay is applied: netem where the kernel has it (auto), "
                           "fedmst's NFQUEUE delay line, or not at all."),
+        click.option("--queue", type=click.Choice(QUEUES), default="fifo", show_default=True,
+                     help="How each link's sender queues: one FIFO (Mininet's), or fair: one queue per transfer, "
+                          "served in turn, as the contention prediction assumes."),
         click.option("--loss", type=float, default=0.0, show_default=True,
                      help="Packet loss probability on every link direction (needs a delay mode other than off)."),
         click.option("--jitter-ms", type=float, default=0.0, show_default=True,

@@ -100,7 +100,7 @@ def test_cli_defaults_are_the_run_configs() -> None:
     assert (cli.DELAY_MODES, cli.BACKENDS) == (config.DELAY_MODES, backends.BACKENDS)
     assert cli.OPTIMIZERS == config.OPTIMIZERS
     assert (cli.CLOCKS, cli.INTERLEAVES, cli.LINK_STATES) == (config.CLOCKS, config.INTERLEAVES, config.LINK_STATES)
-    assert cli.ORDERS == config.ORDERS
+    assert (cli.ORDERS, cli.QUEUES) == (config.ORDERS, config.QUEUES)
 
 
 def test_every_run_option_defaults_to_the_run_configs_field() -> None:

@@ -110,12 +110,12 @@ def test_tasks_run_on_their_own_clocks(clean_host: None, tmp_path: Path) -> None
 
 
 def test_cassini_shifts_a_contending_task(clean_host: None, tmp_path: Path) -> None:
-    """With two tasks crossing the dumbbell's bottleneck, --interleave cassini starts the second
-    later by the shift it predicts, and the run keeps that shift."""
+    """With two tasks crossing the dumbbell's bottleneck (fair queues), --interleave cassini starts
+    the second later by the shift it predicts, and the run keeps that shift."""
     out = tmp_path / "run"
     fedmst("run", "--topology", "dumbbell", "--workload", str(WORKLOADS / "dumbbell-2tasks.json"),
            "--clock", "independent", "--interleave", "cassini", "--compute-s", "0.5", "--rounds", "2",
-           "--epochs", "1", "--out", str(out))
+           "--epochs", "1", "--queue", "fair", "--out", str(out))
     summary = json.loads((out / "summary.json").read_text())
     shift = summary["start_offsets_s"]["B"]
     assert summary["start_offsets_s"]["A"] == 0.0 and 0.1 < shift < 2.0
@@ -124,16 +124,19 @@ def test_cassini_shifts_a_contending_task(clean_host: None, tmp_path: Path) -> N
     assert summary["predicted_round_latency_s"] > 0
 
 
-def test_a_link_trace_changes_links_live_and_the_prediction_follows(clean_host: None, tmp_path: Path) -> None:
+@pytest.mark.parametrize("queue", ["fifo", "fair"])
+def test_a_link_trace_changes_links_live_and_the_prediction_follows(clean_host: None, tmp_path: Path,
+                                                                    queue: str) -> None:
     """a-b drops to 10 Mbit/s at once and b-c gets 20 ms more delay later: the broadcast takes
-    as long as 10 Mbit/s makes it, the predictions say so too, the delay lines were retuned, and
-    link_changes.json records both changes on time."""
+    as long as 10 Mbit/s makes it (with fair queues too: every queue's ceiling drops), the
+    predictions say so too, the delay lines were retuned, and link_changes.json records both
+    changes on time."""
     trace = tmp_path / "trace.json"
     trace.write_text(json.dumps({"changes": [{"at_s": 0, "a": "a", "b": "b", "capacity_mbps": 10},
                                              {"at_s": 1.0, "a": "b", "b": "c", "delay_ms": 20}]}))
     out = tmp_path / "run"
     fedmst("run", "--topology", "line3", "--global-node", "a", "--local-nodes", "b,c", "--local-models", "2",
-           "--rounds", "1", "--epochs", "1", "--link-trace", str(trace), "--out", str(out))
+           "--rounds", "1", "--epochs", "1", "--link-trace", str(trace), "--queue", queue, "--out", str(out))
     (round_,) = read_csv(out / "rounds.csv")
     at_10mbit = 4.5e6 * 8 / 10e6
     assert float(round_["broadcast_s"]) > 0.9 * at_10mbit

@@ -34,6 +34,7 @@ from typing import IO, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import networkx as nx
 
+from fedmst.net import queues
 from fedmst.net.cleanup import RunState, probe_name
 from fedmst.net.forkserver import ForkServer
 from fedmst.errors import EmulationError
@@ -164,17 +165,22 @@ class Emulation:
     userspace delay line they get one even at zero delay. A host's shell serves one command at a
     time (a lock per host), so a link trace can change links while the engine reads counters.
     ``run`` is the run the emulation belongs to (its id names the hosts, its state file records
-    the processes); without one it claims its own.
+    the processes); without one it claims its own. ``queue`` is how each link direction's sender
+    queues (:mod:`fedmst.net.queues`): one FIFO, or one queue per transfer served in turn.
     """
 
     def __init__(self, graph: nx.Graph, *, delay_mode: str = "auto", loss: float = 0.0,
                  jitter_s: float = 0.0, mtu: int = DEFAULT_MTU, netns: Mapping[str, int] | None = None,
                  capabilities: Capabilities | None = None, preload: Callable[[], None] | None = None,
-                 changing: Iterable[tuple[str, str]] = (), run: RunState | None = None) -> None:
+                 changing: Iterable[tuple[str, str]] = (), run: RunState | None = None,
+                 queue: str = "fifo") -> None:
         if not 0 <= loss < 1:
             raise EmulationError(f"loss must be a probability in [0, 1), got {loss}")
         if jitter_s < 0:
             raise EmulationError(f"jitter must not be negative, got {jitter_s} s")
+        if queue not in queues.QUEUES:
+            raise EmulationError(f"unknown queue {queue!r}: use one of {', '.join(queues.QUEUES)}")
+        self.queue = queue
         self.netns = dict(netns or {})
         unknown = sorted(set(self.netns) - set(graph.nodes), key=str)
         if unknown:
@@ -325,13 +331,10 @@ class Emulation:
 
     def _shaping(self, intf: str, attrs: Mapping[str, object]) -> list[str]:
         """The ``tc`` commands of one sending interface: htb at the link's capacity (Mininet's
-        shape: one class, 15 kB burst), then netem below it when netem applies the delay."""
-        cmds = [f"qdisc add dev {intf} root handle 5:0 htb default 1",
-                f"class add dev {intf} parent 5:0 classid 5:1 htb rate {float(attrs['capacity_mbps']):f}Mbit burst 15k"]
-        if self.delay_mode == "netem":
-            cmds.append(f"qdisc add dev {intf} parent 5:1 handle 10: netem "
-                        f"{self._netem(float(attrs['delay_s']), self.loss)}")  # type: ignore[arg-type]
-        return cmds
+        shape, 15 kB burst) over the run's queues, netem below them when netem applies the delay."""
+        netem = self._netem(float(attrs["delay_s"]), self.loss) if self.delay_mode == "netem" else None  # type: ignore[arg-type]
+        return queues.shaping(intf, float(attrs["capacity_mbps"]), queue=self.queue, mtu=self.mtu,  # type: ignore[arg-type]
+                              netem=netem)
 
     def _netem(self, delay_s: float, loss: float) -> str:
         """netem's arguments for a link direction: its delay, the run's jitter, and ``loss``."""
@@ -597,9 +600,9 @@ class Emulation:
         for a, b in ((u, v), (v, u)):
             intf, cmds = self._intf[(a, b)], []
             if capacity_mbps is not None:
-                cmds.append(f"class change dev {intf} parent 5:0 classid 5:1 htb rate {capacity_mbps:f}Mbit burst 15k")
+                cmds += queues.rate_change(intf, capacity_mbps, queue=self.queue, mtu=self.mtu)
             if netem:
-                cmds.append(f"qdisc change dev {intf} parent 5:1 handle 10: netem {self._netem(delay_now, loss_now)}")
+                cmds += queues.netem_change(intf, self._netem(delay_now, loss_now), queue=self.queue)
             if cmds:
                 self._host_batch(a, "tc", cmds)
             if self.delay_mode == "userspace" and (delay_s is not None or loss is not None):

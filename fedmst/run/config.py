@@ -28,6 +28,7 @@ from fedmst.core.tasks import Task, place_task
 from fedmst.core.topology import load_topology, node_order
 from fedmst.core.wire import DEFAULT_MTU
 from fedmst.core.workload import WorkloadPlan, make_tasks, read_workload, schedule_workload
+from fedmst.net.queues import QUEUES
 from fedmst.errors import FedmstError
 from fedmst.workers.backends import BACKENDS, DEFAULT_IMAGE, WorkerLimits, worker_limits
 
@@ -67,6 +68,9 @@ class RunConfig:
     chunk_bytes: int = 256 * 1024
     mtu: int = DEFAULT_MTU
     delay_mode: str = "auto"
+    queue: str = "fifo"
+    """How each link direction's sender queues: one FIFO, or ``fair``: one queue per transfer
+    served in turn (:mod:`fedmst.net.queues`)."""
     loss: float = 0.0
     jitter_ms: float = 0.0
     phase_timeout_s: float = 300.0
@@ -119,6 +123,8 @@ def validate(config: RunConfig) -> None:
         raise FedmstError(f"--mtu {config.mtu}: give an MTU between 576 and 9000")
     if config.delay_mode not in DELAY_MODES:
         raise FedmstError(f"--delay-mode {config.delay_mode}: choose one of {', '.join(DELAY_MODES)}")
+    if config.queue not in QUEUES:
+        raise FedmstError(f"--queue {config.queue}: choose one of {', '.join(QUEUES)}")
     if not 0 <= config.loss < 1:
         raise FedmstError(f"--loss {config.loss:g}: give a probability in [0, 1)")
     if config.jitter_ms < 0:

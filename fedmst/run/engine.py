@@ -140,7 +140,7 @@ def _run(resolved: ResolvedRun, report: Report, started: float, times: dict[str,
         hosts = {node: state.host_name(i) for i, node in enumerate(sorted(graph.nodes, key=node_order))}
         netns = backend.up(hosts, mounts=(str(scratch), str(out.resolve())))
         emu = Emulation(graph, delay_mode=resolved.delay_mode, loss=config.loss, jitter_s=config.jitter_ms / 1e3,
-                        mtu=config.mtu, netns=netns, capabilities=capabilities,
+                        mtu=config.mtu, queue=config.queue, netns=netns, capabilities=capabilities,
                         preload=backend.preload(model=config.model, dataset=config.dataset,
                                                 optimizer=config.optimizer, batch_size=config.batch_size,
                                                 lr=config.lr),

@@ -516,7 +516,7 @@ TIMELINE_LINKS = 4
 
 def plot_timeline(run_dir: Path, out: Path | None = None) -> Path:
     """Each task's phases against time (``timeline.csv``): a bar per phase coloured by phase, the
-    measured timeline with the predicted one as a thin bar beneath it, and the busiest link
+    measured timeline with the predicted one as a thin bar beneath it, and the most utilised link
     directions' utilisation below (``samples.csv``), on the same time axis."""
     path = run_dir / "timeline.csv"
     if not path.is_file():
@@ -526,8 +526,8 @@ def plot_timeline(run_dir: Path, out: Path | None = None) -> Path:
     caps = {(r["src"], r["dst"]): float(r["capacity_mbps"]) for r in read_csv(run_dir / "links.csv")} \
         if (run_dir / "links.csv").is_file() else {}
     series = rate_series(run_dir / "samples.csv") or {}
-    busiest = sorted((hop for hop in series if hop in caps and series[hop]),
-                     key=lambda hop: -sum(r for _, r in series[hop]))[:TIMELINE_LINKS]
+    busiest = sorted((hop for hop in series if hop in caps and series[hop]),  # by utilisation: bottlenecks first
+                     key=lambda hop: -sum(r for _, r in series[hop]) / caps[hop])[:TIMELINE_LINKS]
     plt = _pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 1.2 + 0.7 * len(tasks) + 2.6), sharex=True,
                                       gridspec_kw={"height_ratios": [max(1.0, 0.6 * len(tasks)), 1.6]})
