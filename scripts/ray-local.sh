@@ -6,8 +6,11 @@
 #   bash scripts/ray-local.sh stop      # stops only the nodes this script started, then `fedmst clean`
 #
 # Each node is a `ray start --block` process (the head first) whose PID is kept in $RAY_LOCAL_DIR
-# (default /run/fedmst-ray); it takes its Ray processes down when it gets SIGTERM, so stop ends
-# exactly those PIDs, nothing by name. Run as root from the repository, after scripts/setup.sh.
+# (default /run/fedmst-ray); a PID counts only while its command line is still that `ray start`
+# (not a later process given the PID). It takes its Ray processes down when it gets SIGTERM; stop
+# also waits for those processes (its descendants, listed before the TERM, each with its start
+# time), KILLs what is left of them after 60 s, and then runs `fedmst clean`: nothing by name.
+# Run as root from the repository, after scripts/setup.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,10 +25,33 @@ running() {  # the PIDs of nodes this script started that still run
     local f
     for f in "$DIR"/node*.pid; do
         [[ -e $f ]] || continue
-        local pid
+        local pid cmd
         pid=$(<"$f")
-        if kill -0 "$pid" 2>/dev/null; then echo "$pid"; fi
+        cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)
+        if [[ $cmd == *"ray start "*"--block"* ]]; then echo "$pid"; fi
     done
+}
+
+started_at() {  # a process's start time (clock ticks after boot), empty once it is gone
+    cut -d')' -f2 "/proc/$1/stat" 2>/dev/null | awk '{print $20}'
+}
+
+tree() {  # "PID:START" of every descendant of the given PIDs
+    local p kid
+    for p in "$@"; do
+        for kid in $(ps -o pid= --ppid "$p"); do
+            echo "$kid:$(started_at "$kid")"
+            tree "$kid"
+        done
+    done
+}
+
+left() {  # those of the given "PID:START" still running as the same process
+    local entry
+    for entry in "$@"; do
+        [[ $(started_at "${entry%%:*}") == "${entry#*:}" ]] && echo "${entry%%:*}"
+    done
+    return 0
 }
 
 alive_nodes() {  # how many nodes the cluster at 127.0.0.1:$PORT has alive
@@ -75,20 +101,22 @@ wait_for() {  # wait until $1 nodes are alive, at most $2 seconds
 }
 
 stop() {
-    local pids
+    local pids procs=()
     pids=$(running | xargs)
     if [[ -n $pids ]]; then
         echo "stopping ray nodes (PIDs $pids)" >&2
         # shellcheck disable=SC2086
+        mapfile -t procs < <(tree $pids)
+        # shellcheck disable=SC2086
         kill -TERM $pids
         local t
         for ((t = 0; t < 60; t++)); do
-            [[ -z $(running) ]] && break
+            [[ -z $(running) && -z $(left "${procs[@]}") ]] && break
             sleep 1
         done
-        pids=$(running | xargs)
+        pids="$(running | xargs) $(left "${procs[@]}" | xargs)"
         # shellcheck disable=SC2086
-        [[ -z $pids ]] || kill -KILL $pids
+        [[ -z ${pids// /} ]] || { echo "killing what is left of them (PIDs $pids)" >&2; kill -KILL $pids 2>/dev/null || true; }
     fi
     rm -f "$DIR"/node*.pid
     # a point interrupted by the stop cleans up after itself; one killed outright leaves a record

@@ -210,15 +210,19 @@ def test_collecting_the_delay_mode_tests_probes_nothing() -> None:
 
 # docker's share of fedmst clean ------------------------------------------------------------------
 def test_clean_dead_removes_only_containers_of_dead_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run abc's coordinator is gone; run pqr's record is dead although its container's owner PID
+    runs (a later process was given it); run xyz is live."""
     gone = subprocess.Popen(["true"])
     gone.wait()
     removed: list[list[str]] = []
     monkeypatch.setattr(docker, "labelled", lambda: [("fedmst-fmabc0", gone.pid), ("fedmst-fmxyz1", os.getppid()),
-                                                    ("fedmst-fmabc2", gone.pid)])
+                                                    ("fedmst-fmabc2", gone.pid), ("fedmst-fmpqr3", os.getppid())])
+    monkeypatch.setattr(docker, "live_runs", lambda: {"xyz"})
     monkeypatch.setattr(docker, "remove_names", lambda names: removed.append(list(names)))
     assert docker.clean_dead() == ["run abc: removed container fedmst-fmabc0",
-                                   "run abc: removed container fedmst-fmabc2"]
-    assert removed == [["fedmst-fmabc0", "fedmst-fmabc2"]]
+                                   "run abc: removed container fedmst-fmabc2",
+                                   "run pqr: removed container fedmst-fmpqr3"]
+    assert removed == [["fedmst-fmabc0", "fedmst-fmabc2", "fedmst-fmpqr3"]]
 
 
 @ROOT
@@ -238,3 +242,12 @@ def test_a_node_with_forty_links_is_built_whole(no_probe: None, clean_host: None
         addresses = emu.cmd("n0", "ip -o -4 addr show").count("inet 10.")
     assert "tcp-segmentation-offload: off" in offloads and "rate 100Mbit" in shaped
     assert addresses == 40
+
+
+def test_a_topology_whose_interface_names_linux_cannot_take_is_refused_before_anything_is_built() -> None:
+    """Host fmabc1000's 1000th port would be fmabc1000-eth999, 16 characters: refused in one line."""
+    star = nx.relabel_nodes(nx.star_graph(1000), str)
+    nx.set_edge_attributes(star, 10.0, "capacity_mbps")
+    with pytest.raises(EmulationError, match=r"1001 nodes, one with 1000 links, make interface names like "
+                                             r"fmxxx1000-eth999: longer than Linux's 15 characters"):
+        Emulation(star, capabilities=Capabilities(netem=False))

@@ -165,8 +165,9 @@ def test_sigkill_then_clean_leaves_nothing(tmp_path: Path, clean_host: None) -> 
     assert cleaned.returncode == 0, cleaned.stderr
     assert f"run {record['run']}: removed its record (coordinator {proc.pid} is gone)" in cleaned.stdout
     assert not (STATE_DIR / f"{record['run']}.json").exists()
+    pids = {pid for pid, _ in record["pids"]}
     running = [p.pid for p in psutil.process_iter(["status"])
-               if p.pid in record["pids"] and p.info["status"] != psutil.STATUS_ZOMBIE]
+               if p.pid in pids and p.info["status"] != psutil.STATUS_ZOMBIE]
     assert not running, f"processes of the dead run still running: {running}"
 
 

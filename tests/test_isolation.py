@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from conftest import FEDMST
@@ -26,10 +29,12 @@ def test_runs_claim_different_ids_and_name_their_hosts_with_them(tmp_path: Path,
     assert sorted(p.stem for p in tmp_path.glob("*.json")) == sorted(r.id for r in runs)
     run = runs[0]
     assert run.host_name(12) == f"fm{run.id}12" and cleanup.run_of(f"{run.host_name(12)}-eth3") == run.id
-    run.add(1234)
+    run.add(os.getpid())
     record = json.loads(run.path.read_text())
-    assert record["run"] == run.id and record["coordinator"] == os.getpid() and record["pids"] == [1234]
-    assert cleanup.live_runs() == {r.id for r in runs}
+    assert record["run"] == run.id and record["coordinator"] == os.getpid()
+    assert record["pids"] == [[os.getpid(), psutil.Process().create_time()]]
+    assert all(cleanup.is_live(json.loads(r.path.read_text())) for r in runs)
+    assert not list(tmp_path.glob("*.tmp"))  # the drafts each claim was linked from
     for r in runs:
         r.remove()
     assert not list(tmp_path.iterdir())
@@ -56,6 +61,8 @@ def test_clean_removes_a_dead_runs_leftovers_and_spares_a_live_run(tmp_path: Pat
     try:
         for name, peer in zip(mine, peers):  # a veth pair each (this kernel has no dummy interfaces)
             subprocess.run(["ip", "link", "add", name, "type", "veth", "peer", "name", peer], check=True)
+        real = cleanup._root_interfaces
+        monkeypatch.setattr(cleanup, "_root_interfaces", lambda: [i for i in real() if i in mine + peers])
         done = cleanup.clean()
         links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
         assert f"run {live.id}: live (process {os.getpid()}), left alone" in done
@@ -68,6 +75,41 @@ def test_clean_removes_a_dead_runs_leftovers_and_spares_a_live_run(tmp_path: Pat
         for name in mine:
             subprocess.run(["ip", "link", "del", name], capture_output=True)
         live.remove()
+
+
+def test_a_zombie_coordinator_is_dead(tmp_path: Path) -> None:
+    """A SIGKILLed ``fedmst run`` that its parent has not reaped yet holds nothing: its run is dead."""
+    child = subprocess.Popen(["true"])
+    try:
+        deadline = time.monotonic() + 10
+        while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.01)
+        started = psutil.Process(child.pid).create_time()
+        assert not cleanup.is_live({"coordinator": child.pid, "started": started})
+    finally:
+        child.wait()
+    assert cleanup.is_live({"coordinator": os.getpid(), "started": psutil.Process().create_time()})
+
+
+def test_clean_ends_a_dead_runs_process_but_not_a_later_one_given_its_pid(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dead run's record names processes by PID and start time: one of ours with that PID but
+    another start time (the PID was reused) is left running; the very one is ended."""
+    monkeypatch.setattr(cleanup, "STATE_DIR", tmp_path)
+    monkeypatch.setattr(cleanup, "_root_interfaces", lambda: [])
+    ours = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "fedmst.workers.agent"])
+    try:
+        started = psutil.Process(ours.pid).create_time()
+        for record_started, ended in ((started - 5.0, False), (started, True)):
+            dead = cleanup.RunState()
+            dead._record.update(coordinator=_dead_pid(), pids=[[ours.pid, record_started]])
+            dead._write()
+            done = cleanup.clean()
+            assert (f"run {dead.id}: ended process {ours.pid}" in done) is ended, done
+            assert (ours.poll() is not None) is ended
+    finally:
+        ours.kill()
+        ours.wait()
 
 
 def test_a_run_folder_takes_one_run_at_a_time(tmp_path: Path) -> None:

@@ -27,7 +27,8 @@ SWEEP = ["sweep", "--topology", "small", "--local-models", "2,3", "--seeds", "1"
 @pytest.fixture
 def cluster(tmp_path: Path, clean_host: None) -> Iterator[tuple[str, list[int]]]:
     """Two Ray nodes started by the script: (address, PIDs of their `ray start` processes);
-    stopped by the script however the test ends, and checked gone."""
+    stopped by the script however the test ends, and checked gone with every process under them
+    (raylets, GCS, workers; a zombie holds nothing and waits for init to reap it)."""
     env = {**os.environ, "RAY_LOCAL_DIR": str(tmp_path / "ray")}
     started = subprocess.run(["bash", str(SCRIPT), "start", "2"], capture_output=True, text=True, env=env,
                              timeout=300)
@@ -36,10 +37,23 @@ def cluster(tmp_path: Path, clean_host: None) -> Iterator[tuple[str, list[int]]]
         assert started.returncode == 0, started.stderr
         yield started.stdout.strip().splitlines()[-1], pids
     finally:
+        tree = _with_descendants(pids)
         stopped = subprocess.run(["bash", str(SCRIPT), "stop"], capture_output=True, text=True, env=env,
                                  timeout=300)
         assert stopped.returncode == 0, stopped.stderr
-        assert not [p for p in pids if psutil.pid_exists(p)], "ray-local.sh stop left a node running"
+        left = [p.pid for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert not left, f"ray-local.sh stop left processes of the cluster running: {left}"
+
+
+def _with_descendants(pids: list[int]) -> list[psutil.Process]:
+    procs = []
+    for pid in pids:
+        try:
+            node = psutil.Process(pid)
+            procs += [node, *node.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+    return procs
 
 
 def _bytes(folder: Path) -> dict[tuple[str, str, str], float]:

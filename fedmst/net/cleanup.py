@@ -2,9 +2,10 @@
 
 Every run claims an id (three letters, :class:`RunState`) and puts it in every name it gives
 something the host shares: its Mininet hosts and their interfaces (``fmabc3``, ``fmabc3-eth0``),
-worker containers (``fedmst-fmabc3``), scratch folders and its state file (``/run/fedmst/abc.json``),
-so two runs at once never touch each other's. What lives inside a host's own network namespace
-(addresses, routes, NFQUEUE numbers, iptables rules, TCP ports) is kept apart by the kernel.
+worker containers (``fedmst-fmabc3``), its scratch folder (``fedmst-abc-...``) and its state file
+(``/run/fedmst/abc.json``), so two runs at once never touch each other's. What lives inside a
+host's own network namespace (addresses, routes, NFQUEUE numbers, iptables rules, TCP ports) is
+kept apart by the kernel.
 
 While a run lives, its state file names its coordinator and the processes it started (Mininet
 host shells, fork servers, agents). A run that ends normally, by error or by Ctrl-C removes
@@ -36,12 +37,13 @@ HOST_PREFIX = "fm"
 RUN_ID_LETTERS = 3
 """A run id's length: 17,576 ids, and the longest name (``fmabc9999-eth99``) within Linux's 15
 characters for an interface."""
-OURS = re.compile(r"mininet:fm[a-z]{3}\d+|fedmst\.(workers\.agent|net\.delayline|net\.forkserver)")
+_RUN = f"[a-z]{{{RUN_ID_LETTERS}}}"
+OURS = re.compile(rf"mininet:{HOST_PREFIX}{_RUN}\d+|fedmst\.(workers\.agent|net\.delayline|net\.forkserver)")
 """Command lines of the processes fedmst starts: Mininet host shells, agents in containers (the
 docker clients that run them), a fresh fork server before it names itself; agents and delay lines
 forked by a fork server carry its names."""
-_NAMED = re.compile(r"(?:^|-)fm([a-z]{3})\d+(?:-|$)")
-_IFACE = re.compile(r"^fm(?:([a-z]{3})\d+-eth\d+|p(\d+))$")
+_NAMED = re.compile(rf"(?:^|-){HOST_PREFIX}({_RUN})\d+(?:-|$)")
+_IFACE = re.compile(rf"^{HOST_PREFIX}(?:({_RUN})\d+-eth\d+|p(\d+))$")
 """An emulated interface (group 1: its run) or a kernel probe's (group 2: the prober's PID)."""
 
 
@@ -83,31 +85,43 @@ def probe_name() -> str:
 
 
 class RunState:
-    """One live run: its id, claimed by creating its state file (so no two live runs share one),
-    and the processes it started, rewritten whenever it starts one."""
+    """One live run: its id, claimed by linking its complete state file into place (so no two
+    live runs share one, and nobody ever reads a half-written one), and the processes it started,
+    each with its start time, rewritten whenever it starts one."""
 
     def __init__(self) -> None:
         STATE_DIR.mkdir(parents=True, exist_ok=True)
-        for _ in range(1000):
-            self.id = "".join(random.choices(string.ascii_lowercase, k=RUN_ID_LETTERS))
-            self.path = STATE_DIR / f"{self.id}.json"
-            try:
-                os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-                break
-            except FileExistsError:
-                continue
-        else:
-            raise FedmstError(f"no free run id in {STATE_DIR}: too many runs' records "
-                              "(`fedmst clean` removes dead ones)")
         me = psutil.Process()
-        self._record = {"run": self.id, "coordinator": me.pid, "started": me.create_time(), "pids": []}
-        self._write()
+        self._record: dict = {"coordinator": me.pid, "started": me.create_time(), "pids": []}
+        draft = STATE_DIR / f".claim-{me.pid}.tmp"
+        try:
+            for _ in range(1000):
+                self.id = "".join(random.choices(string.ascii_lowercase, k=RUN_ID_LETTERS))
+                self.path = STATE_DIR / f"{self.id}.json"
+                draft.write_text(json.dumps({"run": self.id, **self._record}))
+                try:
+                    os.link(draft, self.path)  # fails if the id is taken
+                    break
+                except FileExistsError:
+                    continue
+            else:
+                raise FedmstError(f"no free run id in {STATE_DIR}: too many runs' records "
+                                  "(`fedmst clean` removes dead ones)")
+        finally:
+            draft.unlink(missing_ok=True)
+        self._record = {"run": self.id, **self._record}
 
     def host_name(self, index: int) -> str:
         return host_name(self.id, index)
 
     def add(self, pid: int) -> None:
-        self._record["pids"].append(pid)  # type: ignore[attr-defined]
+        """Record a process the run started, with its start time, so that ``clean`` never ends
+        a later process that was given the same PID."""
+        try:
+            started = psutil.Process(pid).create_time()
+        except psutil.NoSuchProcess:
+            return  # gone already: nothing to end
+        self._record["pids"].append([pid, started])
         self._write()
 
     def _write(self) -> None:
@@ -131,17 +145,25 @@ def _records() -> dict[str, dict]:
     return records
 
 
-def is_live(record: dict) -> bool:
-    """Whether a record's coordinator still runs (the same process: not a later one given its PID)."""
+def _same_process(pid: int, started: float | None) -> psutil.Process | None:
+    """Process ``pid`` if it still runs and is the one that started at ``started`` (not a later
+    one given its PID, nor a zombie, which holds nothing); None otherwise."""
     try:
-        proc = psutil.Process(record["coordinator"])
-        return abs(proc.create_time() - record.get("started", proc.create_time())) < 1.0
-    except (KeyError, psutil.NoSuchProcess):
-        return False
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc if started is None or abs(proc.create_time() - started) < 0.05 else None
+    except psutil.NoSuchProcess:
+        return None
+
+
+def is_live(record: dict) -> bool:
+    """Whether a record's coordinator still runs (the same process, and not a zombie)."""
+    return "coordinator" in record and _same_process(record["coordinator"], record.get("started")) is not None
 
 
 def live_runs() -> set[str]:
-    """The ids of runs whose coordinator is alive."""
+    """The ids of runs whose coordinator is alive (the same process, not a zombie)."""
     return {run for run, record in _records().items() if is_live(record)}
 
 
@@ -150,17 +172,19 @@ def clean() -> list[str]:
     naming the run it belonged to."""
     done: list[str] = []
     live = set()
+    interfaces = _root_interfaces()  # before the records: a run claimed after this has none listed
     for run, record in _records().items():
         if is_live(record):
             live.add(run)
             done.append(f"run {run}: live (process {record['coordinator']}), left alone")
             continue
-        for pid in record.get("pids", []):
-            if _end_if_ours(pid):
+        for entry in record.get("pids", []):
+            pid, started = entry if isinstance(entry, list) else (entry, None)
+            if _end_if_ours(pid, started):
                 done.append(f"run {run}: ended process {pid}")
         (STATE_DIR / f"{run}.json").unlink(missing_ok=True)
         done.append(f"run {run}: removed its record (coordinator {record.get('coordinator', '?')} is gone)")
-    for iface in _root_interfaces():
+    for iface in interfaces:
         run, prober = _IFACE.match(iface).groups()  # type: ignore[union-attr]
         if run in live or (prober is not None and psutil.pid_exists(int(prober))):
             continue
@@ -170,10 +194,10 @@ def clean() -> list[str]:
     return done or ["nothing to clean"]
 
 
-def _end_if_ours(pid: int) -> bool:
+def _end_if_ours(pid: int, started: float | None) -> bool:
+    proc = _same_process(pid, started)
     try:
-        proc = psutil.Process(pid)
-        if not is_ours(proc.name(), proc.cmdline()):
+        if proc is None or not is_ours(proc.name(), proc.cmdline()):
             return False
         proc.kill()
         proc.wait(timeout=5)

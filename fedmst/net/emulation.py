@@ -35,7 +35,7 @@ from typing import IO, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 import networkx as nx
 
 from fedmst.net import queues
-from fedmst.net.cleanup import RunState, probe_name
+from fedmst.net.cleanup import RUN_ID_LETTERS, RunState, host_name, probe_name
 from fedmst.net.forkserver import ForkServer
 from fedmst.errors import EmulationError
 from fedmst.core.plan import LinkDir
@@ -45,6 +45,8 @@ from fedmst.core.wire import DEFAULT_MTU
 
 log = logging.getLogger(__name__)
 
+IFNAMSIZ = 15
+"""The longest interface name Linux takes."""
 LINK_NET = ipaddress.ip_network("10.0.0.0/10")
 FLOW_NET = ipaddress.ip_network("10.128.0.0/9")
 BACKGROUND_NET = ipaddress.ip_network("10.64.0.0/10")
@@ -185,6 +187,11 @@ class Emulation:
         unknown = sorted(set(self.netns) - set(graph.nodes), key=str)
         if unknown:
             raise EmulationError(f"netns names node(s) {', '.join(map(str, unknown))}, not in the topology")
+        degree = max((d for _, d in graph.degree), default=1)
+        longest = f"{host_name('x' * RUN_ID_LETTERS, len(graph) - 1)}-eth{degree - 1}"
+        if len(longest) > IFNAMSIZ:
+            raise EmulationError(f"{len(graph)} nodes, one with {degree} links, make interface names like "
+                                 f"{longest}: longer than Linux's {IFNAMSIZ} characters")
         self.graph = graph
         self.mtu = mtu
         if capabilities is None:

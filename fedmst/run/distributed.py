@@ -28,6 +28,9 @@ SLOT = "fedmst_emulation"
 """The custom resource a Ray node offers once per emulation it can run at a time."""
 RETRIES = 3
 """Times a point is run again when its node dies (Ray moves it to a node that lives)."""
+SLOT_CHECK_S = 10.0
+"""While no point comes back, how often the sweep checks that some node still offers a slot
+(Ray would wait for one forever)."""
 
 
 @dataclass(frozen=True)
@@ -43,9 +46,9 @@ class Finished:
     error: str | None = None
 
 
-def connect(address: str) -> int:
-    """Join the Ray cluster at ``address`` (``auto``: the one running on this host); return the
-    emulation slots it offers, or fail in one line saying what is missing."""
+def connect(address: str) -> None:
+    """Join the Ray cluster at ``address`` (``auto``: the one running on this host), or fail in
+    one line saying what is missing (Ray, the cluster, a node offering an emulation slot)."""
     try:
         import ray
     except ImportError:
@@ -57,26 +60,31 @@ def connect(address: str) -> int:
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise FedmstError(f"--ray {address}: no Ray cluster there ({' '.join(str(exc).split())[:200]}); "
                           "start one with scripts/ray-local.sh start N or `ray start --head`") from None
-    slots = int(ray.cluster_resources().get(SLOT, 0))
-    if not slots:
+    if not ray.cluster_resources().get(SLOT, 0):
         ray.shutdown()
         raise FedmstError(f"--ray {address}: no node offers an emulation slot; start each node with "
                           f"--resources '{{\"{SLOT}\": 1}}' (scripts/ray-local.sh does)")
-    return slots
 
 
 def run_points(resolved: Mapping[Hashable, ResolvedRun], finished: Callable[[Hashable, Finished], None]) -> None:
     """Run every point on the cluster :func:`connect` joined, at most one per slot, calling
     ``finished`` as each comes back (in the order they finish), a failed one too (its run folder
     is worth reading). Whatever ``finished`` raises stops the sweep, as does a point Ray gives up
-    on: the points not started are cancelled, those running are interrupted and torn down."""
+    on, or a cluster left without any emulation slot (its nodes gone): the points not started are
+    cancelled, those running are interrupted and torn down."""
     import ray
 
     remote = ray.remote(num_cpus=0, resources={SLOT: 1}, max_retries=RETRIES)(_run_point)
     pending = {remote.remote(run): key for key, run in resolved.items()}
     try:
         while pending:
-            (ref,), _ = ray.wait(list(pending), num_returns=1)
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=SLOT_CHECK_S)
+            if not ready:
+                if not ray.cluster_resources().get(SLOT, 0):
+                    raise FedmstError(f"no Ray node offers an emulation slot any more (the nodes that did are "
+                                      f"gone): {len(pending)} point(s) not run")
+                continue
+            (ref,) = ready
             key = pending.pop(ref)
             try:
                 result = ray.get(ref)
@@ -103,12 +111,12 @@ def _run_point(run: ResolvedRun) -> Finished:
     from fedmst.run.engine import run as run_here
 
     node = ray.get_runtime_context().get_node_id()[:8]
-    host = check_host(run.config)
-    run = replace(run, delay_mode=host.delay_mode, netem_available=host.netem_available)
     summary, error = None, None
     with tempfile.TemporaryDirectory(prefix="fedmst-ray-") as scratch:
         folder = Path(scratch) / "run"
         try:
+            host = check_host(run.config)  # this node cannot emulate: said like any failed point
+            run = replace(run, delay_mode=host.delay_mode, netem_available=host.netem_available)
             summary = run_here(replace(run, config=replace(run.config, out=str(folder))), report=lambda _: None)
         except FedmstError as exc:  # bad luck or this host's fault, not a bug: its folder says more
             error = str(exc).replace(str(folder), "the run folder")  # this scratch is gone: the folder is sent back

@@ -124,8 +124,6 @@ def _run(resolved: ResolvedRun, report: Report, started: float, times: dict[str,
         for name, reason in workload.blocked:
             report(f"{tag} blocked {name}: {reason}")
     backend = backend_for(config.workers, config.image, resolved.limits)
-    state = RunState()
-    scratch = Path(tempfile.mkdtemp(prefix=f"fedmst-{state.id}-"))
     graph = resolved.graph
     prediction = Prediction(graph, config.chunk_bytes, config.mtu, with_delay=resolved.delay_mode != "off",
                             changes=resolved.link_changes)
@@ -135,7 +133,10 @@ def _run(resolved: ResolvedRun, report: Report, started: float, times: dict[str,
     ceiling: dict[str, object] = {}
     status = "interrupted"
     engine: Engine | None = None
+    state = RunState()
+    scratch: Path | None = None
     try:
+        scratch = Path(tempfile.mkdtemp(prefix=f"fedmst-{state.id}-"))
         ceiling = _link_ceiling(resolved, capabilities, lambda m: report(f"{tag} {m}"))
         hosts = {node: state.host_name(i) for i, node in enumerate(sorted(graph.nodes, key=node_order))}
         netns = backend.up(hosts, mounts=(str(scratch), str(out.resolve())))
@@ -164,9 +165,12 @@ def _run(resolved: ResolvedRun, report: Report, started: float, times: dict[str,
         raise FedmstError(f"{type(exc).__name__}: {' '.join(str(exc).split())} "
                           f"(an internal error; the traceback is in {out / 'error.log'})") from exc
     finally:
-        backend.down()
-        state.remove()
-        shutil.rmtree(scratch, ignore_errors=True)
+        try:
+            backend.down()
+        finally:  # the run's record and scratch go even when its containers would not
+            state.remove()
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
         if emu is not None and emu.delay_stats:
             write_json(out / "delay_lines.json", emu.delay_stats)
         clock = engine.clock if engine is not None else None

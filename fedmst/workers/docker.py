@@ -21,7 +21,7 @@ from typing import Iterable, Mapping, Sequence
 import psutil
 
 from fedmst.errors import EmulationError, FedmstError
-from fedmst.net.cleanup import run_of
+from fedmst.net.cleanup import live_runs, run_of
 
 DEFAULT_IMAGE = "fedmst-worker"
 WORKER_BACKENDS = ("process", "docker")
@@ -190,8 +190,12 @@ def labelled() -> list[tuple[str, int]]:
 
 def clean_dead() -> list[str]:
     """Remove the containers of runs whose coordinator is gone (SIGKILLed: it could not remove
-    them itself), and report each one removed, one line each."""
-    dead = [name for name, owner in labelled() if owner == os.getpid() or not psutil.pid_exists(owner)]
+    them itself), and report each one removed, one line each. A run is live while its record
+    names a coordinator that still runs (:func:`fedmst.net.cleanup.live_runs`: the same PID and
+    start time), so a later process given a dead coordinator's PID keeps nothing alive."""
+    live = live_runs()
+    dead = [name for name, owner in labelled()
+            if owner == os.getpid() or not psutil.pid_exists(owner) or run_of(name) not in live | {"?"}]
     remove_names(dead)
     return [f"run {run_of(name)}: removed container {name}" for name in dead]
 
