@@ -314,6 +314,94 @@ def _write_json(path: Path, data: dict[str, object]) -> None:
     tmp.replace(path)
 
 
+class _Signals:
+    """SIGTERM/SIGINT ask the loop to stop, SIGUSR1 to re-read the control file. The handlers
+    only set a flag; the wake-up pipe makes the blocked select() return at once."""
+
+    def __init__(self) -> None:
+        self.stop = self.retune = False
+        self.wake_r, wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+            signal.signal(signum, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if signum == signal.SIGUSR1:
+            self.retune = True
+        else:
+            self.stop = True
+
+    def drain(self) -> None:
+        """Empty the wake-up pipe once select() has seen it."""
+        try:
+            os.read(self.wake_r, 512)
+        except BlockingIOError:
+            pass
+
+
+class _StampedPush:
+    """Starts each packet's delay when it reached the interface (the kernel's receive stamp,
+    wall clock), not when we got round to reading it: our wake-up latency is not link delay."""
+
+    def __init__(self, line: DelayLine) -> None:
+        self.push, self.lag_sum, self.stamped = line.push, 0.0, 0
+
+    def __call__(self, packet: Verdictable) -> None:
+        now = time.monotonic()
+        stamp = packet.get_timestamp()  # type: ignore[attr-defined]
+        behind = time.time() - stamp if stamp > 0 else 0.0
+        if 0.0 < behind < 1.0:  # a stamp from a stepped wall clock is not believed
+            now -= behind
+            self.lag_sum += behind
+            self.stamped += 1
+        self.push(packet, now)  # the Packet object stays valid for a verdict after we return
+
+
+def _serve(line: DelayLine, nfq: object, signals: _Signals, control: Path | None) -> None:
+    """Read packets and release each when due until asked to stop."""
+    clock = time.monotonic
+    fd = nfq.get_fd()  # type: ignore[attr-defined]
+    overshoot = 50e-6  # a typical timer wake-up latency here; learned from then on
+    while not signals.stop:
+        due = line.next_due()
+        timeout = None if due is None else max(0.0, due - clock() - overshoot)
+        asked = clock()
+        # select(), not epoll: its timeout has microsecond, not millisecond, resolution
+        readable, _, _ = select.select([fd, signals.wake_r], [], [], timeout)
+        now = clock()
+        if not readable and timeout:
+            # a timer wake-up: learn how late such wake-ups come (EWMA), and aim that early
+            late = min(max(now - asked - timeout, 0.0), MAX_OVERSHOOT_S)
+            overshoot += (late - overshoot) * 0.2
+        if fd in readable:
+            nfq.run(block=False)  # type: ignore[attr-defined]
+            now = clock()
+        for packet in line.release(now, overshoot):
+            packet.accept()  # type: ignore[attr-defined]
+        if signals.wake_r in readable:
+            signals.drain()
+        if signals.retune and control is not None:
+            signals.retune = False
+            change = json.loads(control.read_text())
+            line.retune(None if change.get("delay_ms") is None else change["delay_ms"] / 1e3, change.get("loss"))
+
+
+def _finish(line: DelayLine, queue: int, pushed: _StampedPush) -> dict[str, object]:
+    """Drop what is still held and return the line's statistics. Held packets are dropped, not
+    passed early: stopping must never look like "no delay"."""
+    flushed = line.flush()
+    for packet in flushed:
+        try:
+            packet.drop()
+        except RuntimeError:
+            pass
+    return {"queue": queue, **line.stats(), "dropped_at_exit": len(flushed),
+            "read_lag_mean_s": pushed.lag_sum / pushed.stamped if pushed.stamped else None,
+            "stamped": pushed.stamped, **_kernel_queue_stats(queue)}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
     try:
@@ -330,94 +418,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
     _die_with_parent()
-    stop = retune = False
-
-    def on_signal(signum: int, frame: object) -> None:
-        nonlocal stop, retune
-        if signum == signal.SIGUSR1:
-            retune = True
-        else:
-            stop = True
-
-    # the handler only sets a flag; the wake-up pipe makes the blocked select() return at once
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGUSR1, on_signal)
-
+    signals = _Signals()
     _tighten_timers()
     stamps = _enable_rx_timestamps()  # noqa: F841 - kept open: the kernel stamps while it lives
-    clock, wall = time.monotonic, time.time
-    push = line.push
-    lag = {"sum": 0.0, "n": 0}
-
-    def on_packet(packet: Verdictable) -> None:
-        # Start the packet's delay when it reached the interface (the kernel's receive stamp, wall
-        # clock), not when we got round to reading it: our wake-up latency is not link delay.
-        now = clock()
-        stamp = packet.get_timestamp()  # type: ignore[attr-defined]
-        behind = wall() - stamp if stamp > 0 else 0.0
-        if 0.0 < behind < 1.0:  # a stamp from a stepped wall clock is not believed
-            now -= behind
-            lag["sum"] += behind
-            lag["n"] += 1
-        push(packet, now)  # the Packet object stays valid for a verdict after we return
-
+    pushed = _StampedPush(line)
     try:
         nfq = NetfilterQueue()
         # COPY_META: only metadata crosses to user space, never payload; packets stay in the kernel
-        nfq.bind(args.queue, on_packet, max_len=args.capacity + KERNEL_QUEUE_SLACK, mode=COPY_META)
+        nfq.bind(args.queue, pushed, max_len=args.capacity + KERNEL_QUEUE_SLACK, mode=COPY_META)
     except (OSError, RuntimeError) as exc:
         print(f"fedmst.net.delayline: cannot bind NFQUEUE {args.queue} ({exc}); need root, "
               "and no other process may hold that queue in this network namespace", file=sys.stderr)
         return 1
 
-    fd = nfq.get_fd()
-    overshoot = 50e-6  # a typical timer wake-up latency here; learned from then on
     rc = 0
     try:
-        while not stop:
-            due = line.next_due()
-            timeout = None if due is None else max(0.0, due - clock() - overshoot)
-            asked = clock()
-            # select(), not epoll: its timeout has microsecond, not millisecond, resolution
-            readable, _, _ = select.select([fd, wake_r], [], [], timeout)
-            now = clock()
-            if not readable and timeout:
-                # a timer wake-up: learn how late such wake-ups come (EWMA), and aim that early
-                late = min(max(now - asked - timeout, 0.0), MAX_OVERSHOOT_S)
-                overshoot += (late - overshoot) * 0.2
-            if fd in readable:
-                nfq.run(block=False)
-                now = clock()
-            for packet in line.release(now, overshoot):
-                packet.accept()  # type: ignore[attr-defined]
-            if wake_r in readable:
-                try:
-                    os.read(wake_r, 512)
-                except BlockingIOError:
-                    pass
-            if retune and args.control is not None:
-                retune = False
-                change = json.loads(args.control.read_text())
-                line.retune(None if change.get("delay_ms") is None else change["delay_ms"] / 1e3, change.get("loss"))
+        _serve(line, nfq, signals, args.control)
     except Exception as exc:  # noqa: BLE001 - report it, still write the counters
         print(f"fedmst.net.delayline: stopped by error: {exc!r}", file=sys.stderr)
         rc = 1
     finally:
-        # held packets are dropped, not passed early: stopping must never look like "no delay"
-        flushed = line.flush()
-        for packet in flushed:
-            try:
-                packet.drop()
-            except RuntimeError:
-                pass
-        stats = {"queue": args.queue, **line.stats(), "dropped_at_exit": len(flushed),
-                 "read_lag_mean_s": lag["sum"] / lag["n"] if lag["n"] else None,
-                 "stamped": lag["n"], **_kernel_queue_stats(args.queue)}
+        stats = _finish(line, args.queue, pushed)
         nfq.unbind()
         if args.stats is not None:
             _write_json(args.stats, stats)

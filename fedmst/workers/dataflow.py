@@ -83,88 +83,99 @@ def run_phase(phase: str, inp: PhaseInputs, arrived: Callable[[str], None]) -> t
     """Play this node's part in ``phase``; return the global model it ends the phase with, or
     None where it has not all of it (a relay in a tree's upload). ``arrived`` is told the key of
     every transfer whose last chunk is in."""
-    mine = [t for t in inp.transfers if t.phase == phase]
-    stride = -(-inp.numel // inp.chunk_elems)
-    shared = [t.connection for t in inp.transfers]
-    tag = {t.key: stride * shared[:i].count(t.connection) for i, t in enumerate(inp.transfers)}
+    return _Phase(phase, inp, arrived).run()
 
-    def end_of(t: TransferSpec) -> _End:
-        lo, hi = span(t, inp.numel)
-        chunks = transport.grid(lo, hi, inp.chunk_elems)
-        return _End(t, lo, hi, chunks, torch.empty(hi - lo if t.dst == inp.node else 0),
+
+class _Phase:
+    """The transfers of one phase at one node, with what their threads share: each transfer's
+    end, the failure flag that stops the others, and the node's own sums, made once."""
+
+    def __init__(self, phase: str, inp: PhaseInputs, arrived: Callable[[str], None]) -> None:
+        self.phase, self.inp, self.arrived = phase, inp, arrived
+        self.mine = [t for t in inp.transfers if t.phase == phase]
+        stride = -(-inp.numel // inp.chunk_elems)
+        shared = [t.connection for t in inp.transfers]
+        self.tag = {t.key: stride * shared[:i].count(t.connection) for i, t in enumerate(inp.transfers)}
+        self.ends = {t.key: self._end_of(t) for t in self.mine}
+        self.failed = threading.Event()
+        self.sums: dict[frozenset[int] | None, torch.Tensor] = {}
+        self.summing = threading.Lock()
+
+    def run(self) -> torch.Tensor | None:
+        node = self.inp.node
+        run_all([partial(self._guarded, self._receive if t.dst == node else self._send, self.ends[t.key])
+                 for t in self.mine])
+        return _held(self.phase, self.inp, [self.ends[t.key] for t in self.mine if t.dst == node], self._own)
+
+    def _end_of(self, t: TransferSpec) -> _End:
+        lo, hi = span(t, self.inp.numel)
+        chunks = transport.grid(lo, hi, self.inp.chunk_elems)
+        return _End(t, lo, hi, chunks, torch.empty(hi - lo if t.dst == self.inp.node else 0),
                     {j: threading.Event() for j, _ in chunks})
 
-    ends = {t.key: end_of(t) for t in mine}
-    failed = threading.Event()
-    sums: dict[frozenset[int] | None, torch.Tensor] = {}
-    summing = threading.Lock()
-
-    def own(models: Collection[int] | None) -> torch.Tensor:
+    def _own(self, models: Collection[int] | None) -> torch.Tensor:
         """This node's weighted updates among ``models``, summed once however many transfers send
         them (a ring member sends its own in every reduce-scatter step)."""
         key = None if models is None else frozenset(models)
-        with summing:
-            if key not in sums:
-                sums[key] = inp.own(models)
-            return sums[key]
+        with self.summing:
+            if key not in self.sums:
+                self.sums[key] = self.inp.own(models)
+            return self.sums[key]
 
-    def wait(event: threading.Event) -> None:
+    def _wait(self, event: threading.Event) -> None:
         while not event.wait(0.05):
-            if failed.is_set():
+            if self.failed.is_set():
                 raise PhaseFailed("another transfer of this phase failed at this node")
 
-    def receive(end: _End) -> None:
-        pair, first = inp.pairs[end.spec.connection], tag[end.spec.key]
+    def _receive(self, end: _End) -> None:
+        pair, first = self.inp.pairs[end.spec.connection], self.tag[end.spec.key]
         works = [(j, transport.post_recv(pair, end.view(part), first + j)) for j, part in end.chunks]
         for j, work in works:
             transport.wait(work, pair)
             end.ready[j].set()
-        arrived(end.spec.key)
+        self.arrived(end.spec.key)
         end.done.set()
 
-    def send(end: _End) -> None:
+    def _send(self, end: _End) -> None:
         t = end.spec
-        for other in mine:
+        for other in self.mine:
             if other.step < t.step and t.src in (other.src, other.dst):
-                wait(ends[other.key].done)
-        feeds = [ends[f.key] for f in feeders(t, mine)]
+                self._wait(self.ends[other.key].done)
+        feeds = [self.ends[f.key] for f in feeders(t, self.mine)]
         # what it sends: a copy of the global model received, G's model, or sums (its own updates,
         # plus the sums that feed it; all of them where it completes the global model)
         copy = next((f for f in feeds if f.spec.carries == "global"), None) if t.carries == "global" else None
         if copy is not None:
             base = None
-        elif phase == "broadcast":
-            assert inp.model is not None, f"{t.key}: only G's node starts a broadcast"
-            base = inp.model
+        elif self.phase == "broadcast":
+            assert self.inp.model is not None, f"{t.key}: only G's node starts a broadcast"
+            base = self.inp.model
         else:
-            base = own(None if t.carries == "global" else t.models)
+            base = self._own(None if t.carries == "global" else t.models)
             if feeds:
                 end.buf = torch.empty(end.hi - end.lo)
-        pair, first, sends = inp.pairs[t.connection], tag[t.key], []
+        pair, first, sends = self.inp.pairs[t.connection], self.tag[t.key], []
         for j, part in end.chunks:
             if copy is not None:
-                chunk = copy.view_when(j, part, wait)
+                chunk = copy.view_when(j, part, self._wait)
             elif not feeds:
                 chunk = base[part]
             else:
                 chunk = end.view(part)
-                torch.add(base[part], feeds[0].view_when(j, part, wait), out=chunk)
+                torch.add(base[part], feeds[0].view_when(j, part, self._wait), out=chunk)
                 for f in feeds[1:]:
-                    chunk.add_(f.view_when(j, part, wait))
+                    chunk.add_(f.view_when(j, part, self._wait))
             sends.append(transport.post_send(pair, chunk, first + j))
         for work in sends:
             transport.wait(work, pair)
         end.done.set()
 
-    def guarded(fn: Callable[[_End], None], end: _End) -> None:
+    def _guarded(self, fn: Callable[[_End], None], end: _End) -> None:
         try:
             fn(end)
         except BaseException:
-            failed.set()
+            self.failed.set()
             raise
-
-    run_all([partial(guarded, receive if t.dst == inp.node else send, ends[t.key]) for t in mine])
-    return _held(phase, inp, [ends[t.key] for t in mine if t.dst == inp.node], own)
 
 
 MAX_THREADS = 4096
