@@ -99,7 +99,7 @@ def _busy_ticks() -> tuple[int, int]:
 
 def line_pids(emu: Emulation) -> dict[str, int]:
     """The emulation's delay-line processes by link direction (read for CPU accounting only)."""
-    return {f"{u}->{v}": proc.pid for (u, v), (proc, _) in getattr(emu, "_lines", {}).items()}
+    return emu.delay_line_pids()
 
 
 def iperf(emu: Emulation, server: str, client: str, dst: str, seconds: int, omit: int,

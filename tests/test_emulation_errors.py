@@ -20,7 +20,9 @@ import pytest
 from fedmst.core.topology import load_topology
 from fedmst.errors import EmulationError
 from fedmst.net import emulation
+from fedmst.net import shell as shell_module
 from fedmst.net.emulation import Capabilities, Emulation, require_tools
+from fedmst.net.shell import HostShell
 from fedmst.workers import docker
 
 ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root")
@@ -63,20 +65,20 @@ def test_ifconfig_is_checked_because_mininet_exits_without_it() -> None:
 
 
 # segmentation offloads ---------------------------------------------------------------------------
-def _fake_emulation(outputs: dict[str, str]) -> Emulation:
-    """An Emulation with no network whose hosts answer the ethtool script of ``_offloads_off``
-    with ``outputs`` (per interface), as the shell would: one report after the other."""
-    emu = object.__new__(Emulation)
-    emu._script = lambda node, lines: "".join(  # type: ignore[method-assign]
-        f"{outputs[intf]}{emulation._END}\r\n" for intf in re.findall(r"ethtool -K (\S+)", "\n".join(lines)))
-    return emu
+def _fake_shell(outputs: dict[str, str]) -> HostShell:
+    """Node a's host shell, with no host, answering the ethtool script of ``offloads_off`` with
+    ``outputs`` (per interface), as the shell would: one report after the other."""
+    shell = HostShell("a", object())
+    shell.script = lambda lines: "".join(  # type: ignore[method-assign]
+        f"{outputs[intf]}{shell_module._END}\r\n" for intf in re.findall(r"ethtool -K (\S+)", "\n".join(lines)))
+    return shell
 
 
 OFF = "rc=0\ntcp-segmentation-offload: off\ngeneric-segmentation-offload: off\ngeneric-receive-offload: off\n"
 
 
 def test_offloads_that_are_off_pass() -> None:
-    _fake_emulation({"fm0-eth0": OFF, "fm0-eth1": OFF})._offloads_off("a", ["fm0-eth0", "fm0-eth1"])
+    _fake_shell({"fm0-eth0": OFF, "fm0-eth1": OFF}).offloads_off(["fm0-eth0", "fm0-eth1"])
 
 
 @pytest.mark.parametrize("output,reason", [
@@ -85,9 +87,9 @@ def test_offloads_that_are_off_pass() -> None:
     (OFF.replace("generic-receive-offload: off", "generic-receive-offload: on"), "generic-receive-offload is still on"),
 ])
 def test_an_offload_that_stays_on_is_one_line_naming_node_and_interface(output: str, reason: str) -> None:
-    emu = _fake_emulation({"fm0-eth0": OFF, "fm0-eth1": output})
+    shell = _fake_shell({"fm0-eth0": OFF, "fm0-eth1": output})
     with pytest.raises(EmulationError) as err:
-        emu._offloads_off("a", ["fm0-eth0", "fm0-eth1"])
+        shell.offloads_off(["fm0-eth0", "fm0-eth1"])
     assert str(err.value) == f"switching off segmentation offloads on node a, interface fm0-eth1, failed: {reason}"
 
 
@@ -160,7 +162,7 @@ def test_links_failing_with_hosts_built_tears_them_down(monkeypatch: pytest.Monk
         with emu:
             pass
     assert str(err.value) == "making the links failed: RTNETLINK answers: File exists"
-    assert emu._state is None and not emu._procs and not emu._hosts
+    assert emu._state is None and not emu._processes.procs and not emu._shells
 
 
 @ROOT

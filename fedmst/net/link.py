@@ -1,0 +1,190 @@
+"""One emulated physical link: its two veth ends, their shaping and delay, counters and changes.
+
+A link u-v is a veth pair, one end in each node's host, on its own ``/30``. Direction u->v is sent
+on u's end, where htb shapes it to the link's capacity (and netem, where it applies the delay,
+holds it below htb's queues), and arrives on v's end, where a userspace delay line holds it
+instead when the delay mode is ``userspace``: a packet is serialised by the sender's htb first
+and then propagates. The graph's attributes are the run's, shared: a link never changes them and
+keeps what a link trace set live in its own state instead.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from fedmst.core.plan import LinkDir
+from fedmst.errors import EmulationError
+from fedmst.net import queues
+from fedmst.net.shell import HostShell
+
+_HTB_DROPS = re.compile(r"qdisc htb \S+ dev (\S+) root.*?\n Sent \d+ bytes \d+ pkt \(dropped (\d+)")
+
+
+@dataclass(frozen=True)
+class LinkEnd:
+    """One node's end of a link: its interface and that interface's address."""
+
+    node: str
+    intf: str
+    ip: str
+
+
+@dataclass(frozen=True)
+class LinkShaping:
+    """How every link of a run is emulated: the delay mode, the senders' queue, the MTU, and
+    the run's loss and jitter applied with the delay."""
+
+    delay_mode: str
+    queue: str
+    mtu: int
+    loss: float
+    jitter_s: float
+
+    def netem(self, delay_s: float, loss: float) -> str:
+        """netem's arguments for a link direction: its delay, the run's jitter, and ``loss``."""
+        netem = f"delay {delay_s * 1e3:.3f}ms"
+        if self.jitter_s:
+            netem += f" {self.jitter_s * 1e3:.3f}ms"
+        if loss:
+            netem += f" loss {loss * 100:.5f}"
+        return netem
+
+
+@dataclass(frozen=True)
+class DelayLineProcess:
+    """A running delay line: its process and its log, beside which lie its control and stats files."""
+
+    proc: object
+    log: Path
+
+
+class EmulatedLink:
+    """Link ``u``-``v`` with ``capacity_mbps`` and ``delay_s``: its ends, and what was applied to it."""
+
+    def __init__(self, ends: tuple[LinkEnd, LinkEnd], capacity_mbps: float, delay_s: float,
+                 shaping: LinkShaping, *, changing: bool = False) -> None:
+        self.ends = {end.node: end for end in ends}
+        self.u, self.v = ends[0].node, ends[1].node
+        self.capacity_mbps, self.delay_s = capacity_mbps, delay_s
+        self.shaping = shaping
+        self.changing = changing
+        """Whether a link trace may change its delay or loss: it then gets delay lines even at zero delay."""
+        self.delay_lines: dict[LinkDir, DelayLineProcess] = {}
+        self._netem_now = (delay_s, shaping.loss)
+        """The delay and loss netem applies now: a later change of one of them keeps the other."""
+
+    @property
+    def directions(self) -> tuple[LinkDir, LinkDir]:
+        return (self.u, self.v), (self.v, self.u)
+
+    def sender(self, a: str, b: str) -> str:
+        """The interface direction a->b is sent on (a's end)."""
+        return self.ends[a].intf
+
+    def next_hop(self, a: str, b: str) -> str:
+        """The address a route from ``a`` to ``b`` goes via (b's end)."""
+        return self.ends[b].ip
+
+    # building -------------------------------------------------------------------------------
+    def veth_command(self, pids: Mapping[str, int]) -> str:
+        """The ``ip -batch`` line that makes the veth pair straight into the two namespaces."""
+        a, b = (f"name {self.ends[n].intf} netns {pids[n]}" for n in (self.u, self.v))
+        return f"link add {a} type veth peer {b}"
+
+    def ip_commands(self, node: str) -> list[str]:
+        """``node``'s end: its address, the run's MTU, up."""
+        end = self.ends[node]
+        return [f"addr add {end.ip}/30 dev {end.intf}", f"link set dev {end.intf} mtu {self.shaping.mtu} up"]
+
+    def tc_commands(self, node: str) -> list[str]:
+        """The ``tc`` commands of ``node``'s sending end: htb at the link's capacity (Mininet's
+        shape, 15 kB burst) over the run's queues, netem below them when netem applies the delay."""
+        s = self.shaping
+        netem = s.netem(self.delay_s, s.loss) if s.delay_mode == "netem" else None
+        return queues.shaping(self.ends[node].intf, self.capacity_mbps, queue=s.queue, mtu=s.mtu, netem=netem)
+
+    def needs_delay_lines(self) -> bool:
+        """Whether the userspace delay lines have anything to apply (or may have later)."""
+        s = self.shaping
+        return self.delay_s > 0 or bool(s.loss) or bool(s.jitter_s) or self.changing
+
+    def delay_line_args(self, queue: int, seed: int, log: Path, min_capacity: int) -> list[str]:
+        """The arguments of one direction's delay line (:mod:`fedmst.net.delayline`), with room
+        for twice the frames a full link keeps in flight over its delay."""
+        s = self.shaping
+        in_flight = self.capacity_mbps * 1e6 * (self.delay_s + s.jitter_s) / 8 / s.mtu
+        capacity = max(min_capacity, 2 * int(in_flight) + 1)
+        return ["--queue", str(queue), "--capacity", str(capacity),
+                "--delay-ms", f"{self.delay_s * 1e3:.6f}", "--jitter-ms", f"{s.jitter_s * 1e3:.6f}",
+                "--loss", str(s.loss), "--seed", str(seed), "--stats", str(log.with_suffix(".json")),
+                "--control", str(log.with_suffix(".control"))]
+
+    # measurement ----------------------------------------------------------------------------
+    def sent(self, tx: Mapping[str, int]) -> dict[LinkDir, int]:
+        """Each direction's bytes, from interface -> bytes sent."""
+        return {(a, b): tx[self.sender(a, b)] for a, b in self.directions}
+
+    def arrived(self, received: Mapping[str, int]) -> dict[LinkDir, int]:
+        """Each direction's bytes, from interface -> bytes counted arriving (zero where none)."""
+        return {(a, b): received.get(self.sender(b, a), 0) for a, b in self.directions}
+
+    def dropped(self, drops: Mapping[str, int]) -> dict[LinkDir, int]:
+        """Each direction's htb drops, from interface -> drops."""
+        return {(a, b): drops.get(self.sender(a, b), 0) for a, b in self.directions}
+
+    # live changes ---------------------------------------------------------------------------
+    def change(self, shells: Mapping[str, HostShell], *, capacity_mbps: float | None = None,
+               delay_s: float | None = None, loss: float | None = None) -> None:
+        """Change both directions live: htb's rate, and the delay or loss where netem or the
+        delay lines apply them."""
+        s = self.shaping
+        retimed = delay_s is not None or loss is not None
+        if retimed and s.delay_mode == "off":
+            raise EmulationError(f"link {self.u}-{self.v}: delay and loss are not applied with delay mode off")
+        netem = s.delay_mode == "netem" and retimed
+        delay_now, loss_now = self._netem_now
+        delay_now, loss_now = (delay_now if delay_s is None else delay_s, loss_now if loss is None else loss)
+        for a, b in self.directions:
+            intf, cmds = self.sender(a, b), []
+            if capacity_mbps is not None:
+                cmds += queues.rate_change(intf, capacity_mbps, queue=s.queue, mtu=s.mtu)
+            if netem:
+                cmds += queues.netem_change(intf, s.netem(delay_now, loss_now), queue=s.queue)
+            if cmds:
+                shells[a].batch("tc", cmds)
+            if s.delay_mode == "userspace" and retimed:
+                self._retune(a, b, delay_s, loss)
+        if netem:
+            self._netem_now = (delay_now, loss_now)
+
+    def _retune(self, a: str, b: str, delay_s: float | None, loss: float | None) -> None:
+        """Tell direction a->b's delay line its new delay or loss (control file, then SIGUSR1)."""
+        if (a, b) not in self.delay_lines:
+            raise EmulationError(f"link {a}->{b} has no delay line to change (name it in `changing`)")
+        line = self.delay_lines[(a, b)]
+        control = line.log.with_suffix(".control")
+        control.write_text(json.dumps({"delay_ms": None if delay_s is None else delay_s * 1e3, "loss": loss}))
+        line.proc.send_signal(signal.SIGUSR1)  # type: ignore[attr-defined]
+
+    def set_up(self, shells: Mapping[str, HostShell], up: bool) -> int:
+        """Take both ends down, or bring them back up. Returns the bytes the two htb queues still
+        held when it went down, which the kernel drops with them (0 when bringing it up)."""
+        lost = 0
+        for a, b in self.directions:
+            intf = self.sender(a, b)
+            if not up:
+                out = shells[a].cmd(f"tc -s qdisc show dev {intf}")
+                lost += sum(int(n) for n in re.findall(r"backlog (\d+)b", out.split("qdisc", 2)[1]))
+            shells[a].batch("ip", [f"link set dev {intf} {'up' if up else 'down'}"])
+        return lost
+
+
+def htb_drops(shell: HostShell) -> dict[str, int]:
+    """Packets each htb root of the host has dropped so far, by interface."""
+    return {intf: int(n) for intf, n in _HTB_DROPS.findall(shell.cmd("tc -s qdisc show"))}
+

@@ -1,0 +1,70 @@
+"""Routes for overlay transfers: each gets its own pair of /32 endpoint addresses, routed hop by
+hop along its planned physical path (and back along it for ACKs), so every transfer follows its
+path whatever else shares the nodes. The endpoint routes carry a ``src`` hint so that unbound
+sockets (gloo's connecting side) pick the flow's own address."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Callable, Iterator, Mapping, Sequence
+
+from fedmst.core.plan import LinkDir
+from fedmst.errors import EmulationError
+from fedmst.net.link import EmulatedLink
+
+FLOW_NET = ipaddress.ip_network("10.128.0.0/9")
+BACKGROUND_NET = ipaddress.ip_network("10.64.0.0/10")
+"""Background flows' endpoints: one iptables rule per receiving interface counts what they put on a link."""
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One transfer's route: the physical path and the two endpoint addresses it owns."""
+
+    key: str
+    path: tuple[str, ...]
+    src_addr: str
+    dst_addr: str
+
+
+class FlowRoutes:
+    """Hands out endpoint addresses (transfers' and background flows' from separate pools) and
+    installs each flow's routes with one ``ip -batch`` per node."""
+
+    def __init__(self, nodes: Sequence[str], hops: Mapping[LinkDir, EmulatedLink],
+                 ip_batch: Callable[[str, list[str]], None]) -> None:
+        self._nodes = list(nodes)
+        self._hops = hops
+        self._ip_batch = ip_batch
+        self._pools: dict[bool, Iterator[ipaddress.IPv4Address]] = {
+            False: FLOW_NET.hosts(), True: BACKGROUND_NET.hosts()}  # type: ignore[dict-item]
+
+    def install(self, paths: Mapping[str, Sequence[str]], *, background: bool = False) -> dict[str, Flow]:
+        """Give each keyed path its two endpoint addresses and route it hop by hop."""
+        pool = self._pools[background]
+        flows: dict[str, Flow] = {}
+        cmds: dict[str, list[str]] = {n: [] for n in self._nodes}
+        for key, path in paths.items():
+            path = tuple(path)
+            for hop in zip(path, path[1:]):
+                if hop not in self._hops:
+                    raise EmulationError(f"flow {key}: path {path} uses missing link {hop[0]}-{hop[1]}")
+            a, b = str(next(pool)), str(next(pool))
+            flows[key] = Flow(key=key, path=path, src_addr=a, dst_addr=b)
+            cmds[path[0]].append(f"addr add {a}/32 dev lo")
+            cmds[path[-1]].append(f"addr add {b}/32 dev lo")
+            for j, node in enumerate(path):
+                if j + 1 < len(path):
+                    src = f" src {a}" if j == 0 else ""
+                    cmds[node].append(f"route add {b}/32 via {self._via(node, path[j + 1])}{src}")
+                if j > 0:
+                    src = f" src {b}" if j == len(path) - 1 else ""
+                    cmds[node].append(f"route add {a}/32 via {self._via(node, path[j - 1])}{src}")
+        for node, lines in cmds.items():
+            if lines:
+                self._ip_batch(node, lines)
+        return flows
+
+    def _via(self, a: str, b: str) -> str:
+        return self._hops[(a, b)].next_hop(a, b)
