@@ -19,12 +19,9 @@ the worker backend's business, not this module's.
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import shutil
 import subprocess
-import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +37,7 @@ from fedmst.errors import EmulationError
 from fedmst.net import queues
 from fedmst.net.background import BackgroundTraffic, arrived_bytes
 from fedmst.net.cleanup import RUN_ID_LETTERS, RunState, host_name, probe_name
-from fedmst.net.link import DelayLineProcess, EmulatedLink, LinkEnd, LinkShaping, htb_drops
+from fedmst.net.link import DelayLines, EmulatedLink, LinkEnd, LinkShaping, htb_drops
 from fedmst.net.processes import HostProcesses, Process
 from fedmst.net.routes import Flow, FlowRoutes
 from fedmst.net.shell import HostShell, coordinator_batch, mininet_exits, raise_limits, start_host
@@ -175,7 +172,7 @@ class Emulation:
         self._processes = HostProcesses()
         self._routes = FlowRoutes(self.nodes, self._hops, lambda node, lines: self._shells[node].batch("ip", lines))
         self._background = BackgroundTraffic()
-        self._scratch: Path | None = None
+        self._delay_lines = DelayLines(self._hops)
         self._run = run
         self._state: RunState | None = None
 
@@ -233,7 +230,7 @@ class Emulation:
             shell = start_host(node, self._state.host_name(i), self.netns.get(node))
             self._shells[node] = shell
             self._state.add(shell.pid)
-            shell.set_up()
+            shell.prepare()
         self._plan_links()
         pids = {node: shell.pid for node, shell in self._shells.items()}
         coordinator_batch(["ip", "-batch", "-"], [link.veth_command(pids) for link in self._links], "making the links")
@@ -244,7 +241,7 @@ class Emulation:
                 shell.batch("tc", [cmd for link in mine for cmd in link.tc_commands(node)])
                 shell.offloads_off(self._ports[node])
         if self.delay_mode == "userspace":
-            self._start_delay_lines()
+            self._delay_lines.start(self._shells, self.spawn, self.check)
 
     def _plan_links(self) -> None:
         """Name every link's two interfaces and give them the two addresses of the link's ``/30``."""
@@ -263,55 +260,14 @@ class Emulation:
             self._links.append(link)
             self._hops[(u, v)] = self._hops[(v, u)] = link
 
-    def _start_delay_lines(self) -> None:
-        """One delay line per link direction u->v, holding packets at v's ingress interface."""
-        from fedmst.net.delayline import DEFAULT_CAPACITY, ingress_rules
-
-        self._scratch = Path(tempfile.mkdtemp(prefix="fedmst-delay-"))
-        rules: dict[str, list[tuple[str, int]]] = {}
-        for seed, (u, v) in enumerate(sorted(self._hops, key=_hop_order)):
-            link = self._hops[(u, v)]
-            if not link.needs_delay_lines():
-                continue
-            queue = len(rules.setdefault(v, []))
-            rules[v].append((link.sender(v, u), queue))
-            log = self._scratch / f"{u}-{v}.log"
-            proc = self.spawn(v, "fedmst.net.delayline:main", link.delay_line_args(queue, seed, log, DEFAULT_CAPACITY),
-                              env={}, log=log, name="delay", warm=False)
-            link.delay_lines[(u, v)] = DelayLineProcess(proc, log)
-        # one iptables-restore per node (while the lines start); nothing crosses a link before they bind
-        for node, node_rules in rules.items():
-            self._shells[node].iptables_restore([ingress_rules(node_rules)],
-                                                f"installing the delay lines of node {node}")
-        self._wait_for_queues({node: len(node_rules) - 1 for node, node_rules in rules.items()})
-
-    def _wait_for_queues(self, queues: Mapping[str, int], timeout_s: float = 60.0) -> None:
-        """Return once every delay line has bound its queue: until then the kernel drops packets."""
-        deadline = time.monotonic() + timeout_s
-        for node, last in queues.items():
-            table = Path(f"/proc/{self._shells[node].pid}/net/netfilter/nfnetlink_queue")
-            while True:
-                self.check()
-                bound = {int(line.split()[0]) for line in table.read_text().splitlines()} if table.exists() else set()
-                if set(range(last + 1)) <= bound:
-                    break
-                if time.monotonic() > deadline:
-                    raise EmulationError(f"delay lines on node {node} did not bind their queues in {timeout_s:.0f} s")
-                time.sleep(0.05)
-
-    def _delay_lines(self) -> list[tuple[LinkDir, DelayLineProcess]]:
-        """Every delay line by its link direction, in the order they were started."""
-        return sorted(((hop, line) for link in self._links for hop, line in link.delay_lines.items()),
-                      key=lambda item: _hop_order(item[0]))
-
     def delay_line_pids(self) -> dict[str, int]:
         """The delay lines' processes by ``u->v`` (benchmarks account their CPU)."""
-        return {f"{u}->{v}": int(line.proc.pid) for (u, v), line in self._delay_lines()}  # type: ignore[attr-defined]
+        return {f"{u}->{v}": int(line.proc.pid) for (u, v), line in self._delay_lines.running()}  # type: ignore[attr-defined]
 
     def check(self) -> None:
         """Raise if a delay line has died (its link would otherwise stop or pass packets unseen), or
         a background flow's sink, or its sender before its time with an error."""
-        dead = [(f"delay line of link {u}->{v}", line.proc, line.log) for (u, v), line in self._delay_lines()]
+        dead = [(f"delay line of link {u}->{v}", line.proc, line.log) for (u, v), line in self._delay_lines.running()]
         for what, proc, log in dead + self._background.watched():
             if proc.poll() is not None:  # type: ignore[attr-defined]
                 lines = [line for line in log.read_text().splitlines() if line.strip()] or ["(no output)"]
@@ -323,15 +279,7 @@ class Emulation:
         for node, shell in self._shells.items():
             shell.stop(self._ports[node] if node in self.netns else ())
         self._shells.clear()
-        for (u, v), line in self._delay_lines():
-            stats = line.log.with_suffix(".json")
-            if stats.exists():
-                self.delay_stats[f"{u}->{v}"] = json.loads(stats.read_text())
-        for link in self._links:
-            link.delay_lines.clear()
-        if self._scratch is not None:
-            shutil.rmtree(self._scratch, ignore_errors=True)
-            self._scratch = None
+        self.delay_stats.update(self._delay_lines.close())
         if self._state is not None:
             if self._run is None:  # its own run: the caller's removes its record itself
                 self._state.remove()
@@ -365,7 +313,7 @@ class Emulation:
                     loss: float | None = None) -> None:
         """Change link u-v, both directions, live: htb's rate, and the delay or loss where netem or
         the delay line applies them (a link named in ``changing`` has a delay line to retune)."""
-        self._hops[(u, v)].change(self._shells, capacity_mbps=capacity_mbps, delay_s=delay_s, loss=loss)
+        self._hops[(u, v)].change(self._shells, u, capacity_mbps=capacity_mbps, delay_s=delay_s, loss=loss)
 
     def set_link(self, u: str, v: str, *, up: bool) -> int:
         """Take link u-v down for real (both interfaces), or bring it back up.
@@ -374,7 +322,7 @@ class Emulation:
         drops with them: the weights in flight that the failure lost (0 when bringing it up).
         The kernel also drops every route through the link; a re-plan installs new ones.
         """
-        return self._hops[(u, v)].set_up(self._shells, up)
+        return self._hops[(u, v)].set_state(self._shells, u, up=up)
 
     # measurement -----------------------------------------------------------------------------
     def counters(self) -> dict[LinkDir, int]:
@@ -463,6 +411,3 @@ def _check_names(graph: nx.Graph, netns: Mapping[str, int]) -> None:
         raise EmulationError(f"{len(graph)} nodes, one with {degree} links, make interface names like "
                              f"{longest}: longer than Linux's {IFNAMSIZ} characters")
 
-
-def _hop_order(hop: LinkDir) -> tuple[object, object]:
-    return node_order(hop[0]), node_order(hop[1])

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from fedmst.core.plan import LinkDir
+from fedmst.core.topology import node_order
 from fedmst.errors import EmulationError
 from fedmst.net import queues
 from fedmst.net.shell import HostShell
@@ -80,7 +84,12 @@ class EmulatedLink:
 
     @property
     def directions(self) -> tuple[LinkDir, LinkDir]:
-        return (self.u, self.v), (self.v, self.u)
+        return self.directions_from(self.u)
+
+    def directions_from(self, a: str) -> tuple[LinkDir, LinkDir]:
+        """Both directions, the one leaving ``a`` first."""
+        b = self.v if a == self.u else self.u
+        return (a, b), (b, a)
 
     def sender(self, a: str, b: str) -> str:
         """The interface direction a->b is sent on (a's end)."""
@@ -138,10 +147,10 @@ class EmulatedLink:
         return {(a, b): drops.get(self.sender(a, b), 0) for a, b in self.directions}
 
     # live changes ---------------------------------------------------------------------------
-    def change(self, shells: Mapping[str, HostShell], *, capacity_mbps: float | None = None,
+    def change(self, shells: Mapping[str, HostShell], first: str, *, capacity_mbps: float | None = None,
                delay_s: float | None = None, loss: float | None = None) -> None:
-        """Change both directions live: htb's rate, and the delay or loss where netem or the
-        delay lines apply them."""
+        """Change both directions live, ``first``'s first: htb's rate, and the delay or loss where
+        netem or the delay lines apply them."""
         s = self.shaping
         retimed = delay_s is not None or loss is not None
         if retimed and s.delay_mode == "off":
@@ -149,7 +158,7 @@ class EmulatedLink:
         netem = s.delay_mode == "netem" and retimed
         delay_now, loss_now = self._netem_now
         delay_now, loss_now = (delay_now if delay_s is None else delay_s, loss_now if loss is None else loss)
-        for a, b in self.directions:
+        for a, b in self.directions_from(first):
             intf, cmds = self.sender(a, b), []
             if capacity_mbps is not None:
                 cmds += queues.rate_change(intf, capacity_mbps, queue=s.queue, mtu=s.mtu)
@@ -171,11 +180,11 @@ class EmulatedLink:
         control.write_text(json.dumps({"delay_ms": None if delay_s is None else delay_s * 1e3, "loss": loss}))
         line.proc.send_signal(signal.SIGUSR1)  # type: ignore[attr-defined]
 
-    def set_up(self, shells: Mapping[str, HostShell], up: bool) -> int:
-        """Take both ends down, or bring them back up. Returns the bytes the two htb queues still
+    def set_state(self, shells: Mapping[str, HostShell], first: str, *, up: bool) -> int:
+        """Take both ends down, ``first``'s first, or bring them back up. Returns the bytes the two htb queues still
         held when it went down, which the kernel drops with them (0 when bringing it up)."""
         lost = 0
-        for a, b in self.directions:
+        for a, b in self.directions_from(first):
             intf = self.sender(a, b)
             if not up:
                 out = shells[a].cmd(f"tc -s qdisc show dev {intf}")
@@ -188,3 +197,74 @@ def htb_drops(shell: HostShell) -> dict[str, int]:
     """Packets each htb root of the host has dropped so far, by interface."""
     return {intf: int(n) for intf, n in _HTB_DROPS.findall(shell.cmd("tc -s qdisc show"))}
 
+
+
+class DelayLines:
+    """The userspace delay lines of every link direction u->v that has a delay to apply (or may
+    get one), each holding packets at v's ingress interface: one process per direction."""
+
+    def __init__(self, hops: Mapping[LinkDir, EmulatedLink]) -> None:
+        self._hops = hops
+        self._scratch: Path | None = None
+
+    def start(self, shells: Mapping[str, HostShell], spawn: Callable[..., object],
+              check: Callable[[], None]) -> None:
+        """Start every line (``spawn``: :meth:`fedmst.net.emulation.Emulation.spawn`), install the
+        rules that feed them and return once all have bound their queues (``check`` raises if one died)."""
+        from fedmst.net.delayline import DEFAULT_CAPACITY, ingress_rules
+
+        self._scratch = Path(tempfile.mkdtemp(prefix="fedmst-delay-"))
+        rules: dict[str, list[tuple[str, int]]] = {}
+        for seed, (u, v) in enumerate(sorted(self._hops, key=_hop_order)):
+            link = self._hops[(u, v)]
+            if not link.needs_delay_lines():
+                continue
+            queue = len(rules.setdefault(v, []))
+            rules[v].append((link.sender(v, u), queue))
+            log = self._scratch / f"{u}-{v}.log"
+            proc = spawn(v, "fedmst.net.delayline:main", link.delay_line_args(queue, seed, log, DEFAULT_CAPACITY),
+                         env={}, log=log, name="delay", warm=False)
+            link.delay_lines[(u, v)] = DelayLineProcess(proc, log)
+        # one iptables-restore per node (while the lines start); nothing crosses a link before they bind
+        for node, node_rules in rules.items():
+            shells[node].iptables_restore([ingress_rules(node_rules)], f"installing the delay lines of node {node}")
+        _wait_for_queues(shells, {node: len(node_rules) - 1 for node, node_rules in rules.items()}, check)
+
+    def running(self) -> list[tuple[LinkDir, DelayLineProcess]]:
+        """Every delay line by its link direction, in the order they were started."""
+        lines = {hop: line for link in set(self._hops.values()) for hop, line in link.delay_lines.items()}
+        return sorted(lines.items(), key=lambda item: _hop_order(item[0]))
+
+    def close(self) -> dict[str, dict[str, object]]:
+        """Forget the (stopped) lines and return what each wrote when it stopped, by ``u->v``."""
+        stats: dict[str, dict[str, object]] = {}
+        for (u, v), line in self.running():
+            written = line.log.with_suffix(".json")
+            if written.exists():
+                stats[f"{u}->{v}"] = json.loads(written.read_text())
+        for link in self._hops.values():
+            link.delay_lines.clear()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+        return stats
+
+
+def _wait_for_queues(shells: Mapping[str, HostShell], last_queue: Mapping[str, int], check: Callable[[], None],
+                     timeout_s: float = 60.0) -> None:
+    """Return once every delay line has bound its queue: until then the kernel drops packets."""
+    deadline = time.monotonic() + timeout_s
+    for node, last in last_queue.items():
+        table = Path(f"/proc/{shells[node].pid}/net/netfilter/nfnetlink_queue")
+        while True:
+            check()
+            bound = {int(line.split()[0]) for line in table.read_text().splitlines()} if table.exists() else set()
+            if set(range(last + 1)) <= bound:
+                break
+            if time.monotonic() > deadline:
+                raise EmulationError(f"delay lines on node {node} did not bind their queues in {timeout_s:.0f} s")
+            time.sleep(0.05)
+
+
+def _hop_order(hop: LinkDir) -> tuple[object, object]:
+    return node_order(hop[0]), node_order(hop[1])

@@ -101,7 +101,7 @@ class HostShell:
                if line.startswith("Tcp:")]
         return int(dict(zip(tcp[0], tcp[1]))["RetransSegs"])
 
-    def set_up(self) -> None:
+    def prepare(self) -> None:
         """What every host gets before its first interface."""
         self.cmd(_SETUP)
 
