@@ -11,6 +11,7 @@ from typing import Callable, Mapping, Sequence
 
 from fedmst.core.traffic import BackgroundFlow
 from fedmst.errors import EmulationError
+from fedmst.net.processes import Process
 from fedmst.net.routes import BACKGROUND_NET, Flow
 from fedmst.net.shell import HostShell
 
@@ -26,8 +27,8 @@ class BackgroundTraffic:
 
     def __init__(self) -> None:
         self.counting = False
-        self._senders: list[tuple[str, object, Path]] = []
-        self._sinks: list[tuple[str, object, Path]] = []
+        self._senders: list[tuple[str, Process, Path]] = []
+        self._sinks: list[tuple[str, Process, Path]] = []
 
     def keys(self, n: int) -> list[str]:
         """The keys of the next ``n`` flows: numbered on from those running."""
@@ -47,7 +48,7 @@ class BackgroundTraffic:
         self.counting = True
 
     def start(self, routes: Mapping[str, Flow], flows: Sequence[BackgroundFlow], start_at: float, log_dir: Path,
-              spawn: Callable[..., object], mtu: int) -> None:
+              spawn: Callable[..., Process], mtu: int) -> None:
         """Start each routed flow: its sink now, its sender waiting until ``start_at`` (monotonic)
         plus the flow's start."""
         for (key, route), flow in zip(routes.items(), flows):
@@ -66,12 +67,12 @@ class BackgroundTraffic:
     def stop(self) -> dict[str, dict[str, float]]:
         """Stop every sender and return what each sent (flow key -> sent bytes, seconds)."""
         for _, sender, _ in self._senders:
-            if sender.poll() is None:  # type: ignore[attr-defined]
-                sender.terminate()  # type: ignore[attr-defined]
+            if sender.poll() is None:
+                sender.terminate()
         out = {}
         for key, sender, stats in self._senders:
             try:
-                sender.wait(timeout=5)  # type: ignore[attr-defined]
+                sender.wait(timeout=5)
                 out[key] = json.loads(stats.read_text())
             except (subprocess.TimeoutExpired, OSError, ValueError) as exc:
                 raise EmulationError(f"background flow {key}: its sender left no record of what it sent "
@@ -79,11 +80,11 @@ class BackgroundTraffic:
         self._senders.clear()
         return out
 
-    def watched(self) -> list[tuple[str, object, Path]]:
+    def watched(self) -> list[tuple[str, Process, Path]]:
         """(what, process, log) of every sink, and of every sender that exited with an error."""
         out = [(f"background flow {key}'s sink", proc, log) for key, proc, log in self._sinks]
         return out + [(f"background flow {key}'s sender", proc, stats.with_suffix(".log"))
-                      for key, proc, stats in self._senders if proc.poll()]  # type: ignore[attr-defined]
+                      for key, proc, stats in self._senders if proc.poll()]
 
 
 def arrived_bytes(shell: HostShell) -> dict[str, int]:

@@ -262,16 +262,16 @@ class Emulation:
 
     def delay_line_pids(self) -> dict[str, int]:
         """The delay lines' processes by ``u->v`` (benchmarks account their CPU)."""
-        return {f"{u}->{v}": int(line.proc.pid) for (u, v), line in self._delay_lines.running()}  # type: ignore[attr-defined]
+        return {f"{u}->{v}": line.proc.pid for (u, v), line in self._delay_lines.running()}
 
     def check(self) -> None:
         """Raise if a delay line has died (its link would otherwise stop or pass packets unseen), or
         a background flow's sink, or its sender before its time with an error."""
         dead = [(f"delay line of link {u}->{v}", line.proc, line.log) for (u, v), line in self._delay_lines.running()]
         for what, proc, log in dead + self._background.watched():
-            if proc.poll() is not None:  # type: ignore[attr-defined]
+            if proc.poll() is not None:
                 lines = [line for line in log.read_text().splitlines() if line.strip()] or ["(no output)"]
-                raise EmulationError(f"{what} exited with code {proc.returncode}: {lines[-1]}")  # type: ignore[attr-defined]
+                raise EmulationError(f"{what} exited with code {proc.returncode}: {lines[-1]}")
 
     def close(self) -> None:
         """Stop every process started in the hosts, then the network. Safe to call twice."""

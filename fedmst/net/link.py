@@ -24,6 +24,7 @@ from fedmst.core.plan import LinkDir
 from fedmst.core.topology import node_order
 from fedmst.errors import EmulationError
 from fedmst.net import queues
+from fedmst.net.processes import Process
 from fedmst.net.shell import HostShell
 
 _HTB_DROPS = re.compile(r"qdisc htb \S+ dev (\S+) root.*?\n Sent \d+ bytes \d+ pkt \(dropped (\d+)")
@@ -63,7 +64,7 @@ class LinkShaping:
 class DelayLineProcess:
     """A running delay line: its process and its log, beside which lie its control and stats files."""
 
-    proc: object
+    proc: Process
     log: Path
 
 
@@ -178,7 +179,7 @@ class EmulatedLink:
         line = self.delay_lines[(a, b)]
         control = line.log.with_suffix(".control")
         control.write_text(json.dumps({"delay_ms": None if delay_s is None else delay_s * 1e3, "loss": loss}))
-        line.proc.send_signal(signal.SIGUSR1)  # type: ignore[attr-defined]
+        line.proc.send_signal(signal.SIGUSR1)
 
     def set_state(self, shells: Mapping[str, HostShell], first: str, *, up: bool) -> int:
         """Take both ends down, ``first``'s first, or bring them back up. Returns the bytes the two htb queues still
@@ -207,7 +208,7 @@ class DelayLines:
         self._hops = hops
         self._scratch: Path | None = None
 
-    def start(self, shells: Mapping[str, HostShell], spawn: Callable[..., object],
+    def start(self, shells: Mapping[str, HostShell], spawn: Callable[..., Process],
               check: Callable[[], None]) -> None:
         """Start every line (``spawn``: :meth:`fedmst.net.emulation.Emulation.spawn`), install the
         rules that feed them and return once all have bound their queues (``check`` raises if one died)."""
