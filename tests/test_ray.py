@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -126,3 +127,16 @@ def test_a_point_that_fails_on_its_node_stops_the_sweep_and_brings_its_folder_ba
     assert ", on ray node " in line and "failed in setup" in line and "No module named 'onlyhere'" in line, line
     folder = Path(line.rsplit("(its run folder: ", 1)[1].rstrip(")"))
     assert (folder / "config.json").is_file() and any((folder / "agents").iterdir()), line
+
+
+def test_a_sweep_at_an_address_without_a_cluster_stops_in_one_line(tmp_path: Path, clean_host: None) -> None:
+    """Nothing listens there: one line and exit 1 (Ray alone would retry for minutes), and no point ran."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.run([FEDMST, *SWEEP, "--ray", f"127.0.0.1:{port}", "--out", str(tmp_path / "s")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("fedmst: error: ")]
+    assert f"--ray 127.0.0.1:{port}: no Ray cluster there" in line, proc.stderr
+    assert not (tmp_path / "s" / "sweep.csv").exists()
