@@ -76,7 +76,9 @@ def test_a_killed_relay_worker_leaves_the_round_to_the_survivors(tmp_path: Path,
     assert event["event"].startswith("worker on node 4 killed") and event["event"].endswith("into the training")
     assert event["round"] == 2 and event["before_phase"] == "upload" and "aborted" not in event
     assert event["dropped"] == {"task0": {"3": "its worker on node 4 died"}}
-    assert 0 < event["detected_s"]["4"] < 2  # noticed within the bounded time
+    round_2 = next(r for r in read_csv(out / "rounds.csv") if r["round"] == "2")
+    # noticed while round 2 still trained (it died in that training, and before_phase is the upload)
+    assert 0 < event["detected_s"]["4"] < float(round_2["train_s"])
     assert all("4" not in f["path"] for f in event["tasks"][0]["flows"])
     assert "4" not in event["tasks"][0]["aggregation_nodes"]
     # the new connections are warmed (a chunk each, here the whole 17 KB model), and those set-up bytes are no phase's
@@ -124,12 +126,13 @@ def test_a_link_failing_under_the_broadcast_is_noticed_and_the_phase_redone(tmp_
     assert event["aborted"]["failed_nodes"] and event["aborted"]["link_bytes"] > 0
     assert event["stall"].endswith("stalled: link 0->4 on its path carried nothing for 2.0 s")
     assert set(event["aborted"]["failed_nodes"].values()) == {f"PhaseAborted: {event['stall']}"}
-    assert 2.0 <= event["detected_s"]["0-4"] < 3.0  # the stall timeout, plus at most a few readings
     assert event["in_flight_lost_bytes"] >= 0
     for flow in event["tasks"][0]["flows"]:
         assert all({a, b} != {"0", "4"} for a, b in zip(flow["path"], flow["path"][1:])), flow["path"]
     broadcast = [float(r["broadcast_s"]) for r in read_csv(out / "rounds.csv")]
-    assert broadcast[1] > 2.0 > broadcast[0]  # round 2 waited out the stall timeout, round 1 did not
+    # after the stall timeout, within round 2's broadcast, which waited it out and ran again
+    assert 2.0 <= event["detected_s"]["0-4"] < broadcast[1]
+    assert broadcast[1] > 2.0 and broadcast[1] > broadcast[0]
     assert summary["local_models_per_round"] == [4, 4]
     for rnd in (1, 2):
         _assert_exact_over_participants(out, rnd, 4)
