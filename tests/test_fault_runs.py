@@ -50,7 +50,7 @@ def _link_bytes(out: Path, rnd: int, a: str, b: str) -> int:
 def test_a_failed_link_is_planned_around_and_used_again_when_back(tmp_path: Path, scheduler: str,
                                                                   clean_host: None) -> None:
     out = tmp_path / scheduler
-    summary = _run(out, scheduler, "--fail-link", "0-4@2-3")
+    summary = _run(out, scheduler, "--model", "mlp", "--fail-link", "0-4@2-3")  # the link fails between rounds
     assert [f["event"] for f in summary["faults"]] == ["link 0-4 down", "link 0-4 up again"]
     events = json.loads((out / "faults.json").read_text())
     for event in events:  # the new plan, how long it took, and what was in flight, recorded
@@ -98,18 +98,18 @@ def test_a_straggler_slows_the_round_and_a_deadline_drops_its_update(tmp_path: P
     deadline its update is dropped each round, the aggregate is exact over the other three,
     and the training phase ends at the deadline."""
     slow = tmp_path / "slow"
-    _run(slow, "mst", "--slow-node", "4:50", rounds=2)
+    _run(slow, "mst", "--slow-node", "4:50", rounds=1)  # one round shows the wait; the deadline's is repeated
     timed = tmp_path / "deadline"
     summary = _run(timed, "mst", "--slow-node", "4:50", "--deadline", "1", rounds=2)
     assert summary["late_updates_per_round"] == [1, 1] and summary["local_models_per_round"] == [3, 3]
-    slow_rounds, timed_rounds = read_csv(slow / "rounds.csv"), read_csv(timed / "rounds.csv")
-    assert [int(r["late_updates"]) for r in slow_rounds] == [0, 0]
-    for s, t in zip(slow_rounds, timed_rounds):
+    (waited,), timed_rounds = read_csv(slow / "rounds.csv"), read_csv(timed / "rounds.csv")
+    assert int(waited["late_updates"]) == 0
+    for t in timed_rounds:
         assert float(t["train_s"]) >= 1.0  # the late node replies at the deadline...
-        assert float(s["train_s"]) > float(t["train_s"])  # ...and the straggler alone makes the round longer
+        assert float(waited["train_s"]) > float(t["train_s"])  # ...and the straggler alone makes the round longer
     _assert_measured_as_planned(timed)  # its node still relays: the plan's bytes all flow
+    _assert_exact_over_participants(slow, 1, 4)
     for rnd in (1, 2):
-        _assert_exact_over_participants(slow, rnd, 4)
         _assert_exact_over_participants(timed, rnd, 3)
 
 
