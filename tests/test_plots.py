@@ -88,9 +88,10 @@ def panels(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     drawn: list[dict[str, Any]] = []
     draw = plots._draw_panel
 
-    def spy(ax: Any, panel: dict[str, Any], pos: dict[str, Any], cmap: Any, norm: Any) -> None:
-        drawn.append({"scheduler": panel["scheduler"], "latency_s": panel["latency_s"], "pos": pos, "norm": norm})
-        draw(ax, panel, pos, cmap, norm)
+    def spy(ax: Any, panel: dict[str, Any], pos: dict[str, Any], cmap: Any, norm: Any, unit: tuple[str, float]) -> None:
+        drawn.append({"scheduler": panel["scheduler"], "latency_s": panel["latency_s"], "pos": pos, "norm": norm,
+                      "unit": unit})
+        draw(ax, panel, pos, cmap, norm, unit)
 
     monkeypatch.setattr(plots, "_draw_panel", spy)
     return drawn
@@ -133,7 +134,7 @@ def test_three_schedulers_in_compare_order(tmp_path: Path, panels: list[dict]) -
     assert [p["latency_s"] for p in panels] == [1.0, 1.25, 1.5]  # each run's summary.json
     assert all(p["pos"] is panels[0]["pos"] and p["norm"] is panels[0]["norm"] for p in panels)
     # one colour scale, up to SPFF's busiest link: 0-1, 3 copies each way in each of 2 rounds
-    assert panels[0]["norm"].vmax == pytest.approx(12.0)
+    assert panels[0]["norm"].vmax == pytest.approx(12.0) and panels[0]["unit"] == ("MB", 1e6)
 
 
 def test_many_schedulers_wrap_onto_rows(tmp_path: Path, panels: list[dict]) -> None:
@@ -227,6 +228,23 @@ def test_sweep_draws_a_line_per_scheduler(tmp_path: Path, monkeypatch: pytest.Mo
                             for what in ("measured", "predicted (fluid model + measured training)")}
     assert bytes_axes == {f"{s} {what}": c for s, c in colour.items() for what in ("measured", "predicted")}
     assert list(capacity_axes.items()) == list(colour.items())
+
+
+@pytest.mark.parametrize("scale,unit,top", [(1.0, "MB", 4.0), (1e-3, "KB", 4.0)])
+def test_sweep_bytes_axis_is_in_the_unit_its_values_pick(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         scale: float, unit: str, top: float) -> None:
+    """Link bytes of 2-4 MB are plotted in MB; of 2-4 KB (a small model) in KB, not as 0.00 MB."""
+    axes: list[tuple[str, float]] = []
+    save = Figure.savefig
+
+    def spy(fig: Figure, *args: Any, **kw: Any) -> None:
+        axes.extend((ax.get_ylabel(), max(max(line.get_ydata()) for line in ax.get_lines())) for ax in fig.axes[:1])
+        save(fig, *args, **kw)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    plot_sweep(sweep_rows("mst", scale), tmp_path)
+    ylabel, highest = axes[1]
+    assert ylabel == f"{unit} on all links per round" and highest == pytest.approx(top)
 
 
 def test_accuracy_against_round_and_wall_clock_per_scheduler(compare_dir: Path,

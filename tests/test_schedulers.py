@@ -13,13 +13,16 @@ import networkx as nx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from graphs import graph_from, line, random_connected_graph
+from graphs import DELAY_S, graph_from, line, random_connected_graph
 
 import fedmst
 from fedmst.errors import SchedulerError
 from fedmst.core.schedulers import Scheduler, get_scheduler, register_scheduler, schedule, scheduler_names
 from fedmst.core.schedulers.mst import auxiliary_graph, link_seconds
 from fedmst.core.plan import Plan, Transfer, plan_summary, predicted_link_bytes
+from fedmst.core.route import least_delay_paths, path_delay_ns
+from fedmst.core.topology import load_topology
+from fedmst.core.traffic import BackgroundFlow, flow_path
 from fedmst.core.tasks import Task
 from fedmst.core.wire import wire_bytes
 
@@ -178,6 +181,60 @@ class TestLinkState:
     def test_spff_ignores_link_state(self) -> None:
         state = {("a", "c"): float(M), ("c", "d"): float(M)}
         assert schedule(self.g, self.t, "spff", state) == schedule(self.g, self.t, "spff")
+
+
+class TestLeastDelayTies:
+    """Routes of equal length tie exactly (not by the rounding of summed float delays) and go to
+    the one with fewer hops; equal in both, to node order."""
+
+    nsfnet = load_topology("nsfnet")
+
+    @staticmethod
+    def km(g: nx.Graph, path: list[str]) -> float:
+        return sum(g.edges[u, v]["length_km"] for u, v in zip(path, path[1:]))
+
+    def test_nsfnet_2_to_11_takes_the_three_hop_route(self) -> None:
+        """Three 7,800 km routes; in floats 2-1-3-10-11 sums to 0.039 and 2-5-13-11 to 0.03900000000000001."""
+        g = self.nsfnet
+        assert self.km(g, ["2", "1", "3", "10", "11"]) == self.km(g, ["2", "5", "13", "11"]) == 7800
+        assert least_delay_paths(g, "2")["11"] == ["2", "5", "13", "11"]
+        assert least_delay_paths(g, "11")["2"] == ["11", "13", "5", "2"]
+        assert flow_path(g, BackgroundFlow("2", "11", 1.0)) == ["2", "5", "13", "11"]
+        for name in ("spff", "binomial", "ring"):
+            plan = schedule(g, task("2", "11"), name)
+            assert {t.path for t in plan.transfers} == {("2", "5", "13", "11"), ("11", "13", "5", "2")}, name
+
+    def test_nsfnet_every_route_is_shortest_then_fewest_hops(self) -> None:
+        g = self.nsfnet
+        for src in g.nodes:
+            for dst, path in least_delay_paths(g, src).items():
+                if dst != src:
+                    best = min((round(self.km(g, p)), len(p)) for p in nx.all_simple_paths(g, src, dst))
+                    assert (round(self.km(g, path)), len(path)) == best, (src, dst, path)
+
+    def test_a_float_tie_goes_to_fewer_hops(self) -> None:
+        """0.1 + 0.3 ms is less than 0.4 ms in floats; it is the same delay."""
+        g = graph_from([("a", "b")], delay_s=0.0001)
+        g.add_edge("b", "c", **{**g.edges["a", "b"], "delay_s": 0.0003})
+        g.add_edge("a", "c", **{**g.edges["a", "b"], "delay_s": 0.0004})
+        assert 0.0001 + 0.0003 < 0.0004 and nx.shortest_path(g, "a", "c", weight="delay_s") == ["a", "b", "c"]
+        assert least_delay_paths(g, "a")["c"] == ["a", "c"]
+        assert transfers(schedule(g, task("a", "c"), "spff"))[0] == ("broadcast", ("a", "c"), [0])
+        assert path_delay_ns(g, ["a", "b", "c"]) == path_delay_ns(g, ["a", "c"]) == 400_000
+
+    def test_without_delays_fewest_hops_win(self) -> None:
+        g = graph_from([("a", "b"), ("b", "c"), ("c", "d"), ("a", "e"), ("e", "d")], delay_s=0.0)
+        assert least_delay_paths(g, "a")["d"] == ["a", "e", "d"]
+
+    def test_a_shorter_route_still_wins_over_fewer_hops(self) -> None:
+        g = graph_from([("a", "b"), ("b", "c"), ("c", "d")])
+        g.add_edge("a", "d", **{**g.edges["a", "b"], "delay_s": 3 * DELAY_S + 1e-9})
+        assert least_delay_paths(g, "a")["d"] == ["a", "b", "c", "d"]
+
+    @pytest.mark.parametrize("order", [1, -1])
+    def test_equal_delay_and_hops_go_by_node_order(self, order: int) -> None:
+        g = graph_from([("a", "c"), ("c", "d"), ("a", "b"), ("b", "d")][::order])
+        assert least_delay_paths(g, "a")["d"] == ["a", "b", "d"]
 
 
 def test_link_seconds_is_transfer_behind_the_load_plus_latency() -> None:

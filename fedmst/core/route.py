@@ -1,10 +1,16 @@
 """A transfer's route: its ends and the link directions it crosses, from its node path.
 
 Shared by the plan's :class:`~fedmst.core.plan.Transfer` and the agents' view of one
-(:class:`fedmst.protocol.TransferSpec`); no imports, so the protocol stays light.
+(:class:`fedmst.protocol.TransferSpec`); no imports, so the protocol stays light. Also the one
+way routes are chosen on least delay (:func:`least_delay_paths`); networkx is imported there only.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 LinkDir = tuple[str, str]
 """A link direction ``(u, v)``: bytes sent by u towards v."""
@@ -32,3 +38,43 @@ class Along:
     @property
     def hops(self) -> tuple[LinkDir, ...]:
         return tuple(zip(self.path, self.path[1:]))
+
+
+def delay_ns(link: Mapping[str, Any]) -> int:
+    """A link's ``delay_s`` in whole nanoseconds (0.2 m of fibre): sums of these are exact, so two
+    routes of equal length tie exactly instead of by the rounding of summed floats.
+
+    >>> delay_ns({"delay_s": 0.0105}), delay_ns({"delay_s": 2100 * 5e-6})
+    (10500000, 10500000)
+    """
+    return round(float(link["delay_s"]) * 1e9)
+
+
+def path_delay_ns(graph: nx.Graph, path: Sequence[str]) -> int:
+    """Total propagation delay of ``path`` in nanoseconds (:func:`delay_ns` of each hop)."""
+    return sum(delay_ns(graph.edges[u, v]) for u, v in zip(path, path[1:]))
+
+
+def least_delay_paths(graph: nx.Graph, source: str) -> dict[str, list[str]]:
+    """The least-delay path from ``source`` to every node it reaches, all from one path tree.
+
+    Delays are compared exactly (:func:`delay_ns`) and equal delays go to the path with fewer hops;
+    paths equal in both go by node order (Dijkstra on a copy whose nodes and adjacencies are
+    sorted), so equal graphs give equal paths however they were built. Every scheduler and flow
+    that routes on least delay routes here.
+
+    >>> import networkx as nx
+    >>> g = nx.Graph([("a", "b", {"delay_s": 0.1}), ("b", "c", {"delay_s": 0.7}), ("a", "c", {"delay_s": 0.8})])
+    >>> least_delay_paths(g, "a")["c"]  # 0.1 + 0.7 < 0.8 in floats; a tie in fact, so one hop wins
+    ['a', 'c']
+    """
+    import networkx as nx
+
+    bound = graph.number_of_nodes()  # a path has fewer hops than the graph has nodes
+    ordered = nx.Graph()
+    ordered.add_nodes_from(sorted(graph.nodes))
+    ordered.add_edges_from(  # delay first, then one per hop: (delay, hops) as one exact integer
+        (u, v, {"cost": delay_ns(graph.edges[u, v]) * bound + 1})
+        for u, v in sorted(tuple(sorted(e)) for e in graph.edges)
+    )
+    return nx.single_source_dijkstra_path(ordered, source, weight="cost")

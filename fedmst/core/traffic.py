@@ -25,6 +25,7 @@ from typing import Any
 import networkx as nx
 
 from fedmst.core.jsonfile import read_entries
+from fedmst.core.route import least_delay_paths
 from fedmst.errors import FedmstError
 
 PROTOCOLS = ("udp", "tcp")
@@ -126,8 +127,8 @@ def _seconds(label: str, text: str) -> float:
 
 
 def flow_path(graph: nx.Graph, flow: BackgroundFlow) -> list[str]:
-    """The least-delay path a flow follows."""
-    return nx.shortest_path(graph, flow.src, flow.dst, weight="delay_s")
+    """The least-delay path a flow follows (fewer hops among equal delays, as the schedulers' routes)."""
+    return least_delay_paths(graph, flow.src)[flow.dst]
 
 
 def as_json(flows: list[BackgroundFlow]) -> list[dict[str, Any]]:

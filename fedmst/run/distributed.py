@@ -15,6 +15,7 @@ Ray is an optional extra (``pip install -e '.[ray]'``): imported only here, only
 
 from __future__ import annotations
 
+import socket
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,6 +29,9 @@ SLOT = "fedmst_emulation"
 """The custom resource a Ray node offers once per emulation it can run at a time."""
 RETRIES = 3
 """Times a point is run again when its node dies (Ray moves it to a node that lives)."""
+PROBE_S = 3.0
+"""How long :func:`connect` waits for a TCP connection to the cluster's address before it gives up
+(Ray itself retries an address where nothing listens for minutes, without a word)."""
 SLOT_CHECK_S = 10.0
 """While no point comes back, how often the sweep checks that some node still offers a slot
 (Ray would wait for one forever)."""
@@ -55,6 +59,7 @@ def connect(address: str) -> None:
         raise FedmstError("--ray needs Ray: pip install -e '.[ray]' (scripts/setup.sh installs it)") from None
     import logging
 
+    _probe(address)
     try:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, configure_logging=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -64,6 +69,21 @@ def connect(address: str) -> None:
         ray.shutdown()
         raise FedmstError(f"--ray {address}: no node offers an emulation slot; start each node with "
                           f"--resources '{{\"{SLOT}\": 1}}' (scripts/ray-local.sh does)")
+
+
+def _probe(address: str) -> None:
+    """Fail in one line, within :data:`PROBE_S`, where nothing accepts a TCP connection at a
+    ``host:port`` (or ``ray://host:port``) address; ``auto`` is left to Ray, which looks it up."""
+    host, colon, port = address.removeprefix("ray://").rpartition(":")
+    if not colon or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_S):
+            pass
+    except (OSError, OverflowError) as exc:
+        reason = "no answer" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+        raise FedmstError(f"--ray {address}: no Ray cluster there (nothing accepts a connection: {reason}); "
+                          "start one with scripts/ray-local.sh start N or `ray start --head`") from None
 
 
 def run_points(resolved: Mapping[Hashable, ResolvedRun], finished: Callable[[Hashable, Finished], None]) -> None:

@@ -236,31 +236,53 @@ def summary_table(summaries: Mapping[str, Summary], ratios_to_first: bool = Fals
     row("upload (s)", lambda s: s.upload_s, "{:.2f}")
     row("  predicted (s)", lambda s: s.predicted_upload_s, "{:.2f}")
     row("round latency (s)", lambda s: s.round_latency_s, "{:.2f}")
-    row("link bytes measured (MB)", per_round(lambda s: s.link_bytes_measured / 1e6), "{:.2f}")
-    row("  weights (MB)", per_round(lambda s: s.weight_bytes_measured / 1e6), "{:.2f}")
-    row("  weights predicted (MB)", per_round(lambda s: s.link_bytes_predicted / 1e6), "{:.2f}")
-    row("  ACKs and other (MB)", per_round(lambda s: s.ack_bytes_measured / 1e6), "{:.2f}")
+    def bytes_row(label: str, get: Callable[[Summary], float], ratio: bool = True) -> None:
+        """A row of byte counts in the unit its largest value picks (KB for a small model)."""
+        unit, scale = size_unit(max(get(summaries[n]) for n in names))
+        row(f"{label} ({unit})", lambda s: get(s) / scale, "{:.0f}" if unit == "B" else "{:.2f}", ratio)
+
+    bytes_row("link bytes measured", per_round(lambda s: s.link_bytes_measured))
+    bytes_row("  weights", per_round(lambda s: s.weight_bytes_measured))
+    bytes_row("  weights predicted", per_round(lambda s: s.link_bytes_predicted))
+    bytes_row("  ACKs and other", per_round(lambda s: s.ack_bytes_measured))
     if any(s.aborted_link_bytes for s in summaries.values()):
-        row("  in phases given up (MB)", per_round(lambda s: s.aborted_link_bytes / 1e6), "{:.2f}", ratio=False)
+        bytes_row("  in phases given up", per_round(lambda s: s.aborted_link_bytes), ratio=False)
     row("TCP retransmissions (segments)", per_round(lambda s: s.tcp_retransmitted_segments), "{:.0f}", ratio=False)
     row("queue drops (packets)", per_round(lambda s: s.queue_drops), "{:.0f}", ratio=False)
     row("max per-link weight error (%)", lambda s: 100 * s.max_link_bytes_error, "{:.2f}", ratio=False)
     row("final accuracy", lambda s: s.final_accuracy, "{:.3f}", ratio=False)
     row(f"time to accuracy {first.target_accuracy:g} (s)", lambda s: s.time_to_accuracy_s, "{:.2f}")
     table.caption = (f"{first.local_models} local models, model {first.model} "
-                     f"({first.model_bytes / 1e6:.2f} MB), {first.rounds} rounds; "
+                     f"({size_label(first.model_bytes)}), {first.rounds} rounds; "
                      f"delay: {first.emulated['delay_mechanism']}; workers: {_workers(first.workers)}"
                      + (f"; ratios to {labels[0]} in comparison.json" if ratios_to_first and not others else ""))
     return table
 
 
-def size_label(n_bytes: float) -> str:
-    """A model's size for people: ``19 KB``, ``4.51 MB``.
+SIZE_UNITS = (("GB", 1e9), ("MB", 1e6), ("KB", 1e3))
+"""Units a size is shown in on the console and in figures (files keep bytes)."""
 
-    >>> size_label(19_240), size_label(4_505_640)
-    ('19 KB', '4.51 MB')
+
+def size_unit(n_bytes: float) -> tuple[str, float]:
+    """The unit to show ``n_bytes`` in, and its size in bytes: the largest that keeps it at 1 or
+    more (bytes below 1 KB), so that a 4.5 KB model is not shown as 0.00 MB.
+
+    >>> size_unit(4_505), size_unit(173_710_000), size_unit(12)
+    (('KB', 1000.0), ('MB', 1000000.0), ('B', 1.0))
     """
-    return f"{n_bytes / 1e3:.0f} KB" if n_bytes < 1e6 else f"{n_bytes / 1e6:.3g} MB"
+    return next(((unit, scale) for unit, scale in SIZE_UNITS if abs(n_bytes) >= scale), ("B", 1.0))
+
+
+def size_label(n_bytes: float) -> str:
+    """A size for people, in the unit its value picks (:func:`size_unit`): three significant
+    figures, whole bytes, and whole kilobytes from 10 KB on.
+
+    >>> size_label(512), size_label(4_505), size_label(19_240), size_label(4_505_640), size_label(45_160_000)
+    ('512 B', '4.5 KB', '19 KB', '4.51 MB', '45.2 MB')
+    """
+    unit, scale = size_unit(n_bytes)
+    value = n_bytes / scale
+    return f"{value:.0f} {unit}" if unit == "B" or (unit == "KB" and value >= 10) else f"{value:.3g} {unit}"
 
 
 def regime_table(points: Sequence[Mapping[str, Any]]) -> Any:

@@ -21,7 +21,7 @@ import networkx as nx
 
 from fedmst.core.topology import load_topology, node_order
 from fedmst.errors import FedmstError
-from fedmst.run.report import Summary, size_label
+from fedmst.run.report import Summary, size_label, size_unit
 from fedmst.run.results import read_csv
 from fedmst.views.links import COMPARISON, compare_runs, rate_series, scheduler_label
 
@@ -56,7 +56,9 @@ def plot_run(run_dir: Path, out: Path | None = None, *, task: str | None = None)
         raise FedmstError(f"{run_dir}: runs use different topologies ({', '.join(sorted(names))}); cannot compare")
     graph = panels[0]["graph"]
     pos = _layout(graph)
-    vmax = max([max(p["link_bytes"].values(), default=0) for p in panels] + [1]) / 1e6
+    busiest = max([max(p["link_bytes"].values(), default=0) for p in panels] + [1])
+    unit, scale = size_unit(busiest)
+    vmax = busiest / scale
 
     import matplotlib
     from matplotlib import cm, colors
@@ -73,9 +75,9 @@ def plot_run(run_dir: Path, out: Path | None = None, *, task: str | None = None)
         for ax in axes.flat[len(panels):]:
             ax.axis("off")
         for ax, panel in zip(axes.flat, panels):
-            _draw_panel(ax, panel, pos, cmap, norm)
+            _draw_panel(ax, panel, pos, cmap, norm, (unit, scale))
         bar = fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), ax=list(axes.flat), fraction=0.035, pad=0.02)
-        bar.set_label("MB carried per link (both directions, all rounds)")
+        bar.set_label(f"{unit} carried per link (both directions, all rounds)")
         fig.legend(handles=_legend_handles(), loc="lower center", ncol=5 if len(panels) > 1 else 3,
                    frameon=False, fontsize=9)
         out = Path(out) if out is not None else run_dir / "links.png"
@@ -218,16 +220,18 @@ def _clear_links(graph: nx.Graph, pos: dict[str, tuple[float, float]], *, gap: f
     return pos
 
 
-def _draw_panel(ax: Any, panel: dict[str, Any], pos: dict[str, tuple[float, float]], cmap: Any, norm: Any) -> None:
-    """One scheduler: links by bytes, transfer arrows, then nodes on top."""
+def _draw_panel(ax: Any, panel: dict[str, Any], pos: dict[str, tuple[float, float]], cmap: Any, norm: Any,
+                unit: tuple[str, float]) -> None:
+    """One scheduler: links by bytes (in ``unit``, the colour bar's: name and bytes), transfer
+    arrows, then nodes on top."""
     from matplotlib.collections import LineCollection
 
     graph, link_bytes = panel["graph"], panel["link_bytes"]
     # busiest links drawn last, so an idle link crossing a busy one never cuts it
     edges = sorted(graph.edges, key=lambda e: (link_bytes[frozenset(e)], sorted(map(node_order, e))))
-    mb = [link_bytes[frozenset(e)] / 1e6 for e in edges]
-    widths = [_MIN_W + (_MAX_W - _MIN_W) * m / norm.vmax for m in mb]
-    ax.add_collection(LineCollection([[pos[a], pos[b]] for a, b in edges], colors=cmap(norm(mb)),
+    carried = [link_bytes[frozenset(e)] / unit[1] for e in edges]
+    widths = [_MIN_W + (_MAX_W - _MIN_W) * m / norm.vmax for m in carried]
+    ax.add_collection(LineCollection([[pos[a], pos[b]] for a, b in edges], colors=cmap(norm(carried)),
                                      linewidths=widths, capstyle="round", zorder=1))
     ax.set_aspect("equal")  # before any offset in points: data and screen directions then agree
     ax.margins(0.08)
@@ -236,7 +240,9 @@ def _draw_panel(ax: Any, panel: dict[str, Any], pos: dict[str, tuple[float, floa
     _draw_nodes(ax, panel, pos)
     ax.axis("off")
     latency = panel["latency_s"]
-    ax.set_title(f"{scheduler_label(panel['scheduler'])}: {sum(mb):.1f} MB on links, round "
+    total = sum(link_bytes[frozenset(e)] for e in edges)
+    total_unit, total_scale = size_unit(total)
+    ax.set_title(f"{scheduler_label(panel['scheduler'])}: {total / total_scale:.1f} {total_unit} on links, round "
                  + (f"{latency:.2f} s" if isinstance(latency, (int, float)) else "latency n/a"), fontsize=12)
 
 
@@ -363,16 +369,18 @@ def plot_sweep(rows: list[dict[str, Any]], out_dir: Path, suffix: str = "") -> t
     fig.tight_layout()
     _save(fig, paths[0], dpi=130)
     plt.close(fig)
+    byte_keys = ("run_link_bytes_measured", "run_link_bytes_predicted")
+    unit, scale = size_unit(max([r[key] for r in rows for key in byte_keys] + [1]))
     fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 4.2))
     for s, c in colours.items():
-        ks, m, e = series(s, lambda r: r["run_link_bytes_measured"] / 1e6)
+        ks, m, e = series(s, lambda r: r["run_link_bytes_measured"] / scale)
         label = scheduler_label(s)
         left.errorbar(ks, m, yerr=e, color=c, marker="o", capsize=3, label=f"{label} measured")
-        ks, m, _ = series(s, lambda r: r["run_link_bytes_predicted"] / 1e6)
+        ks, m, _ = series(s, lambda r: r["run_link_bytes_predicted"] / scale)
         left.plot(ks, m, color=c, linestyle="--", label=f"{label} predicted")
         ks, m, e = series(s, lambda r: r["run_reserved_capacity_mbps"] / 1e3)
         right.errorbar(ks, m, yerr=e, color=c, marker="s", capsize=3, label=label)
-    left.set(xlabel="local models per task", ylabel="MB on all links per round",
+    left.set(xlabel="local models per task", ylabel=f"{unit} on all links per round",
              title="Consumed bandwidth: bytes on links")
     right.set(xlabel="local models per task", ylabel="Gbit/s reserved",
               title="Consumed bandwidth: wavelength capacity reserved")

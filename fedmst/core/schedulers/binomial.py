@@ -14,8 +14,8 @@ from __future__ import annotations
 import networkx as nx
 
 from fedmst.core.plan import Plan, Transfer
+from fedmst.core.route import least_delay_paths
 from fedmst.core.schedulers.base import LinkState, Scheduler
-from fedmst.core.schedulers.spff import shortest_paths_from
 from fedmst.core.tasks import Task
 
 
@@ -49,7 +49,7 @@ class BinomialScheduler(Scheduler):
             """The local models hosted on ``rank`` and every rank under it."""
             return frozenset(task.models_at(ranks[rank])).union(*(below(c) for c in children[rank]))
 
-        paths = {parent: shortest_paths_from(graph, ranks[parent]) for _, parent, _ in edges}
+        paths = {parent: least_delay_paths(graph, ranks[parent]) for _, parent, _ in edges}
         rounds = max((j for j, _, _ in edges), default=-1) + 1
         broadcast, upload = [], []
         for j, parent, child in edges:

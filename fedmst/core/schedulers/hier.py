@@ -18,8 +18,8 @@ from typing import Mapping, Sequence
 import networkx as nx
 
 from fedmst.core.plan import Plan
+from fedmst.core.route import least_delay_paths, path_delay_ns
 from fedmst.core.schedulers.base import LinkState, Scheduler
-from fedmst.core.schedulers.spff import shortest_paths_from
 from fedmst.core.tasks import Task
 from fedmst.core.topology import node_order
 
@@ -58,7 +58,7 @@ def regions(graph: nx.Graph, task: Task) -> dict[str, list[str]]:
     nodes = sorted({n for n in task.local_nodes if n != task.global_node}, key=node_order)
     if not nodes:
         return {}
-    dist = dict(nx.all_pairs_dijkstra_path_length(graph, weight="delay_s"))
+    dist = {n: {m: path_delay_ns(graph, path) for m, path in least_delay_paths(graph, n).items()} for n in nodes}
     weight = {n: len(task.models_at(n)) for n in nodes}
     medoids = k_medoids(dist, weight, sorted(graph.nodes, key=node_order), max(1, round(math.sqrt(len(nodes)))))
     out: dict[str, list[str]] = {m: [] for m in medoids}
@@ -73,12 +73,12 @@ class HierScheduler(Scheduler):
     name = "hier"
 
     def plan(self, graph: nx.Graph, task: Task, link_state: LinkState | None = None) -> Plan:
-        from_g = shortest_paths_from(graph, task.global_node)
+        from_g = least_delay_paths(graph, task.global_node)
         hops: list[tuple[tuple[str, ...], frozenset[int]]] = []  # (path from parent, models below), parents first
         for aggregator, members in regions(graph, task).items():
             below = frozenset(i for n in members for i in task.models_at(n))
             if aggregator != task.global_node:
                 hops.append((tuple(from_g[aggregator]), below))
-            from_aggregator = shortest_paths_from(graph, aggregator)
+            from_aggregator = least_delay_paths(graph, aggregator)
             hops += [(tuple(from_aggregator[n]), frozenset(task.models_at(n))) for n in members if n != aggregator]
         return Plan.mirrored(self.name, task, hops)

@@ -30,8 +30,8 @@ import networkx as nx
 from networkx.algorithms.approximation import steiner_tree as approx_steiner_tree
 
 from fedmst.core.schedulers.base import LinkState, Scheduler
-from fedmst.core.schedulers.spff import shortest_paths_from
 from fedmst.core.plan import Plan
+from fedmst.core.route import least_delay_paths
 from fedmst.core.tasks import Task
 
 
@@ -90,7 +90,7 @@ def steiner_tree(aux: nx.Graph, root: str, terminals: Iterable[str],
 def spff_tree(graph: nx.Graph, task: Task) -> nx.Graph:
     """SPFF's least-delay paths from G to the local models, joined: a tree (they come from one
     shortest-path tree) no larger than SPFF's star, which sends a copy along each path."""
-    paths = shortest_paths_from(graph, task.global_node)
+    paths = least_delay_paths(graph, task.global_node)
     return nx.Graph(hop for node in task.terminals for hop in pairwise(paths[node]))
 
 

@@ -23,8 +23,8 @@ from typing import Mapping
 import networkx as nx
 
 from fedmst.core.plan import Plan, Transfer, equal_segments
+from fedmst.core.route import least_delay_paths
 from fedmst.core.schedulers.base import LinkState, Scheduler
-from fedmst.core.schedulers.spff import shortest_paths_from
 from fedmst.core.tasks import Task
 from fedmst.errors import SchedulerError
 
@@ -36,7 +36,7 @@ def ring_order(paths: Mapping[str, Mapping[str, list[str]]], members: list[str])
 
     >>> g = nx.cycle_graph(["a", "b", "c", "d"])
     >>> nx.set_edge_attributes(g, 0.001, "delay_s")
-    >>> ring_order({m: shortest_paths_from(g, m) for m in "abcd"}, ["a", "c", "b", "d"])
+    >>> ring_order({m: least_delay_paths(g, m) for m in "abcd"}, ["a", "c", "b", "d"])
     ['a', 'd', 'c', 'b']
     """
     if len(members) <= 3:
@@ -56,7 +56,7 @@ class RingScheduler(Scheduler):
 
     def plan(self, graph: nx.Graph, task: Task, link_state: LinkState | None = None) -> Plan:
         members = list(dict.fromkeys((task.global_node, *sorted(set(task.local_nodes)))))
-        paths = {m: shortest_paths_from(graph, m) for m in members}
+        paths = {m: least_delay_paths(graph, m) for m in members}
         members = ring_order(paths, members)
         n = len(members)
         if n == 1:

@@ -1,0 +1,56 @@
+"""``--ray`` at an address where no cluster answers fails in one line, without waiting on Ray
+(which retries such an address for minutes without a word). Needs Ray installed, no cluster."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from fedmst.errors import FedmstError
+from fedmst.run import distributed
+
+pytest.importorskip("ray")
+
+
+def _closed_port() -> int:
+    """A local port where nothing listens (bound once, then let go)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("form", ["127.0.0.1:{}", "ray://127.0.0.1:{}", "localhost:{}"])
+def test_an_address_where_nothing_listens_is_refused_before_ray_is_asked(
+        form: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray
+
+    def never(*_: object, **__: object) -> None:
+        raise AssertionError("ray.init was called for an address where nothing listens")
+
+    monkeypatch.setattr(ray, "init", never)
+    address = form.format(_closed_port())
+    with pytest.raises(FedmstError) as error:
+        distributed.connect(address)
+    message = str(error.value)
+    assert "\n" not in message and message.startswith(f"--ray {address}: no Ray cluster there")
+    assert "ray-local.sh start" in message
+
+
+def test_a_listening_address_is_handed_to_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray
+
+    asked: list[str] = []
+
+    def init(address: str, **_: object) -> None:
+        asked.append(address)
+        raise ConnectionError("not a Ray cluster")
+
+    monkeypatch.setattr(ray, "init", init)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+        with pytest.raises(FedmstError, match="no Ray cluster there .*not a Ray cluster"):
+            distributed.connect(address)
+    assert asked == [address]

@@ -1,0 +1,52 @@
+"""Sizes on the console in the unit their value picks: a 4.5 KB model is not ``0.00 MB``."""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, fields
+from typing import Any
+
+from rich.console import Console
+
+from fedmst.run.report import Summary, size_label, size_unit, summary_table
+
+
+def _summary(**values: Any) -> Summary:
+    """A Summary with every required field empty but for ``values``."""
+    empty = {"int": 0, "float": 0.0, "str": ""}
+    base = {f.name: empty.get(str(f.type), [] if str(f.type).startswith("list") else {})
+            for f in fields(Summary) if f.default is MISSING and f.default_factory is MISSING}
+    base.update(emulated={"delay_mechanism": "userspace"}, workers={"backend": "process"}, topology="line3")
+    return Summary(**{**base, **values})
+
+
+def _text(table: Any) -> str:
+    console = Console(width=160, record=True)
+    console.print(table)
+    return console.export_text()
+
+
+def test_a_small_model_is_shown_in_kilobytes() -> None:
+    small = {"model": "myext:tiny_cnn", "model_bytes": 4_505, "rounds": 2}
+    text = _text(summary_table({"spff": _summary(**small, link_bytes_measured=200_000, weight_bytes_measured=190_000),
+                                "mst": _summary(**small, link_bytes_measured=100_000, weight_bytes_measured=95_000)},
+                               ratios_to_first=True))
+    assert "model myext:tiny_cnn (4.5 KB)" in text and "0.00 MB" not in text
+    (row,) = [line for line in text.splitlines() if "link bytes measured" in line]
+    assert [cell.strip() for cell in row.split("│")[1:5]] == ["link bytes measured (KB)", "100.00", "50.00", "0.50"]
+    assert "weights (KB)" in text
+
+
+def test_a_large_model_stays_in_megabytes() -> None:
+    large = {"model": "mlp-large", "model_bytes": 4_505_640, "rounds": 5, "link_bytes_measured": 868_550_000}
+    text = _text(summary_table({"spff": _summary(**large)}))
+    assert "model mlp-large (4.51 MB)" in text
+    (row,) = [line for line in text.splitlines() if "link bytes measured" in line]
+    assert "link bytes measured (MB)" in row and "173.71" in row
+    assert [c.strip() for c in next(ln for ln in text.splitlines() if "ACKs" in ln).split("│")[1:3]] == \
+        ["ACKs and other (B)", "0"]
+
+
+def test_the_unit_follows_the_value() -> None:
+    assert [size_unit(n)[0] for n in (0, 999, 1_000, 999_999, 1e6, 2.5e9)] == ["B", "B", "KB", "KB", "MB", "GB"]
+    assert [size_label(n) for n in (0, 4_505, 19_240, 173_710_000, 2.5e9)] == \
+        ["0 B", "4.5 KB", "19 KB", "174 MB", "2.5 GB"]
