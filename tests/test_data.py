@@ -125,6 +125,20 @@ def test_too_many_shards_is_a_one_line_task_error(train_labels: np.ndarray) -> N
     )
 
 
+@pytest.mark.parametrize("bad, count", [("float('nan')", 1), ("float('inf')", 1), ("-float('inf')", 1)])
+def test_inputs_that_are_not_finite_are_refused(tmp_path, monkeypatch: pytest.MonkeyPatch, bad: str,
+                                                count: int) -> None:
+    name = _module(tmp_path, monkeypatch, (
+        "def f():\n"
+        "    x, y = torch.zeros(5, 2, 3), torch.tensor([0, 1, 0, 1, 0])\n"
+        f"    x[3, 1, 2] = {bad}\n"
+        "    return x.clone(), y, torch.zeros(2, 2, 3), y[:2]\n"))
+    with pytest.raises(DatasetError) as info:
+        data.load_dataset(f"{name}:f")
+    assert str(info.value) == (f"dataset '{name}:f': x_train has NaN or infinite values in {count} of 5 samples; "
+                               "a model would learn nothing but NaN from them")
+
+
 def test_register_dataset_and_duplicate(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(data, "DATASETS", data.DATASETS.copy())
     x, y = torch.ones(4, 3), torch.tensor([0, 1, 2, 0])

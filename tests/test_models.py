@@ -11,7 +11,7 @@ from fedmst import plugins
 from fedmst.fl import models
 from fedmst.fl.data import load_dataset
 from fedmst.errors import ModelError
-from fedmst.fl.models import build_model, model_bytes, register_model
+from fedmst.fl.models import build_model, model_bytes, register_model, sized_model
 from fedmst.plugins import Registry
 from fedmst.run.config import DEFAULT_MODEL
 
@@ -130,3 +130,30 @@ def test_entry_point_plugins_load_lazily_and_broken_ones_warn(
     assert model(torch.zeros(1, *INPUT_SHAPE)).shape == (1, 4)
     assert fresh.names() == ("mlp", "tiny") and groups == ["fedmst.models"]  # loaded once
 
+
+@pytest.mark.parametrize("body, message", [
+    ("nn.Sequential(nn.Flatten(), nn.Linear(64, 6))",
+     "model '{m}:f': outputs 6 scores per sample but dataset 'digits' has 10 classes: build the last layer with "
+     "num_classes outputs"),
+    ("nn.Sequential(nn.Flatten(), nn.Linear(32, num_classes))",
+     "model '{m}:f': a batch of dataset 'digits' (inputs [1, 8, 8]) raised RuntimeError: mat1 and mat2 shapes"),
+    ("nn.Sequential(nn.Linear(8, num_classes))",
+     "model '{m}:f': a batch of 2 gives [2, 1, 8, 10], not [batch, classes]"),
+])
+def test_a_model_that_does_not_fit_the_dataset_is_refused_in_one_line(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, body: str, message: str
+) -> None:
+    (tmp_path / "fedmst_test_misfit.py").write_text(f"from torch import nn\ndef f(num_classes, input_shape):\n"
+                                                    f"    return {body}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "fedmst_test_misfit", raising=False)
+    with pytest.raises(ModelError) as info:
+        sized_model("fedmst_test_misfit:f", DIGITS)
+    assert str(info.value).startswith(message.format(m="fedmst_test_misfit")) and "\n" not in str(info.value)
+
+
+def test_sized_model_is_the_wire_size_and_wider_outputs_still_train(registry: Registry) -> None:
+    assert sized_model("mlp", DIGITS) == model_bytes(build_model("mlp", NUM_CLASSES, INPUT_SHAPE))
+    assert sized_model("cnn", DIGITS) == model_bytes(build_model("cnn", NUM_CLASSES, INPUT_SHAPE))
+    register_model("wide", lambda num_classes, input_shape: nn.Sequential(nn.Flatten(), nn.Linear(64, num_classes + 2)))
+    assert sized_model("wide", DIGITS) == 4 * (64 * 12 + 12)  # unused scores cost bytes, not correctness

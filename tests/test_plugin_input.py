@@ -27,9 +27,11 @@ MODULES = {
 
 
 @pytest.mark.parametrize("extra, fragments", [
+    (["--dataset", "nandata:make"], ("dataset 'nandata:make'", "x_train has NaN or infinite values in 1 of 200")),
+    (["--model", "narrow:make"], ("model 'narrow:make'", "outputs 6 scores", "dataset 'digits' has 10 classes")),
     (["--workers", "kubernetes"], ("unknown worker backend 'kubernetes'", "docker, process", "package.module:Class")),
     (["--workers", "mybackend:Workers"], ("worker backend 'mybackend:Workers'", "not a concrete subclass")),
-], ids=["unknown-backend", "backend-not-a-subclass"])
+], ids=["nan-dataset", "narrow-model", "unknown-backend", "backend-not-a-subclass"])
 def test_a_plugin_that_cannot_work_is_one_line(tmp_path: Path, extra: list[str], fragments: tuple[str, ...]) -> None:
     for name, text in MODULES.items():
         (tmp_path / name).write_text(text)

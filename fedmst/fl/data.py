@@ -108,6 +108,10 @@ def check_tensors(spec: str, tensors: object) -> Tensors:
                                "must be [N, ...] and [N] with N > 0")
         if int(y.min()) < 0:
             raise DatasetError(f"dataset {spec!r}: y_{part} has negative labels; use 0..C-1")
+        if not bool(torch.isfinite(x).all()):
+            bad = int((~torch.isfinite(x)).reshape(len(x), -1).any(1).sum())
+            raise DatasetError(f"dataset {spec!r}: x_{part} has NaN or infinite values in {bad} of {len(x)} "
+                               "samples; a model would learn nothing but NaN from them")
     if xtr.shape[1:] != xte.shape[1:]:
         raise DatasetError(f"dataset {spec!r}: train inputs are {tuple(xtr.shape[1:])}, test inputs "
                            f"{tuple(xte.shape[1:])}")

@@ -13,10 +13,12 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+import torch
 from torch import nn
 
 from fedmst.fl.aggregation import flatten
 from fedmst.errors import ModelError
+from fedmst.fl.data import Dataset
 from fedmst.plugins import Registry, one_line
 
 Factory = Callable[..., nn.Module]
@@ -83,3 +85,25 @@ def model_bytes(model: nn.Module) -> int:
     """Size of ``model``'s wire vector (see :func:`fedmst.fl.aggregation.flatten`) in bytes."""
     return flatten(model).numel() * 4
 
+
+def sized_model(spec: str, dataset: Dataset) -> int:
+    """Bytes of the wire vector of ``spec``'s model for ``dataset``, after one forward pass on two
+    of its training samples: a model that cannot take the dataset's inputs, or gives fewer scores
+    than the dataset has classes, is refused here in one line, before any network exists, instead
+    of failing inside every agent once the run has started."""
+    model = build_model(spec, num_classes=dataset.num_classes, input_shape=dataset.input_shape)
+    model.eval()  # layers like batch norm must not need a full batch to say their output shape
+    try:
+        with torch.no_grad():
+            out = model(dataset.x_train[:2])
+    except Exception as exc:  # noqa: BLE001 - any forward failure is the model's fault
+        raise ModelError(f"model {spec!r}: a batch of dataset {dataset.name!r} (inputs "
+                         f"{list(dataset.input_shape)}) raised {one_line(exc)}") from exc
+    shape = tuple(out.shape) if isinstance(out, torch.Tensor) else None
+    if shape is None or len(shape) != 2 or shape[0] != len(dataset.x_train[:2]):
+        raise ModelError(f"model {spec!r}: a batch of {len(dataset.x_train[:2])} gives "
+                         f"{list(shape) if shape else type(out).__name__}, not [batch, classes]")
+    if shape[1] < dataset.num_classes:
+        raise ModelError(f"model {spec!r}: outputs {shape[1]} scores per sample but dataset {dataset.name!r} "
+                         f"has {dataset.num_classes} classes: build the last layer with num_classes outputs")
+    return model_bytes(model)

@@ -304,8 +304,7 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
     sizes: dict[tuple[str, str], int] = {}
     for kind in dict.fromkeys((str(t.model), str(t.dataset)) for t in placed):
         dataset = data.load_dataset(kind[1])
-        sizes[kind] = models.model_bytes(models.build_model(kind[0], num_classes=dataset.num_classes,
-                                                            input_shape=dataset.input_shape))
+        sizes[kind] = models.sized_model(kind[0], dataset)
         k = max(t.k for t in placed if t.dataset == kind[1])
         data.dirichlet_shards(dataset.y_train, k, config.alpha, seed=config.seed)  # too many local models?
     tasks = [replace(task, model_bytes=sizes[(str(task.model), str(task.dataset))]) for task in placed]
