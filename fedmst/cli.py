@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 DEFAULT_MODEL, DEFAULT_DATASET, DEFAULT_IMAGE = "mlp-large", "digits", "fedmst-worker"
 """Option defaults; fedmst.run.config checks they are its own (tests/test_cli.py)."""
-DELAY_MODES, BACKENDS = ("auto", "netem", "userspace", "off"), ("process", "docker")
+DELAY_MODES = ("auto", "netem", "userspace", "off")
 OPTIMIZERS = ("sgd", "momentum", "adam")
 CLOCKS, INTERLEAVES, LINK_STATES = ("lockstep", "independent"), ("none", "cassini"), ("planned", "measured")
 ORDERS, QUEUES = ("fifo", "sjf-bco"), ("fifo", "fair")
@@ -154,9 +154,10 @@ def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _worker_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     opts = [
-        click.option("--workers", type=click.Choice(BACKENDS), default="process", show_default=True,
-                     help="Run each compute node's agent as a process in its host, or in a Docker container "
-                          "whose network namespace gets the emulated links."),
+        click.option("--workers", default="process", show_default=True, metavar="BACKEND",
+                     help="Run each compute node's agent as a process in its host (process), in a Docker "
+                          "container whose network namespace gets the emulated links (docker), or with a "
+                          "registered backend or package.module:Class."),
         click.option("--image", default=DEFAULT_IMAGE, show_default=True,
                      help="Worker image for --workers docker (build it from the repository's Dockerfile)."),
         click.option("--cpus", multiple=True, metavar="[NODE=]CPUS",

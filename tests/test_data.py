@@ -83,7 +83,7 @@ def test_a_bad_factory_is_one_line(tmp_path, monkeypatch: pytest.MonkeyPatch, bo
 
 
 def test_an_unknown_dataset_names_the_choices() -> None:
-    with pytest.raises(DatasetError, match="unknown dataset 'mnist'; choose one of: digits"):
+    with pytest.raises(DatasetError, match="unknown dataset 'mnist'; choose one of: (.*, )?digits"):
         data.load_dataset("mnist")
 
 
@@ -123,3 +123,29 @@ def test_too_many_shards_is_a_one_line_task_error(train_labels: np.ndarray) -> N
         f"cannot split {n} training samples into {n // 10 + 1} shards of at least 10: "
         f"use fewer local models"
     )
+
+
+@pytest.mark.parametrize("bad, count", [("float('nan')", 1), ("float('inf')", 1), ("-float('inf')", 1)])
+def test_inputs_that_are_not_finite_are_refused(tmp_path, monkeypatch: pytest.MonkeyPatch, bad: str,
+                                                count: int) -> None:
+    name = _module(tmp_path, monkeypatch, (
+        "def f():\n"
+        "    x, y = torch.zeros(5, 2, 3), torch.tensor([0, 1, 0, 1, 0])\n"
+        f"    x[3, 1, 2] = {bad}\n"
+        "    return x.clone(), y, torch.zeros(2, 2, 3), y[:2]\n"))
+    with pytest.raises(DatasetError) as info:
+        data.load_dataset(f"{name}:f")
+    assert str(info.value) == (f"dataset '{name}:f': x_train has NaN or infinite values in {count} of 5 samples; "
+                               "a model would learn nothing but NaN from them")
+
+
+def test_register_dataset_and_duplicate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(data, "DATASETS", data.DATASETS.copy())
+    x, y = torch.ones(4, 3), torch.tensor([0, 1, 2, 0])
+    data.register_dataset("tiny", lambda: (x, y, x, y))
+    data.load_dataset.cache_clear()
+    assert data.load_dataset("tiny").num_classes == 3 and "tiny" in data.DATASETS.names()
+    with pytest.raises(DatasetError, match="^dataset 'digits' is already registered; pick another name$"):
+        data.register_dataset("digits", lambda: (x, y, x, y))
+    with pytest.raises(DatasetError, match="^dataset 'nope': 42 is not callable$"):
+        data.register_dataset("nope", 42)  # type: ignore[arg-type]

@@ -7,10 +7,12 @@ import pytest
 import torch
 from torch import nn
 
+from fedmst import plugins
 from fedmst.fl import models
 from fedmst.fl.data import load_dataset
 from fedmst.errors import ModelError
-from fedmst.fl.models import build_model, model_bytes, register_model
+from fedmst.fl.models import build_model, model_bytes, register_model, sized_model
+from fedmst.plugins import Registry
 from fedmst.run.config import DEFAULT_MODEL
 
 DIGITS = load_dataset("digits")
@@ -18,9 +20,9 @@ INPUT_SHAPE, NUM_CLASSES = DIGITS.input_shape, DIGITS.num_classes
 
 
 @pytest.fixture
-def registry(monkeypatch: pytest.MonkeyPatch) -> dict:
+def registry(monkeypatch: pytest.MonkeyPatch) -> Registry:
     """A private copy of the registry, so tests can register models without leaking them."""
-    fresh = dict(models.MODELS)
+    fresh = models.MODELS.copy()
     monkeypatch.setattr(models, "MODELS", fresh)
     return fresh
 
@@ -44,7 +46,7 @@ def plugin_module(tmp_path, monkeypatch: pytest.MonkeyPatch) -> str:
     return "fedmst_test_plugin"
 
 
-@pytest.mark.parametrize("name", sorted(models.MODELS))
+@pytest.mark.parametrize("name", models.MODELS.names())
 def test_builtin_builds_and_runs_on_digits(name: str) -> None:
     X = DIGITS.x_test
     model = build_model(name, NUM_CLASSES, INPUT_SHAPE)
@@ -68,7 +70,7 @@ def test_import_spec(plugin_module: str) -> None:
     assert model(torch.zeros(2, *INPUT_SHAPE)).shape == (2, 3)
 
 
-def test_register_model_and_duplicate(registry: dict) -> None:
+def test_register_model_and_duplicate(registry: Registry) -> None:
     register_model("linear", lambda num_classes, input_shape: nn.Linear(64, num_classes))
     assert isinstance(build_model("linear", 10, (64,)), nn.Linear)
     with pytest.raises(ModelError, match="'linear' is already registered"):
@@ -104,7 +106,7 @@ def test_unknown_name_hints_at_import_form() -> None:
 
 
 def test_entry_point_plugins_load_lazily_and_broken_ones_warn(
-    registry: dict, plugin_module: str, monkeypatch: pytest.MonkeyPatch
+    plugin_module: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def entry(name: str, value: str) -> SimpleNamespace:
         def load():
@@ -113,11 +115,45 @@ def test_entry_point_plugins_load_lazily_and_broken_ones_warn(
 
         return SimpleNamespace(name=name, value=value, load=load)
 
-    plugins = [entry("tiny", f"{plugin_module}:tiny"), entry("ghost", f"{plugin_module}:gone")]
-    monkeypatch.setattr(models, "entry_points", lambda group: plugins)
-    monkeypatch.setattr(models, "_plugins_loaded", False)
-    assert "tiny" not in registry
+    groups: list[str] = []
+
+    def entry_points(group: str) -> list[SimpleNamespace]:
+        groups.append(group)
+        return [entry("tiny", f"{plugin_module}:tiny"), entry("ghost", f"{plugin_module}:gone")]
+
+    monkeypatch.setattr(plugins, "entry_points", entry_points)
+    fresh = Registry("model", "fedmst.models", ModelError, {"mlp": models.MODELS.lookup("mlp")}, accepts=callable)
+    monkeypatch.setattr(models, "MODELS", fresh)
+    assert groups == []  # nothing loaded before the first lookup
     with pytest.warns(UserWarning, match="skipping model plugin 'ghost'"):
         model = build_model("tiny", 4, INPUT_SHAPE)
     assert model(torch.zeros(1, *INPUT_SHAPE)).shape == (1, 4)
-    assert "ghost" not in registry
+    assert fresh.names() == ("mlp", "tiny") and groups == ["fedmst.models"]  # loaded once
+
+
+@pytest.mark.parametrize("body, message", [
+    ("nn.Sequential(nn.Flatten(), nn.Linear(64, 6))",
+     "model '{m}:f': outputs 6 scores per sample but dataset 'digits' has 10 classes: build the last layer with "
+     "num_classes outputs"),
+    ("nn.Sequential(nn.Flatten(), nn.Linear(32, num_classes))",
+     "model '{m}:f': a batch of dataset 'digits' (inputs [1, 8, 8]) raised RuntimeError: mat1 and mat2 shapes"),
+    ("nn.Sequential(nn.Linear(8, num_classes))",
+     "model '{m}:f': a batch of 2 gives [2, 1, 8, 10], not [batch, classes]"),
+])
+def test_a_model_that_does_not_fit_the_dataset_is_refused_in_one_line(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, body: str, message: str
+) -> None:
+    (tmp_path / "fedmst_test_misfit.py").write_text(f"from torch import nn\ndef f(num_classes, input_shape):\n"
+                                                    f"    return {body}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "fedmst_test_misfit", raising=False)
+    with pytest.raises(ModelError) as info:
+        sized_model("fedmst_test_misfit:f", DIGITS)
+    assert str(info.value).startswith(message.format(m="fedmst_test_misfit")) and "\n" not in str(info.value)
+
+
+def test_sized_model_is_the_wire_size_and_wider_outputs_still_train(registry: Registry) -> None:
+    assert sized_model("mlp", DIGITS) == model_bytes(build_model("mlp", NUM_CLASSES, INPUT_SHAPE))
+    assert sized_model("cnn", DIGITS) == model_bytes(build_model("cnn", NUM_CLASSES, INPUT_SHAPE))
+    register_model("wide", lambda num_classes, input_shape: nn.Sequential(nn.Flatten(), nn.Linear(64, num_classes + 2)))
+    assert sized_model("wide", DIGITS) == 4 * (64 * 12 + 12)  # unused scores cost bytes, not correctness

@@ -1,5 +1,6 @@
-"""Real data, split non-IID: a dataset by name or ``package.module:factory``, sharded per class
-by Dirichlet(alpha).
+"""Real data, split non-IID: a dataset by name (built in, :func:`register_dataset`, or the
+``fedmst.datasets`` entry-point group) or ``package.module:factory``, sharded per class by
+Dirichlet(alpha).
 
 A factory is called with no arguments and returns ``(x_train, y_train, x_test, y_test)``:
 float inputs of any shape ``[N, ...]`` and integer labels ``[N]`` in ``0..C-1``. The model's input
@@ -21,7 +22,7 @@ import numpy as np
 import torch
 
 from fedmst.errors import DatasetError, TaskError
-from fedmst.fl.plugins import import_object, one_line
+from fedmst.plugins import Registry, one_line
 
 MAX_DRAWS = 100
 
@@ -58,24 +59,22 @@ def digits() -> Tensors:
     return train_test_split_seeded(X, y, seed=0)
 
 
-DATASETS: dict[str, Factory] = {"digits": digits}
+DATASETS: Registry[Factory] = Registry("dataset", "fedmst.datasets", DatasetError, {"digits": digits},
+                                       accepts=callable, requirement="callable", form="package.module:factory")
 
 
-def dataset_names() -> list[str]:
-    return sorted(DATASETS)
+def register_dataset(name: str, factory: Factory) -> None:
+    """Make ``factory`` available as ``name`` in this process. Agents run in processes (or
+    containers) of their own that see only what they import: for a run, register a dataset
+    through the ``fedmst.datasets`` entry-point group, or name it as ``package.module:factory``."""
+    DATASETS.register(name, factory)
 
 
 @cache
 def load_dataset(spec: str) -> Dataset:
     """The dataset ``spec`` names (a built-in name or ``package.module:factory``), checked; loaded
     once per process, so agents forked from a process that loaded it share its memory."""
-    if ":" in spec:
-        factory = import_object(spec, "dataset", DatasetError)
-    elif spec in DATASETS:
-        factory = DATASETS[spec]
-    else:
-        raise DatasetError(f"unknown dataset {spec!r}; choose one of: {', '.join(dataset_names())}, "
-                           "or give package.module:factory")
+    factory = DATASETS.lookup(spec)
     try:
         tensors = factory()
     except Exception as exc:  # noqa: BLE001 - any factory failure is the spec's fault
@@ -109,6 +108,10 @@ def check_tensors(spec: str, tensors: object) -> Tensors:
                                "must be [N, ...] and [N] with N > 0")
         if int(y.min()) < 0:
             raise DatasetError(f"dataset {spec!r}: y_{part} has negative labels; use 0..C-1")
+        if not bool(torch.isfinite(x).all()):
+            bad = int((~torch.isfinite(x)).reshape(len(x), -1).any(1).sum())
+            raise DatasetError(f"dataset {spec!r}: x_{part} has NaN or infinite values in {bad} of {len(x)} "
+                               "samples; a model would learn nothing but NaN from them")
     if xtr.shape[1:] != xte.shape[1:]:
         raise DatasetError(f"dataset {spec!r}: train inputs are {tuple(xtr.shape[1:])}, test inputs "
                            f"{tuple(xte.shape[1:])}")

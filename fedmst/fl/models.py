@@ -11,20 +11,18 @@ the schedulers' routing measurable.
 from __future__ import annotations
 
 import math
-import warnings
-from importlib.metadata import entry_points
 from typing import Callable
 
+import torch
 from torch import nn
 
 from fedmst.fl.aggregation import flatten
 from fedmst.errors import ModelError
-from fedmst.fl.plugins import import_object, one_line
+from fedmst.fl.data import Dataset
+from fedmst.plugins import Registry, one_line
 
 Factory = Callable[..., nn.Module]
 """Called as ``factory(num_classes=..., input_shape=...)``."""
-
-ENTRY_POINT_GROUP = "fedmst.models"
 
 
 def _mlp(hidden: tuple[int, ...]) -> Factory:
@@ -54,60 +52,22 @@ def _cnn(num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
     )
 
 
-MODELS: dict[str, Factory] = {
+MODELS: Registry[Factory] = Registry("model", "fedmst.models", ModelError, {
     "mlp": _mlp((64,)),
     "cnn": _cnn,
     "mlp-large": _mlp((1024, 1024)),
     "mlp-xl": _mlp((4096, 2688)),  # 45 MB: the large end of a regime map (fedmst sweep --models)
-}
-_plugins_loaded = False
+}, accepts=callable, requirement="callable", form="package.module:factory")
 
 
 def register_model(name: str, factory: Factory) -> None:
     """Make ``factory`` available to every command as ``name``."""
-    if name in MODELS:
-        raise ModelError(f"model {name!r} is already registered; pick another name")
-    MODELS[name] = factory
-
-
-def _load_plugins() -> None:
-    """Register the ``fedmst.models`` entry points once; a plugin that fails is skipped."""
-    global _plugins_loaded
-    if _plugins_loaded:
-        return
-    _plugins_loaded = True
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            register_model(ep.name, ep.load())
-        except Exception as exc:  # noqa: BLE001 - one broken plugin must not break the rest
-            warnings.warn(
-                f"skipping model plugin {ep.name!r} ({ep.value}): {one_line(exc)}",
-                stacklevel=2,
-            )
-
-
-def model_names() -> list[str]:
-    """Every registered model name, plugins included."""
-    _load_plugins()
-    return sorted(MODELS)
-
-
-def _resolve(spec: str) -> Factory:
-    if ":" not in spec:
-        _load_plugins()
-        try:
-            return MODELS[spec]
-        except KeyError:
-            raise ModelError(
-                f"unknown model {spec!r}; choose one of: {', '.join(sorted(MODELS))}, "
-                f"or give package.module:factory (did you forget to register it?)"
-            ) from None
-    return import_object(spec, "model", ModelError)
+    MODELS.register(name, factory)
 
 
 def build_model(spec: str, num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
     """A fresh model for ``spec`` (a registered name or ``package.module:factory``), checked."""
-    factory = _resolve(spec)
+    factory = MODELS.lookup(spec)
     try:
         model = factory(num_classes=num_classes, input_shape=tuple(input_shape))
     except Exception as exc:  # noqa: BLE001 - report any factory failure as the spec's fault
@@ -124,3 +84,26 @@ def build_model(spec: str, num_classes: int, input_shape: tuple[int, ...]) -> nn
 def model_bytes(model: nn.Module) -> int:
     """Size of ``model``'s wire vector (see :func:`fedmst.fl.aggregation.flatten`) in bytes."""
     return flatten(model).numel() * 4
+
+
+def sized_model(spec: str, dataset: Dataset) -> int:
+    """Bytes of the wire vector of ``spec``'s model for ``dataset``, after one forward pass on two
+    of its training samples: a model that cannot take the dataset's inputs, or gives fewer scores
+    than the dataset has classes, is refused here in one line, before any network exists, instead
+    of failing inside every agent once the run has started."""
+    model = build_model(spec, num_classes=dataset.num_classes, input_shape=dataset.input_shape)
+    model.eval()  # layers like batch norm must not need a full batch to say their output shape
+    try:
+        with torch.no_grad():
+            out = model(dataset.x_train[:2])
+    except Exception as exc:  # noqa: BLE001 - any forward failure is the model's fault
+        raise ModelError(f"model {spec!r}: a batch of dataset {dataset.name!r} (inputs "
+                         f"{list(dataset.input_shape)}) raised {one_line(exc)}") from exc
+    shape = tuple(out.shape) if isinstance(out, torch.Tensor) else None
+    if shape is None or len(shape) != 2 or shape[0] != len(dataset.x_train[:2]):
+        raise ModelError(f"model {spec!r}: a batch of {len(dataset.x_train[:2])} gives "
+                         f"{list(shape) if shape else type(out).__name__}, not [batch, classes]")
+    if shape[1] < dataset.num_classes:
+        raise ModelError(f"model {spec!r}: outputs {shape[1]} scores per sample but dataset {dataset.name!r} "
+                         f"has {dataset.num_classes} classes: build the last layer with num_classes outputs")
+    return model_bytes(model)

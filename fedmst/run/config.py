@@ -30,7 +30,7 @@ from fedmst.core.wire import DEFAULT_MTU
 from fedmst.core.workload import WorkloadPlan, make_tasks, read_workload, schedule_workload
 from fedmst.net.queues import QUEUES
 from fedmst.errors import FedmstError
-from fedmst.workers.backends import BACKENDS, DEFAULT_IMAGE, WorkerLimits, worker_limits
+from fedmst.workers.backends import DEFAULT_IMAGE, WorkerLimits, check_backend, worker_limits
 
 DEFAULT_MODEL = "mlp-large"
 DEFAULT_DATASET = "digits"
@@ -145,10 +145,7 @@ def validate(config: RunConfig) -> None:
         raise FedmstError(f"--target-accuracy {config.target_accuracy:g}: give an accuracy in (0, 1]")
     if config.optimizer not in OPTIMIZERS:
         raise FedmstError(f"--optimizer {config.optimizer}: choose one of {', '.join(OPTIMIZERS)}")
-    if config.workers not in BACKENDS:
-        raise FedmstError(f"unknown worker backend {config.workers!r}; choose one of: {', '.join(BACKENDS)}")
-    if config.workers == "process" and (config.cpus or config.memory):
-        raise FedmstError("--cpus/--memory limit containers: add --workers docker")
+    check_backend(config.workers, limited=bool(config.cpus or config.memory))
     if config.tasks > 1 and (config.global_node is not None or config.local_nodes is not None):
         raise FedmstError("--global-node/--local-nodes place one task: leave them out with --tasks N")
     if config.workload is not None and (config.tasks > 1 or config.global_node is not None
@@ -307,8 +304,7 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
     sizes: dict[tuple[str, str], int] = {}
     for kind in dict.fromkeys((str(t.model), str(t.dataset)) for t in placed):
         dataset = data.load_dataset(kind[1])
-        sizes[kind] = models.model_bytes(models.build_model(kind[0], num_classes=dataset.num_classes,
-                                                            input_shape=dataset.input_shape))
+        sizes[kind] = models.sized_model(kind[0], dataset)
         k = max(t.k for t in placed if t.dataset == kind[1])
         data.dirichlet_shards(dataset.y_train, k, config.alpha, seed=config.seed)  # too many local models?
     tasks = [replace(task, model_bytes=sizes[(str(task.model), str(task.dataset))]) for task in placed]

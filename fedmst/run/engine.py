@@ -389,8 +389,7 @@ class Engine:
                                     check=self.check)
             self.samples = {name: {i: n for r in setup.values() for i, n in r.samples.get(name, {}).items()}
                             for name in self.live.tasks}
-            where = "containers" if self.backend.name == "docker" else "processes"
-            self.report(f"{self.tag} {len(nodes)} agents ({where}) ready in "
+            self.report(f"{self.tag} {len(nodes)} agents ({self.backend.where}) ready in "
                         f"{max(r.seconds for r in setup.values()):.1f} s")
             write_json(self.out / "workers.json", {node: asdict(r.runs_in) for node, r in sorted(setup.items())})
             self.times["agents"] = time.monotonic() - begun

@@ -196,8 +196,10 @@ def ratios(summary: Summary, baseline: Summary) -> dict[str, float | None]:
 
 
 def _workers(workers: Mapping[str, Any]) -> str:
-    """``processes`` or ``docker (IMAGE)``, for the table's caption."""
-    return "processes" if workers["backend"] == "process" else f"docker ({workers['image']})"
+    """``processes``, ``docker (IMAGE)`` or another backend's name, for the table's caption."""
+    if workers["backend"] == "process":
+        return "processes"
+    return f"{workers['backend']} ({workers['image']})" if "image" in workers else str(workers["backend"])
 
 
 MAX_RATIO_COLUMNS = 2

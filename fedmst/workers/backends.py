@@ -1,15 +1,19 @@
-"""Where agents run: a small :class:`WorkerBackend` interface and its two implementations.
+"""Where agents run: a small :class:`WorkerBackend` interface, its two built-in implementations
+and the registry of backends (``--workers NAME`` or ``--workers package.module:Class``).
 
-A backend checks that it can run here, sets up what the nodes' agents live in before the network
-is built (nothing for processes; for Docker a container per worker node, whose network namespace
-the node's Mininet host then joins), says what the emulation's fork server should warm up, starts
-an agent, kills one as a crash would, tears down, and describes itself for ``summary.json``.
+A backend is one class that answers every question about where agents run, so nothing outside
+this module compares a backend's name. It checks that it can run here, sets up what the nodes'
+agents live in before the network is built (nothing for processes; for Docker a container per
+worker node, whose network namespace the node's Mininet host then joins), says what the
+emulation's fork server should warm up, starts an agent, kills one as a crash would, tears down,
+and describes itself for ``summary.json``.
 :class:`Agents` is the set of agents one run started.
 The emulation only learns "this node's namespace is that PID's".
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import time
@@ -20,14 +24,14 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from fedmst.errors import WorkerDied
+from fedmst.errors import FedmstError, WorkerDied
+from fedmst.plugins import Registry
 from fedmst.workers import docker
 from fedmst.workers.docker import DEFAULT_IMAGE, WorkerLimits, worker_limits
 
 if TYPE_CHECKING:
     from fedmst.net.emulation import Emulation, Process
 
-BACKENDS = ("process", "docker")
 AGENT = "fedmst.workers.agent"
 
 
@@ -35,6 +39,16 @@ class WorkerBackend(ABC):
     """How the agents of one run are started, killed and described."""
 
     name: str
+    where = "processes"
+    """Where the agents run, in the console's words (``4 agents (processes) ready``)."""
+    takes_limits = False
+    """Whether ``--cpus``/``--memory`` mean anything to this backend."""
+
+    @classmethod
+    def for_run(cls, image: str, limits: Mapping[str, WorkerLimits]) -> WorkerBackend:
+        """This backend for one run, given ``--image`` and the per-node limits; a backend that
+        uses neither is built with no arguments."""
+        return cls()
 
     @abstractmethod
     def check(self) -> None:
@@ -62,9 +76,13 @@ class WorkerBackend(ABC):
     def down(self) -> None:  # noqa: B027 - nothing to remove unless the backend made something in up()
         """Remove what :meth:`up` made; safe to call twice."""
 
-    @abstractmethod
+    def exit_hint(self, returncode: int) -> str:
+        """What an agent's exit code suggests, appended to its death's one line ('' for nothing)."""
+        return ""
+
     def describe(self) -> dict[str, Any]:
         """The ``workers`` object of summary.json."""
+        return {"backend": self.name}
 
 
 class ProcessBackend(WorkerBackend):
@@ -87,18 +105,21 @@ class ProcessBackend(WorkerBackend):
     def kill(self, node: str, proc: Process) -> None:
         proc.kill()
 
-    def describe(self) -> dict[str, Any]:
-        return {"backend": "process"}
-
 
 class DockerBackend(WorkerBackend):
     """Each worker node's agent runs in its own container (see :mod:`fedmst.workers.docker`)."""
 
     name = "docker"
+    where = "containers"
+    takes_limits = True
 
     def __init__(self, image: str, limits: Mapping[str, WorkerLimits] | None = None) -> None:
         self.image, self.limits = image, dict(limits or {})
         self._hosts: dict[str, str] = {}
+
+    @classmethod
+    def for_run(cls, image: str, limits: Mapping[str, WorkerLimits]) -> WorkerBackend:
+        return cls(image, limits)
 
     def check(self) -> None:
         docker.require_docker(self.image)
@@ -132,15 +153,38 @@ class DockerBackend(WorkerBackend):
             docker.remove(self._hosts.values())
             self._hosts = {}
 
+    def exit_hint(self, returncode: int) -> str:
+        return " (out of memory? see --memory)" if returncode == 137 else ""
+
     def describe(self) -> dict[str, Any]:
-        return {"backend": "docker", "image": self.image,
+        return {"backend": self.name, "image": self.image,
                 "limits": {n: asdict(lim) for n, lim in self.limits.items()}}
 
 
-def backend_for(name: str, image: str = DEFAULT_IMAGE,
+BACKENDS: Registry[type[WorkerBackend]] = Registry(
+    "worker backend", "fedmst.backends", FedmstError, {"process": ProcessBackend, "docker": DockerBackend},
+    accepts=lambda cls: isinstance(cls, type) and issubclass(cls, WorkerBackend) and not inspect.isabstract(cls),
+    requirement="a concrete subclass of fedmst.api.WorkerBackend")
+"""Every worker backend by name: the built-ins, :func:`register_backend` and the ``fedmst.backends``
+entry points; ``--workers package.module:Class`` is looked up here too."""
+
+
+def register_backend(name: str, cls: type[WorkerBackend]) -> None:
+    """Make ``cls`` available to ``--workers`` as ``name``; a name already taken is refused."""
+    BACKENDS.register(name, cls)
+
+
+def check_backend(spec: str, *, limited: bool) -> None:
+    """Refuse, in one line, a ``--workers`` value no backend answers to, or container limits
+    (``limited``: ``--cpus``/``--memory`` given) for a backend that has none."""
+    if not BACKENDS.lookup(spec).takes_limits and limited:
+        raise FedmstError("--cpus/--memory limit containers: add --workers docker")
+
+
+def backend_for(spec: str, image: str = DEFAULT_IMAGE,
                 limits: Mapping[str, WorkerLimits] | None = None) -> WorkerBackend:
-    """The backend called ``name`` (one of :data:`BACKENDS`)."""
-    return DockerBackend(image, limits) if name == "docker" else ProcessBackend()
+    """The backend ``spec`` names (a registered name or ``package.module:Class``), for one run."""
+    return BACKENDS.lookup(spec).for_run(image, dict(limits or {}))
 
 
 class Agents:
@@ -164,8 +208,7 @@ class Agents:
             if node not in self.died and proc.poll() is not None:
                 self.died[node] = time.monotonic()
                 lines = [line for line in (self.logs / f"node-{node}.log").read_text().splitlines() if line.strip()]
-                oom = proc.returncode == 137 and self.backend.name == "docker"
-                hint = " (out of memory? see --memory)" if oom else ""
+                hint = self.backend.exit_hint(proc.returncode)
                 raise WorkerDied(node, f"agent on node {node} exited with code {proc.returncode}{hint}: "
                                        f"{(lines or ['(no output)'])[-1]}")
 
@@ -175,4 +218,4 @@ class Agents:
 
 
 __all__ = ["AGENT", "BACKENDS", "DEFAULT_IMAGE", "Agents", "DockerBackend", "ProcessBackend", "WorkerBackend",
-           "WorkerLimits", "backend_for", "worker_limits"]
+           "WorkerLimits", "backend_for", "check_backend", "register_backend", "worker_limits"]
