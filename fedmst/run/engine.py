@@ -31,11 +31,12 @@ from typing import Any, Callable, Mapping
 import psutil
 
 import fedmst
-from fedmst.core.contention import capacities, iteration_times, simulate
+from fedmst.core.contention import ROUND_PHASES, capacities, iteration_times, simulate
 from fedmst.core.faults import RemainingTask, replan_workload
 from fedmst.core.linktrace import LinkChange
 from fedmst.core.traffic import as_json
-from fedmst.core.plan import LinkDir, Transfer, plan_summary
+from fedmst.core.plan import Transfer, plan_summary
+from fedmst.core.route import LinkDir
 from fedmst.core.topology import node_order
 from fedmst.core.workload import WorkloadPlan
 from fedmst.errors import FedmstError
@@ -58,7 +59,6 @@ from fedmst.protocol import (
 )
 from fedmst.run.config import ResolvedRun
 from fedmst.run.measure import (
-    STEPS,
     ClockRun,
     CounterSampler,
     Prediction,
@@ -481,8 +481,7 @@ class Engine:
         clock.link_bytes = {hop: after[hop] - before[hop] - clock.background_bytes[hop] for hop in after}
         clock.queue_drops = {hop: n - drops[hop] for hop, n in self.emu.queue_drops().items()}
         clock.retransmits = self.emu.tcp_retransmits() - retransmits
-        clock.spans = [(node, s.task, s.round, s.phase, s.start_s, s.end_s)
-                       for node, reply in replies.items() for s in reply.spans]
+        clock.spans = {node: reply.spans for node, reply in replies.items()}
         clock.accuracy = {name: list(acc) for reply in replies.values() for name, acc in reply.accuracy.items()}
         write_clock_tables(self.out, clock, self.graph, config.mtu)
         write_csv(self.out / "samples.csv", SAMPLE_FIELDS, self.sampler.rows)
@@ -545,7 +544,7 @@ class Engine:
                                            "in_flight_lost_bytes": sum(c["in_flight_lost_bytes"] for c in changes)})
         drops, retransmits = self.emu.queue_drops(), self.emu.tcp_retransmits()
         background, begun = self.emu.counters_and_background()[1], time.monotonic()
-        for phase in STEPS:
+        for phase in ROUND_PHASES:
             self.phase(res, phase)
         res.window = (begun - self.started_at, time.monotonic() - self.started_at)
         counted = self.emu.counters_and_background()[1]

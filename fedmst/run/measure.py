@@ -18,16 +18,16 @@ from typing import Any, Callable, Iterator, Sequence
 
 import networkx as nx
 
-from fedmst.core.contention import Span, iteration_times
+from fedmst.core.contention import ROUND_PHASES, iteration_times
 from fedmst.core.linktrace import LinkChange, graph_at
-from fedmst.core.plan import PHASES, Plan, predicted_phase_seconds
+from fedmst.core.plan import TRANSFER_PHASES, Plan, predicted_phase_seconds
+from fedmst.core.route import LinkDir
+from fedmst.core.span import PhaseSpan
 from fedmst.core.topology import node_order
 from fedmst.core.workload import link_state
 from fedmst.run.report import Summary, time_to_accuracy
 from fedmst.run.results import LINK_FIELDS, ROUND_FIELDS, TASK_FIELDS, TIMELINE_FIELDS, write_csv
 
-LinkDir = tuple[str, str]
-STEPS = ("broadcast", "train", "upload")
 CPU_BOUND = 0.95
 """A transfer phase with the host's CPUs at least this busy is reported as bound by the CPU."""
 
@@ -77,7 +77,7 @@ class RoundResult:
         """The transfer phases during which the host's CPUs were all but saturated: their links
         ran as fast as the host could forward, not as the plan's fluid model says. (A phase with
         nothing to move, as a ring's broadcast, is bound by nothing.)"""
-        return [p for p in PHASES if self.cpu_busy.get(p, 0.0) >= CPU_BOUND
+        return [p for p in TRANSFER_PHASES if self.cpu_busy.get(p, 0.0) >= CPU_BOUND
                 and any(plan.phase(p) for plan in self.plans.get(p, ()))]
 
     @property
@@ -147,10 +147,10 @@ class Prediction:
 
     def seconds(self, res: RoundResult) -> dict[str, float]:
         """The plans' prediction of each transfer phase of ``res``, from the plans it ran with."""
-        starts = dict(zip(STEPS, _phase_starts(res)))
+        starts = dict(zip(ROUND_PHASES, _phase_starts(res)))
         return {p: predicted_phase_seconds(res.plans[p], graph_at(self.graph, self.changes, starts[p]), p,
                                            chunk_bytes=self.chunk_bytes, with_delay=self.with_delay, mtu=self.mtu)
-                for p in PHASES}
+                for p in TRANSFER_PHASES}
 
     def link_rows(self, res: RoundResult) -> list[dict[str, Any]]:
         """One row per link direction for one round: predicted weight bytes beside measured bytes.
@@ -159,14 +159,14 @@ class Prediction:
         of transfers going the other way, so measured bytes split cleanly into weight bytes
         (phases where weights were planned on it) and the rest.
         """
-        predicted = {p: link_state(res.plans[p], phase=p, mtu=self.mtu) for p in PHASES}
+        predicted = {p: link_state(res.plans[p], phase=p, mtu=self.mtu) for p in TRANSFER_PHASES}
         graph = graph_at(self.graph, self.changes, res.window[0])
         rows = []
         for u, v in sorted(res.link_bytes["broadcast"], key=lambda h: (sorted(map(node_order, h)), node_order(h[0]))):
             hop = (u, v)
             measured = {p: b[hop] for p, b in res.link_bytes.items()}
-            planned = sum(predicted[p].get(hop, 0) for p in PHASES)
-            weights = sum(measured[p] for p in PHASES if predicted[p].get(hop))
+            planned = sum(predicted[p].get(hop, 0) for p in TRANSFER_PHASES)
+            weights = sum(measured[p] for p in TRANSFER_PHASES if predicted[p].get(hop))
             rows.append({
                 "round": res.round, "link": "-".join(sorted((u, v), key=node_order)), "src": u, "dst": v,
                 "capacity_mbps": graph.edges[u, v]["capacity_mbps"],
@@ -195,7 +195,7 @@ def write_tables(out: Path, prediction: Prediction, rounds: list[RoundResult]) -
         rows = prediction.link_rows(res)
         link_rows += rows
         round_rows.append({
-            "round": res.round, **{f"{p}_s": res.seconds[p] for p in STEPS},
+            "round": res.round, **{f"{p}_s": res.seconds[p] for p in ROUND_PHASES},
             "round_s": res.round_s,
             "predicted_broadcast_s": secs["broadcast"], "predicted_upload_s": secs["upload"],
             "bytes_measured": sum(r["measured_bytes"] for r in rows),
@@ -206,17 +206,17 @@ def write_tables(out: Path, prediction: Prediction, rounds: list[RoundResult]) -
             "faults": "; ".join(f["event"] for f in res.faults),
             "late_updates": sum(len(m) for m in res.late.values()),
             "replan_s": sum(f["replan_s"] for f in res.faults),
-            **{f"{p}_cpu_busy": res.cpu_busy.get(p, "") for p in STEPS},
+            **{f"{p}_cpu_busy": res.cpu_busy.get(p, "") for p in ROUND_PHASES},
         })
     write_csv(out / "rounds.csv", ROUND_FIELDS, round_rows)
     write_csv(out / "tasks.csv", TASK_FIELDS, task_rows)
     write_csv(out / "links.csv", LINK_FIELDS, link_rows)
-    write_timeline(out, [Span(name, res.round, p, begin, begin + res.task_seconds[p][name])
-                         for res in rounds for p, begin in zip(STEPS, _phase_starts(res))
+    write_timeline(out, [PhaseSpan(name, res.round, p, begin, begin + res.task_seconds[p][name])
+                         for res in rounds for p, begin in zip(ROUND_PHASES, _phase_starts(res))
                          for name in res.task_seconds[p]])
 
 
-def write_timeline(out: Path, measured: Sequence[Span], predicted: Sequence[Span] = ()) -> None:
+def write_timeline(out: Path, measured: Sequence[PhaseSpan], predicted: Sequence[PhaseSpan] = ()) -> None:
     """timeline.csv: every task's phase windows, measured and (on an independent clock) predicted."""
     write_csv(out / "timeline.csv", TIMELINE_FIELDS,
               [{"kind": kind, "task": s.task, "round": s.round, "phase": s.phase, "start_s": s.start_s,
@@ -226,7 +226,7 @@ def write_timeline(out: Path, measured: Sequence[Span], predicted: Sequence[Span
 def _phase_starts(res: RoundResult) -> list[float]:
     """When each phase of a lockstep round began (they follow one another), from the first round's start."""
     starts, t = [], res.window[0]
-    for p in STEPS:
+    for p in ROUND_PHASES:
         starts.append(t)
         t += res.seconds[p]
     return starts
@@ -308,25 +308,26 @@ class ClockRun:
     plans: tuple[Plan, ...]
     rounds: dict[str, int]
     offsets: dict[str, float]
-    spans: list[tuple[str, str, int, str, float, float]] = field(default_factory=list)
-    """(node, task, round, phase, start, end), seconds from the common start."""
+    spans: dict[str, tuple[PhaseSpan, ...]] = field(default_factory=dict)
+    """Each node's spans as it reported them."""
     accuracy: dict[str, list[float]] = field(default_factory=dict)
     link_bytes: dict[LinkDir, int] = field(default_factory=dict)
     background_bytes: dict[LinkDir, int] = field(default_factory=dict)
     queue_drops: dict[LinkDir, int] = field(default_factory=dict)
     retransmits: int = 0
     cpu_busy: float = 0.0
-    predicted: list[Span] = field(default_factory=list)
+    predicted: list[PhaseSpan] = field(default_factory=list)
     """The timeline :func:`fedmst.core.contention.simulate` predicts for the same offsets."""
 
-    def windows(self) -> list[Span]:
+    def windows(self) -> list[PhaseSpan]:
         """Each task's phases, round by round: the broadcast from G's start to the last node
         holding the model, the training from the first to the last local model's, and the upload
         from then to G holding the new global model (a round ends where the next begins)."""
         g = {p.task.name: p.task.global_node for p in self.plans}
         by: dict[tuple[str, int, str], list[tuple[str, float, float]]] = {}
-        for node, task, r, phase, start, end in self.spans:
-            by.setdefault((task, r, phase), []).append((node, start, end))
+        for node, spans in self.spans.items():
+            for s in spans:
+                by.setdefault((s.task, s.round, s.phase), []).append((node, s.start_s, s.end_s))
         out = []
         for task, rounds in sorted(self.rounds.items()):
             for r in range(1, rounds + 1):
@@ -337,9 +338,9 @@ class ClockRun:
                 sent = max(e for _, _, e in bcast)
                 train = by.get((task, r, "train"), [(g[task], sent, sent)])
                 trained = max(e for _, _, e in train)
-                out += [Span(task, r, "broadcast", begin, sent),
-                        Span(task, r, "train", min(s for _, s, _ in train), trained),
-                        Span(task, r, "upload", trained, next(e for n, _, e in up if n == g[task]))]
+                out += [PhaseSpan(task, r, "broadcast", begin, sent),
+                        PhaseSpan(task, r, "train", min(s for _, s, _ in train), trained),
+                        PhaseSpan(task, r, "upload", trained, next(e for n, _, e in up if n == g[task]))]
         return out
 
     @property
@@ -380,7 +381,8 @@ def write_clock_tables(out: Path, run: ClockRun, graph: nx.Graph, mtu: int) -> N
     phase = {(s.task, s.round, s.phase): s for s in windows}
     local = {p.task.name: p.task.k for p in run.plans}
     task_rows = [{
-        "round": r, "task": task, **{f"{p}_s": phase[(task, r, p)].end_s - phase[(task, r, p)].start_s for p in STEPS},
+        "round": r, "task": task,
+        **{f"{p}_s": phase[(task, r, p)].end_s - phase[(task, r, p)].start_s for p in ROUND_PHASES},
         "round_s": seconds, "accuracy": run.accuracy.get(task, [])[r - 1] if len(run.accuracy.get(task, [])) >= r
         else "", "local_models": local[task], "start_s": phase[(task, r, "broadcast")].start_s,
         "end_s": phase[(task, r, "upload")].end_s, "predicted_round_s": predicted.get((task, r), ""),
@@ -391,7 +393,7 @@ def write_clock_tables(out: Path, run: ClockRun, graph: nx.Graph, mtu: int) -> N
         rows = [row for row in task_rows if row["round"] == r]
         accs = [row["accuracy"] for row in rows if row["accuracy"] != ""]
         round_rows.append({key: "" for key in ROUND_FIELDS} | {
-            "round": r, **{f"{p}_s": mean(row[f"{p}_s"] for row in rows) for p in STEPS},
+            "round": r, **{f"{p}_s": mean(row[f"{p}_s"] for row in rows) for p in ROUND_PHASES},
             "round_s": mean(row["round_s"] for row in rows), "accuracy": mean(accs) if accs else "",
             "local_models": sum(row["local_models"] for row in rows),
         })
@@ -411,7 +413,7 @@ def summarise_clock(run: Any, clock: ClockRun, *, emulated: dict[str, Any],
                  for r in range(max((len(a) for a in clock.accuracy.values()), default=0))]
     by_task = {t: mean(s for (name, _), s in iterations.items() if name == t)
                for t in sorted({t for t, _ in iterations})}
-    phases = {p: [s.end_s - s.start_s for s in windows if s.phase == p] for p in STEPS}
+    phases = {p: [s.end_s - s.start_s for s in windows if s.phase == p] for p in ROUND_PHASES}
     alone = run.profiles()  # each task's phases as predicted alone
     mean_s = mean(iterations.values()) if iterations else 0.0
     round_means = [mean(s for (_, r_), s in iterations.items() if r_ == r + 1) for r in range(len(per_round))]
