@@ -26,7 +26,7 @@ from fedmst.core.span import PhaseSpan
 from fedmst.core.topology import node_order
 from fedmst.core.workload import link_state
 from fedmst.run.report import Summary, time_to_accuracy
-from fedmst.run.results import LINK_FIELDS, ROUND_FIELDS, TASK_FIELDS, TIMELINE_FIELDS, write_csv
+from fedmst.run.results import ROUND_FIELDS, TASK_FIELDS, TIMELINE_FIELDS, LinkRow, write_csv, write_links
 
 CPU_BOUND = 0.95
 """A transfer phase with the host's CPUs at least this busy is reported as bound by the CPU."""
@@ -152,7 +152,7 @@ class Prediction:
                                            chunk_bytes=self.chunk_bytes, with_delay=self.with_delay, mtu=self.mtu)
                 for p in TRANSFER_PHASES}
 
-    def link_rows(self, res: RoundResult) -> list[dict[str, Any]]:
+    def link_rows(self, res: RoundResult) -> list[LinkRow]:
         """One row per link direction for one round: predicted weight bytes beside measured bytes.
 
         Within a phase a link direction either carries planned weights or only the ACKs (and ARP)
@@ -167,16 +167,15 @@ class Prediction:
             measured = {p: b[hop] for p, b in res.link_bytes.items()}
             planned = sum(predicted[p].get(hop, 0) for p in TRANSFER_PHASES)
             weights = sum(measured[p] for p in TRANSFER_PHASES if predicted[p].get(hop))
-            rows.append({
-                "round": res.round, "link": "-".join(sorted((u, v), key=node_order)), "src": u, "dst": v,
-                "capacity_mbps": graph.edges[u, v]["capacity_mbps"],
-                "predicted_bytes": planned, "measured_bytes": sum(measured.values()),
-                "measured_weight_bytes": weights, "measured_other_bytes": sum(measured.values()) - weights,
-                "error_pct": 100 * (weights - planned) / planned if planned else 0.0,
-                "broadcast_bytes": measured["broadcast"], "upload_bytes": measured["upload"],
-                "aborted_bytes": sum(b.get(hop, 0) for b in res.aborted_bytes.values()),
-                "queue_drops": res.queue_drops[hop], "background_bytes": res.background_bytes.get(hop, 0),
-            })
+            rows.append(LinkRow(
+                round=res.round, link=_link_name(hop), src=u, dst=v, capacity_mbps=graph.edges[u, v]["capacity_mbps"],
+                predicted_bytes=planned, measured_bytes=sum(measured.values()),
+                measured_weight_bytes=weights, measured_other_bytes=sum(measured.values()) - weights,
+                error_pct=_error_pct(weights, planned),
+                broadcast_bytes=measured["broadcast"], upload_bytes=measured["upload"],
+                aborted_bytes=sum(b.get(hop, 0) for b in res.aborted_bytes.values()),
+                queue_drops=res.queue_drops[hop], background_bytes=res.background_bytes.get(hop, 0),
+            ))
         return rows
 
 
@@ -198,9 +197,9 @@ def write_tables(out: Path, prediction: Prediction, rounds: list[RoundResult]) -
             "round": res.round, **{f"{p}_s": res.seconds[p] for p in ROUND_PHASES},
             "round_s": res.round_s,
             "predicted_broadcast_s": secs["broadcast"], "predicted_upload_s": secs["upload"],
-            "bytes_measured": sum(r["measured_bytes"] for r in rows),
-            "bytes_predicted": sum(r["predicted_bytes"] for r in rows),
-            "bytes_aborted": sum(r["aborted_bytes"] for r in rows),
+            "bytes_measured": sum(r.measured_bytes for r in rows),
+            "bytes_predicted": sum(r.predicted_bytes for r in rows),
+            "bytes_aborted": sum(r.aborted_bytes for r in rows),
             "retransmitted_segments": res.retransmits, "queue_drops": sum(res.queue_drops.values()),
             "accuracy": res.accuracy, "local_models": sum(res.local_models.values()),
             "faults": "; ".join(f["event"] for f in res.faults),
@@ -210,7 +209,7 @@ def write_tables(out: Path, prediction: Prediction, rounds: list[RoundResult]) -
         })
     write_csv(out / "rounds.csv", ROUND_FIELDS, round_rows)
     write_csv(out / "tasks.csv", TASK_FIELDS, task_rows)
-    write_csv(out / "links.csv", LINK_FIELDS, link_rows)
+    write_links(out / "links.csv", link_rows)
     write_timeline(out, [PhaseSpan(name, res.round, p, begin, begin + res.task_seconds[p][name])
                          for res in rounds for p, begin in zip(ROUND_PHASES, _phase_starts(res))
                          for name in res.task_seconds[p]])
@@ -223,6 +222,16 @@ def write_timeline(out: Path, measured: Sequence[PhaseSpan], predicted: Sequence
                 "end_s": s.end_s} for kind, spans in (("measured", measured), ("predicted", predicted)) for s in spans])
 
 
+def _link_name(hop: LinkDir) -> str:
+    """links.csv's ``link``: its ends in node order."""
+    return "-".join(sorted(hop, key=node_order))
+
+
+def _error_pct(weight_bytes: int, predicted_bytes: int) -> float:
+    """links.csv's ``error_pct``: weight bytes against predicted, 0 where nothing was planned."""
+    return 100 * (weight_bytes - predicted_bytes) / predicted_bytes if predicted_bytes else 0.0
+
+
 def _phase_starts(res: RoundResult) -> list[float]:
     """When each phase of a lockstep round began (they follow one another), from the first round's start."""
     starts, t = [], res.window[0]
@@ -232,7 +241,7 @@ def _phase_starts(res: RoundResult) -> list[float]:
     return starts
 
 
-def _shared(run: Any, rows: list[dict[str, Any]], *, reached: tuple[int, float] | None, status: str,
+def _shared(run: Any, rows: list[LinkRow], *, reached: tuple[int, float] | None, status: str,
             workers: dict[str, Any], wall_s: float, times: dict[str, float],
             background: list[dict[str, Any]]) -> dict[str, Any]:
     """The summary fields that lockstep and independent runs work out alike: what ran, and the
@@ -246,12 +255,12 @@ def _shared(run: Any, rows: list[dict[str, Any]], *, reached: tuple[int, float] 
         local_nodes=list(first.task.local_nodes), aggregation_nodes=sorted(first.aggregation_nodes),
         wavelengths=workload.wavelengths, reserved_wavelength_links=workload.reserved_wavelength_links,
         reserved_capacity_mbps=workload.reserved_capacity_mbps,
-        link_bytes_measured=sum(r["measured_bytes"] for r in rows),
-        link_bytes_predicted=sum(r["predicted_bytes"] for r in rows),
-        weight_bytes_measured=sum(r["measured_weight_bytes"] for r in rows),
-        ack_bytes_measured=sum(r["measured_other_bytes"] for r in rows),
-        aborted_link_bytes=sum(r["aborted_bytes"] for r in rows),
-        max_link_bytes_error=max((abs(r["error_pct"]) / 100 for r in rows if r["predicted_bytes"]), default=0.0),
+        link_bytes_measured=sum(r.measured_bytes for r in rows),
+        link_bytes_predicted=sum(r.predicted_bytes for r in rows),
+        weight_bytes_measured=sum(r.measured_weight_bytes for r in rows),
+        ack_bytes_measured=sum(r.measured_other_bytes for r in rows),
+        aborted_link_bytes=sum(r.aborted_bytes for r in rows),
+        max_link_bytes_error=max((abs(r.error_pct) / 100 for r in rows if r.predicted_bytes), default=0.0),
         workers=workers, wall_s=wall_s, time_breakdown_s=times, target_accuracy=config.target_accuracy,
         rounds_to_accuracy=reached[0] if reached else None, time_to_accuracy_s=reached[1] if reached else None,
         background=background,
@@ -348,7 +357,7 @@ class ClockRun:
         return max((s.round for s in self.windows()), default=0)
 
 
-def clock_link_rows(run: ClockRun, graph: nx.Graph, mtu: int) -> list[dict[str, Any]]:
+def clock_link_rows(run: ClockRun, graph: nx.Graph, mtu: int) -> list[LinkRow]:
     """links.csv on an independent clock: one row per link direction for the whole run (round 0).
     A direction that carries planned weights of any task counts all its bytes as weights (the ACKs
     of other tasks' transfers going the other way included), since phases overlap."""
@@ -362,14 +371,13 @@ def clock_link_rows(run: ClockRun, graph: nx.Graph, mtu: int) -> list[dict[str, 
         hop = (u, v)
         measured, planned = run.link_bytes[hop], predicted.get(hop, 0)
         weights = measured if planned else 0
-        rows.append({
-            "round": 0, "link": "-".join(sorted((u, v), key=node_order)), "src": u, "dst": v,
-            "capacity_mbps": graph.edges[u, v]["capacity_mbps"], "predicted_bytes": planned,
-            "measured_bytes": measured, "measured_weight_bytes": weights, "measured_other_bytes": measured - weights,
-            "error_pct": 100 * (weights - planned) / planned if planned else 0.0,
-            "broadcast_bytes": "", "upload_bytes": "", "aborted_bytes": 0,
-            "queue_drops": run.queue_drops.get(hop, 0), "background_bytes": run.background_bytes.get(hop, 0),
-        })
+        rows.append(LinkRow(
+            round=0, link=_link_name(hop), src=u, dst=v, capacity_mbps=graph.edges[u, v]["capacity_mbps"],
+            predicted_bytes=planned, measured_bytes=measured, measured_weight_bytes=weights,
+            measured_other_bytes=measured - weights, error_pct=_error_pct(weights, planned),
+            broadcast_bytes=None, upload_bytes=None, aborted_bytes=0,
+            queue_drops=run.queue_drops.get(hop, 0), background_bytes=run.background_bytes.get(hop, 0),
+        ))
     return rows
 
 
@@ -398,7 +406,7 @@ def write_clock_tables(out: Path, run: ClockRun, graph: nx.Graph, mtu: int) -> N
             "local_models": sum(row["local_models"] for row in rows),
         })
     write_csv(out / "rounds.csv", ROUND_FIELDS, round_rows)
-    write_csv(out / "links.csv", LINK_FIELDS, clock_link_rows(run, graph, mtu))
+    write_links(out / "links.csv", clock_link_rows(run, graph, mtu))
     write_timeline(out, windows, run.predicted)
 
 
