@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -71,12 +71,15 @@ from fedmst.run.measure import (
 )
 from fedmst.run.recovery import (
     NEXT_PHASE,
+    Fault,
+    FaultEvent,
     Live,
     aggregation_weights,
     assess,
     late_models,
     notice_kills,
     strikes_for,
+    write_faults,
 )
 from fedmst.run.report import Summary, breakdown_line
 from fedmst.run.results import SAMPLE_FIELDS, write_csv, write_json
@@ -302,7 +305,7 @@ class Engine:
         plans = resolved.workload.plans
         self.live = Live(tasks={p.task.name: p.task for p in plans}, plans=plans,
                          models={p.task.name: tuple(range(p.task.k)) for p in plans})
-        self.fault_log: list[dict[str, Any]] = []
+        self.fault_log: list[FaultEvent] = []
         self.samples: dict[str, dict[int, int]] = {}
         self.sampler = CounterSampler(emu.counters)
         self.specs: tuple[TaskSpec, ...] = ()
@@ -534,14 +537,14 @@ class Engine:
             if f.round == r and f.after_s is None:
                 lost = self.emu.set_link(u, v, up=False)
                 self.live.down.add(f.link)
-                changes.append({"event": f"link {u}-{v} down", "in_flight_lost_bytes": lost})
+                changes.append(Fault(f"link {u}-{v} down", in_flight_lost_bytes=lost))
             if f.until == r:
                 self.emu.set_link(u, v, up=True)
                 self.live.down.discard(f.link)
-                changes.append({"event": f"link {u}-{v} up again", "in_flight_lost_bytes": 0})
+                changes.append(Fault(f"link {u}-{v} up again", in_flight_lost_bytes=0))
         if changes:
-            self.replan(res, "broadcast", {"event": ", ".join(c["event"] for c in changes),
-                                           "in_flight_lost_bytes": sum(c["in_flight_lost_bytes"] for c in changes)})
+            self.replan(res, "broadcast", Fault(", ".join(c.event for c in changes),
+                                                sum(c.in_flight_lost_bytes for c in changes)))
         drops, retransmits = self.emu.queue_drops(), self.emu.tcp_retransmits()
         background, begun = self.emu.counters_and_background()[1], time.monotonic()
         for phase in ROUND_PHASES:
@@ -602,13 +605,15 @@ class Engine:
             notice_kills([st.node for st in strikes if st.node is not None], self.agents, self.server,
                          timeout_s=self.timeout_s)
             outcome = assess(phase, replies, strikes, self.live, self.server.lost, self.agents.died, self.stall)
-            if outcome.event is not None:
+            if outcome.fault is not None:
+                fault = outcome.fault
                 after, counted = self.emu.counters_and_background()
-                if outcome.redo:
+                if outcome.redo and fault.aborted is not None:
                     res.aborted_bytes[phase] = {hop: after[hop] - before[hop] for hop in after}
-                    outcome.event["aborted"]["link_bytes"] = sum(res.aborted_bytes[phase].values())
+                    fault = replace(fault, aborted=replace(
+                        fault.aborted, link_bytes=sum(res.aborted_bytes[phase].values())))
                     before, background = after, counted
-                setup = self.replan(res, phase if outcome.redo else NEXT_PHASE[phase], outcome.event)
+                setup = self.replan(res, phase if outcome.redo else NEXT_PHASE[phase], fault)
                 before = {hop: n + setup[hop] for hop, n in before.items()}  # set-up bytes are no phase's
                 if outcome.redo:
                     res.plans[phase] = self.live.plans
@@ -639,10 +644,10 @@ class Engine:
         workload, _ = self.schedule()
         if [p.transfers for p in workload.plans] != [p.transfers for p in self.live.plans]:
             loaded = sorted(self.load, key=lambda hop: -self.load[hop])[:3]
-            self.replan(res, "broadcast", {
-                "event": "re-planned on the measured link load (busiest: "
-                         + ", ".join(f"{u}->{v} {self.load[(u, v)] / 1e6:.1f} MB" for u, v in loaded) + ")",
-                "in_flight_lost_bytes": 0})
+            self.replan(res, "broadcast", Fault(
+                "re-planned on the measured link load (busiest: "
+                + ", ".join(f"{u}->{v} {self.load[(u, v)] / 1e6:.1f} MB" for u, v in loaded) + ")",
+                in_flight_lost_bytes=0))
 
     def schedule(self) -> tuple[WorkloadPlan, list[RemainingTask]]:
         """The live tasks scheduled again on what survives, with the measured load (if any)."""
@@ -652,7 +657,7 @@ class Engine:
             dead_nodes=live.dead, workers=self.server.agents, wavelengths=config.wavelengths, mtu=config.mtu,
             load=self.load)
 
-    def replan(self, res: RoundResult, before_phase: str, event: dict[str, Any]) -> dict[LinkDir, int]:
+    def replan(self, res: RoundResult, before_phase: str, fault: Fault) -> dict[LinkDir, int]:
         """Schedule the tasks again around what is broken, install the new routes, have the
         agents connect (and warm) the new transfers, and record the event with what each step
         took. Returns the bytes each link direction carried meanwhile: set-up, like the first
@@ -671,20 +676,20 @@ class Engine:
         self.server.run(Replan(tasks=specs, store_dir=str(store)), timeout_s=self.timeout_s, check=self.check)
         setup = {hop: n - counters[hop] for hop, n in self.emu.counters().items()}
         t3 = time.perf_counter()
-        event.update(
-            round=res.round, before_phase=before_phase,
+        event = FaultEvent(
+            fault, round=res.round, before_phase=before_phase,
             scheduling_s=t1 - t0, routes_s=t2 - t1, reconnect_s=t3 - t2, replan_s=t3 - t0,
             setup_link_bytes=sum(setup.values()),
             dropped={rt.task.name: {str(i): why for i, why in rt.dropped.items()} for rt in remaining if rt.dropped},
-            tasks=[{**plan_summary(p), "local_models": list(live.models[p.task.name]),
-                    "flows": [asdict(t) for t in s.transfers]} for p, s in zip(live.plans, specs)],
+            tasks=tuple({**plan_summary(p), "local_models": list(live.models[p.task.name]),
+                         "flows": [asdict(t) for t in s.transfers]} for p, s in zip(live.plans, specs)),
         )
         res.faults.append(event)
         self.fault_log.append(event)
-        write_json(self.out / "faults.json", self.fault_log)
-        dropped = "; ".join(f"{name} drops local model {i} ({why})" for name, d in event["dropped"].items()
+        write_faults(self.out / "faults.json", self.fault_log)
+        dropped = "; ".join(f"{name} drops local model {i} ({why})" for name, d in event.dropped.items()
                             for i, why in d.items())
-        self.report(f"{self.tag} round {res.round}: {event['event']}; re-planned in {event['replan_s']:.2f} s"
+        self.report(f"{self.tag} round {res.round}: {fault.event}; re-planned in {event.replan_s:.2f} s"
                     + (f"; {dropped}" if dropped else ""))
         return setup
 

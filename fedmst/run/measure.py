@@ -25,6 +25,7 @@ from fedmst.core.route import LinkDir
 from fedmst.core.span import PhaseSpan
 from fedmst.core.topology import node_order
 from fedmst.core.workload import link_state
+from fedmst.run.recovery import FaultEvent
 from fedmst.run.report import Summary, time_to_accuracy
 from fedmst.run.results import ROUND_FIELDS, TASK_FIELDS, TIMELINE_FIELDS, LinkRow, write_csv, write_links
 
@@ -64,7 +65,7 @@ class RoundResult:
     """Each task's aggregation weights in the upload that counted, by original local model."""
     late: dict[str, list[int]] = field(default_factory=dict)
     """Each task's local models whose update missed the deadline and was dropped."""
-    faults: list[dict[str, Any]] = field(default_factory=list)
+    faults: list[FaultEvent] = field(default_factory=list)
     cpu_busy: dict[str, float] = field(default_factory=dict)
     """Fraction of the host's CPU time that was busy during each phase (:func:`cpu_busy`)."""
     background_bytes: dict[LinkDir, int] = field(default_factory=dict)
@@ -202,9 +203,9 @@ def write_tables(out: Path, prediction: Prediction, rounds: list[RoundResult]) -
             "bytes_aborted": sum(r.aborted_bytes for r in rows),
             "retransmitted_segments": res.retransmits, "queue_drops": sum(res.queue_drops.values()),
             "accuracy": res.accuracy, "local_models": sum(res.local_models.values()),
-            "faults": "; ".join(f["event"] for f in res.faults),
+            "faults": "; ".join(f.fault.event for f in res.faults),
             "late_updates": sum(len(m) for m in res.late.values()),
-            "replan_s": sum(f["replan_s"] for f in res.faults),
+            "replan_s": sum(f.replan_s for f in res.faults),
             **{f"{p}_cpu_busy": res.cpu_busy.get(p, "") for p in ROUND_PHASES},
         })
     write_csv(out / "rounds.csv", ROUND_FIELDS, round_rows)
@@ -298,7 +299,7 @@ def summarise(run: Any, prediction: Prediction, rounds: list[RoundResult], *, em
         upload_s=mean(r.seconds["upload"] for r in rounds),
         predicted_broadcast_s=mean(s["broadcast"] for s in secs),
         predicted_upload_s=mean(s["upload"] for s in secs),
-        faults=[{"round": f["round"], "event": f["event"], "replan_s": f["replan_s"]}
+        faults=[{"round": f.round, "event": f.fault.event, "replan_s": f.replan_s}
                 for r in rounds for f in r.faults],
         local_models_per_round=[sum(r.local_models.values()) for r in rounds],
         late_updates_per_round=[sum(len(m) for m in r.late.values()) for r in rounds],
