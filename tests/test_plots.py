@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -62,7 +64,7 @@ def write_run(folder: Path, scheduler: str, broadcasts: list[tuple[list[str], li
     write_json(folder / "summary.json", {
         **{f.name: 0 for f in fields(Summary) if f.name != "extra"},  # a complete summary; these matter:
         "scheduler": scheduler, "topology": "small", "round_latency_s": LATENCY.get(scheduler, 2.0),
-        "link_bytes_measured": sum(r["measured_bytes"] for r in rows),
+        "link_bytes_measured": sum(r["measured_bytes"] for r in rows), "workers": {"backend": "process"},
     })
     return folder
 
@@ -159,6 +161,17 @@ def test_summary_read_through_the_typed_summary(compare_dir: Path, tmp_path: Pat
     with pytest.raises(FedmstError, match="summary.json: not a fedmst summary \\(missing "):
         plot_run(compare_dir, tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
+
+
+def test_summary_keeps_the_workers_description(compare_dir: Path) -> None:
+    """summary.json's ``workers`` reads into one record and writes back as it was, for either backend."""
+    docker = {"backend": "docker", "image": "fedmst-worker", "limits": {"3": {"cpus": 1.0}}}
+    for workers, label in (({"backend": "process"}, "processes"), (docker, "docker (fedmst-worker)")):
+        obj = {**json.loads((compare_dir / "mst" / "summary.json").read_text()), "workers": workers}
+        summary = Summary.from_json(obj)
+        assert summary.workers.label == label and summary.to_json() == obj
+    with pytest.raises(FedmstError, match="'workers' is not a worker backend's description"):
+        Summary.from_json({**obj, "workers": "docker"})
 
 
 def test_bad_folders_raise_one_line_fedmst_errors(compare_dir: Path, tmp_path: Path) -> None:

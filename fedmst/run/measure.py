@@ -27,6 +27,7 @@ from fedmst.core.topology import node_order
 from fedmst.core.workload import link_state
 from fedmst.run.recovery import FaultEvent
 from fedmst.run.report import Summary, time_to_accuracy
+from fedmst.workers.description import BackendDescription
 from fedmst.run.results import ROUND_FIELDS, TASK_FIELDS, TIMELINE_FIELDS, LinkRow, write_csv, write_links
 
 CPU_BOUND = 0.95
@@ -243,7 +244,7 @@ def _phase_starts(res: RoundResult) -> list[float]:
 
 
 def _shared(run: Any, rows: list[LinkRow], *, reached: tuple[int, float] | None, status: str,
-            workers: dict[str, Any], wall_s: float, times: dict[str, float],
+            workers: BackendDescription, wall_s: float, times: dict[str, float],
             background: list[dict[str, Any]]) -> dict[str, Any]:
     """The summary fields that lockstep and independent runs work out alike: what ran, and the
     link bytes of its ``rows`` (links.csv) against the plans."""
@@ -269,7 +270,7 @@ def _shared(run: Any, rows: list[LinkRow], *, reached: tuple[int, float] | None,
 
 
 def summarise(run: Any, prediction: Prediction, rounds: list[RoundResult], *, emulated: dict[str, Any],
-              workers: dict[str, Any], wall_s: float, status: str, times: dict[str, float],
+              workers: BackendDescription, wall_s: float, status: str, times: dict[str, float],
               background: list[dict[str, Any]]) -> Summary:
     """summary.json of ``run`` (a :class:`~fedmst.run.config.ResolvedRun`): means over the
     finished rounds; ``status`` says whether all of them ran (``completed``), or the run was
@@ -412,7 +413,7 @@ def write_clock_tables(out: Path, run: ClockRun, graph: nx.Graph, mtu: int) -> N
 
 
 def summarise_clock(run: Any, clock: ClockRun, *, emulated: dict[str, Any],
-                    workers: dict[str, Any], wall_s: float, status: str, times: dict[str, float],
+                    workers: BackendDescription, wall_s: float, status: str, times: dict[str, float],
                     background: list[dict[str, Any]]) -> Summary:
     """summary.json of a run on independent clocks: means over every task's finished rounds."""
     config, workload = run.config, run.workload

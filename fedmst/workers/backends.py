@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from fedmst.errors import WorkerDied
 from fedmst.workers import docker
+from fedmst.workers.description import BackendDescription
 from fedmst.workers.docker import DEFAULT_IMAGE, WorkerLimits, worker_limits
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ class WorkerBackend(ABC):
         """Remove what :meth:`up` made; safe to call twice."""
 
     @abstractmethod
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> BackendDescription:
         """The ``workers`` object of summary.json."""
 
 
@@ -87,8 +88,8 @@ class ProcessBackend(WorkerBackend):
     def kill(self, node: str, proc: Process) -> None:
         proc.kill()
 
-    def describe(self) -> dict[str, Any]:
-        return {"backend": "process"}
+    def describe(self) -> BackendDescription:
+        return BackendDescription("process")
 
 
 class DockerBackend(WorkerBackend):
@@ -132,9 +133,8 @@ class DockerBackend(WorkerBackend):
             docker.remove(self._hosts.values())
             self._hosts = {}
 
-    def describe(self) -> dict[str, Any]:
-        return {"backend": "docker", "image": self.image,
-                "limits": {n: asdict(lim) for n, lim in self.limits.items()}}
+    def describe(self) -> BackendDescription:
+        return BackendDescription("docker", self.image, {n: asdict(lim) for n, lim in self.limits.items()})
 
 
 def backend_for(name: str, image: str = DEFAULT_IMAGE,
