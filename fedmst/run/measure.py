@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import networkx as nx
 
-from fedmst.core.contention import ROUND_PHASES, iteration_times
+from fedmst.core.contention import ROUND_PHASES, Profile, iteration_times
 from fedmst.core.linktrace import LinkChange, graph_at
 from fedmst.core.plan import TRANSFER_PHASES, Plan, predicted_phase_seconds
 from fedmst.core.route import LinkDir
@@ -327,6 +327,8 @@ class ClockRun:
     queue_drops: dict[LinkDir, int] = field(default_factory=dict)
     retransmits: int = 0
     cpu_busy: float = 0.0
+    alone: Sequence[Profile] = ()
+    """Each task's round as predicted alone (:func:`fedmst.core.contention.profile_of`)."""
     predicted: list[PhaseSpan] = field(default_factory=list)
     """The timeline :func:`fedmst.core.contention.simulate` predicts for the same offsets."""
 
@@ -424,7 +426,6 @@ def summarise_clock(run: Any, clock: ClockRun, *, emulated: dict[str, Any],
     by_task = {t: mean(s for (name, _), s in iterations.items() if name == t)
                for t in sorted({t for t, _ in iterations})}
     phases = {p: [s.end_s - s.start_s for s in windows if s.phase == p] for p in ROUND_PHASES}
-    alone = run.profiles()  # each task's phases as predicted alone
     mean_s = mean(iterations.values()) if iterations else 0.0
     round_means = [mean(s for (_, r_), s in iterations.items() if r_ == r + 1) for r in range(len(per_round))]
     predicted_iterations = iteration_times(clock.predicted)
@@ -438,8 +439,8 @@ def summarise_clock(run: Any, clock: ClockRun, *, emulated: dict[str, Any],
         round_latency_s=mean_s, task_round_latency_s=mean_s,
         broadcast_s=mean(phases["broadcast"] or [0.0]), train_s=mean(phases["train"] or [0.0]),
         upload_s=mean(phases["upload"] or [0.0]),
-        predicted_broadcast_s=mean(a.broadcast.seconds for a in alone),
-        predicted_upload_s=mean(a.upload.seconds for a in alone),
+        predicted_broadcast_s=mean(a.broadcast.seconds for a in clock.alone),
+        predicted_upload_s=mean(a.upload.seconds for a in clock.alone),
         faults=[], local_models_per_round=[sum(p.task.k for p in workload.plans)] * len(per_round),
         late_updates_per_round=[0] * len(per_round), final_accuracy=per_round[-1] if per_round else 0.0,
         accuracy_per_round=per_round, emulated={**emulated, "rounds_cpu_busy": clock.cpu_busy},
