@@ -90,8 +90,6 @@ class _Run:
         self.resolved, self.report, self.started, self.times = resolved, report, started, times
         self.tag, self.out = f"[{config.scheduler}]", Path(config.out)
         self.backend = backend_for(config.workers, config.image, resolved.limits)
-        self.prediction = Prediction(resolved.graph, config.chunk_bytes, config.mtu,
-                                     with_delay=resolved.delay_mode != "off", changes=resolved.link_changes)
         self.status = "interrupted"
         self.emu: Emulation | None = None
         self.ceiling: dict[str, object] = {}
@@ -152,7 +150,9 @@ class _Run:
                     self.independent = IndependentRun(session)
                     session.run(self.independent.run)
                 else:
-                    lockstep = LockstepRun(session, self.prediction)
+                    lockstep = LockstepRun(session, Prediction(
+                        resolved.graph, config.chunk_bytes, config.mtu, with_delay=resolved.delay_mode != "off",
+                        changes=resolved.link_changes))
                     session.run(lambda: lockstep.run(self.rounds))
             finally:
                 self.times.update(session.times)
@@ -170,7 +170,7 @@ class _Run:
             wall_s=wall_s, status=self.status, times={k: round(v, 3) for k, v in times.items()},
             background=self.session.background if self.session else [])
         summary = (summarise_clock(self.resolved, clock, **common) if clock is not None
-                   else summarise(self.resolved, self.prediction, self.rounds, **common))
+                   else summarise(self.resolved, self.rounds, **common))
         summary.write(self.out / "summary.json")
         return summary
 

@@ -54,7 +54,7 @@ class LockstepRun:
             begun = time.monotonic()
             results.append(self.round(r))
             session.times["rounds"] += time.monotonic() - begun
-            write_tables(session.out, self.prediction, results)
+            write_tables(session.out, results)
             write_csv(session.out / "samples.csv", SAMPLE_FIELDS, session.sampler.rows)
             res = results[-1]
             background = sum(res.background_bytes.values())
@@ -87,6 +87,7 @@ class LockstepRun:
             self.load = {hop: float(n) for hop, n in res.background_bytes.items() if n}
         res.queue_drops = {hop: n - drops[hop] for hop, n in emu.queue_drops().items()}
         res.retransmits = emu.tcp_retransmits() - retransmits
+        self.prediction.settle(res)
         evaluated = session.server.run(Evaluate(round=r), timeout_s=session.timeout_s, check=session.check)
         res.accuracies = {name: acc for e in evaluated.values() for name, acc in e.accuracy.items()}
         if self.config.save_models:

@@ -73,6 +73,10 @@ class RoundResult:
     """Bytes of background traffic per link direction over the whole round (not in ``link_bytes``)."""
     window: tuple[float, float] = (0.0, 0.0)
     """When the round began and ended, in seconds from the first round's start."""
+    predicted_s: dict[str, float] = field(default_factory=dict)
+    """The plans' prediction of each transfer phase, once the round ended (:meth:`Prediction.settle`)."""
+    links: list[LinkRow] = field(default_factory=list)
+    """The round's rows of links.csv, once it ended (:meth:`Prediction.settle`)."""
 
     @property
     def cpu_bound(self) -> list[str]:
@@ -147,6 +151,12 @@ class Prediction:
     changes: tuple[LinkChange, ...] = ()
     """A link trace: each phase is predicted on the network as it stood when the phase began."""
 
+    def settle(self, res: RoundResult) -> None:
+        """Set the finished round's prediction beside what it measured, once: its phases'
+        seconds and its links.csv rows, which the tables and the summary read."""
+        res.predicted_s = self.seconds(res)
+        res.links = self.link_rows(res)
+
     def seconds(self, res: RoundResult) -> dict[str, float]:
         """The plans' prediction of each transfer phase of ``res``, from the plans it ran with."""
         starts = dict(zip(ROUND_PHASES, _phase_starts(res)))
@@ -181,11 +191,11 @@ class Prediction:
         return rows
 
 
-def write_tables(out: Path, prediction: Prediction, rounds: list[RoundResult]) -> None:
+def write_tables(out: Path, rounds: list[RoundResult]) -> None:
     """Rewrite rounds.csv, tasks.csv and links.csv with every finished round (atomically)."""
     round_rows, link_rows, task_rows = [], [], []
     for res in rounds:
-        secs = prediction.seconds(res)
+        secs = res.predicted_s
         task_rows += [{
             "round": res.round, "task": name, **{f"{p}_s": secs_[name] for p, secs_ in res.task_seconds.items()},
             "round_s": sum(secs_[name] for secs_ in res.task_seconds.values()), "accuracy": res.accuracies[name],
@@ -193,7 +203,7 @@ def write_tables(out: Path, prediction: Prediction, rounds: list[RoundResult]) -
             "end_s": res.window[0] + sum(secs_[name] for secs_ in res.task_seconds.values()),
             "predicted_round_s": "",
         } for name in res.task_seconds["broadcast"]]
-        rows = prediction.link_rows(res)
+        rows = res.links
         link_rows += rows
         round_rows.append({
             "round": res.round, **{f"{p}_s": res.seconds[p] for p in ROUND_PHASES},
@@ -269,15 +279,15 @@ def _shared(run: Any, rows: list[LinkRow], *, reached: tuple[int, float] | None,
     )
 
 
-def summarise(run: Any, prediction: Prediction, rounds: list[RoundResult], *, emulated: dict[str, Any],
+def summarise(run: Any, rounds: list[RoundResult], *, emulated: dict[str, Any],
               workers: BackendDescription, wall_s: float, status: str, times: dict[str, float],
               background: list[dict[str, Any]]) -> Summary:
     """summary.json of ``run`` (a :class:`~fedmst.run.config.ResolvedRun`): means over the
     finished rounds; ``status`` says whether all of them ran (``completed``), or the run was
     ``interrupted`` or ``failed: REASON`` after ``rounds``."""
     config = run.config
-    secs = [prediction.seconds(r) for r in rounds]
-    rows = [row for r in rounds for row in prediction.link_rows(r)]
+    secs = [r.predicted_s for r in rounds]
+    rows = [row for r in rounds for row in r.links]
     reached = time_to_accuracy([r.round_s for r in rounds], [r.accuracy for r in rounds],
                                config.target_accuracy)
     by_task: dict[str, list[float]] = {}
