@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from dataclasses import fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -296,3 +296,20 @@ def test_regime_map_picks_winners_with_ties_and_draws_every_cell(tmp_path: Path,
     figure = plot_regime_map(points, tmp_path / "regime.png")
     assert figure.read_bytes()[:8] == PNG_MAGIC
     assert "pred MST (!)" in texts and "MST=RING" in texts and len(texts) == 2 * 2 * len(points)
+
+
+def test_sweep_csv_reads_back_with_its_numbers_typed(tmp_path: Path) -> None:
+    """One record for sweep.csv: what a sweep writes reads back equal, each column as its type,
+    so a figure drawn again from the file sees what the sweep saw."""
+    from fedmst.run.experiments import SWEEP_FIELDS, SweepRow, read_sweep, write_sweep
+
+    rows = [SweepRow(**{**row, "model": "mlp", "model_bytes": 19_240, "round_s": 1.25, "ray_node": node})
+            for row, node in zip(sweep_rows("mst", 0.5), ("", "10.0.0.2", "", ""))]
+    write_sweep(tmp_path / "sweep.csv", rows)
+    assert (tmp_path / "sweep.csv").read_text().splitlines()[0] == ",".join(SWEEP_FIELDS)
+    back = read_sweep(tmp_path / "sweep.csv")
+    assert back == [asdict(r) for r in rows]
+    assert type(back[0]["seed"]) is int and type(back[0]["run_tasks_blocked"]) is int
+    write_csv(tmp_path / "other.csv", ("model", "seed"), [{"model": "mlp", "seed": 1}])
+    with pytest.raises(FedmstError, match="other.csv lacks the columns model_bytes, scheduler"):
+        read_sweep(tmp_path / "other.csv")
