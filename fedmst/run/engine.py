@@ -17,7 +17,7 @@ import time
 import traceback
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from fedmst.core.topology import node_order
 from fedmst.errors import FedmstError
@@ -28,12 +28,10 @@ from fedmst.run.config import ResolvedRun
 from fedmst.run.independent import IndependentRun
 from fedmst.run.lockstep import LockstepRun
 from fedmst.run.measure import Prediction, RoundResult, summarise, summarise_clock
-from fedmst.run.report import Summary, breakdown_line
+from fedmst.run.report import Report, Summary, breakdown_line
 from fedmst.run.results import write_json
 from fedmst.run.session import Session
 from fedmst.workers.backends import backend_for
-
-Report = Callable[[str], None]
 
 
 def run(resolved: ResolvedRun, report: Report = print, command_started: float | None = None) -> Summary:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from fedmst.errors import FedmstError
 from fedmst.run.config import ResolvedRun, RunConfig, check_host, resolve
 from fedmst.run.layout import run_folder_name
-from fedmst.run.report import Summary, comparison
+from fedmst.run.report import Report, Summary, comparison
 from fedmst.run.results import read_csv, write_csv, write_json
 
 
@@ -51,8 +51,6 @@ class SweepRow:
 SWEEP_FIELDS = tuple(f.name for f in fields(SweepRow))
 _PARSE: dict[str, Callable[[str], Any]] = {"str": str, "int": int, "float": float}
 DEFAULT_SCHEDULERS = ("spff", "mst")
-
-Report = Callable[[str], None]
 
 
 def check_schedulers(schedulers: Sequence[str]) -> None:

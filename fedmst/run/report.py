@@ -17,6 +17,9 @@ from fedmst.errors import FedmstError
 from fedmst.run.results import write_json
 from fedmst.workers.description import BackendDescription
 
+Report = Callable[[str], None]
+"""Where a run says what it does, a line at a time (the console, or nowhere in a sweep)."""
+
 
 @dataclass(frozen=True)
 class Summary:

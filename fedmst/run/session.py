@@ -28,12 +28,11 @@ from fedmst.protocol import ABORT_FILE, AgentSpec, Setup, TaskSpec, TransferSpec
 from fedmst.run.config import ResolvedRun
 from fedmst.run.measure import CounterSampler
 from fedmst.run.recovery import Live
+from fedmst.run.report import Report
 from fedmst.run.results import write_json
 from fedmst.run.stall import Stall, StallWatch
 from fedmst.workers.backends import Agents, WorkerBackend
 from fedmst.workers.control import ControlServer
-
-Report = Callable[[str], None]
 
 
 def connect(transfers: Mapping[str, Transfer], prefix: str) -> dict[str, str]:
