@@ -94,16 +94,19 @@ def test_late_models_gathered_from_every_agent() -> None:
     assert late_models(replies) == {"task0": [0, 1, 2]}
 
 
+def _replanned(fault: Fault) -> FaultEvent:
+    return FaultEvent(fault, round=2, before_phase="upload", scheduling_s=0.1, routes_s=0.2, reconnect_s=0.3,
+                      replan_s=0.6, setup_link_bytes=9, dropped={"task0": {"1": "node 3 died"}},
+                      tasks=({"task": "task0"},))
+
+
 def test_faults_json_keeps_its_keys_in_order_and_leaves_unknowns_out(tmp_path: Path) -> None:
     """faults.json is user-facing: a fault's keys, then the re-planning's; what a fault did not
     have (a stall, an aborted attempt, a cause for a link taken down between rounds) is absent."""
-    replanned = dict(round=2, before_phase="upload", scheduling_s=0.1, routes_s=0.2, reconnect_s=0.3, replan_s=0.6,
-                     setup_link_bytes=9, dropped={"task0": {"1": "node 3 died"}}, tasks=({"task": "task0"},))
     struck = Fault("link a-b down 0.50 s into the broadcast", 7, cause={}, detected_s={"a-b": 1.5}, stall="stalled",
                    aborted=Aborted("broadcast", {"c": "PhaseAborted"}, link_bytes=1000))
     between = Fault("link a-b up again", 0)
-    write_faults(tmp_path / "faults.json", [FaultEvent(struck, **replanned),  # type: ignore[arg-type]
-                                            FaultEvent(between, **replanned)])  # type: ignore[arg-type]
+    write_faults(tmp_path / "faults.json", [_replanned(struck), _replanned(between)])
     first, second = json.loads((tmp_path / "faults.json").read_text())
     tail = ["round", "before_phase", "scheduling_s", "routes_s", "reconnect_s", "replan_s", "setup_link_bytes",
             "dropped", "tasks"]
@@ -111,5 +114,5 @@ def test_faults_json_keeps_its_keys_in_order_and_leaves_unknowns_out(tmp_path: P
     assert first["aborted"] == {"phase": "broadcast", "failed_nodes": {"c": "PhaseAborted"}, "link_bytes": 1000}
     assert list(second) == ["event", "in_flight_lost_bytes", *tail] and second["tasks"] == [{"task": "task0"}]
     unfinished = Fault("x", 0, aborted=Aborted("upload", {"c": "gone"}))
-    aborted = FaultEvent(unfinished, **replanned).to_json()["aborted"]  # type: ignore[arg-type]
+    aborted = _replanned(unfinished).to_json()["aborted"]
     assert aborted == {"phase": "upload", "failed_nodes": {"c": "gone"}}
