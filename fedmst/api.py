@@ -66,8 +66,8 @@ subclass (``check``, ``start``, ``kill``; optionally ``up``/``down`` around the 
 ...         return super().start(emu, node, args, env=env, log=log)
 >>> register_backend("logged", Logged)
 >>> from fedmst.workers.backends import backend_for
->>> backend_for("logged").describe()
-{'backend': 'logged'}
+>>> backend_for("logged").describe().label
+'logged'
 >>> backend_for("nope")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...

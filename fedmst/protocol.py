@@ -23,6 +23,7 @@ from functools import cache
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from fedmst.core.route import Along
+from fedmst.core.span import PhaseSpan
 from fedmst.errors import FedmstError
 
 PROTOCOL_VERSION = 6
@@ -232,17 +233,6 @@ class Trained:
 class Evaluated:
     accuracy: Mapping[str, float]
     seconds: float = 0.0
-
-
-@dataclass(frozen=True)
-class PhaseSpan:
-    """One node's part of one phase of one round of one task, in seconds after ``start_at``."""
-
-    task: str
-    round: int
-    phase: str
-    start_s: float
-    end_s: float
 
 
 @dataclass(frozen=True)

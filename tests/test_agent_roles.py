@@ -19,7 +19,7 @@ import fedmst
 from fedmst.core.schedulers import schedule
 from fedmst.core.tasks import Task
 from fedmst.fl import aggregation, data, models
-from fedmst.run.engine import connect
+from fedmst.run.session import connect
 from fedmst.protocol import (ABORT_FILE, AgentSpec, Broadcast, Evaluate, Evaluated, Failed, PhaseDone, Reply, Replan,
                              RoundsDone, RunRounds, Setup, SetupDone, TaskSpec, Train, Trained, TransferSpec, Upload,
                              decode, encode)

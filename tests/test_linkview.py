@@ -20,7 +20,7 @@ from rich.table import Table
 from fedmst import cli
 from fedmst.errors import FedmstError
 from fedmst.run.layout import run_folder_name
-from fedmst.run.results import LINK_FIELDS, ROUND_FIELDS, write_csv, write_json
+from fedmst.run.results import LINK_FIELDS, ROUND_FIELDS, LinkRow, read_links, write_csv, write_json, write_links
 from fedmst.views.links import compare_runs, diff_table, is_compare_dir, link_table, render
 
 CAPACITY = {"2-10": 100, "9-10": 200}
@@ -386,3 +386,23 @@ def test_links_command_on_a_run_folder(tmp_path: Path, fedmst_links: Callable[..
     assert result.exit_code == 0 and words(f"{run}: links") in words(result.stdout) and "measured MB" in result.stdout
     result = fedmst_links(run, "--against", "mst")
     assert result.exit_code == 1 and "--against compares the runs of a compare folder" in result.stderr
+
+
+def test_links_csv_reads_back_what_was_written(tmp_path: Path) -> None:
+    """One record for links.csv: the rows a lockstep and an independent run write read back equal,
+    an independent clock's unknown phase bytes as None (written empty), in the file's column order."""
+    rows = [LinkRow(1, "2-10", "2", "10", 100, 1000, 1100, 1000, 100, 0.0, 600, 500, 7, 1, 3),
+            LinkRow(0, "2-10", "10", "2", 2.5, 0, 50, 0, 50, 12.5, None, None, 0, 0, 0)]
+    write_links(tmp_path / "links.csv", rows)
+    text = (tmp_path / "links.csv").read_text().splitlines()
+    assert text[0] == ",".join(LINK_FIELDS) and text[2].split(",")[10:12] == ["", ""]
+    assert read_links(tmp_path / "links.csv") == rows
+
+
+def test_links_csv_of_another_format_is_refused(tmp_path: Path) -> None:
+    write_csv(tmp_path / "links.csv", ("round", "src", "dst"), [{"round": 1, "src": "a", "dst": "b"}])
+    with pytest.raises(FedmstError, match="lacks the columns link, capacity_mbps"):
+        read_links(tmp_path / "links.csv")
+    write_csv(tmp_path / "links.csv", LINK_FIELDS, [{**dict.fromkeys(LINK_FIELDS, 0), "measured_bytes": "lots"}])
+    with pytest.raises(FedmstError, match="malformed row"):
+        read_links(tmp_path / "links.csv")

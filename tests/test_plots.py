@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+import json
+
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +64,7 @@ def write_run(folder: Path, scheduler: str, broadcasts: list[tuple[list[str], li
     write_json(folder / "summary.json", {
         **{f.name: 0 for f in fields(Summary) if f.name != "extra"},  # a complete summary; these matter:
         "scheduler": scheduler, "topology": "small", "round_latency_s": LATENCY.get(scheduler, 2.0),
-        "link_bytes_measured": sum(r["measured_bytes"] for r in rows),
+        "link_bytes_measured": sum(r["measured_bytes"] for r in rows), "workers": {"backend": "process"},
     })
     return folder
 
@@ -160,6 +162,17 @@ def test_summary_read_through_the_typed_summary(compare_dir: Path, tmp_path: Pat
     with pytest.raises(FedmstError, match="summary.json: not a fedmst summary \\(missing "):
         plot_run(compare_dir, tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
+
+
+def test_summary_keeps_the_workers_description(compare_dir: Path) -> None:
+    """summary.json's ``workers`` reads into one record and writes back as it was, for either backend."""
+    docker = {"backend": "docker", "image": "fedmst-worker", "limits": {"3": {"cpus": 1.0}}}
+    for workers, label in (({"backend": "process"}, "processes"), (docker, "docker (fedmst-worker)")):
+        obj = {**json.loads((compare_dir / "mst" / "summary.json").read_text()), "workers": workers}
+        summary = Summary.from_json(obj)
+        assert summary.workers.label == label and summary.to_json() == obj
+    with pytest.raises(FedmstError, match="'workers' is not a worker backend's description"):
+        Summary.from_json({**obj, "workers": "docker"})
 
 
 def test_bad_folders_raise_one_line_fedmst_errors(compare_dir: Path, tmp_path: Path) -> None:
@@ -301,3 +314,20 @@ def test_regime_map_picks_winners_with_ties_and_draws_every_cell(tmp_path: Path,
     figure = plot_regime_map(points, tmp_path / "regime.png")
     assert figure.read_bytes()[:8] == PNG_MAGIC
     assert "pred MST (!)" in texts and "MST=RING" in texts and len(texts) == 2 * 2 * len(points)
+
+
+def test_sweep_csv_reads_back_with_its_numbers_typed(tmp_path: Path) -> None:
+    """One record for sweep.csv: what a sweep writes reads back equal, each column as its type,
+    so a figure drawn again from the file sees what the sweep saw."""
+    from fedmst.run.experiments import SWEEP_FIELDS, SweepRow, read_sweep, write_sweep
+
+    rows = [SweepRow(**{**row, "model": "mlp", "model_bytes": 19_240, "round_s": 1.25, "ray_node": node})
+            for row, node in zip(sweep_rows("mst", 0.5), ("", "10.0.0.2", "", ""))]
+    write_sweep(tmp_path / "sweep.csv", rows)
+    assert (tmp_path / "sweep.csv").read_text().splitlines()[0] == ",".join(SWEEP_FIELDS)
+    back = read_sweep(tmp_path / "sweep.csv")
+    assert back == [asdict(r) for r in rows]
+    assert type(back[0]["seed"]) is int and type(back[0]["run_tasks_blocked"]) is int
+    write_csv(tmp_path / "other.csv", ("model", "seed"), [{"model": "mlp", "seed": 1}])
+    with pytest.raises(FedmstError, match="other.csv lacks the columns model_bytes, scheduler"):
+        read_sweep(tmp_path / "other.csv")

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from fedmst.core.tasks import Task
 from fedmst.errors import EmulationError, FedmstError
 from fedmst.protocol import Failed, PhaseDone
-from fedmst.run.recovery import Live, Strike, aggregation_weights, assess, late_models
+from fedmst.run.recovery import (Aborted, Fault, FaultEvent, Live, Strike, aggregation_weights, assess, late_models,
+                                 write_faults)
 from fedmst.run.stall import Stall
 
 TASK = Task("task0", "g", ("a", "b", "b"), model_bytes=100)
@@ -25,7 +29,7 @@ def _struck(event: str, *, node: str | None = None, link: tuple[str, str] | None
 
 
 def test_nothing_broke_nothing_to_do() -> None:
-    assert assess("broadcast", {"a": PhaseDone({})}, [], _live(), {}, {}).event is None
+    assert assess("broadcast", {"a": PhaseDone({})}, [], _live(), {}, {}).fault is None
 
 
 def test_a_failure_without_a_fault_ends_the_run() -> None:
@@ -40,19 +44,19 @@ def test_two_workers_dead_together_are_one_event_and_one_replan() -> None:
     strikes = [_struck("worker on node a killed", node="a")]
     outcome = assess("train", {"g": PhaseDone({})}, strikes, live, lost, {"a": strikes[0].when + 0.1, "b": 5.0})
     assert live.dead == {"a", "b"}
-    assert outcome.event is not None and not outcome.redo
-    assert outcome.event["event"] == "worker on node a killed 0.00 s into the broadcast, worker on node b died"
-    assert outcome.event["cause"] == lost and outcome.event["detected_s"] == {"a": pytest.approx(0.1)}
-    assert outcome.event["in_flight_lost_bytes"] == 7
+    assert outcome.fault is not None and not outcome.redo
+    assert outcome.fault.event == "worker on node a killed 0.00 s into the broadcast, worker on node b died"
+    assert outcome.fault.cause == lost and outcome.fault.detected_s == {"a": pytest.approx(0.1)}
+    assert outcome.fault.in_flight_lost_bytes == 7
     # dead nodes already known are not reported again
-    assert assess("upload", {"g": PhaseDone({})}, [], live, lost, {}).event is None
+    assert assess("upload", {"g": PhaseDone({})}, [], live, lost, {}).fault is None
 
 
 def test_failed_transfers_under_a_fault_ask_for_the_phase_again() -> None:
     outcome = assess("broadcast", {"a": Failed("RuntimeError: timed out")}, [_struck("link g-a down")], _live(),
                      {}, {})
-    assert outcome.redo and outcome.event is not None
-    assert outcome.event["aborted"] == {"phase": "broadcast", "failed_nodes": {"a": "RuntimeError: timed out"}}
+    assert outcome.redo and outcome.fault is not None
+    assert outcome.fault.aborted == Aborted("broadcast", {"a": "RuntimeError: timed out"})
 
 
 def test_a_stall_without_a_fault_ends_the_run_naming_the_link() -> None:
@@ -67,9 +71,9 @@ def test_a_stall_over_a_failed_link_says_how_soon_it_was_found() -> None:
     strike = _struck("link a-r down", link=("a", "r"))
     stall = Stall("task0-001-broadcast", ("r", "a"), 2.0, at=strike.when + 2.25)
     outcome = assess("broadcast", {"a": Failed("PhaseAborted: " + str(stall))}, [strike], _live(), {}, {}, stall)
-    assert outcome.redo and outcome.event is not None
-    assert outcome.event["stall"] == str(stall)
-    assert outcome.event["detected_s"] == {"a-r": pytest.approx(2.25)}
+    assert outcome.redo and outcome.fault is not None
+    assert outcome.fault.stall == str(stall)
+    assert outcome.fault.detected_s == {"a-r": pytest.approx(2.25)}
 
 
 def test_aggregation_weights_renormalise_over_the_models_that_count() -> None:
@@ -88,3 +92,27 @@ def test_late_models_gathered_from_every_agent() -> None:
 
     replies = {"a": Trained({}, {}, {"task0": (0,)}), "b": Trained({}, {}, {"task0": (2, 1)}), "g": PhaseDone({})}
     assert late_models(replies) == {"task0": [0, 1, 2]}
+
+
+def _replanned(fault: Fault) -> FaultEvent:
+    return FaultEvent(fault, round=2, before_phase="upload", scheduling_s=0.1, routes_s=0.2, reconnect_s=0.3,
+                      replan_s=0.6, setup_link_bytes=9, dropped={"task0": {"1": "node 3 died"}},
+                      tasks=({"task": "task0"},))
+
+
+def test_faults_json_keeps_its_keys_in_order_and_leaves_unknowns_out(tmp_path: Path) -> None:
+    """faults.json is user-facing: a fault's keys, then the re-planning's; what a fault did not
+    have (a stall, an aborted attempt, a cause for a link taken down between rounds) is absent."""
+    struck = Fault("link a-b down 0.50 s into the broadcast", 7, cause={}, detected_s={"a-b": 1.5}, stall="stalled",
+                   aborted=Aborted("broadcast", {"c": "PhaseAborted"}, link_bytes=1000))
+    between = Fault("link a-b up again", 0)
+    write_faults(tmp_path / "faults.json", [_replanned(struck), _replanned(between)])
+    first, second = json.loads((tmp_path / "faults.json").read_text())
+    tail = ["round", "before_phase", "scheduling_s", "routes_s", "reconnect_s", "replan_s", "setup_link_bytes",
+            "dropped", "tasks"]
+    assert list(first) == ["event", "in_flight_lost_bytes", "cause", "detected_s", "stall", "aborted", *tail]
+    assert first["aborted"] == {"phase": "broadcast", "failed_nodes": {"c": "PhaseAborted"}, "link_bytes": 1000}
+    assert list(second) == ["event", "in_flight_lost_bytes", *tail] and second["tasks"] == [{"task": "task0"}]
+    unfinished = Fault("x", 0, aborted=Aborted("upload", {"c": "gone"}))
+    aborted = _replanned(unfinished).to_json()["aborted"]
+    assert aborted == {"phase": "upload", "failed_nodes": {"c": "gone"}}

@@ -66,8 +66,8 @@ def test_backends_by_name_and_with_the_run_settings() -> None:
     assert isinstance(backend_for("process"), ProcessBackend)
     docker = backend_for("docker", "img", {"3": WorkerLimits(cpus=0.5)})
     assert isinstance(docker, DockerBackend) and docker.image == "img" and docker.limits == {"3": WorkerLimits(0.5)}
-    assert docker.describe() == {"backend": "docker", "image": "img", "limits": {"3": {"cpus": 0.5, "memory": None}}}
-    assert backend_for("process").describe() == {"backend": "process"}
+    assert docker.describe().to_json() == {"backend": "docker", "image": "img", "limits": {"3": {"cpus": 0.5, "memory": None}}}
+    assert backend_for("process").describe().to_json() == {"backend": "process"}
     assert (ProcessBackend().where, docker.where) == ("processes", "containers")
     assert (docker.exit_hint(137), docker.exit_hint(1), ProcessBackend().exit_hint(137)) == (
         " (out of memory? see --memory)", "", "")
@@ -84,7 +84,7 @@ def test_an_unknown_backend_lists_the_choices() -> None:
 def test_a_backend_as_module_class(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(USER_MODULES)
     backend = backend_for("recording:Recording")
-    assert isinstance(backend, ProcessBackend) and backend.describe() == {"backend": "recording"}
+    assert isinstance(backend, ProcessBackend) and backend.describe().to_json() == {"backend": "recording"}
     check_backend("recording:Recording", limited=False)
     with pytest.raises(FedmstError, match="^worker backend 'recording:NotABackend': NotABackend is not a concrete "
                                           "subclass of fedmst.api.WorkerBackend$"):

@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 
 from fedmst.run.report import Summary, size_label, size_unit, summary_table
+from fedmst.workers.description import BackendDescription
 
 
 def _summary(**values: Any) -> Summary:
@@ -15,7 +16,7 @@ def _summary(**values: Any) -> Summary:
     empty = {"int": 0, "float": 0.0, "str": ""}
     base = {f.name: empty.get(str(f.type), [] if str(f.type).startswith("list") else {})
             for f in fields(Summary) if f.default is MISSING and f.default_factory is MISSING}
-    base.update(emulated={"delay_mechanism": "userspace"}, workers={"backend": "process"}, topology="line3")
+    base.update(emulated={"delay_mechanism": "userspace"}, workers=BackendDescription("process"), topology="line3")
     return Summary(**{**base, **values})
 
 

@@ -11,7 +11,7 @@ import pytest
 from graphs import random_connected_graph
 
 from fedmst.core.schedulers import LinkState, scheduler_names, schedule
-from fedmst.core.plan import (PHASES, Phase, Plan, Transfer, check_plan, covers, feeders, predicted_link_bytes,
+from fedmst.core.plan import (TRANSFER_PHASES, Phase, Plan, Transfer, check_plan, covers, feeders, predicted_link_bytes,
                               predicted_phase_seconds, waits_on)
 from fedmst.core.tasks import Task
 from fedmst.core.wire import wire_bytes
@@ -95,7 +95,7 @@ class TestSchedulerContract:
         g, task, plan = setup
         check_plan(plan, g)
         assert plan.scheduler == name and plan.task == task
-        assert all(t.phase in PHASES for t in plan.transfers)
+        assert all(t.phase in TRANSFER_PHASES for t in plan.transfers)
 
     def test_aggregation_is_exact(self, setup: tuple[nx.Graph, Task, Plan]) -> None:
         """Run the plan on numbers: G ends the upload with every update summed exactly once (with
@@ -117,7 +117,7 @@ class TestSchedulerContract:
 
     def test_predicts_bytes_exactly_on_links_used(self, setup: tuple[nx.Graph, Task, Plan]) -> None:
         g, task, plan = setup
-        for phase in (*PHASES, None):
+        for phase in (*TRANSFER_PHASES, None):
             expected: Counter[tuple[str, str]] = Counter()
             for t in plan.transfers:
                 if phase in (None, t.phase):
@@ -127,7 +127,7 @@ class TestSchedulerContract:
 
     def test_phase_seconds_positive_with_transfers(self, setup: tuple[nx.Graph, Task, Plan]) -> None:
         g, task, plan = setup
-        for phase in PHASES:
+        for phase in TRANSFER_PHASES:
             for with_delay in (True, False):
                 seconds = predicted_phase_seconds(plan, g, phase, chunk_bytes=65_536, with_delay=with_delay)
                 assert (seconds > 0) == bool(plan.phase(phase))

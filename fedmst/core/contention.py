@@ -37,11 +37,13 @@ from typing import Mapping, Sequence
 import networkx as nx
 
 from fedmst.core.plan import Plan, predicted_phase_seconds
+from fedmst.core.route import LinkDir
+from fedmst.core.span import PhaseSpan
 from fedmst.core.wire import DEFAULT_MTU
 from fedmst.core.workload import link_state
 
-LinkDir = tuple[str, str]
-PHASES = ("broadcast", "train", "upload")
+ROUND_PHASES = ("broadcast", "train", "upload")
+"""A round's phases in the order they run: the two transfer phases with training between."""
 
 
 @dataclass(frozen=True)
@@ -72,17 +74,6 @@ class Profile:
         return frozenset(self.broadcast.link_bytes) | frozenset(self.upload.link_bytes)
 
 
-@dataclass(frozen=True)
-class Span:
-    """One phase of one round of one task, in seconds from the common start."""
-
-    task: str
-    round: int
-    phase: str
-    start_s: float
-    end_s: float
-
-
 def profile_of(plan: Plan, graph: nx.Graph, *, compute_s: float, start_s: float = 0.0, chunk_bytes: int,
                with_delay: bool, mtu: int = DEFAULT_MTU) -> Profile:
     """``plan``'s task as :func:`simulate` sees it: each transfer phase as the plan predicts it alone."""
@@ -103,7 +94,7 @@ def capacities(graph: nx.Graph) -> dict[LinkDir, float]:
 
 
 def simulate(profiles: Sequence[Profile], offsets: Mapping[str, float], rounds: Mapping[str, int],
-             capacity: Mapping[LinkDir, float]) -> list[Span]:
+             capacity: Mapping[LinkDir, float]) -> list[PhaseSpan]:
     """The predicted timeline of ``profiles`` running ``rounds`` each, task T from ``offsets[T]``
     (plus its ``start_s``), sharing links as fluids (see the module's docstring)."""
     tasks = [p for p in profiles if rounds.get(p.name, 0) > 0]
@@ -112,12 +103,12 @@ def simulate(profiles: Sequence[Profile], offsets: Mapping[str, float], rounds: 
     begun = {p.name: 0.0 for p in tasks}
     left = {p.name: 0.0 for p in tasks}
     wake = {p.name: offsets.get(p.name, 0.0) + p.start_s for p in tasks}  # not started yet
-    spans: list[Span] = []
+    spans: list[PhaseSpan] = []
     by_name = {p.name: p for p in tasks}
     now = 0.0
 
     def demand(p: Profile, step: int) -> Demand | None:
-        phase = PHASES[step % 3]
+        phase = ROUND_PHASES[step % 3]
         return None if phase == "train" else getattr(p, phase)
 
     def advance(name: str) -> None:
@@ -157,17 +148,17 @@ def simulate(profiles: Sequence[Profile], offsets: Mapping[str, float], rounds: 
             left[n] -= step * pace[n]
             if left[n] <= 1e-9:
                 r, phase = divmod(at[n], 3)
-                spans.append(Span(n, r + 1, PHASES[phase], begun[n], now))
+                spans.append(PhaseSpan(n, r + 1, ROUND_PHASES[phase], begun[n], now))
                 advance(n)
 
 
-def iteration_times(spans: Sequence[Span]) -> dict[tuple[str, int], float]:
+def iteration_times(spans: Sequence[PhaseSpan]) -> dict[tuple[str, int], float]:
     """(task, round) -> seconds from its broadcast's start to its upload's end."""
     start = {(s.task, s.round): s.start_s for s in spans if s.phase == "broadcast"}
     return {(s.task, s.round): s.end_s - start[(s.task, s.round)] for s in spans if s.phase == "upload"}
 
 
-def mean_iteration_s(spans: Sequence[Span]) -> float:
+def mean_iteration_s(spans: Sequence[PhaseSpan]) -> float:
     """Mean iteration time over every task and round of a timeline."""
     return mean(iteration_times(spans).values())
 
@@ -230,5 +221,5 @@ def _middle_of_best(scores: Sequence[float], *, tolerance: float = 1e-6) -> int:
     return first + (length - 1) // 2
 
 
-__all__ = ["Demand", "Profile", "Span", "capacities", "cassini_offsets", "iteration_times", "mean_iteration_s",
+__all__ = ["ROUND_PHASES", "Demand", "Profile", "capacities", "cassini_offsets", "iteration_times", "mean_iteration_s",
            "profile_of", "sharing_groups", "simulate"]

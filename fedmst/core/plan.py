@@ -23,7 +23,8 @@ from fedmst.core.tasks import Task
 from fedmst.core.wire import DEFAULT_MTU, wire_bytes
 
 Phase = Literal["broadcast", "upload"]
-PHASES: tuple[Phase, Phase] = ("broadcast", "upload")
+TRANSFER_PHASES: tuple[Phase, Phase] = ("broadcast", "upload")
+"""The phases that move weights, in the order a round runs them (training is not planned here)."""
 Carries = Literal["global", "sum"]
 Segment = tuple[int, int]
 """A byte range ``[start, stop)`` of a model's flat float32 weights (multiples of 4)."""
@@ -286,8 +287,8 @@ def check_plan(plan: Plan, graph: nx.Graph) -> None:
     everyone = frozenset(range(task.k))
     for t in plan.transfers:
         name = f"{where}: {t.phase} transfer {'-'.join(t.path)}"
-        if t.phase not in PHASES:
-            raise SchedulerError(f"{name}: unknown phase {t.phase!r}; use one of {', '.join(PHASES)}")
+        if t.phase not in TRANSFER_PHASES:
+            raise SchedulerError(f"{name}: unknown phase {t.phase!r}; use one of {', '.join(TRANSFER_PHASES)}")
         if len(t.path) < 2:
             raise SchedulerError(f"{where}: transfer with path {t.path} has no hop")
         if len(set(t.path)) != len(t.path):
@@ -312,7 +313,7 @@ def check_plan(plan: Plan, graph: nx.Graph) -> None:
     atoms = _atoms(plan)
     values = {phase: _values(plan, phase) for phase in ("upload", "broadcast")}
     holds_after_upload = {n for n in plan.nodes if not _missing(plan, "upload", n, atoms, values["upload"])}
-    for phase in PHASES:
+    for phase in TRANSFER_PHASES:
         _check_sources(plan, phase, values[phase], where)
     for i, node in enumerate(task.local_nodes):
         gaps = _missing(plan, "broadcast", node, atoms, values["broadcast"])

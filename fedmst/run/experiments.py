@@ -9,25 +9,48 @@ plan is never made twice.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from fedmst.errors import FedmstError
 from fedmst.run.config import ResolvedRun, RunConfig, check_host, resolve
 from fedmst.run.layout import run_folder_name
-from fedmst.run.report import Summary, comparison
+from fedmst.run.report import Report, Summary, comparison
 from fedmst.run.results import read_csv, write_csv, write_json
 
-SWEEP_FIELDS = (
-    "model", "model_bytes", "scheduler", "local_models", "seed", "task", "round",
-    "broadcast_s", "train_s", "upload_s", "round_s", "accuracy",
-    "run_link_bytes_measured", "run_link_bytes_predicted", "run_reserved_capacity_mbps",
-    "run_tasks_blocked", "run_predicted_comm_s", "ray_node",
-)
-DEFAULT_SCHEDULERS = ("spff", "mst")
 
-Report = Callable[[str], None]
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One row of sweep.csv: one task and round of one point (model, local models, seed,
+    scheduler), with the point's run-wide figures (``run_*``: per round where they are bytes).
+    Written by :func:`write_sweep` and read back, numbers as numbers, by :func:`read_sweep`."""
+
+    model: str
+    model_bytes: int
+    scheduler: str
+    local_models: int
+    seed: int
+    task: str
+    round: int
+    broadcast_s: float
+    train_s: float
+    upload_s: float
+    round_s: float
+    accuracy: float
+    run_link_bytes_measured: float
+    run_link_bytes_predicted: float
+    run_reserved_capacity_mbps: float
+    run_tasks_blocked: int
+    run_predicted_comm_s: float
+    ray_node: str
+    """The Ray node the point ran on ('' without Ray)."""
+
+
+SWEEP_FIELDS = tuple(f.name for f in fields(SweepRow))
+_PARSE: dict[str, Callable[[str], Any]] = {"str": str, "int": int, "float": float}
+DEFAULT_SCHEDULERS = ("spff", "mst")
 
 
 def check_schedulers(schedulers: Sequence[str]) -> None:
@@ -110,11 +133,11 @@ def sweep(base: RunConfig, local_models: Sequence[int], seeds: Sequence[int], ou
     folders = {p: point_folder(out, *p, len(models) > 1) for p in order}
     described = {(m, k, seed, s): f"{s}, {k} local models, seed {seed}" + (f", {m}" if len(models) > 1 else "")
                  for m, k, seed, s in order}
-    done: dict[tuple[str, int, int, str], list[dict[str, Any]]] = {}
+    done: dict[tuple[str, int, int, str], list[SweepRow]] = {}
 
     def record(point: tuple[str, int, int, str], summary: Summary, node: str) -> None:
         done[point] = _rows(point, summary, folders[point], node)
-        write_csv(out / "sweep.csv", SWEEP_FIELDS, [row for p in order if p in done for row in done[p]])
+        write_sweep(out / "sweep.csv", [row for p in order if p in done for row in done[p]])
         progress.finished(described[point], node)
 
     if ray_address is None:
@@ -134,24 +157,26 @@ def sweep(base: RunConfig, local_models: Sequence[int], seeds: Sequence[int], ou
             record(point, result.summary, result.node)
 
         run_points({p: resolved[p] for p in order}, arrived)
-    return [row for p in order for row in done[p]]
+    return [asdict(row) for p in order for row in done[p]]
 
 
-def _rows(point: tuple[str, int, int, str], summary: Summary, folder: Path, node: str) -> list[dict[str, Any]]:
+def _rows(point: tuple[str, int, int, str], summary: Summary, folder: Path, node: str) -> list[SweepRow]:
     """A finished point's rows of ``sweep.csv``: one per task and round."""
     model, k, seed, scheduler = point
-    return [{
-        "model": model, "model_bytes": summary.model_bytes,
-        "scheduler": scheduler, "local_models": k, "seed": seed, "task": r["task"],
-        "round": int(r["round"]),
-        **{f: float(r[f]) for f in ("broadcast_s", "train_s", "upload_s", "round_s", "accuracy")},
-        "run_link_bytes_measured": summary.per_round_bytes,
-        "run_link_bytes_predicted": summary.link_bytes_predicted / summary.rounds,
-        "run_reserved_capacity_mbps": summary.reserved_capacity_mbps,
-        "run_tasks_blocked": summary.tasks_blocked,
-        "run_predicted_comm_s": summary.predicted_broadcast_s + summary.predicted_upload_s,
-        "ray_node": node,
-    } for r in read_csv(folder / "tasks.csv")]
+    return [SweepRow(
+        model=model, model_bytes=summary.model_bytes, scheduler=scheduler, local_models=k, seed=seed,
+        task=r["task"], round=int(r["round"]), broadcast_s=float(r["broadcast_s"]), train_s=float(r["train_s"]),
+        upload_s=float(r["upload_s"]), round_s=float(r["round_s"]), accuracy=float(r["accuracy"]),
+        run_link_bytes_measured=summary.per_round_bytes,
+        run_link_bytes_predicted=summary.link_bytes_predicted / summary.rounds,
+        run_reserved_capacity_mbps=summary.reserved_capacity_mbps, run_tasks_blocked=summary.tasks_blocked,
+        run_predicted_comm_s=summary.predicted_broadcast_s + summary.predicted_upload_s, ray_node=node,
+    ) for r in read_csv(folder / "tasks.csv")]
+
+
+def write_sweep(path: Path, rows: Sequence[SweepRow]) -> None:
+    """sweep.csv from its rows."""
+    write_csv(path, SWEEP_FIELDS, (asdict(row) for row in rows))
 
 
 TIE = 0.01
@@ -160,11 +185,17 @@ same bytes)."""
 
 
 def read_sweep(path: Path) -> list[dict[str, Any]]:
-    """The rows of a ``sweep.csv``, their numbers as numbers (to draw its figures again)."""
-    text = ("model", "scheduler", "task", "ray_node")
-    integral = ("model_bytes", "local_models", "seed", "round", "run_tasks_blocked")
-    return [{k: v if k in text else int(v) if k in integral else float(v) for k, v in r.items()}
-            for r in read_csv(path)]
+    """The rows of a ``sweep.csv``, each column read as its :class:`SweepRow` field's type (to
+    draw its figures again); a file of another format is refused in one line."""
+    rows = read_csv(path)
+    missing = [f for f in SWEEP_FIELDS if rows and f not in rows[0]]
+    if missing:
+        raise FedmstError(f"{path} lacks the columns {', '.join(missing)}")
+    types = {f.name: _PARSE[str(f.type)] for f in fields(SweepRow)}
+    try:
+        return [asdict(SweepRow(**{k: types[k](r[k]) for k in SWEEP_FIELDS})) for r in rows]
+    except ValueError as exc:
+        raise FedmstError(f"{path}: malformed row ({exc})") from None
 
 
 def regime_map(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -18,16 +18,18 @@ from typing import Any, Callable, Iterator, Sequence
 
 import networkx as nx
 
-from fedmst.core.contention import Span, iteration_times
+from fedmst.core.contention import ROUND_PHASES, Profile, iteration_times
 from fedmst.core.linktrace import LinkChange, graph_at
-from fedmst.core.plan import PHASES, Plan, predicted_phase_seconds
+from fedmst.core.plan import TRANSFER_PHASES, Plan, predicted_phase_seconds
+from fedmst.core.route import LinkDir
+from fedmst.core.span import PhaseSpan
 from fedmst.core.topology import node_order
 from fedmst.core.workload import link_state
+from fedmst.run.recovery import FaultEvent
 from fedmst.run.report import Summary, time_to_accuracy
-from fedmst.run.results import LINK_FIELDS, ROUND_FIELDS, TASK_FIELDS, TIMELINE_FIELDS, write_csv
+from fedmst.workers.description import BackendDescription
+from fedmst.run.results import ROUND_FIELDS, TASK_FIELDS, TIMELINE_FIELDS, LinkRow, write_csv, write_links
 
-LinkDir = tuple[str, str]
-STEPS = ("broadcast", "train", "upload")
 CPU_BOUND = 0.95
 """A transfer phase with the host's CPUs at least this busy is reported as bound by the CPU."""
 
@@ -64,20 +66,24 @@ class RoundResult:
     """Each task's aggregation weights in the upload that counted, by original local model."""
     late: dict[str, list[int]] = field(default_factory=dict)
     """Each task's local models whose update missed the deadline and was dropped."""
-    faults: list[dict[str, Any]] = field(default_factory=list)
+    faults: list[FaultEvent] = field(default_factory=list)
     cpu_busy: dict[str, float] = field(default_factory=dict)
     """Fraction of the host's CPU time that was busy during each phase (:func:`cpu_busy`)."""
     background_bytes: dict[LinkDir, int] = field(default_factory=dict)
     """Bytes of background traffic per link direction over the whole round (not in ``link_bytes``)."""
     window: tuple[float, float] = (0.0, 0.0)
     """When the round began and ended, in seconds from the first round's start."""
+    predicted_s: dict[str, float] = field(default_factory=dict)
+    """The plans' prediction of each transfer phase, once the round ended (:meth:`Prediction.settle`)."""
+    links: list[LinkRow] = field(default_factory=list)
+    """The round's rows of links.csv, once it ended (:meth:`Prediction.settle`)."""
 
     @property
     def cpu_bound(self) -> list[str]:
         """The transfer phases during which the host's CPUs were all but saturated: their links
         ran as fast as the host could forward, not as the plan's fluid model says. (A phase with
         nothing to move, as a ring's broadcast, is bound by nothing.)"""
-        return [p for p in PHASES if self.cpu_busy.get(p, 0.0) >= CPU_BOUND
+        return [p for p in TRANSFER_PHASES if self.cpu_busy.get(p, 0.0) >= CPU_BOUND
                 and any(plan.phase(p) for plan in self.plans.get(p, ()))]
 
     @property
@@ -145,46 +151,51 @@ class Prediction:
     changes: tuple[LinkChange, ...] = ()
     """A link trace: each phase is predicted on the network as it stood when the phase began."""
 
+    def settle(self, res: RoundResult) -> None:
+        """Set the finished round's prediction beside what it measured, once: its phases'
+        seconds and its links.csv rows, which the tables and the summary read."""
+        res.predicted_s = self.seconds(res)
+        res.links = self.link_rows(res)
+
     def seconds(self, res: RoundResult) -> dict[str, float]:
         """The plans' prediction of each transfer phase of ``res``, from the plans it ran with."""
-        starts = dict(zip(STEPS, _phase_starts(res)))
+        starts = dict(zip(ROUND_PHASES, _phase_starts(res)))
         return {p: predicted_phase_seconds(res.plans[p], graph_at(self.graph, self.changes, starts[p]), p,
                                            chunk_bytes=self.chunk_bytes, with_delay=self.with_delay, mtu=self.mtu)
-                for p in PHASES}
+                for p in TRANSFER_PHASES}
 
-    def link_rows(self, res: RoundResult) -> list[dict[str, Any]]:
+    def link_rows(self, res: RoundResult) -> list[LinkRow]:
         """One row per link direction for one round: predicted weight bytes beside measured bytes.
 
         Within a phase a link direction either carries planned weights or only the ACKs (and ARP)
         of transfers going the other way, so measured bytes split cleanly into weight bytes
         (phases where weights were planned on it) and the rest.
         """
-        predicted = {p: link_state(res.plans[p], phase=p, mtu=self.mtu) for p in PHASES}
+        predicted = {p: link_state(res.plans[p], phase=p, mtu=self.mtu) for p in TRANSFER_PHASES}
         graph = graph_at(self.graph, self.changes, res.window[0])
         rows = []
         for u, v in sorted(res.link_bytes["broadcast"], key=lambda h: (sorted(map(node_order, h)), node_order(h[0]))):
             hop = (u, v)
             measured = {p: b[hop] for p, b in res.link_bytes.items()}
-            planned = sum(predicted[p].get(hop, 0) for p in PHASES)
-            weights = sum(measured[p] for p in PHASES if predicted[p].get(hop))
-            rows.append({
-                "round": res.round, "link": "-".join(sorted((u, v), key=node_order)), "src": u, "dst": v,
-                "capacity_mbps": graph.edges[u, v]["capacity_mbps"],
-                "predicted_bytes": planned, "measured_bytes": sum(measured.values()),
-                "measured_weight_bytes": weights, "measured_other_bytes": sum(measured.values()) - weights,
-                "error_pct": 100 * (weights - planned) / planned if planned else 0.0,
-                "broadcast_bytes": measured["broadcast"], "upload_bytes": measured["upload"],
-                "aborted_bytes": sum(b.get(hop, 0) for b in res.aborted_bytes.values()),
-                "queue_drops": res.queue_drops[hop], "background_bytes": res.background_bytes.get(hop, 0),
-            })
+            planned = sum(predicted[p].get(hop, 0) for p in TRANSFER_PHASES)
+            weights = sum(measured[p] for p in TRANSFER_PHASES if predicted[p].get(hop))
+            rows.append(LinkRow(
+                round=res.round, link=_link_name(hop), src=u, dst=v, capacity_mbps=graph.edges[u, v]["capacity_mbps"],
+                predicted_bytes=planned, measured_bytes=sum(measured.values()),
+                measured_weight_bytes=weights, measured_other_bytes=sum(measured.values()) - weights,
+                error_pct=_error_pct(weights, planned),
+                broadcast_bytes=measured["broadcast"], upload_bytes=measured["upload"],
+                aborted_bytes=sum(b.get(hop, 0) for b in res.aborted_bytes.values()),
+                queue_drops=res.queue_drops[hop], background_bytes=res.background_bytes.get(hop, 0),
+            ))
         return rows
 
 
-def write_tables(out: Path, prediction: Prediction, rounds: list[RoundResult]) -> None:
+def write_tables(out: Path, rounds: list[RoundResult]) -> None:
     """Rewrite rounds.csv, tasks.csv and links.csv with every finished round (atomically)."""
     round_rows, link_rows, task_rows = [], [], []
     for res in rounds:
-        secs = prediction.seconds(res)
+        secs = res.predicted_s
         task_rows += [{
             "round": res.round, "task": name, **{f"{p}_s": secs_[name] for p, secs_ in res.task_seconds.items()},
             "round_s": sum(secs_[name] for secs_ in res.task_seconds.values()), "accuracy": res.accuracies[name],
@@ -192,48 +203,58 @@ def write_tables(out: Path, prediction: Prediction, rounds: list[RoundResult]) -
             "end_s": res.window[0] + sum(secs_[name] for secs_ in res.task_seconds.values()),
             "predicted_round_s": "",
         } for name in res.task_seconds["broadcast"]]
-        rows = prediction.link_rows(res)
+        rows = res.links
         link_rows += rows
         round_rows.append({
-            "round": res.round, **{f"{p}_s": res.seconds[p] for p in STEPS},
+            "round": res.round, **{f"{p}_s": res.seconds[p] for p in ROUND_PHASES},
             "round_s": res.round_s,
             "predicted_broadcast_s": secs["broadcast"], "predicted_upload_s": secs["upload"],
-            "bytes_measured": sum(r["measured_bytes"] for r in rows),
-            "bytes_predicted": sum(r["predicted_bytes"] for r in rows),
-            "bytes_aborted": sum(r["aborted_bytes"] for r in rows),
+            "bytes_measured": sum(r.measured_bytes for r in rows),
+            "bytes_predicted": sum(r.predicted_bytes for r in rows),
+            "bytes_aborted": sum(r.aborted_bytes for r in rows),
             "retransmitted_segments": res.retransmits, "queue_drops": sum(res.queue_drops.values()),
             "accuracy": res.accuracy, "local_models": sum(res.local_models.values()),
-            "faults": "; ".join(f["event"] for f in res.faults),
+            "faults": "; ".join(f.fault.event for f in res.faults),
             "late_updates": sum(len(m) for m in res.late.values()),
-            "replan_s": sum(f["replan_s"] for f in res.faults),
-            **{f"{p}_cpu_busy": res.cpu_busy.get(p, "") for p in STEPS},
+            "replan_s": sum(f.replan_s for f in res.faults),
+            **{f"{p}_cpu_busy": res.cpu_busy.get(p, "") for p in ROUND_PHASES},
         })
     write_csv(out / "rounds.csv", ROUND_FIELDS, round_rows)
     write_csv(out / "tasks.csv", TASK_FIELDS, task_rows)
-    write_csv(out / "links.csv", LINK_FIELDS, link_rows)
-    write_timeline(out, [Span(name, res.round, p, begin, begin + res.task_seconds[p][name])
-                         for res in rounds for p, begin in zip(STEPS, _phase_starts(res))
+    write_links(out / "links.csv", link_rows)
+    write_timeline(out, [PhaseSpan(name, res.round, p, begin, begin + res.task_seconds[p][name])
+                         for res in rounds for p, begin in zip(ROUND_PHASES, _phase_starts(res))
                          for name in res.task_seconds[p]])
 
 
-def write_timeline(out: Path, measured: Sequence[Span], predicted: Sequence[Span] = ()) -> None:
+def write_timeline(out: Path, measured: Sequence[PhaseSpan], predicted: Sequence[PhaseSpan] = ()) -> None:
     """timeline.csv: every task's phase windows, measured and (on an independent clock) predicted."""
     write_csv(out / "timeline.csv", TIMELINE_FIELDS,
               [{"kind": kind, "task": s.task, "round": s.round, "phase": s.phase, "start_s": s.start_s,
                 "end_s": s.end_s} for kind, spans in (("measured", measured), ("predicted", predicted)) for s in spans])
 
 
+def _link_name(hop: LinkDir) -> str:
+    """links.csv's ``link``: its ends in node order."""
+    return "-".join(sorted(hop, key=node_order))
+
+
+def _error_pct(weight_bytes: int, predicted_bytes: int) -> float:
+    """links.csv's ``error_pct``: weight bytes against predicted, 0 where nothing was planned."""
+    return 100 * (weight_bytes - predicted_bytes) / predicted_bytes if predicted_bytes else 0.0
+
+
 def _phase_starts(res: RoundResult) -> list[float]:
     """When each phase of a lockstep round began (they follow one another), from the first round's start."""
     starts, t = [], res.window[0]
-    for p in STEPS:
+    for p in ROUND_PHASES:
         starts.append(t)
         t += res.seconds[p]
     return starts
 
 
-def _shared(run: Any, rows: list[dict[str, Any]], *, reached: tuple[int, float] | None, status: str,
-            workers: dict[str, Any], wall_s: float, times: dict[str, float],
+def _shared(run: Any, rows: list[LinkRow], *, reached: tuple[int, float] | None, status: str,
+            workers: BackendDescription, wall_s: float, times: dict[str, float],
             background: list[dict[str, Any]]) -> dict[str, Any]:
     """The summary fields that lockstep and independent runs work out alike: what ran, and the
     link bytes of its ``rows`` (links.csv) against the plans."""
@@ -246,27 +267,27 @@ def _shared(run: Any, rows: list[dict[str, Any]], *, reached: tuple[int, float] 
         local_nodes=list(first.task.local_nodes), aggregation_nodes=sorted(first.aggregation_nodes),
         wavelengths=workload.wavelengths, reserved_wavelength_links=workload.reserved_wavelength_links,
         reserved_capacity_mbps=workload.reserved_capacity_mbps,
-        link_bytes_measured=sum(r["measured_bytes"] for r in rows),
-        link_bytes_predicted=sum(r["predicted_bytes"] for r in rows),
-        weight_bytes_measured=sum(r["measured_weight_bytes"] for r in rows),
-        ack_bytes_measured=sum(r["measured_other_bytes"] for r in rows),
-        aborted_link_bytes=sum(r["aborted_bytes"] for r in rows),
-        max_link_bytes_error=max((abs(r["error_pct"]) / 100 for r in rows if r["predicted_bytes"]), default=0.0),
+        link_bytes_measured=sum(r.measured_bytes for r in rows),
+        link_bytes_predicted=sum(r.predicted_bytes for r in rows),
+        weight_bytes_measured=sum(r.measured_weight_bytes for r in rows),
+        ack_bytes_measured=sum(r.measured_other_bytes for r in rows),
+        aborted_link_bytes=sum(r.aborted_bytes for r in rows),
+        max_link_bytes_error=max((abs(r.error_pct) / 100 for r in rows if r.predicted_bytes), default=0.0),
         workers=workers, wall_s=wall_s, time_breakdown_s=times, target_accuracy=config.target_accuracy,
         rounds_to_accuracy=reached[0] if reached else None, time_to_accuracy_s=reached[1] if reached else None,
         background=background,
     )
 
 
-def summarise(run: Any, prediction: Prediction, rounds: list[RoundResult], *, emulated: dict[str, Any],
-              workers: dict[str, Any], wall_s: float, status: str, times: dict[str, float],
+def summarise(run: Any, rounds: list[RoundResult], *, emulated: dict[str, Any],
+              workers: BackendDescription, wall_s: float, status: str, times: dict[str, float],
               background: list[dict[str, Any]]) -> Summary:
     """summary.json of ``run`` (a :class:`~fedmst.run.config.ResolvedRun`): means over the
     finished rounds; ``status`` says whether all of them ran (``completed``), or the run was
     ``interrupted`` or ``failed: REASON`` after ``rounds``."""
     config = run.config
-    secs = [prediction.seconds(r) for r in rounds]
-    rows = [row for r in rounds for row in prediction.link_rows(r)]
+    secs = [r.predicted_s for r in rounds]
+    rows = [row for r in rounds for row in r.links]
     reached = time_to_accuracy([r.round_s for r in rounds], [r.accuracy for r in rounds],
                                config.target_accuracy)
     by_task: dict[str, list[float]] = {}
@@ -289,7 +310,7 @@ def summarise(run: Any, prediction: Prediction, rounds: list[RoundResult], *, em
         upload_s=mean(r.seconds["upload"] for r in rounds),
         predicted_broadcast_s=mean(s["broadcast"] for s in secs),
         predicted_upload_s=mean(s["upload"] for s in secs),
-        faults=[{"round": f["round"], "event": f["event"], "replan_s": f["replan_s"]}
+        faults=[{"round": f.round, "event": f.fault.event, "replan_s": f.replan_s}
                 for r in rounds for f in r.faults],
         local_models_per_round=[sum(r.local_models.values()) for r in rounds],
         late_updates_per_round=[sum(len(m) for m in r.late.values()) for r in rounds],
@@ -308,25 +329,28 @@ class ClockRun:
     plans: tuple[Plan, ...]
     rounds: dict[str, int]
     offsets: dict[str, float]
-    spans: list[tuple[str, str, int, str, float, float]] = field(default_factory=list)
-    """(node, task, round, phase, start, end), seconds from the common start."""
+    spans: dict[str, tuple[PhaseSpan, ...]] = field(default_factory=dict)
+    """Each node's spans as it reported them."""
     accuracy: dict[str, list[float]] = field(default_factory=dict)
     link_bytes: dict[LinkDir, int] = field(default_factory=dict)
     background_bytes: dict[LinkDir, int] = field(default_factory=dict)
     queue_drops: dict[LinkDir, int] = field(default_factory=dict)
     retransmits: int = 0
     cpu_busy: float = 0.0
-    predicted: list[Span] = field(default_factory=list)
+    alone: Sequence[Profile] = ()
+    """Each task's round as predicted alone (:func:`fedmst.core.contention.profile_of`)."""
+    predicted: list[PhaseSpan] = field(default_factory=list)
     """The timeline :func:`fedmst.core.contention.simulate` predicts for the same offsets."""
 
-    def windows(self) -> list[Span]:
+    def windows(self) -> list[PhaseSpan]:
         """Each task's phases, round by round: the broadcast from G's start to the last node
         holding the model, the training from the first to the last local model's, and the upload
         from then to G holding the new global model (a round ends where the next begins)."""
         g = {p.task.name: p.task.global_node for p in self.plans}
         by: dict[tuple[str, int, str], list[tuple[str, float, float]]] = {}
-        for node, task, r, phase, start, end in self.spans:
-            by.setdefault((task, r, phase), []).append((node, start, end))
+        for node, spans in self.spans.items():
+            for s in spans:
+                by.setdefault((s.task, s.round, s.phase), []).append((node, s.start_s, s.end_s))
         out = []
         for task, rounds in sorted(self.rounds.items()):
             for r in range(1, rounds + 1):
@@ -337,9 +361,9 @@ class ClockRun:
                 sent = max(e for _, _, e in bcast)
                 train = by.get((task, r, "train"), [(g[task], sent, sent)])
                 trained = max(e for _, _, e in train)
-                out += [Span(task, r, "broadcast", begin, sent),
-                        Span(task, r, "train", min(s for _, s, _ in train), trained),
-                        Span(task, r, "upload", trained, next(e for n, _, e in up if n == g[task]))]
+                out += [PhaseSpan(task, r, "broadcast", begin, sent),
+                        PhaseSpan(task, r, "train", min(s for _, s, _ in train), trained),
+                        PhaseSpan(task, r, "upload", trained, next(e for n, _, e in up if n == g[task]))]
         return out
 
     @property
@@ -347,7 +371,7 @@ class ClockRun:
         return max((s.round for s in self.windows()), default=0)
 
 
-def clock_link_rows(run: ClockRun, graph: nx.Graph, mtu: int) -> list[dict[str, Any]]:
+def clock_link_rows(run: ClockRun, graph: nx.Graph, mtu: int) -> list[LinkRow]:
     """links.csv on an independent clock: one row per link direction for the whole run (round 0).
     A direction that carries planned weights of any task counts all its bytes as weights (the ACKs
     of other tasks' transfers going the other way included), since phases overlap."""
@@ -361,14 +385,13 @@ def clock_link_rows(run: ClockRun, graph: nx.Graph, mtu: int) -> list[dict[str, 
         hop = (u, v)
         measured, planned = run.link_bytes[hop], predicted.get(hop, 0)
         weights = measured if planned else 0
-        rows.append({
-            "round": 0, "link": "-".join(sorted((u, v), key=node_order)), "src": u, "dst": v,
-            "capacity_mbps": graph.edges[u, v]["capacity_mbps"], "predicted_bytes": planned,
-            "measured_bytes": measured, "measured_weight_bytes": weights, "measured_other_bytes": measured - weights,
-            "error_pct": 100 * (weights - planned) / planned if planned else 0.0,
-            "broadcast_bytes": "", "upload_bytes": "", "aborted_bytes": 0,
-            "queue_drops": run.queue_drops.get(hop, 0), "background_bytes": run.background_bytes.get(hop, 0),
-        })
+        rows.append(LinkRow(
+            round=0, link=_link_name(hop), src=u, dst=v, capacity_mbps=graph.edges[u, v]["capacity_mbps"],
+            predicted_bytes=planned, measured_bytes=measured, measured_weight_bytes=weights,
+            measured_other_bytes=measured - weights, error_pct=_error_pct(weights, planned),
+            broadcast_bytes=None, upload_bytes=None, aborted_bytes=0,
+            queue_drops=run.queue_drops.get(hop, 0), background_bytes=run.background_bytes.get(hop, 0),
+        ))
     return rows
 
 
@@ -380,7 +403,8 @@ def write_clock_tables(out: Path, run: ClockRun, graph: nx.Graph, mtu: int) -> N
     phase = {(s.task, s.round, s.phase): s for s in windows}
     local = {p.task.name: p.task.k for p in run.plans}
     task_rows = [{
-        "round": r, "task": task, **{f"{p}_s": phase[(task, r, p)].end_s - phase[(task, r, p)].start_s for p in STEPS},
+        "round": r, "task": task,
+        **{f"{p}_s": phase[(task, r, p)].end_s - phase[(task, r, p)].start_s for p in ROUND_PHASES},
         "round_s": seconds, "accuracy": run.accuracy.get(task, [])[r - 1] if len(run.accuracy.get(task, [])) >= r
         else "", "local_models": local[task], "start_s": phase[(task, r, "broadcast")].start_s,
         "end_s": phase[(task, r, "upload")].end_s, "predicted_round_s": predicted.get((task, r), ""),
@@ -391,17 +415,17 @@ def write_clock_tables(out: Path, run: ClockRun, graph: nx.Graph, mtu: int) -> N
         rows = [row for row in task_rows if row["round"] == r]
         accs = [row["accuracy"] for row in rows if row["accuracy"] != ""]
         round_rows.append({key: "" for key in ROUND_FIELDS} | {
-            "round": r, **{f"{p}_s": mean(row[f"{p}_s"] for row in rows) for p in STEPS},
+            "round": r, **{f"{p}_s": mean(row[f"{p}_s"] for row in rows) for p in ROUND_PHASES},
             "round_s": mean(row["round_s"] for row in rows), "accuracy": mean(accs) if accs else "",
             "local_models": sum(row["local_models"] for row in rows),
         })
     write_csv(out / "rounds.csv", ROUND_FIELDS, round_rows)
-    write_csv(out / "links.csv", LINK_FIELDS, clock_link_rows(run, graph, mtu))
+    write_links(out / "links.csv", clock_link_rows(run, graph, mtu))
     write_timeline(out, windows, run.predicted)
 
 
 def summarise_clock(run: Any, clock: ClockRun, *, emulated: dict[str, Any],
-                    workers: dict[str, Any], wall_s: float, status: str, times: dict[str, float],
+                    workers: BackendDescription, wall_s: float, status: str, times: dict[str, float],
                     background: list[dict[str, Any]]) -> Summary:
     """summary.json of a run on independent clocks: means over every task's finished rounds."""
     config, workload = run.config, run.workload
@@ -411,8 +435,7 @@ def summarise_clock(run: Any, clock: ClockRun, *, emulated: dict[str, Any],
                  for r in range(max((len(a) for a in clock.accuracy.values()), default=0))]
     by_task = {t: mean(s for (name, _), s in iterations.items() if name == t)
                for t in sorted({t for t, _ in iterations})}
-    phases = {p: [s.end_s - s.start_s for s in windows if s.phase == p] for p in STEPS}
-    alone = run.profiles()  # each task's phases as predicted alone
+    phases = {p: [s.end_s - s.start_s for s in windows if s.phase == p] for p in ROUND_PHASES}
     mean_s = mean(iterations.values()) if iterations else 0.0
     round_means = [mean(s for (_, r_), s in iterations.items() if r_ == r + 1) for r in range(len(per_round))]
     predicted_iterations = iteration_times(clock.predicted)
@@ -426,8 +449,8 @@ def summarise_clock(run: Any, clock: ClockRun, *, emulated: dict[str, Any],
         round_latency_s=mean_s, task_round_latency_s=mean_s,
         broadcast_s=mean(phases["broadcast"] or [0.0]), train_s=mean(phases["train"] or [0.0]),
         upload_s=mean(phases["upload"] or [0.0]),
-        predicted_broadcast_s=mean(a.broadcast.seconds for a in alone),
-        predicted_upload_s=mean(a.upload.seconds for a in alone),
+        predicted_broadcast_s=mean(a.broadcast.seconds for a in clock.alone),
+        predicted_upload_s=mean(a.upload.seconds for a in clock.alone),
         faults=[], local_models_per_round=[sum(p.task.k for p in workload.plans)] * len(per_round),
         late_updates_per_round=[0] * len(per_round), final_accuracy=per_round[-1] if per_round else 0.0,
         accuracy_per_round=per_round, emulated={**emulated, "rounds_cpu_busy": clock.cpu_busy},

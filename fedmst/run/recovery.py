@@ -12,8 +12,9 @@ from __future__ import annotations
 import re
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
 
 from fedmst.core import faults
 from fedmst.core.plan import Plan
@@ -21,6 +22,7 @@ from fedmst.core.tasks import Task
 from fedmst.core.topology import node_order
 from fedmst.errors import EmulationError, FedmstError, WorkerDied
 from fedmst.protocol import Failed, Reply
+from fedmst.run.results import write_json
 from fedmst.run.stall import Stall
 from fedmst.workers.backends import Agents
 from fedmst.workers.control import ControlServer
@@ -128,11 +130,71 @@ def notice_kills(killed: list[str], agents: Agents, server: ControlServer, timeo
 
 
 @dataclass(frozen=True)
-class Assessment:
-    """What a phase's outcome asks for: ``event`` (None when nothing broke) describes the faults
-    for faults.json; with ``redo`` transfers failed and the phase must run again on a new plan."""
+class Aborted:
+    """A phase's attempt given up because its transfers failed: which nodes failed and why, and
+    (once the engine counted them) the bytes the attempt put on the links."""
 
-    event: dict[str, Any] | None
+    phase: str
+    failed_nodes: Mapping[str, str]
+    link_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What broke: links that failed or workers that died, as a sentence (``event``), and, for a
+    fault noticed under a phase, why each newly dead worker is gone (``cause``), how long each
+    death (or a stalled link's failure) took to notice (``detected_s``), the stall the coordinator
+    found, and the attempt given up (``aborted``); ``None`` leaves a key out of faults.json."""
+
+    event: str
+    in_flight_lost_bytes: int
+    cause: Mapping[str, str] | None = None
+    detected_s: Mapping[str, float] | None = None
+    stall: str | None = None
+    aborted: Aborted | None = None
+
+
+@dataclass(frozen=True)
+class FaultEvent:
+    """One entry of faults.json: a :class:`Fault` and how the re-planning that answered it went
+    (before which phase of which round, what each step took, which local models it dropped, and
+    each task's new plan with its flows)."""
+
+    fault: Fault
+    round: int
+    before_phase: str
+    scheduling_s: float
+    routes_s: float
+    reconnect_s: float
+    replan_s: float
+    setup_link_bytes: int
+    dropped: Mapping[str, Mapping[str, str]]
+    tasks: tuple[Mapping[str, Any], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry as faults.json holds it: the fault's keys, then the re-planning's."""
+        out = _present(asdict(self))
+        fault = _present(out.pop("fault"))
+        if "aborted" in fault:
+            fault["aborted"] = _present(fault["aborted"])
+        return {**fault, **out, "tasks": list(self.tasks)}
+
+
+def write_faults(path: Path, events: Sequence[FaultEvent]) -> None:
+    """faults.json: every fault of the run so far and its re-planning."""
+    write_json(path, [e.to_json() for e in events])
+
+
+def _present(obj: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """What a phase's outcome asks for: ``fault`` (None when nothing broke) for faults.json; with
+    ``redo`` transfers failed and the phase must run again on a new plan."""
+
+    fault: Fault | None
     redo: bool = False
 
 
@@ -158,21 +220,19 @@ def assess(phase: str, replies: Mapping[str, Reply], strikes: list[Strike], live
             raise EmulationError(f"agent on node {node} failed in {phase}: {why}")
         return Assessment(None)
     live.dead |= dead
-    event: dict[str, Any] = {
-        "event": ", ".join([*(st.description for st in strikes),
-                            *(f"worker on node {n} died" for n in sorted(dead - kill_times.keys(), key=node_order))]),
-        "in_flight_lost_bytes": sum(st.lost_bytes for st in strikes),
-        "cause": {n: lost[n] for n in sorted(dead, key=node_order)},
-        "detected_s": {n: died[n] - kill_times[n] for n in dead if n in kill_times},
-    }
+    detected = {n: died[n] - kill_times[n] for n in dead if n in kill_times}
     if stall is not None:
-        event["stall"] = str(stall)
-        for st in strikes:
-            if st.link is not None and set(st.link) == set(stall.hop):
-                event["detected_s"]["-".join(st.link)] = stall.at - st.when
-    if failed:
-        event["aborted"] = {"phase": phase, "failed_nodes": failed}
-    return Assessment(event, redo=bool(failed))
+        detected |= {"-".join(st.link): stall.at - st.when for st in strikes
+                     if st.link is not None and set(st.link) == set(stall.hop)}
+    fault = Fault(
+        event=", ".join([*(st.description for st in strikes),
+                         *(f"worker on node {n} died" for n in sorted(dead - kill_times.keys(), key=node_order))]),
+        in_flight_lost_bytes=sum(st.lost_bytes for st in strikes),
+        cause={n: lost[n] for n in sorted(dead, key=node_order)}, detected_s=detected,
+        stall=None if stall is None else str(stall),
+        aborted=Aborted(phase, failed) if failed else None,
+    )
+    return Assessment(fault, redo=bool(failed))
 
 
 def late_models(replies: Mapping[str, Reply]) -> dict[str, list[int]]:

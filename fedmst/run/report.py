@@ -15,6 +15,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 from fedmst.errors import FedmstError
 from fedmst.run.results import write_json
+from fedmst.workers.description import BackendDescription
+
+Report = Callable[[str], None]
+"""Where a run says what it does, a line at a time (the console, or nowhere in a sweep)."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,7 @@ class Summary:
     final_accuracy: float
     accuracy_per_round: list[float]
     emulated: dict[str, Any]
-    workers: dict[str, Any]
+    workers: BackendDescription
     wall_s: float
     aborted_link_bytes: int = 0
     """Bytes that phases given up after a fault put on the links (not in ``link_bytes_measured``);
@@ -89,6 +93,7 @@ class Summary:
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
+        out["workers"] = self.workers.to_json()
         out.update(out.pop("extra"))
         return out
 
@@ -102,7 +107,12 @@ class Summary:
                          and f.default is MISSING)
         if missing:
             raise FedmstError(f"{source}: not a fedmst summary (missing {', '.join(missing)})")
-        return cls(**{k: obj[k] for k in known if k in obj}, extra={k: v for k, v in obj.items() if k not in known})
+        values = {k: obj[k] for k in known if k in obj}
+        try:
+            values["workers"] = BackendDescription.from_json(obj["workers"])
+        except (KeyError, TypeError, AttributeError):
+            raise FedmstError(f"{source}: 'workers' is not a worker backend's description") from None
+        return cls(**values, extra={k: v for k, v in obj.items() if k not in known})
 
     @classmethod
     def read(cls, path: Path) -> Summary:
@@ -165,7 +175,7 @@ def comparison(summaries: Mapping[str, Summary]) -> dict[str, Any]:
     the two-scheduler format, when both ran.
 
     >>> s = lambda n, b, t: Summary.from_json({**{f.name: 0 for f in fields(Summary)},
-    ...     "scheduler": n, "link_bytes_measured": b, "round_latency_s": t})
+    ...     "scheduler": n, "link_bytes_measured": b, "round_latency_s": t, "workers": {"backend": "process"}})
     >>> c = comparison({"spff": s("spff", 100, 2.0), "mst": s("mst", 50, 1.0)})
     >>> c["baseline"], c["ratios"]["mst"], c["bytes_ratio"]
     ('spff', {'bytes_ratio': 0.5, 'latency_ratio': 0.5, 'time_to_accuracy_ratio': None}, 0.5)
@@ -193,13 +203,6 @@ def ratios(summary: Summary, baseline: Summary) -> dict[str, float | None]:
     return {"bytes_ratio": ratio(summary.link_bytes_measured, baseline.link_bytes_measured),
             "latency_ratio": ratio(summary.round_latency_s, baseline.round_latency_s),
             "time_to_accuracy_ratio": ratio(summary.time_to_accuracy_s, baseline.time_to_accuracy_s)}
-
-
-def _workers(workers: Mapping[str, Any]) -> str:
-    """``processes``, ``docker (IMAGE)`` or another backend's name, for the table's caption."""
-    if workers["backend"] == "process":
-        return "processes"
-    return f"{workers['backend']} ({workers['image']})" if "image" in workers else str(workers["backend"])
 
 
 MAX_RATIO_COLUMNS = 2
@@ -256,7 +259,7 @@ def summary_table(summaries: Mapping[str, Summary], ratios_to_first: bool = Fals
     row(f"time to accuracy {first.target_accuracy:g} (s)", lambda s: s.time_to_accuracy_s, "{:.2f}")
     table.caption = (f"{first.local_models} local models, model {first.model} "
                      f"({size_label(first.model_bytes)}), {first.rounds} rounds; "
-                     f"delay: {first.emulated['delay_mechanism']}; workers: {_workers(first.workers)}"
+                     f"delay: {first.emulated['delay_mechanism']}; workers: {first.workers.label}"
                      + (f"; ratios to {labels[0]} in comparison.json" if ratios_to_first and not others else ""))
     return table
 

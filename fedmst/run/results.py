@@ -14,8 +14,11 @@ import io
 import json
 import os
 import tempfile
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
+
+from fedmst.errors import FedmstError
 
 ROUND_FIELDS = (
     "round", "broadcast_s", "train_s", "upload_s", "round_s",
@@ -33,11 +36,37 @@ TIMELINE_FIELDS = ("kind", "task", "round", "phase", "start_s", "end_s")
 from the common start."""
 SAMPLE_FIELDS = ("t_s", "round", "phase", "src", "dst", "bytes")
 """samples.csv: cumulative bytes of each link direction, read about every 100 ms during phases."""
-LINK_FIELDS = (
-    "round", "link", "src", "dst", "capacity_mbps", "predicted_bytes", "measured_bytes",
-    "measured_weight_bytes", "measured_other_bytes", "error_pct", "broadcast_bytes", "upload_bytes",
-    "aborted_bytes", "queue_drops", "background_bytes",
-)
+
+
+@dataclass(frozen=True)
+class LinkRow:
+    """One row of links.csv: what one link direction carried in one round (round 0: a whole run
+    on an independent clock), measured beside the plans' prediction. Written by
+    :func:`write_links` and read back by :func:`read_links`, so the columns live here only."""
+
+    round: int
+    link: str
+    """The link, its ends in node order (``"1-2"``)."""
+    src: str
+    dst: str
+    capacity_mbps: float
+    predicted_bytes: int
+    measured_bytes: int
+    measured_weight_bytes: int
+    """Measured bytes in the phases that planned weights on this direction."""
+    measured_other_bytes: int
+    """The rest: ACKs (and ARP) of transfers going the other way."""
+    error_pct: float
+    """Weight bytes against predicted; 0 where nothing was planned."""
+    broadcast_bytes: int | None
+    """Bytes in each transfer phase; ``None`` (written empty) on an independent clock."""
+    upload_bytes: int | None
+    aborted_bytes: int
+    queue_drops: int
+    background_bytes: int
+
+
+LINK_FIELDS = tuple(f.name for f in fields(LinkRow))
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -72,3 +101,34 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 def _fmt(value: Any) -> Any:
     return f"{value:.6g}" if isinstance(value, float) else value
+
+
+def write_links(path: Path, rows: Iterable[LinkRow]) -> None:
+    """links.csv from its rows (an unknown phase's bytes written empty)."""
+    write_csv(path, LINK_FIELDS, ({k: "" if v is None else v for k, v in vars(row).items()} for row in rows))
+
+
+def read_links(path: Path) -> list[LinkRow]:
+    """links.csv as written by :func:`write_links`; a file of another format is refused, naming
+    the columns it lacks or the row that does not read."""
+    rows = read_csv(path)
+    missing = [c for c in LINK_FIELDS if rows and c not in rows[0]]
+    if missing:
+        raise FedmstError(f"{path} lacks the columns {', '.join(missing)}")
+    try:
+        return [LinkRow(
+            round=int(r["round"]), link=r["link"], src=r["src"], dst=r["dst"],
+            capacity_mbps=float(r["capacity_mbps"]), predicted_bytes=_int(r["predicted_bytes"]),
+            measured_bytes=_int(r["measured_bytes"]), measured_weight_bytes=_int(r["measured_weight_bytes"]),
+            measured_other_bytes=_int(r["measured_other_bytes"]), error_pct=float(r["error_pct"]),
+            broadcast_bytes=_int(r["broadcast_bytes"]) if r["broadcast_bytes"] != "" else None,
+            upload_bytes=_int(r["upload_bytes"]) if r["upload_bytes"] != "" else None,
+            aborted_bytes=_int(r["aborted_bytes"]), queue_drops=_int(r["queue_drops"]),
+            background_bytes=_int(r["background_bytes"]),
+        ) for r in rows]
+    except (TypeError, ValueError) as exc:
+        raise FedmstError(f"{path}: malformed row ({exc})") from None
+
+
+def _int(text: str) -> int:
+    return int(float(text))

@@ -20,7 +20,7 @@ from fedmst.core.topology import node_order
 from fedmst.errors import FedmstError
 from fedmst.run.layout import run_folder_name
 from fedmst.run.report import scheduler_label
-from fedmst.run.results import read_csv
+from fedmst.run.results import read_csv, read_links
 
 LINK_SORTS = ("measured", "predicted", "error", "utilisation", "peak", "link")
 DIFF_SORTS = ("measured", "ratio", "link")
@@ -35,8 +35,6 @@ FIRST_SCHEDULERS = ("spff", "mst")
 # sampling period therefore do not count towards the peak.
 MIN_SAMPLE_INTERVAL_S = 0.05
 
-_LINK_COLUMNS = ("round", "link", "src", "dst", "capacity_mbps", "predicted_bytes", "measured_bytes",
-                 "measured_weight_bytes", "measured_other_bytes", "queue_drops")
 _ROUND_COLUMNS = ("round", "broadcast_s", "upload_s")
 _SAMPLE_COLUMNS = ("t_s", "round", "src", "dst", "bytes")
 
@@ -121,13 +119,13 @@ def link_table(run_dir: Path, *, sort: str = "measured", round_: int | None = No
     """
     _check_sort(sort, LINK_SORTS)
     _check_run_dir(run_dir)
-    links = _read(run_dir / "links.csv", _LINK_COLUMNS)
+    links = read_links(run_dir / "links.csv")
     rounds = _read(run_dir / "rounds.csv", _ROUND_COLUMNS)
     if round_ is not None:
-        present = sorted({int(r["round"]) for r in links})
+        present = sorted({r.round for r in links})
         if round_ not in present:
             raise FedmstError(f"{run_dir} has no round {round_} (rounds: {', '.join(map(str, present)) or 'none'})")
-        links = [r for r in links if int(r["round"]) == round_]
+        links = [r for r in links if r.round == round_]
         rounds = [r for r in rounds if int(r["round"]) == round_]
     # a link direction can only carry model traffic while a transfer phase runs
     transfer_s = sum(float(r["broadcast_s"]) + float(r["upload_s"]) for r in rounds)
@@ -135,16 +133,16 @@ def link_table(run_dir: Path, *, sort: str = "measured", round_: int | None = No
 
     rows: dict[tuple[str, str], Row] = {}
     for r in links:
-        hop = (r["src"], r["dst"])
+        hop = (r.src, r.dst)
         row = rows.setdefault(hop, {
-            "link": r["link"], "direction": f"{hop[0]}->{hop[1]}", "src": hop[0], "dst": hop[1],
-            "capacity_mbps": float(r["capacity_mbps"]), "measured_bytes": 0, "predicted_bytes": 0,
+            "link": r.link, "direction": f"{hop[0]}->{hop[1]}", "src": hop[0], "dst": hop[1],
+            "capacity_mbps": r.capacity_mbps, "measured_bytes": 0, "predicted_bytes": 0,
             "weight_bytes": 0, "other_bytes": 0, "queue_drops": 0,
         })
-        for key, column in (("measured_bytes", "measured_bytes"), ("predicted_bytes", "predicted_bytes"),
-                            ("weight_bytes", "measured_weight_bytes"), ("other_bytes", "measured_other_bytes"),
-                            ("queue_drops", "queue_drops")):
-            row[key] += int(r[column])
+        for key, value in (("measured_bytes", r.measured_bytes), ("predicted_bytes", r.predicted_bytes),
+                           ("weight_bytes", r.measured_weight_bytes), ("other_bytes", r.measured_other_bytes),
+                           ("queue_drops", r.queue_drops)):
+            row[key] += value
     for hop, row in rows.items():
         capacity_bps = row["capacity_mbps"] * 1e6
         row["error_pct"] = _error_pct(row["weight_bytes"], row["predicted_bytes"])

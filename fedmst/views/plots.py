@@ -22,7 +22,7 @@ import networkx as nx
 from fedmst.core.topology import load_topology, node_order
 from fedmst.errors import FedmstError
 from fedmst.run.report import Summary, size_label, size_unit
-from fedmst.run.results import read_csv
+from fedmst.run.results import read_csv, read_links
 from fedmst.views.links import COMPARISON, compare_runs, rate_series, scheduler_label
 
 SCHEDULER_COLOURS = {"spff": "tab:red", "mst": "tab:blue"}
@@ -144,14 +144,11 @@ def _load_run(run: Path, task: str | None, name: str | None = None) -> dict[str,
         raise FedmstError(f"{run / 'plan.json'}: has no task {task!r} (tasks: {', '.join(map(str, plans)) or 'none'})")
     plan = plans[task]
     link_bytes: Counter[frozenset[str]] = Counter({frozenset(e): 0 for e in graph.edges})
-    try:
-        for row in read_csv(run / "links.csv"):
-            key = frozenset((row["src"], row["dst"]))
-            if key not in link_bytes:
-                raise FedmstError(f"{run / 'links.csv'}: link {row['src']}-{row['dst']} is not in the topology")
-            link_bytes[key] += int(float(row["measured_bytes"]))
-    except (KeyError, ValueError, TypeError) as exc:
-        raise FedmstError(f"{run / 'links.csv'}: malformed row ({exc})") from exc
+    for row in read_links(run / "links.csv"):
+        key = frozenset((row.src, row.dst))
+        if key not in link_bytes:
+            raise FedmstError(f"{run / 'links.csv'}: link {row.src}-{row.dst} is not in the topology")
+        link_bytes[key] += row.measured_bytes
     transfers = plan.get("transfers", [])
     for t in transfers:
         path = t.get("path", [])
@@ -485,7 +482,7 @@ def plot_link_utilisation(run_dir: Path, link: str, out: Path | None = None) -> 
         raise FedmstError(f"{run_dir} is a compare folder: --link draws one run, give one of "
                           f"{', '.join(str(run) for _, run in runs)}")
     u, sep, v = link.partition("-")
-    caps = {(r["src"], r["dst"]): float(r["capacity_mbps"]) for r in read_csv(run_dir / "links.csv")} \
+    caps = {(r.src, r.dst): r.capacity_mbps for r in read_links(run_dir / "links.csv")} \
         if (run_dir / "links.csv").is_file() else {}
     series = rate_series(run_dir / "samples.csv")
     if not sep or (u, v) not in caps:
@@ -531,7 +528,7 @@ def plot_timeline(run_dir: Path, out: Path | None = None) -> Path:
         raise FedmstError(f"{run_dir}: no timeline.csv (a run folder from before timelines were written?)")
     rows = read_csv(path)
     tasks = sorted({r["task"] for r in rows}, key=lambda t: (len(t), t))
-    caps = {(r["src"], r["dst"]): float(r["capacity_mbps"]) for r in read_csv(run_dir / "links.csv")} \
+    caps = {(r.src, r.dst): r.capacity_mbps for r in read_links(run_dir / "links.csv")} \
         if (run_dir / "links.csv").is_file() else {}
     series = rate_series(run_dir / "samples.csv") or {}
     busiest = sorted((hop for hop in series if hop in caps and series[hop]),  # by utilisation: bottlenecks first

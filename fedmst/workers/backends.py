@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from fedmst.errors import FedmstError, WorkerDied
 from fedmst.plugins import Registry
 from fedmst.workers import docker
+from fedmst.workers.description import BackendDescription
 from fedmst.workers.docker import DEFAULT_IMAGE, WorkerLimits, worker_limits
 
 if TYPE_CHECKING:
@@ -80,9 +81,9 @@ class WorkerBackend(ABC):
         """What an agent's exit code suggests, appended to its death's one line ('' for nothing)."""
         return ""
 
-    def describe(self) -> dict[str, Any]:
-        """The ``workers`` object of summary.json."""
-        return {"backend": self.name}
+    def describe(self) -> BackendDescription:
+        """The ``workers`` object of summary.json: the backend's name alone unless it says more."""
+        return BackendDescription(self.name)
 
 
 class ProcessBackend(WorkerBackend):
@@ -156,9 +157,8 @@ class DockerBackend(WorkerBackend):
     def exit_hint(self, returncode: int) -> str:
         return " (out of memory? see --memory)" if returncode == 137 else ""
 
-    def describe(self) -> dict[str, Any]:
-        return {"backend": self.name, "image": self.image,
-                "limits": {n: asdict(lim) for n, lim in self.limits.items()}}
+    def describe(self) -> BackendDescription:
+        return BackendDescription(self.name, self.image, {n: asdict(lim) for n, lim in self.limits.items()})
 
 
 BACKENDS: Registry[type[WorkerBackend]] = Registry(

@@ -1,0 +1,282 @@
+"""What a run does on its built emulation whichever clock it runs on: the agents started and
+controlled, each task's transfers routed and handed to them, a link trace applied on time,
+background flows started and stopped, and the checks made while the coordinator waits on the
+agents (a dead agent or delay line, a failed link change, a stalled transfer).
+
+A runner per clock drives the rounds through a :class:`Session`:
+:class:`fedmst.run.lockstep.LockstepRun` phase by phase with a barrier between phases,
+:class:`fedmst.run.independent.IndependentRun` every task on its own clock.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import fedmst
+from fedmst.core.linktrace import LinkChange
+from fedmst.core.plan import Transfer, plan_summary
+from fedmst.core.route import LinkDir
+from fedmst.core.traffic import as_json
+from fedmst.errors import FedmstError
+from fedmst.net.emulation import Emulation
+from fedmst.protocol import ABORT_FILE, AgentSpec, Setup, TaskSpec, TransferSpec
+from fedmst.run.config import ResolvedRun
+from fedmst.run.measure import CounterSampler
+from fedmst.run.recovery import Live
+from fedmst.run.report import Report
+from fedmst.run.results import write_json
+from fedmst.run.stall import Stall, StallWatch
+from fedmst.workers.backends import Agents, WorkerBackend
+from fedmst.workers.control import ControlServer
+
+
+def connect(transfers: Mapping[str, Transfer], prefix: str) -> dict[str, str]:
+    """The connection each keyed transfer travels on: one per path, shared by its transfers of
+    different steps (a ring's neighbours keep one connection through every step), a new one for
+    each transfer of the same path and step (SPFF's parallel transfers to one node stay apart).
+
+    >>> t = lambda step: Transfer("upload", ("a", "b"), frozenset({0}), step=step)
+    >>> connect({"x": t(0), "y": t(1), "z": t(1)}, "c")
+    {'x': 'c000', 'y': 'c000', 'z': 'c001'}
+    """
+    lanes: dict[tuple[str, ...], list[tuple[str, set[tuple[str, int]]]]] = {}
+    out, count = {}, 0
+    for key, t in transfers.items():
+        when = (t.phase, t.step)
+        lane = next((lane for lane in lanes.setdefault(t.path, []) if when not in lane[1]), None)
+        if lane is None:
+            lane = (f"{prefix}{count:03d}", set())
+            lanes[t.path].append(lane)
+            count += 1
+        lane[1].add(when)
+        out[key] = lane[0]
+    return out
+
+
+def overrun(compute_s: float, trained: list[float]) -> str:
+    """A warning when training took well over the compute time asked for: the host's CPUs, not
+    ``--compute-s``, set the time then."""
+    if not compute_s or not trained or sum(trained) / len(trained) <= 1.1 * compute_s:
+        return ""
+    return (f"; training took {sum(trained) / len(trained):.2f} s, over its {compute_s:g} s of compute: this "
+            "host's CPUs set it (fewer --epochs, or more cores, keep it at --compute-s)")
+
+
+class LinkTrace:
+    """Applies a link trace (``--link-trace``) on time, from a thread of its own, while the rounds
+    run: each change is made live (:meth:`~fedmst.net.emulation.Emulation.change_link`), reported,
+    and recorded in ``link_changes.json`` with when it was asked for and when it took effect."""
+
+    def __init__(self, emu: Emulation, changes: tuple[LinkChange, ...], started_at: float, record: Path,
+                 report: Report) -> None:
+        self.emu, self.changes, self.started_at, self.record, self.report = emu, changes, started_at, record, report
+        self.applied: list[dict[str, Any]] = []
+        self.error: Exception | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._apply, name="link-trace", daemon=True)
+
+    def __enter__(self) -> LinkTrace:
+        if self.changes:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise FedmstError(f"link trace: {self.error}")
+
+    def _apply(self) -> None:
+        try:
+            for change in self.changes:
+                if self._stop.wait(max(0.0, self.started_at + change.at_s - time.monotonic())):
+                    return
+                self.emu.change_link(*change.link, capacity_mbps=change.capacity_mbps, loss=change.loss,
+                                     delay_s=None if change.delay_ms is None else change.delay_ms / 1e3)
+                self.applied.append({**change.as_json(), "applied_s": round(time.monotonic() - self.started_at, 4)})
+                write_json(self.record, self.applied)
+                what = ", ".join(f"{k} {v:g}" for k, v in change.as_json().items() if k not in ("at_s", "a", "b"))
+                self.report(f"link {change.link[0]}-{change.link[1]}: {what} at {self.applied[-1]['applied_s']:.2f} s")
+        except Exception as exc:  # noqa: BLE001 - handed to the session, which ends the run with it
+            self.error = exc
+
+
+class PhaseWatch:
+    """The stall watch of the transfer phase running now, if any: fed a reading of the links and
+    the arrivals while the coordinator waits, it leaves the abort file that makes every agent
+    give the phase up once it finds a transfer stalled."""
+
+    def __init__(self) -> None:
+        self.watch: StallWatch | None = None
+        self.progress: Path | None = None
+        """The phase's progress folder, where the agents mark arrivals."""
+        self.stall: Stall | None = None
+        self._looked = 0.0
+
+    def begin(self, watch: StallWatch | None = None, progress: Path | None = None) -> None:
+        self.watch, self.progress, self.stall = watch, progress, None
+
+    def look(self, counters: Callable[[], dict[LinkDir, int]]) -> None:
+        watch, progress = self.watch, self.progress
+        if watch is None or progress is None or self.stall is not None:
+            return
+        now = time.monotonic()
+        if now - self._looked < 0.25:  # check() runs at every reply too: read the links 4 times a second at most
+            return
+        self._looked = now
+        watch.observe(now, counters())
+        watch.arrive((p.name for p in progress.iterdir() if p.name != ABORT_FILE), now)
+        self.stall = watch.stalled(now)
+        if self.stall is not None:
+            (progress / ABORT_FILE).write_text(str(self.stall))
+
+
+class Session:
+    """One run's agents on a built emulation, and what every clock needs around its rounds."""
+
+    def __init__(self, resolved: ResolvedRun, emu: Emulation, backend: WorkerBackend, out: Path, scratch: Path,
+                 report: Report) -> None:
+        self.resolved, self.config, self.graph = resolved, resolved.config, resolved.graph
+        self.emu, self.backend, self.out, self.scratch, self.report = emu, backend, out, scratch, report
+        self.tag = f"[{self.config.scheduler}]"
+        self.timeout_s = self.config.phase_timeout_s
+        plans = resolved.workload.plans
+        self.live = Live(tasks={p.task.name: p.task for p in plans}, plans=plans,
+                         models={p.task.name: tuple(range(p.task.k)) for p in plans})
+        self.index = {name: i for i, name in enumerate(resolved.listed or [p.task.name for p in plans])}
+        """Task -> its place in the workload, which seeds its data and initial weights."""
+        self.samples: dict[str, dict[int, int]] = {}
+        """Task -> local model -> its training samples (the aggregation weights)."""
+        self.sampler = CounterSampler(emu.counters)
+        self.specs: tuple[TaskSpec, ...] = ()
+        self.phase_watch = PhaseWatch()
+        self.started_at = 0.0
+        """When the first round began (monotonic clock)."""
+        self.background: list[dict[str, Any]] = []
+        """The background flows as asked, with what each sender sent (summary.json's ``background``)."""
+        self.trace: LinkTrace | None = None
+        self.times: dict[str, float] = {}
+        """Seconds spent starting the agents (``agents``) and in the rounds (``rounds``)."""
+        self.server: ControlServer
+        self.agents: Agents
+
+    def task_specs(self) -> tuple[TaskSpec, ...]:
+        """Each task as the agents need it, with its transfers' routes installed in the emulation.
+
+        Task i (in the workload's order) seeds its data shards and initial weights with ``seed + i``.
+        A transfer names the original indices of the local models it serves, so weights keep their
+        names across re-plans.
+        """
+        live = self.live
+        tag = "" if live.epoch == 0 else f"e{live.epoch}-"
+        keys = {p.task.name: {f"{p.task.name}-{tag}{i:03d}-{t.phase}": t for i, t in enumerate(p.transfers)}
+                for p in live.plans}
+        connections = {p.task.name: connect(keys[p.task.name], f"{p.task.name}-{tag}c") for p in live.plans}
+        flows = self.emu.install_flows({c: keys[name][k].path for name, per_task in connections.items()
+                                        for k, c in per_task.items()})
+        specs = []
+        for p in live.plans:
+            task, original = live.tasks[p.task.name], live.models[p.task.name]
+            joins = connections[task.name]
+            specs.append(TaskSpec(
+                name=task.name, global_node=task.global_node, local_nodes=task.local_nodes,
+                seed=self.config.seed + self.index[task.name], active=original, compute_s=task.compute_s,
+                model=task.model, dataset=task.dataset,
+                transfers=tuple(
+                    TransferSpec(key=k, phase=t.phase, path=t.path, models=tuple(sorted(original[j] for j in t.models)),
+                                 src_addr=flows[joins[k]].src_addr, dst_addr=flows[joins[k]].dst_addr,
+                                 segment=t.segment, step=t.step, carries=t.carries, connection=joins[k])
+                    for k, t in keys[task.name].items()),
+            ))
+        self.specs = tuple(specs)
+        return self.specs
+
+    def run(self, rounds: Callable[[], None]) -> None:
+        """Start the agents, then run ``rounds`` with the background flows and the link trace going."""
+        spec_file = self._write_specs()
+        self.server = ControlServer(Path(self.scratch / "control.sock"), token=secrets.token_hex(16))
+        try:
+            self._start_agents(spec_file)
+            resolved = self.resolved
+            self.started_at = time.monotonic() + (0.3 if resolved.background else 0.0)
+            self.sampler.t0 = self.started_at
+            if resolved.background:
+                self.emu.start_background(resolved.background, self.started_at, self.out / "background")
+                self.report(f"{self.tag} background: {', '.join(f.label for f in resolved.background)}")
+                time.sleep(max(0.0, self.started_at - time.monotonic()))
+            self.trace = LinkTrace(self.emu, resolved.link_changes, self.started_at, self.out / "link_changes.json",
+                                   lambda line: self.report(f"{self.tag} {line}"))
+            try:
+                with self.trace:
+                    rounds()
+            finally:
+                if resolved.background:
+                    self._stop_background()
+        finally:
+            self.server.close()
+
+    def _write_specs(self) -> Path:
+        """plan.json, and the agents' spec file (returned) with every task's routes installed."""
+        config, workload = self.config, self.resolved.workload
+        (self.scratch / "store").mkdir()
+        specs = self.task_specs()
+        spec = AgentSpec(
+            control_socket=str(self.scratch / "control.sock"), store_dir=str(self.scratch / "store"),
+            model=config.model, dataset=config.dataset, epochs=config.epochs, batch_size=config.batch_size,
+            lr=config.lr, optimizer=config.optimizer, alpha=config.alpha, chunk_bytes=config.chunk_bytes,
+            timeout_s=self.timeout_s, slow=dict(self.resolved.slow), tasks=specs,
+        )
+        write_json(self.out / "plan.json", {
+            "scheduler": config.scheduler, "order": config.order,
+            "admitted": [p.task.name for p in workload.plans], "wavelengths": workload.wavelengths,
+            "reserved_wavelength_links": workload.reserved_wavelength_links,
+            "reserved_capacity_mbps": workload.reserved_capacity_mbps,
+            "blocked": [{"task": name, "reason": reason} for name, reason in workload.blocked],
+            "tasks": [{**plan_summary(p), "flows": [asdict(t) for t in s.transfers]}
+                      for p, s in zip(self.live.plans, specs)],
+        })
+        spec_file = self.scratch / "agents.json"
+        spec_file.write_text(spec.to_json())
+        return spec_file
+
+    def _start_agents(self, spec_file: Path) -> None:
+        """Start an agent on every worker node and set them up (data, model, first connections)."""
+        begun = time.monotonic()
+        nodes = self.resolved.worker_nodes
+        self.agents = Agents(self.backend, self.emu, nodes, spec_file, self.server.token, self.out / "agents")
+        self.server.accept(nodes, timeout_s=self.timeout_s, check=self.check)
+        setup = self.server.run(Setup(source_digest=fedmst.source_digest()), timeout_s=self.timeout_s,
+                                check=self.check)
+        self.samples = {name: {i: n for r in setup.values() for i, n in r.samples.get(name, {}).items()}
+                        for name in self.live.tasks}
+        self.report(f"{self.tag} {len(nodes)} agents ({self.backend.where}) ready in "
+                    f"{max(r.seconds for r in setup.values()):.1f} s")
+        write_json(self.out / "workers.json", {node: asdict(r.runs_in) for node, r in sorted(setup.items())})
+        self.times["agents"] = time.monotonic() - begun
+        self.times["rounds"] = 0.0
+
+    def _stop_background(self) -> None:
+        """Stop the background flows and record what each sent (background.json)."""
+        sent = self.emu.stop_background()
+        self.background = [{**asked, "sent_bytes": done["sent_bytes"], "sent_seconds": done["seconds"],
+                            "sent_mbps": done["sent_bytes"] * 8 / done["seconds"] / 1e6
+                            if done["sent_bytes"] and done["seconds"] else None}
+                           for asked, done in zip(as_json(list(self.resolved.background)), sent.values())]
+        write_json(self.out / "background.json", self.background)
+
+    def check(self) -> None:
+        """Raise if an agent or a delay line died, or a link change failed, and abort a transfer
+        phase that stalled (called while waiting on the agents)."""
+        self.agents.check()
+        self.emu.check()
+        if self.trace is not None:
+            self.trace.check()
+        self.phase_watch.look(self.emu.counters)
