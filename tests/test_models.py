@@ -11,7 +11,7 @@ from fedmst.fl import models
 from fedmst.fl.data import load_dataset
 from fedmst.errors import ModelError
 from fedmst.fl.models import build_model, model_bytes, register_model
-from fedmst.run.config import DEFAULT_MODEL
+from fedmst.core.tasks import DEFAULT_MODEL
 
 DIGITS = load_dataset("digits")
 INPUT_SHAPE, NUM_CLASSES = DIGITS.input_shape, DIGITS.num_classes

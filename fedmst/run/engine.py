@@ -56,7 +56,7 @@ from fedmst.protocol import (
     TransferSpec,
     Upload,
 )
-from fedmst.run.config import ResolvedRun
+from fedmst.run.prepare import ResolvedRun
 from fedmst.run.measure import (
     STEPS,
     ClockRun,
@@ -459,7 +459,7 @@ class Engine:
         config, live = self.config, self.live
         rounds = {p.task.name: int(p.task.rounds or config.rounds) for p in live.plans}
         offsets = {p.task.name: p.task.start_s + self.run_.offsets.get(p.task.name, 0.0) for p in live.plans}
-        predicted = simulate(self.run_.profiles(), self.run_.offsets, rounds, capacities(self.graph))
+        predicted = simulate(list(self.run_.profiles), self.run_.offsets, rounds, capacities(self.graph))
         self.clock = clock = ClockRun(plans=live.plans, rounds=rounds, offsets=offsets, predicted=predicted)
         shifted = {n: o for n, o in self.run_.offsets.items() if o}
         if shifted:

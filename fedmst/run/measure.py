@@ -412,7 +412,7 @@ def summarise_clock(run: Any, clock: ClockRun, *, emulated: dict[str, Any],
     by_task = {t: mean(s for (name, _), s in iterations.items() if name == t)
                for t in sorted({t for t, _ in iterations})}
     phases = {p: [s.end_s - s.start_s for s in windows if s.phase == p] for p in STEPS}
-    alone = run.profiles()  # each task's phases as predicted alone
+    alone = list(run.profiles)  # each task's phases as predicted alone
     mean_s = mean(iterations.values()) if iterations else 0.0
     round_means = [mean(s for (_, r_), s in iterations.items() if r_ == r + 1) for r in range(len(per_round))]
     predicted_iterations = iteration_times(clock.predicted)
