@@ -239,3 +239,10 @@ def test_a_bad_config_file_is_refused_naming_the_key(tmp_path: Path, text: str, 
     with pytest.raises(FedmstError) as exc:
         read_config_file(path)
     assert fragment in str(exc.value) and str(path) in str(exc.value)
+
+
+def test_an_unknown_worker_backend_is_refused_before_the_host_is_checked() -> None:
+    from fedmst.run.prepare import resolve
+
+    with pytest.raises(FedmstError, match="--workers podman: choose one of process, docker"):
+        resolve(RunConfig(workers="podman"))
