@@ -83,6 +83,8 @@ RUN_OPTIONS = ("topology", "local_models", "tasks", "wavelengths", "rounds", "mo
                "link_state", "link_trace", "traffic_file")
 """The run options of ``run`` and ``compare``, in the order ``--help`` lists them."""
 WORKER_OPTIONS = ("workers", "image", "cpus", "memory")
+COMPARED = "spff,mst"
+"""The schedulers ``compare`` and ``sweep`` run unless told otherwise: the baseline first."""
 
 _config_file = click.option(
     "--config", "config_file", type=click.Path(path_type=Path), default=None, metavar="FILE",
@@ -190,7 +192,7 @@ def run(ctx: click.Context, **kw: Any) -> None:
 
 
 @main.command()
-@click.option("--schedulers", default="spff,mst", show_default=True,
+@click.option("--schedulers", default=COMPARED, show_default=True,
               help="Comma-separated schedulers to run on identical tasks, the first being the baseline: "
                    "registered names or package.module:Class.")
 @click.option("--out", default="runs/compare", show_default=True,
@@ -233,7 +235,7 @@ def _int_list(_ctx: object, _param: object, value: str) -> list[int]:
 
 @main.command()
 @click.option("--out", default="runs/sweep", show_default=True, help="Folder for every run, sweep.csv and the figures.")
-@click.option("--schedulers", default="spff,mst", show_default=True,
+@click.option("--schedulers", default=COMPARED, show_default=True,
               help="Comma-separated schedulers: registered names or package.module:Class.")
 @click.option("--local-models", "ks", default="2,4,6,8,10,12,14,15", show_default=True,
               callback=_int_list, help="Local-model counts to sweep (list or range a-b:step).")
