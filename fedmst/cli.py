@@ -15,24 +15,16 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import click
 from rich.console import Console
 
 from fedmst.errors import FedmstError
+from fedmst.run.config import SWEEP, RunConfig, options, read_config_file, split_list
 
 if TYPE_CHECKING:
     from rich.table import Table
-
-    from fedmst.run.config import RunConfig
-
-DEFAULT_MODEL, DEFAULT_DATASET, DEFAULT_IMAGE = "mlp-large", "digits", "fedmst-worker"
-"""Option defaults; fedmst.run.config checks they are its own (tests/test_cli.py)."""
-DELAY_MODES = ("auto", "netem", "userspace", "off")
-OPTIMIZERS = ("sgd", "momentum", "adam")
-CLOCKS, INTERLEAVES, LINK_STATES = ("lockstep", "independent"), ("none", "cassini"), ("planned", "measured")
-ORDERS, QUEUES = ("fifo", "sjf-bco"), ("fifo", "fair")
 
 
 console = Console(highlight=False)
@@ -55,156 +47,84 @@ class _Group(click.Group):
             sys.exit(exc.exit_code)
 
 
+def _schema_options(*names: str, changed: Mapping[str, Mapping[str, Any]] | None = None) -> Callable[..., Any]:
+    """The click options of these :class:`RunConfig` fields, in this order, built from their
+    declarations (``changed``: a command's own defaults and help, e.g. :data:`SWEEP`); ranges are
+    checked by :func:`fedmst.run.config.validate`, so a config file's values are checked the same way."""
+    def add(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for name in reversed(names):
+            fn = _click_option(name, (changed or {}).get(name, {}))(fn)
+        return fn
+    return add
+
+
+def _click_option(name: str, changed: Mapping[str, Any]) -> Callable[..., Any]:
+    """Field ``name``'s click option, its parameter named as the field."""
+    field, opt = options()[name]
+    how: dict[str, Any] = {"help": changed.get("help", opt.help), "metavar": opt.metavar}
+    default = changed.get("default", field.default)
+    if field.type == "bool":
+        how["is_flag"] = True
+    elif field.type.startswith("tuple") and not opt.comma:
+        how["multiple"] = True
+    else:
+        how["default"] = default // opt.unit if isinstance(default, int) else default
+        how["show_default"] = default is not None
+        how["type"] = {"int": int, "float": float}.get(field.type.partition(" ")[0])
+        if isinstance(opt.choices, tuple):
+            how["type"] = click.Choice(opt.choices)
+    return click.option(*opt.flags, name, **how)
+
+
+RUN_OPTIONS = ("topology", "local_models", "tasks", "wavelengths", "rounds", "model", "dataset", "seed", "global_node",
+               "local_nodes", "epochs", "lr", "batch_size", "optimizer", "target_accuracy", "chunk_bytes", "mtu",
+               "delay_mode", "queue", "loss", "jitter_ms", "save_models", "fail_links", "kill_workers", "stall_s",
+               "slow_nodes", "deadline_s", "workload", "clock", "compute_s", "interleave", "traffic", "order",
+               "link_state", "link_trace", "traffic_file")
+"""The run options of ``run`` and ``compare``, in the order ``--help`` lists them."""
+WORKER_OPTIONS = ("workers", "image", "cpus", "memory")
+COMPARED = "spff,mst"
+"""The schedulers ``compare`` and ``sweep`` run unless told otherwise: the baseline first."""
+
+_config_file = click.option(
+    "--config", "config_file", type=click.Path(path_type=Path), default=None, metavar="FILE",
+    help="Take options from a TOML file or an earlier run's config.json (re-run it exactly); "
+         "options given on the command line win.")
+
+
 def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The options of one run, shared by ``run`` and ``compare``; ranges are checked by
-    :func:`fedmst.run.config.validate`, so a config file's values are checked the same way."""
-    opts = [
-        click.option("--topology", default="nsfnet", show_default=True,
-                     help="A file in topologies/, a .json/.graphml path, or a topohub key such as sndlib/polska."),
-        click.option("--local-models", "-k", type=int, default=4, show_default=True,
-                     help="Number of local models of the task."),
-        click.option("--tasks", type=int, default=1, show_default=True,
-                     help="Concurrent FL tasks sharing the network, each placed by seed."),
-        click.option("--wavelengths", type=int, default=40, show_default=True,
-                     help="Wavelengths per link of the optical layer (first fit; a task that finds none is blocked)."),
-        click.option("--rounds", "-r", type=int, default=2, show_default=True),
-        click.option("--model", default=DEFAULT_MODEL, show_default=True,
-                     help="A registered model name or package.module:factory."),
-        click.option("--dataset", default=DEFAULT_DATASET, show_default=True,
-                     help="A built-in dataset (digits) or package.module:factory returning "
-                          "(x_train, y_train, x_test, y_test) tensors."),
-        click.option("--seed", type=int, default=1, show_default=True,
-                     help="Seeds task placement, data split and model initialisation (0 or more)."),
-        click.option("--global-node", default=None, help="Node of the global model (default: seeded)."),
-        click.option("--local-nodes", default=None,
-                     help="Comma-separated nodes of the local models (default: seeded)."),
-        click.option("--epochs", type=int, default=5, show_default=True,
-                     help="Local training epochs per round."),
-        click.option("--lr", type=float, default=0.1, show_default=True, help="Local learning rate."),
-        click.option("--batch-size", type=int, default=32, show_default=True, help="Local minibatch size."),
-        click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="momentum", show_default=True,
-                     help="Local optimizer (momentum: SGD with momentum 0.9); its state starts afresh each round."),
-        click.option("--target-accuracy", type=float, default=0.8, show_default=True,
-                     help="Report the wall-clock time of the rounds until the global model first reaches this."),
-        click.option("--chunk-kb", type=int, default=256, show_default=True,
-                     help="Relays forward weights in chunks of this size (pipelining)."),
-        click.option("--mtu", type=int, default=1500, show_default=True,
-                     help="MTU of every emulated link, 576 to 9000 (jumbo frames cut per-packet CPU cost)."),
-        click.option("--delay-mode", type=click.Choice(DELAY_MODES), default="auto", show_default=True,
-                     help="How link propagation delay is applied: netem where the kernel has it (auto), "
-                          "fedmst's NFQUEUE delay line, or not at all."),
-        click.option("--queue", type=click.Choice(QUEUES), default="fifo", show_default=True,
-                     help="How each link's sender queues: one FIFO (Mininet's), or fair: one queue per transfer, "
-                          "served in turn, as the contention prediction assumes."),
-        click.option("--loss", type=float, default=0.0, show_default=True,
-                     help="Packet loss probability on every link direction (needs a delay mode other than off)."),
-        click.option("--jitter-ms", type=float, default=0.0, show_default=True,
-                     help="Uniform delay jitter (+-) on every link direction; packet order is kept."),
-        click.option("--save-models", is_flag=True,
-                     help="Write trained local and aggregated global weights to OUT/models."),
-        click.option("--fail-link", "fail_links", multiple=True, metavar="A-B@ROUND[+S][-R2]",
-                     help="Take link A-B down at the start of ROUND (A-B@ROUND+S: S seconds into its broadcast, "
-                          "under the transfers; A-B@ROUND-R2: up again at round R2); the scheduler re-plans "
-                          "around it. Repeatable."),
-        click.option("--kill-worker", "kill_workers", multiple=True, metavar="NODE@ROUND[+S]",
-                     help="Kill NODE's worker during ROUND's training (NODE@ROUND+S: S seconds into its "
-                          "broadcast); the round finishes with the surviving local models. Repeatable."),
-        click.option("--stall-timeout", "stall_s", type=float, default=10.0, show_default=True,
-                     help="A transfer under way whose path has a link that carried nothing at all for this long "
-                          "has stalled (a dead link): the phase is aborted. A slow, shared link is never stalled."),
-        click.option("--slow-node", "slow_nodes", multiple=True, metavar="NODE:FACTOR",
-                     help="NODE's worker trains FACTOR times slower (a straggler). Repeatable."),
-        click.option("--deadline", "deadline_s", type=float, default=None, metavar="SECONDS",
-                     help="Per-round training deadline: updates of local models not trained by then are dropped "
-                          "(weights renormalised over the others) and recorded."),
-        click.option("--workload", default=None, metavar="FILE",
-                     help='Place the tasks from a JSON file: {"tasks": [{"name", "global_node", "local_nodes", '
-                          'and optionally "model", "dataset", "rounds", "compute_s", "start_s"}]} (README, '
-                          '"Contention over time").'),
-        click.option("--clock", type=click.Choice(CLOCKS), default="lockstep", show_default=True,
-                     help="lockstep: every task's phases start together; independent: each task runs its rounds "
-                          "back to back from its own start."),
-        click.option("--compute-s", type=float, default=0.0, show_default=True, metavar="SECONDS",
-                     help="Each local model's training lasts at least this long (it trains, then waits), standing "
-                          "for compute on real accelerators."),
-        click.option("--interleave", type=click.Choice(INTERLEAVES), default="none", show_default=True,
-                     help="cassini: shift the tasks' starts so their communication interleaves on shared links "
-                          "(with --clock independent)."),
-        click.option("--traffic", multiple=True, metavar="SRC-DST:RATE[:tcp|udp][@START[-END]]",
-                     help="A background flow (e.g. a-c:20mbit:udp@1-5: from 1 s to 5 s after the first round "
-                          "starts), on the least-delay path, counted apart from the weights. Repeatable."),
-        click.option("--order", type=click.Choice(ORDERS), default="fifo", show_default=True,
-                     help="The order tasks are admitted and scheduled in (each sees the links the earlier ones "
-                          "planned; wavelengths go first come, first served): as listed, or sjf-bco, the shortest "
-                          "job first counting its contention with the tasks admitted before it."),
-        click.option("--link-state", type=click.Choice(LINK_STATES), default="planned", show_default=True,
-                     help="measured: schedulers also weigh each link by the background traffic measured on it in "
-                          "the last round, and the tasks are re-planned between rounds when that changes a plan."),
-        click.option("--link-trace", default=None, metavar="FILE",
-                     help='Change links live during the run: {"changes": [{"at_s", "a", "b", and any of '
-                          '"capacity_mbps", "delay_ms", "loss"}]}, at_s from the first round\'s start.'),
-        click.option("--traffic-file", default=None, metavar="FILE",
-                     help='Background flows from JSON: {"flows": [{"src", "dst", "rate", "protocol", "start_s", '
-                          '"end_s"}]}.'),
-    ]
-    for opt in reversed(opts):
-        fn = opt(fn)
-    return _worker_options(fn)
+    """The options of one run, shared by ``run`` and ``compare`` (``--help`` lists the workers' first)."""
+    return _schema_options(*WORKER_OPTIONS)(_config_file(_schema_options(*RUN_OPTIONS)(fn)))
 
 
-def _worker_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    opts = [
-        click.option("--workers", default="process", show_default=True, metavar="BACKEND",
-                     help="Run each compute node's agent as a process in its host (process), in a Docker "
-                          "container whose network namespace gets the emulated links (docker), or with a "
-                          "registered backend or package.module:Class."),
-        click.option("--image", default=DEFAULT_IMAGE, show_default=True,
-                     help="Worker image for --workers docker (build it from the repository's Dockerfile)."),
-        click.option("--cpus", multiple=True, metavar="[NODE=]CPUS",
-                     help="CPU limit of every worker container, or NODE=CPUS for one node; repeatable."),
-        click.option("--memory", multiple=True, metavar="[NODE=]SIZE",
-                     help="Memory limit of every worker container (e.g. 1g), or NODE=SIZE for one node; repeatable."),
-        click.option("--config", "config_file", type=click.Path(path_type=Path), default=None, metavar="FILE",
-                     help="Take options from a TOML file or an earlier run's config.json (re-run it exactly); "
-                          "options given on the command line win."),
-    ]
-    for opt in reversed(opts):
-        fn = opt(fn)
-    return fn
-
-
-_FIELD = {"chunk_kb": "chunk_bytes"}
-"""Command-line parameters whose RunConfig field has another name."""
-
-
-def _config(ctx: click.Context, kw: dict[str, Any]) -> tuple[RunConfig, dict[str, Any]]:
-    """The run configuration from the defaults, then ``--config FILE``, then what the command line
-    gives explicitly; and the command's other options (e.g. ``schedulers``) merged the same way."""
-    from dataclasses import fields
-
-    from fedmst.run.config import RunConfig, read_config_file
-
+def _config(ctx: click.Context, kw: dict[str, Any],
+            changed: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[RunConfig, dict[str, Any]]:
+    """The run configuration from the defaults (the command's ``changed`` ones first), then
+    ``--config FILE``, then what the command line gives explicitly; and the command's other options
+    (e.g. ``schedulers``) merged the same way."""
     path = kw.pop("config_file", None)
-    names = {f.name for f in fields(RunConfig)}
-    values: dict[str, Any] = {}
+    schema = options()
+    values = {name: how["default"] for name, how in (changed or {}).items() if "default" in how}
     for param, value in kw.items():
-        if param == "local_nodes" and value is not None:
-            value = tuple(n.strip() for n in value.split(","))
-        elif param == "chunk_kb":
-            value *= 1024
-        elif isinstance(value, list):
-            value = tuple(value)
-        values[_FIELD.get(param, param)] = value
+        if param in schema and value is not None:
+            opt = schema[param][1]
+            if opt.comma:
+                value = split_list(value, opt.label(param))
+            elif isinstance(value, (list, tuple)):
+                value = tuple(value)
+            elif opt.unit != 1:
+                value *= opt.unit
+        values[param] = value
     if path is not None:
-        from_file = read_config_file(path, extra_keys=tuple(k for k in kw if k not in names and k not in _FIELD))
+        from_file = read_config_file(path, extra_keys=tuple(k for k in kw if k not in schema))
         if path.suffix == ".json":  # an earlier run's config.json: re-running it must not overwrite it
             from_file.pop("out", None)
-        explicit = {_FIELD.get(p, p) for p in ctx.params
+        explicit = {p for p in ctx.params
                     if ctx.get_parameter_source(p) in (click.core.ParameterSource.COMMANDLINE,
                                                        click.core.ParameterSource.ENVIRONMENT)}
         values.update({k: v for k, v in from_file.items() if k not in explicit})
-    config = RunConfig(**{k: v for k, v in values.items() if k in names})
-    return config, {k: v for k, v in values.items() if k not in names}
+    config = RunConfig(**{k: v for k, v in values.items() if k in schema})
+    return config, {k: v for k, v in values.items() if k not in schema}
 
 
 def _report(line: str) -> None:
@@ -240,10 +160,6 @@ def _guard(fn: Callable[[], Any]) -> Any:
         sys.exit(130)
 
 
-def _schedulers(value: str) -> list[str]:
-    return [s.strip() for s in str(value).split(",") if s.strip()]
-
-
 @click.group(cls=_Group)
 def main() -> None:
     """fedmst: federated learning over emulated links, MST trees with in-path aggregation vs SPFF."""
@@ -255,17 +171,15 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--scheduler", default="mst", show_default=True,
-              help="spff, mst, mst-latency, steiner-opt, hier, ring, binomial, a registered scheduler, or "
-                   "package.module:Class.")
+@_schema_options("scheduler")
 @click.option("--out", default="runs/run", show_default=True, help="Run folder to write.")
 @_options
 @click.pass_context
 def run(ctx: click.Context, **kw: Any) -> None:
     """Run one FL task for real in Mininet with one scheduler."""
     def go() -> Any:
-        from fedmst.run.config import resolve
         from fedmst.run.engine import run as run_
+        from fedmst.run.prepare import resolve
 
         config, _ = _config(ctx, kw)
         return config, run_(resolve(config)[0], report=_report, command_started=_started())
@@ -278,7 +192,7 @@ def run(ctx: click.Context, **kw: Any) -> None:
 
 
 @main.command()
-@click.option("--schedulers", default="spff,mst", show_default=True,
+@click.option("--schedulers", default=COMPARED, show_default=True,
               help="Comma-separated schedulers to run on identical tasks, the first being the baseline: "
                    "registered names or package.module:Class.")
 @click.option("--out", default="runs/compare", show_default=True,
@@ -291,8 +205,8 @@ def compare(ctx: click.Context, **kw: Any) -> None:
         from fedmst.run.experiments import compare as compare_
 
         config, extra = _config(ctx, kw)
-        return config, compare_(config, _schedulers(extra["schedulers"]), Path(config.out), report=_report,
-                                command_started=_started())
+        schedulers = list(split_list(extra["schedulers"], "--schedulers"))
+        return config, compare_(config, schedulers, Path(config.out), report=_report, command_started=_started())
 
     config, summaries = _guard(go)
     from fedmst.run.report import summary_table
@@ -319,35 +233,23 @@ def _int_list(_ctx: object, _param: object, value: str) -> list[int]:
     return out
 
 
-SWEEP_STALL_S = 60.0
-"""A sweep's stall timeout unless one is given: it injects no faults, and with 30 tasks of 14 or
-more local models on a 2-core host a relay can wait more than 10 s for the CPU while its links
-stand idle; only a dead link (a bug) is left to find."""
-
-
 @main.command()
 @click.option("--out", default="runs/sweep", show_default=True, help="Folder for every run, sweep.csv and the figures.")
-@click.option("--schedulers", default="spff,mst", show_default=True,
+@click.option("--schedulers", default=COMPARED, show_default=True,
               help="Comma-separated schedulers: registered names or package.module:Class.")
 @click.option("--local-models", "ks", default="2,4,6,8,10,12,14,15", show_default=True,
               callback=_int_list, help="Local-model counts to sweep (list or range a-b:step).")
 @click.option("--seeds", default="1,2", show_default=True, callback=_int_list, help="Seeds to repeat every point with.")
-@click.option("--tasks", type=int, default=30, show_default=True)
-@click.option("--wavelengths", type=int, default=120, show_default=True,
-              help="Enough that SPFF blocks no task of the default sweep (with 40 it blocks 17 of 30 at 15 "
-                   "local models); blocking is reported either way.")
-@click.option("--rounds", "-r", type=int, default=1, show_default=True)
-@click.option("--model", default="mlp", show_default=True,
-              help="Small by default: 30 tasks x 15 local models must fit a 2-core host.")
+@_schema_options("tasks", "wavelengths", "rounds", "model", changed=SWEEP)
 @click.option("--models", "--model-sizes", "models", default=None,
               help="Comma-separated models (e.g. mlp,mlp-large,mlp-xl: 19 KB, 4.5 MB, 45 MB) to run every point "
                    "with, instead of --model; with several, the sweep also maps where each schedule wins.")
-@click.option("--topology", default="nsfnet", show_default=True)
-@click.option("--delay-mode", type=click.Choice(DELAY_MODES), default="auto", show_default=True)
+@_schema_options("topology", "delay_mode", changed=SWEEP)
 @click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
               help="Run the points as tasks of the Ray cluster at ADDRESS (host:port, or auto for the one on this "
                    "host), one per emulation slot its nodes offer (scripts/ray-local.sh start N makes one here).")
-@_worker_options
+@_schema_options(*WORKER_OPTIONS)
+@_config_file
 @click.pass_context
 def sweep(ctx: click.Context, ks: list[int], seeds: list[int], **kw: Any) -> None:
     """Reproduce the poster's Figure 3: every scheduler, many concurrent tasks, for real, with figures;
@@ -357,22 +259,18 @@ def sweep(ctx: click.Context, ks: list[int], seeds: list[int], **kw: Any) -> Non
 
     from fedmst.run.experiments import points, sweep as sweep_
 
-    config, extra = _guard(lambda: _config(ctx, kw))
-    if ctx.get_parameter_source("stall_s") == click.core.ParameterSource.DEFAULT:
-        from dataclasses import replace
+    def lists() -> tuple[RunConfig, list[str], list[str], str | None]:
+        config, extra = _config(ctx, kw, SWEEP)
+        models = split_list(extra["models"] or config.model, "--models")
+        return config, list(split_list(extra["schedulers"], "--schedulers")), list(models), extra["ray_address"]
 
-        from fedmst.run.config import RunConfig
-
-        if config.stall_s == RunConfig.stall_s:  # nor did --config FILE set it
-            config = replace(config, stall_s=SWEEP_STALL_S)
-    schedulers = _schedulers(extra["schedulers"])
-    models = [m.strip() for m in (extra["models"] or config.model).split(",") if m.strip()]
+    config, schedulers, models, ray_address = _guard(lists)
     folder = Path(config.out)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("left"), TimeRemainingColumn())
     with Progress(*columns, console=console) as bar:
         total = len(points(ks, seeds, schedulers, models))
-        job = bar.add_task("checking inputs" if extra["ray_address"] is None else "all points", total=total)
+        job = bar.add_task("checking inputs" if ray_address is None else "all points", total=total)
         nodes: dict[str, Any] = {}
 
         class Shown:
@@ -388,7 +286,7 @@ def sweep(ctx: click.Context, ks: list[int], seeds: list[int], **kw: Any) -> Non
                         nodes[node] = bar.add_task(f"  ray node {node}", total=None)
                     bar.advance(nodes[node])
 
-        rows = _guard(lambda: sweep_(config, ks, seeds, folder, Shown(), schedulers, models, extra["ray_address"]))
+        rows = _guard(lambda: sweep_(config, ks, seeds, folder, Shown(), schedulers, models, ray_address))
     _draw_sweep(rows, folder)
 
 

@@ -29,7 +29,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from fedmst.run.config import RunConfig, resolve
+from fedmst.run.config import RunConfig
+from fedmst.run.prepare import resolve
 from fedmst.run.experiments import compare
 from fedmst.run.results import read_csv
 

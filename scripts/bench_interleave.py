@@ -26,7 +26,8 @@ import sys
 from pathlib import Path
 from statistics import mean, stdev
 
-from fedmst.run.config import RunConfig, resolve
+from fedmst.run.config import RunConfig
+from fedmst.run.prepare import resolve
 from fedmst.run.engine import run
 
 WORKLOADS = Path(__file__).resolve().parents[1] / "topologies" / "workloads"

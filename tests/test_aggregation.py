@@ -134,13 +134,6 @@ def test_an_unknown_optimizer_names_the_choices() -> None:
                     lr=0.1, seed=0, optimizer="rmsprop")
 
 
-def test_the_optimizer_names_are_the_run_configs() -> None:
-    from fedmst.fl.training import OPTIMIZERS
-    from fedmst.run.config import OPTIMIZERS as NAMES
-
-    assert tuple(OPTIMIZERS) == NAMES
-
-
 @pytest.mark.parametrize("name,reference", [
     ("sgd", lambda params, lr: torch.optim.SGD(params, lr=lr)),
     ("momentum", lambda params, lr: torch.optim.SGD(params, lr=lr, momentum=0.9)),

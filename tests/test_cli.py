@@ -90,41 +90,98 @@ def test_the_extension_api_loads_no_torch() -> None:
     assert _fresh("import sys, fedmst.api; print('torch' in sys.modules)") == "False"
 
 
-def test_cli_defaults_are_the_run_configs() -> None:
+def _schema_params(command: click.Command) -> dict[str, click.Parameter]:
+    from fedmst.run.config import options
+
+    """The command's click options of option fields (``out`` is a field each command names its own way)."""
+    flagged = {name for name, (_, opt) in options().items() if opt.flags}
+    return {p.name: p for p in command.params if p.name in flagged}
+
+
+@pytest.mark.parametrize("name", ["run", "compare", "sweep"])
+def test_the_click_options_are_built_from_the_schema(name: str) -> None:
+    """Every option field has one click option per command that offers it, with the field's flags,
+    default (or the command's own, declared in the schema too) and choices: they cannot drift."""
     from fedmst import cli
-    from fedmst.run import config
-    from fedmst.workers import backends
+    from fedmst.run.config import SWEEP, options
 
-    assert (cli.DEFAULT_MODEL, cli.DEFAULT_DATASET, cli.DEFAULT_IMAGE) == (
-        config.DEFAULT_MODEL, config.DEFAULT_DATASET, backends.DEFAULT_IMAGE)
-    assert cli.DELAY_MODES == config.DELAY_MODES
-    assert cli.OPTIMIZERS == config.OPTIMIZERS
-    assert (cli.CLOCKS, cli.INTERLEAVES, cli.LINK_STATES) == (config.CLOCKS, config.INTERLEAVES, config.LINK_STATES)
-    assert (cli.ORDERS, cli.QUEUES) == (config.ORDERS, config.QUEUES)
+    command = cli.main.commands[name]
+    params = _schema_params(command)
+    parsed = command.make_context(name, []).params
+    for field_name, param in params.items():
+        field, opt = options()[field_name]
+        assert sorted(param.opts + param.secondary_opts) == sorted(opt.flags), field_name
+        default = SWEEP.get(field_name, {}).get("default", field.default) if name == "sweep" else field.default
+        value = tuple(parsed[field_name]) if param.multiple else parsed[field_name]
+        assert (value * opt.unit if opt.unit != 1 else value) == default, field_name
+        if isinstance(param.type, click.Choice):
+            assert tuple(param.type.choices) == opt.choices, field_name
+        else:
+            assert not isinstance(opt.choices, tuple), field_name
+    flagged = {f for f, (_, opt) in options().items() if opt.flags}
+    if name == "run":
+        assert set(params) == flagged  # every option field is offered, and once (a dict keeps one per name)
+        assert len([p for p in command.params if p.name in flagged]) == len(flagged)
+    elif name == "compare":
+        assert set(params) == flagged - {"scheduler"}
+    else:
+        assert set(SWEEP) - {"stall_s"} <= set(params) and "stall_s" not in params
 
 
-def test_every_run_option_defaults_to_the_run_configs_field() -> None:
-    """The options repeat RunConfig's defaults (the CLI must not import it to start at once):
-    each one that sets a field must say the same as the field."""
-    from dataclasses import fields
-
+def test_no_option_declares_its_choices_or_default_twice() -> None:
+    """The command line declares no run option of its own: each comes from the schema."""
     from fedmst import cli
-    from fedmst.run.config import RunConfig
 
-    defaults = {f.name: f.default for f in fields(RunConfig)}
-    ctx = click.Context(cli.run)
-    compared = 0
-    for param in cli.run.params:
-        field = cli._FIELD.get(param.name, param.name)
-        if field not in defaults or field == "out":
-            continue
-        compared += 1
-        default = param.get_default(ctx)
-        default = default * 1024 if param.name == "chunk_kb" else default
-        if param.multiple:  # no default given: click's UNSET, an empty tuple once parsed
-            default = tuple(default) if isinstance(default, (list, tuple)) else ()
-        assert default == defaults[field], param.name
-    assert compared >= 25
+    own = {p.name for p in cli.run.params} - set(_schema_params(cli.run)) - {"config_file", "out"}
+    assert own == set()
+    source = (PACKAGE / "cli.py").read_text()
+    for literal in ('"momentum"', '"sjf-bco"', '"lockstep"', '"cassini"', '"userspace"', '"fedmst-worker"',
+                    '"mlp-large"', "default=2,", "default=40"):
+        assert literal not in source, literal
+
+
+def test_the_sweeps_own_defaults_apply_unless_given(tmp_path: Path) -> None:
+    from fedmst import cli
+
+    def merged(*args: str) -> RunConfig:
+        ctx = cli.sweep.make_context("sweep", list(args))
+        kw = {k: v for k, v in ctx.params.items() if k not in ("ks", "seeds")}
+        return cli._config(ctx, kw, cli.SWEEP)[0]
+
+    config = merged()
+    assert (config.tasks, config.wavelengths, config.rounds, config.model, config.stall_s) == (30, 120, 1, "mlp", 60.0)
+    path = tmp_path / "exp.toml"
+    path.write_text("stall_s = 5.0\nrounds = 3\n")
+    config = merged("--config", str(path), "--rounds", "4")
+    assert (config.stall_s, config.rounds) == (5.0, 4)  # the file over the sweep's defaults, the command line over both
+
+
+def test_a_command_lines_options_become_the_fields(tmp_path: Path) -> None:
+    from fedmst import cli
+
+    ctx = cli.run.make_context("run", ["--chunk-kb", "64", "--local-nodes", "a, b", "--fail-link", "a-b@1", "-k", "2"])
+    config = cli._config(ctx, dict(ctx.params))[0]
+    assert (config.chunk_bytes, config.local_nodes, config.fail_links, config.local_models) == (
+        64 * 1024, ("a", "b"), ("a-b@1",), 2)
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["sweep", "--models", "mlp,,"], "--models 'mlp,,': an empty item"),
+    (["sweep", "--schedulers", "spff,,mst"], "--schedulers 'spff,,mst': an empty item"),
+    (["compare", "--schedulers", "spff,mst,"], "--schedulers 'spff,mst,': an empty item"),
+    (["run", "--local-nodes", "a,,b", "-k", "3"], "--local-nodes 'a,,b': an empty item"),
+    (["sweep", "--local-models", "2,,4"], "Invalid value for '--local-models'"),
+    (["sweep", "--seeds", "1,"], "Invalid value for '--seeds'"),
+])
+def test_a_comma_list_with_an_empty_item_is_refused_in_one_line(tmp_path: Path, args: list[str],
+                                                               fragment: str) -> None:
+    """Refused before the host is checked: no root needed, nothing built."""
+    proc = subprocess.run([str(Path(sys.executable).with_name("fedmst")), *args, "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=60)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode in (1, 2) and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("fedmst: error: ") and fragment in lines[0], lines[0]
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("change,fragment", [
@@ -133,7 +190,6 @@ def test_every_run_option_defaults_to_the_run_configs_field() -> None:
     ({"loss": 0.1, "delay_mode": "off"}, "--loss needs a delay mechanism"),
     ({"jitter_ms": 2.0, "loss": 0.01, "delay_mode": "off"}, "--loss and --jitter-ms need a delay mechanism"),
     ({"mtu": 100}, "--mtu 100"),
-    ({"cpus": ("1",)}, "add --workers docker"),
     ({"tasks": 2, "global_node": "0"}, "place one task"),
     ({"deadline_s": 0.0}, "--deadline 0"),
     ({"optimizer": "rmsprop"}, "--optimizer rmsprop: choose one of sgd, momentum, adam"),
@@ -182,3 +238,12 @@ def test_a_bad_config_file_is_refused_naming_the_key(tmp_path: Path, text: str, 
     with pytest.raises(FedmstError) as exc:
         read_config_file(path)
     assert fragment in str(exc.value) and str(path) in str(exc.value)
+
+
+def test_an_unknown_worker_backend_is_refused_before_the_host_is_checked() -> None:
+    from fedmst.run.prepare import resolve
+
+    with pytest.raises(FedmstError, match="unknown worker backend 'podman'; choose one of: docker, process"):
+        resolve(RunConfig(workers="podman"))
+    with pytest.raises(FedmstError, match="--cpus/--memory limit containers: add --workers docker"):
+        resolve(RunConfig(cpus=("1",)))

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FEDMST, assert_fedavg, run_past_round_one
-from fedmst.workers import docker as containers
+from fedmst.workers import DEFAULT_IMAGE, docker as containers
 from fedmst.run.results import read_csv
 
 pytestmark = pytest.mark.integration
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 def _docker_ready() -> str | None:
     """Why Docker workers cannot run here, or None when they can."""
     try:
-        containers.require_docker(containers.DEFAULT_IMAGE)
+        containers.require_docker(DEFAULT_IMAGE)
     except Exception as exc:  # noqa: BLE001 - the reason is the message
         return str(exc)
     return None

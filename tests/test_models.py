@@ -11,9 +11,9 @@ from fedmst import plugins
 from fedmst.fl import models
 from fedmst.fl.data import load_dataset
 from fedmst.errors import ModelError
+from fedmst.core.tasks import DEFAULT_MODEL
 from fedmst.fl.models import build_model, model_bytes, register_model, sized_model
 from fedmst.plugins import Registry
-from fedmst.run.config import DEFAULT_MODEL
 
 DIGITS = load_dataset("digits")
 INPUT_SHAPE, NUM_CLASSES = DIGITS.input_shape, DIGITS.num_classes

@@ -5,10 +5,9 @@ from __future__ import annotations
 import networkx as nx
 import pytest
 
-from fedmst.core.ordering import job_seconds, order_tasks
+from fedmst.core.ordering import job_seconds, shortest_jobs_first
 from fedmst.core.schedulers import schedule
 from fedmst.core.tasks import Task
-from fedmst.errors import FedmstError
 
 M = 10_000_000
 
@@ -25,7 +24,9 @@ def names(tasks: list[Task]) -> list[str]:
 
 
 def order(tasks: list[Task], how: str) -> list[str]:
-    return names(order_tasks(line(), tasks, how, "mst", chunk_bytes=262144, with_delay=True))
+    if how == "fifo":
+        return names(tasks)
+    return names(shortest_jobs_first(line(), tasks, "mst", chunk_bytes=262144, with_delay=True))
 
 
 def test_fifo_keeps_the_listed_order() -> None:
@@ -55,6 +56,9 @@ def test_contention_lengthens_a_job_by_the_load_on_its_busiest_link() -> None:
     assert shared - alone == pytest.approx(2 * M * 8 / 100e6, rel=0.05)  # x's broadcast and upload to wait out
 
 
-def test_an_unknown_order_is_refused() -> None:
+def test_an_unknown_order_is_refused_by_the_option_schema() -> None:
+    from fedmst.errors import FedmstError
+    from fedmst.run.config import RunConfig, validate
+
     with pytest.raises(FedmstError, match="--order lifo: choose one of fifo, sjf-bco"):
-        order([Task("x", "a", ("b",), M)], "lifo")
+        validate(RunConfig(order="lifo"))

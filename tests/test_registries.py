@@ -66,7 +66,8 @@ def test_backends_by_name_and_with_the_run_settings() -> None:
     assert isinstance(backend_for("process"), ProcessBackend)
     docker = backend_for("docker", "img", {"3": WorkerLimits(cpus=0.5)})
     assert isinstance(docker, DockerBackend) and docker.image == "img" and docker.limits == {"3": WorkerLimits(0.5)}
-    assert docker.describe().to_json() == {"backend": "docker", "image": "img", "limits": {"3": {"cpus": 0.5, "memory": None}}}
+    assert docker.describe().to_json() == {"backend": "docker", "image": "img",
+                                           "limits": {"3": {"cpus": 0.5, "memory": None}}}
     assert backend_for("process").describe().to_json() == {"backend": "process"}
     assert (ProcessBackend().where, docker.where) == ("processes", "containers")
     assert (docker.exit_hint(137), docker.exit_hint(1), ProcessBackend().exit_hint(137)) == (

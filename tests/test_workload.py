@@ -185,10 +185,13 @@ def test_a_workload_file_places_its_tasks_in_order(tmp_path) -> None:
         {"name": "B", "global_node": "c", "local_nodes": ["a"], "start_s": 1.25},
     ]}))
     a, b = read_workload(path, load_topology("line3"))
-    assert (a.name, a.global_node, a.local_nodes, a.rounds, a.compute_s, a.start_s) == (
+    assert (a.name, a.placed.global_node, a.placed.local_nodes, a.rounds, a.compute_s, a.placed.start_s) == (
         "A", "a", ("b", "c", "c"), 3, 0.5, 0.0)
     assert (a.model, a.dataset) == ("cnn", "digits")
-    assert (b.name, b.rounds, b.compute_s, b.start_s, b.model, b.dataset) == ("B", None, None, 1.25, None, None)
+    assert (b.name, b.rounds, b.compute_s, b.placed.start_s, b.model, b.dataset) == ("B", None, None, 1.25, None, None)
+    run = {"rounds": 2, "compute_s": 0.0, "model": "mlp", "dataset": "digits"}
+    assert (a.task(**run).rounds, a.task(**run).model, a.task(**run).compute_s) == (3, "cnn", 0.5)
+    assert (b.task(**run).rounds, b.task(**run).model, b.task(**run).start_s) == (2, "mlp", 1.25)
 
 
 @pytest.mark.parametrize("text,fragment", [

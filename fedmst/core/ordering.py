@@ -1,8 +1,8 @@
-"""The order in which a workload's tasks are admitted and scheduled (``--order``).
+"""The order in which a workload's tasks are admitted and scheduled (``--order sjf-bco``).
 
 Order matters twice: each task is scheduled on the link state the tasks before it planned (so
 the first tasks get the emptiest links), and wavelengths go to the first tasks that ask (so the
-last ones are the ones blocked). ``fifo`` keeps the workload's order. ``sjf-bco`` follows seed 003
+last ones are the ones blocked). ``--order fifo`` keeps the workload's order; ``sjf-bco`` follows seed 003
 (Yu et al., SJF-BCO: smallest job first, balancing contention and overhead): a job's length is
 its rounds times its round as predicted *with the contention* of the tasks already admitted on the
 links it would use; at each step the shortest such job is admitted next. A job that would share a
@@ -14,7 +14,7 @@ busy link therefore waits behind one of the same size that would not.
 >>> nx.set_edge_attributes(g, 100.0, "capacity_mbps"); nx.set_edge_attributes(g, 0.001, "delay_s")
 >>> long = Task("long", "a", ("c",), 10_000_000, rounds=4, compute_s=1.0)
 >>> short = Task("short", "a", ("b",), 10_000_000, rounds=1, compute_s=1.0)
->>> [t.name for t in order_tasks(g, [long, short], "sjf-bco", "mst", chunk_bytes=262144, with_delay=True)]
+>>> [t.name for t in shortest_jobs_first(g, [long, short], "mst", chunk_bytes=262144, with_delay=True)]
 ['short', 'long']
 """
 
@@ -29,9 +29,6 @@ from fedmst.core.schedulers import schedule
 from fedmst.core.tasks import Task
 from fedmst.core.wire import DEFAULT_MTU
 from fedmst.core.workload import link_state
-from fedmst.errors import FedmstError
-
-ORDERS = ("fifo", "sjf-bco")
 
 
 def job_seconds(plan: Plan, admitted: Sequence[Plan], graph: nx.Graph, *, chunk_bytes: int, with_delay: bool,
@@ -48,17 +45,13 @@ def job_seconds(plan: Plan, admitted: Sequence[Plan], graph: nx.Graph, *, chunk_
                    default=0.0)
         phases += wait + predicted_phase_seconds(plan, graph, phase, chunk_bytes=chunk_bytes,
                                                  with_delay=with_delay, mtu=mtu)
-    return float(task.rounds or 1) * (phases + float(task.compute_s or 0.0))
+    return task.rounds * (phases + task.compute_s)
 
 
-def order_tasks(graph: nx.Graph, tasks: Sequence[Task], order: str, scheduler: str, *, chunk_bytes: int,
-                with_delay: bool, mtu: int = DEFAULT_MTU) -> list[Task]:
-    """``tasks`` in the order ``order`` admits them (see the module's docstring); ties keep the
+def shortest_jobs_first(graph: nx.Graph, tasks: Sequence[Task], scheduler: str, *, chunk_bytes: int,
+                        with_delay: bool, mtu: int = DEFAULT_MTU) -> list[Task]:
+    """``tasks`` in the order sjf-bco admits them (see the module's docstring); ties keep the
     workload's order."""
-    if order not in ORDERS:
-        raise FedmstError(f"--order {order}: choose one of {', '.join(ORDERS)}")
-    if order == "fifo":
-        return list(tasks)
     left, admitted, out = list(tasks), [], []
     while left:
         state = {hop: float(b) for hop, b in link_state(admitted, mtu=mtu).items()}
@@ -71,4 +64,4 @@ def order_tasks(graph: nx.Graph, tasks: Sequence[Task], order: str, scheduler: s
     return out
 
 
-__all__ = ["ORDERS", "job_seconds", "order_tasks"]
+__all__ = ["job_seconds", "shortest_jobs_first"]

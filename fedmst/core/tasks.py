@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Sequence
-
-import networkx as nx
+from typing import TYPE_CHECKING, Sequence
 
 from fedmst.errors import TaskError
+
+if TYPE_CHECKING:  # the option schema reads this module's defaults before networkx is loaded
+    import networkx as nx
+
+DEFAULT_MODEL, DEFAULT_DATASET = "mlp-large", "digits"
+"""What a task trains unless told otherwise (also ``--model``'s and ``--dataset``'s defaults)."""
 
 
 @dataclass(frozen=True)
@@ -21,22 +25,23 @@ class Task:
     """One FL task: G on ``global_node``, local model ``i`` on ``local_nodes[i]``.
 
     ``model_bytes`` is the size of the weights one transfer carries (float32 payload); the
-    schedulers weigh links with it and the Plan predicts link bytes from it. A workload file
-    (:func:`fedmst.core.workload.read_workload`) may also give a task its own ``model`` and
-    ``dataset``, ``rounds``, a ``compute_s`` (its local training lasts at least that long, standing
-    for a model whose compute takes that long on real accelerators) and a ``start_s`` (when it
-    starts, on its own clock); None takes the run's option.
+    schedulers weigh links with it and the Plan predicts link bytes from it. A task also has its
+    ``model`` and ``dataset``, ``rounds``, a ``compute_s`` (its local training lasts at least that
+    long, standing for a model whose compute takes that long on real accelerators) and a
+    ``start_s`` (when it starts, on its own clock): a run's tasks carry the run's options where the
+    workload file (:class:`fedmst.core.workload.TaskEntry`) says nothing, so nothing downstream
+    defaults them again.
     """
 
     name: str
     global_node: str
     local_nodes: tuple[str, ...]
     model_bytes: int
-    rounds: int | None = None
-    compute_s: float | None = None
+    rounds: int = 1
+    compute_s: float = 0.0
     start_s: float = 0.0
-    model: str | None = None
-    dataset: str | None = None
+    model: str = DEFAULT_MODEL
+    dataset: str = DEFAULT_DATASET
 
     @property
     def k(self) -> int:
@@ -68,6 +73,7 @@ def place_task(
     drawing again from all other nodes once each has one, so several local models share a
     node only when k exceeds the number of other nodes.
 
+    >>> import networkx as nx
     >>> g = nx.path_graph(["a", "b", "c"])
     >>> place_task(g, name="t", local_models=2, model_bytes=8, seed=0, global_node="a").local_nodes
     ('b', 'c')

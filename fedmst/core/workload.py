@@ -86,7 +86,29 @@ _TASK_KEYS = {"name": str, "global_node": str, "local_nodes": list, "model": str
 """A workload file's task keys (:class:`~fedmst.core.tasks.Task`'s field names) and their JSON types."""
 
 
-def read_workload(path: str | Path, graph: nx.Graph) -> list[Task]:
+@dataclass(frozen=True)
+class TaskEntry:
+    """A task as a workload file gives it: placed, with None where the file leaves a setting to
+    the run's options (:meth:`task` fills them, once)."""
+
+    placed: Task
+    rounds: int | None = None
+    compute_s: float | None = None
+    model: str | None = None
+    dataset: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.placed.name
+
+    def task(self, *, rounds: int, compute_s: float, model: str, dataset: str) -> Task:
+        """The task, with the given settings where the file said nothing."""
+        return replace(self.placed, rounds=rounds if self.rounds is None else self.rounds,
+                       compute_s=compute_s if self.compute_s is None else self.compute_s,
+                       model=self.model or model, dataset=self.dataset or dataset)
+
+
+def read_workload(path: str | Path, graph: nx.Graph) -> list[TaskEntry]:
     """The tasks of a workload file, in its order (``--order`` says whether they are admitted in it)::
 
         {"tasks": [{"name": "A", "global_node": "a1", "local_nodes": ["b1", "b2"], "model": "cnn",
@@ -111,7 +133,7 @@ def read_workload(path: str | Path, graph: nx.Graph) -> list[Task]:
     return tasks
 
 
-def _task_from(where: str, i: int, entry: Any, graph: nx.Graph) -> Task:
+def _task_from(where: str, i: int, entry: Any, graph: nx.Graph) -> TaskEntry:
     if not isinstance(entry, dict):
         raise TaskError(f"{where}: task {i} is not a JSON object")
     label = f"{where}: task {entry.get('name', i)!s}"
@@ -141,8 +163,9 @@ def _task_from(where: str, i: int, entry: Any, graph: nx.Graph) -> Task:
                             global_node=str(entry["global_node"]), local_nodes=nodes)
     except TaskError as exc:
         raise TaskError(f"{where}: {exc}") from None
-    return replace(placed, rounds=rounds, compute_s=None if compute_s is None else float(compute_s),
-                   start_s=float(start_s), model=entry.get("model"), dataset=entry.get("dataset"))
+    return TaskEntry(replace(placed, start_s=float(start_s)), rounds=rounds,
+                     compute_s=None if compute_s is None else float(compute_s), model=entry.get("model"),
+                     dataset=entry.get("dataset"))
 
 
 @dataclass(frozen=True)
@@ -251,4 +274,4 @@ def schedule_workload(
     )
 
 
-__all__ = ["WorkloadPlan", "link_state", "make_tasks", "read_workload", "schedule_workload", "task_seed"]
+__all__ = ["TaskEntry", "WorkloadPlan", "link_state", "make_tasks", "read_workload", "schedule_workload", "task_seed"]

@@ -13,6 +13,8 @@ from typing import Iterable
 import torch
 from torch import nn
 
+from fedmst.run.config import OPTIMIZERS
+
 
 class LocalOptimizer:
     """Plain SGD, SGD with momentum 0.9, or Adam (PyTorch's defaults otherwise), with
@@ -61,8 +63,6 @@ class LocalOptimizer:
                 p.addcdiv_(m, denom, value=-self.lr / (1 - b1 ** step))
 
 
-OPTIMIZERS = ("sgd", "momentum", "adam")
-"""Local optimizers by name (see :class:`LocalOptimizer`)."""
 
 
 def train_local(

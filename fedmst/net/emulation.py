@@ -42,7 +42,7 @@ from fedmst.net.processes import HostProcesses, Process
 from fedmst.net.routes import Flow, FlowRoutes
 from fedmst.net.shell import HostShell, coordinator_batch, mininet_exits, raise_limits, start_host
 
-__all__ = ["Capabilities", "DELAY_MODES", "Emulation", "Flow", "Process", "probe_capabilities",
+__all__ = ["Capabilities", "Emulation", "Flow", "Process", "probe_capabilities",
            "require_tools", "resolve_delay_mode"]
 
 IFNAMSIZ = 15
@@ -67,18 +67,16 @@ class Capabilities:
     netem: bool
 
 
-DELAY_MODES = ("auto", "netem", "userspace", "off")
 _MECHANISM = {"netem": "netem", "userspace": "nfqueue-delay-line", "off": "none"}
 
 
 def resolve_delay_mode(requested: str, capabilities: Capabilities) -> str:
-    """``auto`` becomes netem where the kernel has it and the userspace delay line elsewhere.
+    """``auto`` becomes netem where the kernel has it and the userspace delay line elsewhere
+    (``requested`` is one of ``--delay-mode``'s choices, checked by :mod:`fedmst.run.config`).
 
     >>> resolve_delay_mode("auto", Capabilities(netem=False))
     'userspace'
     """
-    if requested not in DELAY_MODES:
-        raise EmulationError(f"unknown delay mode {requested!r}; choose one of: {', '.join(DELAY_MODES)}")
     if requested == "auto":
         return "netem" if capabilities.netem else "userspace"
     if requested == "netem" and not capabilities.netem:

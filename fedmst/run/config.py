@@ -1,168 +1,280 @@
-"""A run's options, checked and resolved once, before anything is created.
+"""A run's options, each declared once: the one schema the command line, config files and checks share.
 
 :class:`RunConfig` is what the user asked for (it is written to ``config.json`` and can be read
-back with ``--config``, so a run folder can be run again exactly). :func:`resolve` turns it, for
-one or several schedulers, into :class:`ResolvedRun` objects: the topology loaded, the tasks
-placed, each scheduler's plans made, the faults and limits parsed, and the host checked (root,
-tools, netem probed once). Bad input therefore fails in one line before any namespace, process
-or file exists, and ``compare`` and ``sweep`` load, size and schedule everything once.
+back with ``--config``, so a run folder can be run again exactly). Each field carries its
+:class:`Option` (flags, help, choices, check) in its metadata; ``fedmst``'s click options, the
+reading of a TOML file or ``config.json`` (:func:`read_config_file`) and :func:`validate` are
+all derived from it. This module loads neither torch nor networkx, so ``fedmst --help`` starts
+at once; :mod:`fedmst.run.prepare` turns a checked config into runs.
 """
 
 from __future__ import annotations
 
 import json
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping, Sequence, get_type_hints
+from typing import Any, Callable, Sequence, get_type_hints
 
-import networkx as nx
-
-from fedmst.core import faults
-from fedmst.core.contention import Profile, capacities, cassini_offsets, profile_of
-from fedmst.core.linktrace import LinkChange, read_link_trace
-from fedmst.core.ordering import ORDERS, order_tasks
-from fedmst.core.traffic import BackgroundFlow, parse_flow, read_traffic_file
-from fedmst.core.schedulers import get_scheduler
-from fedmst.core.tasks import Task, place_task
-from fedmst.core.topology import load_topology, node_order
+from fedmst.core.tasks import DEFAULT_DATASET, DEFAULT_MODEL
 from fedmst.core.wire import DEFAULT_MTU
-from fedmst.core.workload import WorkloadPlan, make_tasks, read_workload, schedule_workload
-from fedmst.net.queues import QUEUES
 from fedmst.errors import FedmstError
-from fedmst.workers.backends import DEFAULT_IMAGE, WorkerLimits, check_backend, worker_limits
+from fedmst.net.queues import QUEUES
+from fedmst.workers import DEFAULT_IMAGE
 
-DEFAULT_MODEL = "mlp-large"
-DEFAULT_DATASET = "digits"
-DELAY_MODES = ("auto", "netem", "userspace", "off")
 OPTIMIZERS = ("sgd", "momentum", "adam")
-CLOCKS = ("lockstep", "independent")
-LINK_STATES = ("planned", "measured")
-INTERLEAVES = ("none", "cassini")
-"""Local optimizers, as :data:`fedmst.fl.training.OPTIMIZERS` names them (no torch here)."""
+"""Local optimizers, implemented by :class:`fedmst.fl.training.LocalOptimizer` (no torch here)."""
+ORDERS = ("fifo", "sjf-bco")
+"""How tasks are admitted: as listed, or :func:`fedmst.core.ordering.shortest_jobs_first`."""
+
+Check = tuple[Callable[[Any], bool], str]
+"""A value's test and, when it fails, what to give instead."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """How one :class:`RunConfig` field is given on the command line and checked.
+
+    ``unit`` scales the command line's number to the field's (``--chunk-kb`` sets bytes);
+    ``comma`` takes a comma-separated list.
+    """
+
+    flags: tuple[str, ...] = ()
+    help: str | None = None
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    check: Check | None = None
+    unit: int = 1
+    comma: bool = False
+
+    def label(self, name: str) -> str:
+        """How a message names the option: its long flag, or the field (an option of files only)."""
+        return next((f for f in self.flags if f.startswith("--")), name)
+
+    def problem(self, value: Any) -> str | None:
+        """What is wrong with ``value`` (not None), or None."""
+        if self.choices is not None and value not in self.choices:
+            return f"choose one of {', '.join(self.choices)}"
+        if self.check is not None and not self.check[0](value):
+            return self.check[1]
+        return None
+
+    def shown(self, value: Any) -> str:
+        """``value`` as the user gave it."""
+        if isinstance(value, float):
+            return f"{value:g}"
+        return str(value // self.unit if isinstance(value, int) and not isinstance(value, bool) else value)
+
+
+def option(default: Any, *flags: str, **how: Any) -> Any:
+    """A :class:`RunConfig` field with default ``default`` and its :class:`Option`."""
+    return field(default=default, metadata={"option": Option(flags, **how)})
+
+
+def _at_least(least: int, noun: str = "a number") -> Check:
+    return (lambda v: v >= least, f"give {noun} of {least} or more")
 
 
 @dataclass(frozen=True)
 class RunConfig:
     """Every option of a run, as given; written to ``config.json``."""
 
-    topology: str = "nsfnet"
-    scheduler: str = "mst"
-    local_models: int = 4
-    tasks: int = 1
-    wavelengths: int = 40
-    rounds: int = 2
-    model: str = DEFAULT_MODEL
-    dataset: str = DEFAULT_DATASET
-    seed: int = 1
-    out: str = "runs/latest"
-    global_node: str | None = None
-    local_nodes: tuple[str, ...] | None = None
-    epochs: int = 5
-    batch_size: int = 32
-    lr: float = 0.1
-    optimizer: str = "momentum"
+    topology: str = option(
+        "nsfnet", "--topology",
+        help="A file in topologies/, a .json/.graphml path, or a topohub key such as sndlib/polska.")
+    scheduler: str = option(
+        "mst", "--scheduler",
+        help="spff, mst, mst-latency, steiner-opt, hier, ring, binomial, a registered scheduler, or "
+             "package.module:Class.")
+    local_models: int = option(4, "--local-models", "-k", help="Number of local models of the task.",
+                               check=_at_least(1))
+    tasks: int = option(1, "--tasks", help="Concurrent FL tasks sharing the network, each placed by seed.",
+                        check=_at_least(1))
+    wavelengths: int = option(
+        40, "--wavelengths", check=_at_least(1),
+        help="Wavelengths per link of the optical layer (first fit; a task that finds none is blocked).")
+    rounds: int = option(2, "--rounds", "-r", check=_at_least(1))
+    model: str = option(DEFAULT_MODEL, "--model", help="A registered model name or package.module:factory.")
+    dataset: str = option(DEFAULT_DATASET, "--dataset",
+                          help="A built-in dataset (digits) or package.module:factory returning "
+                               "(x_train, y_train, x_test, y_test) tensors.")
+    seed: int = option(1, "--seed", check=_at_least(0, "a seed"),
+                       help="Seeds task placement, data split and model initialisation (0 or more).")
+    out: str = option("runs/latest")
+    """The run folder (each command declares its own ``--out``)."""
+    global_node: str | None = option(None, "--global-node", help="Node of the global model (default: seeded).")
+    local_nodes: tuple[str, ...] | None = option(
+        None, "--local-nodes", comma=True, help="Comma-separated nodes of the local models (default: seeded).")
+    epochs: int = option(5, "--epochs", help="Local training epochs per round.", check=_at_least(1))
+    batch_size: int = option(32, "--batch-size", help="Local minibatch size.", check=_at_least(1))
+    lr: float = option(0.1, "--lr", help="Local learning rate.",
+                       check=(lambda v: v > 0, "give a positive learning rate"))
+    optimizer: str = option(
+        "momentum", "--optimizer", choices=OPTIMIZERS,
+        help="Local optimizer (momentum: SGD with momentum 0.9); its state starts afresh each round.")
     """Local training: chosen with scripts/bench_learning.py (README, "Learning")."""
-    target_accuracy: float = 0.8
-    alpha: float = 0.5
-    chunk_bytes: int = 256 * 1024
-    mtu: int = DEFAULT_MTU
-    delay_mode: str = "auto"
-    queue: str = "fifo"
+    target_accuracy: float = option(
+        0.8, "--target-accuracy", check=(lambda v: 0 < v <= 1, "give an accuracy in (0, 1]"),
+        help="Report the wall-clock time of the rounds until the global model first reaches this.")
+    alpha: float = option(0.5, check=(lambda v: v > 0, "give a positive Dirichlet concentration"))
+    """Dirichlet concentration of the data split (config files only)."""
+    chunk_bytes: int = option(256 * 1024, "--chunk-kb", unit=1024, check=_at_least(1),
+                              help="Relays forward weights in chunks of this size (pipelining).")
+    mtu: int = option(DEFAULT_MTU, "--mtu", check=(lambda v: 576 <= v <= 9000, "give an MTU between 576 and 9000"),
+                      help="MTU of every emulated link, 576 to 9000 (jumbo frames cut per-packet CPU cost).")
+    delay_mode: str = option(
+        "auto", "--delay-mode", choices=("auto", "netem", "userspace", "off"),
+        help="How link propagation delay is applied: netem where the kernel has it (auto), "
+             "fedmst's NFQUEUE delay line, or not at all.")
+    queue: str = option(
+        "fifo", "--queue", choices=QUEUES,
+        help="How each link's sender queues: one FIFO (Mininet's), or fair: one queue per transfer, "
+             "served in turn, as the contention prediction assumes.")
     """How each link direction's sender queues: one FIFO, or ``fair``: one queue per transfer
     served in turn (:mod:`fedmst.net.queues`)."""
-    loss: float = 0.0
-    jitter_ms: float = 0.0
-    phase_timeout_s: float = 300.0
-    save_models: bool = False
-    workers: str = "process"
-    image: str = DEFAULT_IMAGE
-    cpus: tuple[str, ...] = ()
-    memory: tuple[str, ...] = ()
-    fail_links: tuple[str, ...] = ()
-    kill_workers: tuple[str, ...] = ()
-    slow_nodes: tuple[str, ...] = ()
-    deadline_s: float | None = None
-    stall_s: float = 10.0
-    workload: str | None = None
+    loss: float = option(0.0, "--loss", check=(lambda v: 0 <= v < 1, "give a probability in [0, 1)"),
+                         help="Packet loss probability on every link direction (needs a delay mode other than off).")
+    jitter_ms: float = option(0.0, "--jitter-ms", check=(lambda v: v >= 0, "give 0 or more milliseconds"),
+                              help="Uniform delay jitter (+-) on every link direction; packet order is kept.")
+    phase_timeout_s: float = option(300.0)
+    save_models: bool = option(False, "--save-models",
+                               help="Write trained local and aggregated global weights to OUT/models.")
+    workers: str = option(
+        "process", "--workers", metavar="BACKEND",
+        help="Run each compute node's agent as a process in its host (process), in a Docker "
+             "container whose network namespace gets the emulated links (docker), or with a "
+             "registered backend or package.module:Class.")
+    """A backend of :mod:`fedmst.workers.backends`, which knows their names: checked when the run
+    is prepared (:func:`fedmst.run.prepare.resolve`), since the backends' code imports the agents'."""
+    image: str = option(DEFAULT_IMAGE, "--image",
+                        help="Worker image for --workers docker (build it from the repository's Dockerfile).")
+    cpus: tuple[str, ...] = option((), "--cpus", metavar="[NODE=]CPUS",
+                                   help="CPU limit of every worker container, or NODE=CPUS for one node; repeatable.")
+    memory: tuple[str, ...] = option(
+        (), "--memory", metavar="[NODE=]SIZE",
+        help="Memory limit of every worker container (e.g. 1g), or NODE=SIZE for one node; repeatable.")
+    fail_links: tuple[str, ...] = option(
+        (), "--fail-link", metavar="A-B@ROUND[+S][-R2]",
+        help="Take link A-B down at the start of ROUND (A-B@ROUND+S: S seconds into its broadcast, "
+             "under the transfers; A-B@ROUND-R2: up again at round R2); the scheduler re-plans "
+             "around it. Repeatable.")
+    kill_workers: tuple[str, ...] = option(
+        (), "--kill-worker", metavar="NODE@ROUND[+S]",
+        help="Kill NODE's worker during ROUND's training (NODE@ROUND+S: S seconds into its "
+             "broadcast); the round finishes with the surviving local models. Repeatable.")
+    slow_nodes: tuple[str, ...] = option(
+        (), "--slow-node", metavar="NODE:FACTOR",
+        help="NODE's worker trains FACTOR times slower (a straggler). Repeatable.")
+    deadline_s: float | None = option(
+        None, "--deadline", metavar="SECONDS", check=(lambda v: v > 0, "give a positive number of seconds"),
+        help="Per-round training deadline: updates of local models not trained by then are dropped "
+             "(weights renormalised over the others) and recorded.")
+    stall_s: float = option(
+        10.0, "--stall-timeout", check=(lambda v: v >= 0.1, "give at least 0.1 seconds"),
+        help="A transfer under way whose path has a link that carried nothing at all for this long "
+             "has stalled (a dead link): the phase is aborted. A slow, shared link is never stalled.")
+    workload: str | None = option(
+        None, "--workload", metavar="FILE",
+        help='Place the tasks from a JSON file: {"tasks": [{"name", "global_node", "local_nodes", '
+             'and optionally "model", "dataset", "rounds", "compute_s", "start_s"}]} (README, '
+             '"Contention over time").')
     """A workload file (:func:`fedmst.core.workload.read_workload`) placing the tasks instead of the seed."""
-    clock: str = "lockstep"
+    clock: str = option(
+        "lockstep", "--clock", choices=("lockstep", "independent"),
+        help="lockstep: every task's phases start together; independent: each task runs its rounds "
+             "back to back from its own start.")
     """``lockstep``: every task's phase starts together; ``independent``: each task runs its rounds
     back to back from its own start offset."""
-    compute_s: float = 0.0
+    compute_s: float = option(
+        0.0, "--compute-s", metavar="SECONDS", check=(lambda v: v >= 0, "give 0 or more seconds"),
+        help="Each local model's training lasts at least this long (it trains, then waits), standing "
+             "for compute on real accelerators.")
     """Each local model's training lasts at least this long (a task in the workload file may say otherwise)."""
-    interleave: str = "none"
-    """``cassini``: shift the tasks' starts so that their communication interleaves on shared links."""
-    traffic: tuple[str, ...] = ()
-    """Background flows, ``SRC-DST:RATE[:tcp|udp][@START[-END]]`` (:mod:`fedmst.core.traffic`)."""
-    traffic_file: str | None = None
-    """More background flows, from a JSON file (:func:`fedmst.core.traffic.read_traffic_file`)."""
-    link_trace: str | None = None
+    interleave: str = option(
+        "none", "--interleave", choices=("none", "cassini"),
+        help="cassini: shift the tasks' starts so their communication interleaves on shared links "
+             "(with --clock independent).")
+    traffic: tuple[str, ...] = option(
+        (), "--traffic", metavar="SRC-DST:RATE[:tcp|udp][@START[-END]]",
+        help="A background flow (e.g. a-c:20mbit:udp@1-5: from 1 s to 5 s after the first round "
+             "starts), on the least-delay path, counted apart from the weights. Repeatable.")
+    """Background flows (:mod:`fedmst.core.traffic`)."""
+    traffic_file: str | None = option(
+        None, "--traffic-file", metavar="FILE",
+        help='Background flows from JSON: {"flows": [{"src", "dst", "rate", "protocol", "start_s", "end_s"}]}.')
+    link_trace: str | None = option(
+        None, "--link-trace", metavar="FILE",
+        help='Change links live during the run: {"changes": [{"at_s", "a", "b", and any of '
+             '"capacity_mbps", "delay_ms", "loss"}]}, at_s from the first round\'s start.')
     """Links' capacity, delay or loss changing during the run (:mod:`fedmst.core.linktrace`)."""
-    order: str = "fifo"
-    """The order tasks are admitted and scheduled in: as listed, or ``sjf-bco`` (:mod:`fedmst.core.ordering`)."""
-    link_state: str = "planned"
+    order: str = option(
+        "fifo", "--order", choices=ORDERS,
+        help="The order tasks are admitted and scheduled in (each sees the links the earlier ones "
+             "planned; wavelengths go first come, first served): as listed, or sjf-bco, the shortest "
+             "job first counting its contention with the tasks admitted before it.")
+    link_state: str = option(
+        "planned", "--link-state", choices=("planned", "measured"),
+        help="measured: schedulers also weigh each link by the background traffic measured on it in "
+             "the last round, and the tasks are re-planned between rounds when that changes a plan.")
     """What the schedulers see as a link's load: the bytes earlier tasks planned on it, or with
     ``measured`` also the background traffic measured on it in the last round (re-planned then)."""
 
 
-_MINIMUM = {"local_models": ("--local-models", 1), "tasks": ("--tasks", 1), "wavelengths": ("--wavelengths", 1),
-            "rounds": ("--rounds", 1), "epochs": ("--epochs", 1), "batch_size": ("--batch-size", 1),
-            "chunk_bytes": ("--chunk-kb", 1), "seed": ("--seed", 0)}
+SWEEP = {"tasks": {"default": 30, "help": None},
+         "wavelengths": {"default": 120,
+                         "help": "Enough that SPFF blocks no task of the default sweep (with 40 it blocks 17 of 30 "
+                                 "at 15 local models); blocking is reported either way."},
+         "rounds": {"default": 1},
+         "model": {"default": "mlp", "help": "Small by default: 30 tasks x 15 local models must fit a 2-core host."},
+         "topology": {"help": None},
+         "delay_mode": {"help": None},
+         "stall_s": {"default": 60.0}}
+"""What ``fedmst sweep`` changes of the options it shares with ``run``. Its stall timeout: it
+injects no faults, and with 30 tasks of 14 or more local models on a 2-core host a relay can wait
+more than 10 s for the CPU while its links stand idle; only a dead link (a bug) is left to find."""
+
+
+def options() -> dict[str, tuple[Field[Any], Option]]:
+    """Every field's :class:`Option`, by field name, in :class:`RunConfig`'s order."""
+    return {f.name: (f, f.metadata["option"]) for f in fields(RunConfig)}
+
+
+def split_list(value: str, option_name: str) -> tuple[str, ...]:
+    """``a,b,c`` as its items, refusing an empty one (``a,,b``, a trailing comma) in one line.
+
+    >>> split_list(" spff, mst", "--schedulers")
+    ('spff', 'mst')
+    """
+    items = tuple(item.strip() for item in str(value).split(","))
+    if not all(items):
+        raise FedmstError(f"{option_name} {value!r}: an empty item in the list; give names separated by single commas")
+    return items
 
 
 def validate(config: RunConfig) -> None:
     """Refuse, in one line naming the option, values no run can use (whether they came from the
-    command line or a config file)."""
-    for name, (option, least) in _MINIMUM.items():
+    command line or a config file): each field's own check, then the options that exclude others."""
+    for name, (_, opt) in options().items():
         value = getattr(config, name)
-        if value < least:
-            shown = value // 1024 if name == "chunk_bytes" else value
-            raise FedmstError(f"{option} {shown}: give {'a number' if least else 'a seed'} of {least} or more")
-    if not 576 <= config.mtu <= 9000:
-        raise FedmstError(f"--mtu {config.mtu}: give an MTU between 576 and 9000")
-    if config.delay_mode not in DELAY_MODES:
-        raise FedmstError(f"--delay-mode {config.delay_mode}: choose one of {', '.join(DELAY_MODES)}")
-    if config.queue not in QUEUES:
-        raise FedmstError(f"--queue {config.queue}: choose one of {', '.join(QUEUES)}")
-    if not 0 <= config.loss < 1:
-        raise FedmstError(f"--loss {config.loss:g}: give a probability in [0, 1)")
-    if config.jitter_ms < 0:
-        raise FedmstError(f"--jitter-ms {config.jitter_ms:g}: give 0 or more milliseconds")
+        problem = None if value is None else opt.problem(value)
+        if problem is not None:
+            raise FedmstError(f"{opt.label(name)} {opt.shown(value)}: {problem}")
+    _check_together(config)
+
+
+def _check_together(config: RunConfig) -> None:
+    """The options that make no sense together."""
     if config.delay_mode == "off" and (config.loss or config.jitter_ms):
         given = [o for o, v in (("--loss", config.loss), ("--jitter-ms", config.jitter_ms)) if v]
         raise FedmstError(f"{' and '.join(given)} need{'s' if len(given) == 1 else ''} a delay mechanism: "
                           "--delay-mode off applies neither; use --delay-mode auto, netem or userspace")
-    if not config.stall_s >= 0.1:
-        raise FedmstError(f"--stall-timeout {config.stall_s:g}: give at least 0.1 seconds")
-    if config.deadline_s is not None and not config.deadline_s > 0:
-        raise FedmstError(f"--deadline {config.deadline_s:g}: give a positive number of seconds")
-    if not config.lr > 0:
-        raise FedmstError(f"--lr {config.lr:g}: give a positive learning rate")
-    if not config.alpha > 0:
-        raise FedmstError(f"alpha {config.alpha:g}: give a positive Dirichlet concentration")
-    if not 0 < config.target_accuracy <= 1:
-        raise FedmstError(f"--target-accuracy {config.target_accuracy:g}: give an accuracy in (0, 1]")
-    if config.optimizer not in OPTIMIZERS:
-        raise FedmstError(f"--optimizer {config.optimizer}: choose one of {', '.join(OPTIMIZERS)}")
-    check_backend(config.workers, limited=bool(config.cpus or config.memory))
     if config.tasks > 1 and (config.global_node is not None or config.local_nodes is not None):
         raise FedmstError("--global-node/--local-nodes place one task: leave them out with --tasks N")
     if config.workload is not None and (config.tasks > 1 or config.global_node is not None
                                         or config.local_nodes is not None):
         raise FedmstError("--workload places the tasks: leave out --tasks, --global-node and --local-nodes")
-    if config.clock not in CLOCKS:
-        raise FedmstError(f"--clock {config.clock}: choose one of {', '.join(CLOCKS)}")
-    if config.interleave not in INTERLEAVES:
-        raise FedmstError(f"--interleave {config.interleave}: choose one of {', '.join(INTERLEAVES)}")
     if config.interleave != "none" and config.clock != "independent":
         raise FedmstError(f"--interleave {config.interleave} shifts tasks on their own clocks: add --clock independent")
-    if not config.compute_s >= 0:
-        raise FedmstError(f"--compute-s {config.compute_s:g}: give 0 or more seconds")
-    if config.order not in ORDERS:
-        raise FedmstError(f"--order {config.order}: choose one of {', '.join(ORDERS)}")
-    if config.link_state not in LINK_STATES:
-        raise FedmstError(f"--link-state {config.link_state}: choose one of {', '.join(LINK_STATES)}")
     if config.clock == "independent":
         given = [o for o, v in (("--fail-link", config.fail_links), ("--kill-worker", config.kill_workers),
                                 ("--deadline", config.deadline_s),
@@ -224,142 +336,5 @@ def _typed(path: Path, key: str, value: Any, hint: Any) -> Any:
     raise FedmstError(f"--config {path}: option {key!r} = {value!r} is not of type {name}")
 
 
-@dataclass(frozen=True)
-class ResolvedRun:
-    """One scheduler's run, fully resolved: what the engine needs and nothing left to check."""
-
-    config: RunConfig
-    graph: nx.Graph
-    workload: WorkloadPlan
-    link_failures: tuple[faults.LinkFailure, ...]
-    kills: tuple[faults.WorkerKill, ...]
-    slow: Mapping[str, float]
-    worker_nodes: tuple[str, ...]
-    limits: Mapping[str, WorkerLimits]
-    delay_mode: str
-    """``netem``, ``userspace`` or ``off``: ``auto`` already decided by probing the kernel."""
-    netem_available: bool
-    background: tuple[BackgroundFlow, ...] = ()
-    link_changes: tuple[LinkChange, ...] = ()
-    listed: tuple[str, ...] = ()
-    """The tasks' names as the workload lists them: task i is seeded with ``seed + i`` whatever
-    order ``--order`` admits them in."""
-    offsets: Mapping[str, float] = field(default_factory=dict)
-    """Task -> seconds its start is shifted by ``--interleave`` (beyond its own ``start_s``)."""
-
-    def profiles(self) -> list[Profile]:
-        """Each admitted task's round as predicted alone (:mod:`fedmst.core.contention`)."""
-        return _profiles(self.config, self.graph, self.workload, with_delay=self.delay_mode != "off")
-
-
-def _profiles(config: RunConfig, graph: nx.Graph, workload: WorkloadPlan, *, with_delay: bool) -> list[Profile]:
-    return [profile_of(p, graph, compute_s=float(p.task.compute_s or 0.0), start_s=p.task.start_s,
-                       chunk_bytes=config.chunk_bytes, with_delay=with_delay, mtu=config.mtu)
-            for p in workload.plans]
-
-
-@dataclass(frozen=True)
-class Host:
-    """What this host can emulate, found once per command (probing netem creates an interface)."""
-
-    delay_mode: str
-    netem_available: bool
-
-
-def check_host(config: RunConfig) -> Host:
-    """Root, the tools the emulation needs, and ``--delay-mode`` decided against the kernel."""
-    from fedmst.net.emulation import probe_capabilities, require_tools, resolve_delay_mode
-
-    require_tools()  # root, and the tools that probing the kernel needs
-    capabilities = probe_capabilities()
-    delay_mode = resolve_delay_mode(config.delay_mode, capabilities)
-    require_tools(delay_mode, background=bool(config.traffic or config.traffic_file))
-    return Host(delay_mode=delay_mode, netem_available=capabilities.netem)
-
-
-def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Host | None = None) -> list[ResolvedRun]:
-    """Check ``config`` and the host (unless ``host`` was checked already), then plan it with each
-    of ``schedulers`` (default: ``config.scheduler``); every run shares the same topology and tasks."""
-    from fedmst.workers.backends import backend_for
-
-    validate(config)
-    host = host or check_host(config)
-    graph = load_topology(config.topology)
-    link_failures = tuple(faults.parse_link_failure(f, graph, config.rounds) for f in config.fail_links)
-    kills = tuple(faults.parse_worker_kill(k, graph, config.rounds) for k in config.kill_workers)
-    slow = dict(faults.parse_slow_node(spec, graph) for spec in config.slow_nodes)
-    background = tuple(parse_flow(spec, graph) for spec in config.traffic) + tuple(
-        read_traffic_file(config.traffic_file, graph) if config.traffic_file else ())
-    link_changes = read_link_trace(config.link_trace, graph) if config.link_trace else ()
-    if host.delay_mode == "off" and any(c.delay_ms is not None or c.loss is not None for c in link_changes):
-        raise FedmstError(f"--link-trace {config.link_trace}: changes delay or loss, which --delay-mode off does "
-                          "not apply; use --delay-mode auto, netem or userspace")
-    placed = _tasks(config, graph)  # placement does not depend on the model's size
-    names = list(schedulers or [config.scheduler])
-    for scheduler in names:
-        get_scheduler(scheduler)
-    # torch (1.5 s) only after every check that does not need it, so most bad input fails at once
-    from fedmst.fl import data, models
-
-    sizes: dict[tuple[str, str], int] = {}
-    for kind in dict.fromkeys((str(t.model), str(t.dataset)) for t in placed):
-        dataset = data.load_dataset(kind[1])
-        sizes[kind] = models.sized_model(kind[0], dataset)
-        k = max(t.k for t in placed if t.dataset == kind[1])
-        data.dirichlet_shards(dataset.y_train, k, config.alpha, seed=config.seed)  # too many local models?
-    tasks = [replace(task, model_bytes=sizes[(str(task.model), str(task.dataset))]) for task in placed]
-    runs = []
-    for scheduler in names:
-        ordered = order_tasks(graph, tasks, config.order, scheduler, chunk_bytes=config.chunk_bytes,
-                              with_delay=host.delay_mode != "off", mtu=config.mtu)
-        workload = schedule_workload(graph, ordered, scheduler, wavelengths=config.wavelengths, mtu=config.mtu)
-        if not workload.plans:
-            raise FedmstError(f"every task was blocked under {scheduler}, e.g. {workload.blocked[0][0]}: "
-                              f"{workload.blocked[0][1]}")
-        nodes = _worker_nodes(config, graph, workload)
-        for node in slow:
-            if node not in nodes:
-                raise FedmstError(f"--slow-node {node}: node {node} runs no worker in this run (it only forwards)")
-        offsets = {p.task.name: 0.0 for p in workload.plans}
-        if config.interleave == "cassini":
-            offsets = cassini_offsets(_profiles(config, graph, workload, with_delay=host.delay_mode != "off"),
-                                      {p.task.name: int(p.task.rounds or config.rounds) for p in workload.plans},
-                                      capacities(graph))
-        runs.append(ResolvedRun(
-            background=background, offsets=offsets, link_changes=link_changes, listed=tuple(t.name for t in tasks),
-            config=replace(config, scheduler=scheduler), graph=graph, workload=workload,
-            link_failures=link_failures, kills=kills, slow=slow, worker_nodes=nodes,
-            limits=worker_limits(nodes, config.cpus, config.memory, graph.nodes),
-            delay_mode=host.delay_mode, netem_available=host.netem_available,
-        ))
-    backend_for(config.workers, config.image).check()  # last: the limits above are checked first
-    return runs
-
-
-def _tasks(config: RunConfig, graph: nx.Graph) -> list[Task]:
-    """The tasks, from the workload file or placed by seed, each with its model, dataset, rounds and
-    compute time given (the run's options where the file says nothing)."""
-    if config.workload is not None:
-        tasks = read_workload(config.workload, graph)
-    elif config.tasks == 1:
-        tasks = [place_task(graph, name="task0", local_models=config.local_models, model_bytes=0,
-                            seed=config.seed, global_node=config.global_node, local_nodes=config.local_nodes)]
-    else:
-        tasks = make_tasks(graph, config.tasks, config.local_models, 0, config.seed)
-    tasks = [replace(t, rounds=config.rounds if t.rounds is None else t.rounds,
-                     compute_s=config.compute_s if t.compute_s is None else t.compute_s,
-                     model=t.model or config.model, dataset=t.dataset or config.dataset) for t in tasks]
-    if config.clock == "lockstep":
-        own = [t.name for t in tasks if t.rounds != config.rounds or t.start_s]
-        if own:
-            raise FedmstError(f"--workload {config.workload}: task(s) {', '.join(own)} have their own rounds or "
-                              "start_s: add --clock independent (in lockstep every task runs every round together)")
-    return tasks
-
-
-def _worker_nodes(config: RunConfig, graph: nx.Graph, workload: WorkloadPlan) -> tuple[str, ...]:
-    """Nodes that run an agent: every node holding a model or relaying for one, and with faults
-    to inject or a measured link state every node, since a re-planned tree may aggregate anywhere."""
-    if config.fail_links or config.kill_workers or config.link_state == "measured":
-        return tuple(sorted(graph.nodes, key=node_order))
-    return tuple(sorted(set().union(*(p.nodes for p in workload.plans)), key=node_order))
+__all__ = ["OPTIMIZERS", "ORDERS", "SWEEP", "Option", "RunConfig", "options", "read_config_file", "split_list",
+           "validate"]

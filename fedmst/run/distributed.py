@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Hashable, Mapping
 
 from fedmst.errors import FedmstError
-from fedmst.run.config import ResolvedRun
+from fedmst.run.prepare import ResolvedRun
 from fedmst.run.report import Summary
 
 SLOT = "fedmst_emulation"
@@ -127,7 +127,7 @@ def _run_point(run: ResolvedRun) -> Finished:
     """On the Ray node: check this host, run the point into a scratch folder, send its files back."""
     import ray
 
-    from fedmst.run.config import check_host
+    from fedmst.run.prepare import check_host
     from fedmst.run.engine import run as run_here
 
     node = ray.get_runtime_context().get_node_id()[:8]

@@ -24,7 +24,7 @@ from fedmst.errors import FedmstError
 from fedmst.net.calibrate import cpu_bound_links, link_ceiling_mbps
 from fedmst.net.cleanup import RunState
 from fedmst.net.emulation import Capabilities, Emulation
-from fedmst.run.config import ResolvedRun
+from fedmst.run.prepare import ResolvedRun
 from fedmst.run.independent import IndependentRun
 from fedmst.run.lockstep import LockstepRun
 from fedmst.run.measure import Prediction, RoundResult, summarise, summarise_clock

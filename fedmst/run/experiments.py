@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from fedmst.errors import FedmstError
-from fedmst.run.config import ResolvedRun, RunConfig, check_host, resolve
+from fedmst.run.config import RunConfig
+from fedmst.run.prepare import ResolvedRun, check_host, resolve
 from fedmst.run.layout import run_folder_name
 from fedmst.run.report import Report, Summary, comparison
 from fedmst.run.results import read_csv, write_csv, write_json

@@ -34,7 +34,7 @@ class IndependentRun:
         resolved = session.resolved
         rounds = {p.task.name: p.task.rounds for p in live.plans}
         offsets = {p.task.name: p.task.start_s + resolved.offsets.get(p.task.name, 0.0) for p in live.plans}
-        alone = resolved.profiles()
+        alone = list(resolved.profiles)
         self.clock = clock = ClockRun(plans=live.plans, rounds=rounds, offsets=offsets, alone=alone,
                                       predicted=simulate(alone, resolved.offsets, rounds, capacities(session.graph)))
         shifted = {n: o for n, o in resolved.offsets.items() if o}

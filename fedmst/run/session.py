@@ -25,7 +25,7 @@ from fedmst.core.traffic import as_json
 from fedmst.errors import FedmstError
 from fedmst.net.emulation import Emulation
 from fedmst.protocol import ABORT_FILE, AgentSpec, Setup, TaskSpec, TransferSpec
-from fedmst.run.config import ResolvedRun
+from fedmst.run.prepare import ResolvedRun
 from fedmst.run.measure import CounterSampler
 from fedmst.run.recovery import Live
 from fedmst.run.report import Report

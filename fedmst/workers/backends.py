@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from fedmst.errors import FedmstError, WorkerDied
 from fedmst.plugins import Registry
 from fedmst.workers import docker
+from fedmst.workers import DEFAULT_IMAGE
 from fedmst.workers.description import BackendDescription
-from fedmst.workers.docker import DEFAULT_IMAGE, WorkerLimits, worker_limits
+from fedmst.workers.docker import WorkerLimits, worker_limits
 
 if TYPE_CHECKING:
     from fedmst.net.emulation import Emulation, Process

@@ -23,7 +23,6 @@ import psutil
 from fedmst.errors import EmulationError, FedmstError
 from fedmst.net.cleanup import live_runs, run_of
 
-DEFAULT_IMAGE = "fedmst-worker"
 LABEL = "org.fedmst.worker"
 """Every container fedmst starts carries this label (its value is the coordinator's PID)."""
 NAME_PREFIX = "fedmst-"

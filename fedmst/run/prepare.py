@@ -1,0 +1,193 @@
+"""A run prepared once, before anything is created: options checked, topology, tasks and plans.
+
+:func:`resolve` turns a :class:`~fedmst.run.config.RunConfig`, for one or several schedulers,
+into :class:`ResolvedRun` objects: the topology loaded, the faults and limits parsed, the tasks
+placed and sized, ordered and scheduled, their starts shifted, and the host checked (root, tools,
+netem probed once). Bad input therefore fails in one line before any namespace, process or file
+exists, and ``compare`` and ``sweep`` load, size and schedule everything once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Sequence
+
+import networkx as nx
+
+from fedmst.core import faults
+from fedmst.core.contention import Profile, capacities, cassini_offsets, profile_of
+from fedmst.core.linktrace import LinkChange, read_link_trace
+from fedmst.core.ordering import shortest_jobs_first
+from fedmst.core.schedulers import get_scheduler
+from fedmst.core.tasks import Task, place_task
+from fedmst.core.topology import load_topology, node_order
+from fedmst.core.traffic import BackgroundFlow, parse_flow, read_traffic_file
+from fedmst.core.workload import TaskEntry, WorkloadPlan, make_tasks, read_workload, schedule_workload
+from fedmst.errors import FedmstError
+from fedmst.run.config import RunConfig, validate
+from fedmst.workers.backends import WorkerLimits, backend_for, check_backend, worker_limits
+
+
+@dataclass(frozen=True)
+class ResolvedRun:
+    """One scheduler's run, fully resolved: what the engine needs and nothing left to check."""
+
+    config: RunConfig
+    graph: nx.Graph
+    workload: WorkloadPlan
+    link_failures: tuple[faults.LinkFailure, ...]
+    kills: tuple[faults.WorkerKill, ...]
+    slow: Mapping[str, float]
+    worker_nodes: tuple[str, ...]
+    limits: Mapping[str, WorkerLimits]
+    delay_mode: str
+    """``netem``, ``userspace`` or ``off``: ``auto`` already decided by probing the kernel."""
+    netem_available: bool
+    background: tuple[BackgroundFlow, ...] = ()
+    link_changes: tuple[LinkChange, ...] = ()
+    listed: tuple[str, ...] = ()
+    """The tasks' names as the workload lists them: task i is seeded with ``seed + i`` whatever
+    order ``--order`` admits them in."""
+    offsets: Mapping[str, float] = field(default_factory=dict)
+    """Task -> seconds its start is shifted by ``--interleave`` (beyond its own ``start_s``)."""
+    profiles: tuple[Profile, ...] = ()
+    """Each admitted task's round as predicted alone (:mod:`fedmst.core.contention`), in plan order."""
+
+
+@dataclass(frozen=True)
+class Host:
+    """What this host can emulate, found once per command (probing netem creates an interface)."""
+
+    delay_mode: str
+    netem_available: bool
+
+
+def check_host(config: RunConfig) -> Host:
+    """Root, the tools the emulation needs, and ``--delay-mode`` decided against the kernel."""
+    from fedmst.net.emulation import probe_capabilities, require_tools, resolve_delay_mode
+
+    require_tools()  # root, and the tools that probing the kernel needs
+    capabilities = probe_capabilities()
+    delay_mode = resolve_delay_mode(config.delay_mode, capabilities)
+    require_tools(delay_mode, background=bool(config.traffic or config.traffic_file))
+    return Host(delay_mode=delay_mode, netem_available=capabilities.netem)
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """What every scheduler's run shares: the network, its faults and changes, and the tasks."""
+
+    graph: nx.Graph
+    link_failures: tuple[faults.LinkFailure, ...]
+    kills: tuple[faults.WorkerKill, ...]
+    slow: Mapping[str, float]
+    background: tuple[BackgroundFlow, ...]
+    link_changes: tuple[LinkChange, ...]
+    tasks: tuple[Task, ...]
+
+
+def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Host | None = None) -> list[ResolvedRun]:
+    """Check ``config`` and the host (unless ``host`` was checked already), then plan it with each
+    of ``schedulers`` (default: ``config.scheduler``); every run shares the same topology and tasks."""
+    validate(config)
+    check_backend(config.workers, limited=bool(config.cpus or config.memory))
+    host = host or check_host(config)
+    names = list(schedulers or [config.scheduler])
+    inputs = _inputs(config, host, names)
+    runs = [_plan(config, host, inputs, scheduler) for scheduler in names]
+    backend_for(config.workers, config.image).check()  # last: the limits above are checked first
+    return runs
+
+
+def _inputs(config: RunConfig, host: Host, schedulers: Sequence[str]) -> _Inputs:
+    """The topology, faults, background traffic, link changes and sized tasks, each checked."""
+    graph = load_topology(config.topology)
+    link_failures = tuple(faults.parse_link_failure(f, graph, config.rounds) for f in config.fail_links)
+    kills = tuple(faults.parse_worker_kill(k, graph, config.rounds) for k in config.kill_workers)
+    slow = dict(faults.parse_slow_node(spec, graph) for spec in config.slow_nodes)
+    background = tuple(parse_flow(spec, graph) for spec in config.traffic) + tuple(
+        read_traffic_file(config.traffic_file, graph) if config.traffic_file else ())
+    link_changes = read_link_trace(config.link_trace, graph) if config.link_trace else ()
+    if host.delay_mode == "off" and any(c.delay_ms is not None or c.loss is not None for c in link_changes):
+        raise FedmstError(f"--link-trace {config.link_trace}: changes delay or loss, which --delay-mode off does "
+                          "not apply; use --delay-mode auto, netem or userspace")
+    return _Inputs(graph=graph, link_failures=link_failures, kills=kills, slow=slow, background=background,
+                   link_changes=link_changes, tasks=_sized(config, _tasks(config, graph), schedulers))
+
+
+def _sized(config: RunConfig, tasks: list[Task], schedulers: Sequence[str]) -> tuple[Task, ...]:
+    """``tasks`` with their models' sizes, once every scheduler is known to exist: sizing loads
+    torch (1.5 s), so every check that does not need it fails first."""
+    for scheduler in schedulers:
+        get_scheduler(scheduler)
+    from fedmst.fl import data, models
+
+    sizes: dict[tuple[str, str], int] = {}
+    for kind in dict.fromkeys((t.model, t.dataset) for t in tasks):
+        dataset = data.load_dataset(kind[1])
+        sizes[kind] = models.sized_model(kind[0], dataset)
+        k = max(t.k for t in tasks if t.dataset == kind[1])
+        data.dirichlet_shards(dataset.y_train, k, config.alpha, seed=config.seed)  # too many local models?
+    return tuple(replace(task, model_bytes=sizes[(task.model, task.dataset)]) for task in tasks)
+
+
+def _plan(config: RunConfig, host: Host, inputs: _Inputs, scheduler: str) -> ResolvedRun:
+    """``scheduler``'s run: the tasks ordered, scheduled, their workers and starts decided."""
+    graph, tasks, with_delay = inputs.graph, inputs.tasks, host.delay_mode != "off"
+    if config.order == "sjf-bco":
+        tasks = tuple(shortest_jobs_first(graph, tasks, scheduler, chunk_bytes=config.chunk_bytes,
+                                          with_delay=with_delay, mtu=config.mtu))
+    workload = schedule_workload(graph, tasks, scheduler, wavelengths=config.wavelengths, mtu=config.mtu)
+    if not workload.plans:
+        raise FedmstError(f"every task was blocked under {scheduler}, e.g. {workload.blocked[0][0]}: "
+                          f"{workload.blocked[0][1]}")
+    nodes = _worker_nodes(config, graph, workload)
+    for node in inputs.slow:
+        if node not in nodes:
+            raise FedmstError(f"--slow-node {node}: node {node} runs no worker in this run (it only forwards)")
+    profiles = tuple(profile_of(p, graph, compute_s=p.task.compute_s, start_s=p.task.start_s,
+                                chunk_bytes=config.chunk_bytes, with_delay=with_delay, mtu=config.mtu)
+                     for p in workload.plans)
+    offsets = {p.task.name: 0.0 for p in workload.plans}
+    if config.interleave == "cassini":
+        offsets = cassini_offsets(list(profiles), {p.task.name: p.task.rounds for p in workload.plans},
+                                  capacities(graph))
+    return ResolvedRun(
+        background=inputs.background, offsets=offsets, link_changes=inputs.link_changes,
+        listed=tuple(t.name for t in inputs.tasks), config=replace(config, scheduler=scheduler), graph=graph,
+        workload=workload, link_failures=inputs.link_failures, kills=inputs.kills, slow=inputs.slow,
+        worker_nodes=nodes, limits=worker_limits(nodes, config.cpus, config.memory, graph.nodes),
+        delay_mode=host.delay_mode, netem_available=host.netem_available, profiles=profiles,
+    )
+
+
+def _tasks(config: RunConfig, graph: nx.Graph) -> list[Task]:
+    """The tasks, from the workload file or placed by seed, each with its model, dataset, rounds and
+    compute time given (the run's options where the file says nothing)."""
+    if config.workload is not None:
+        entries = read_workload(config.workload, graph)
+    elif config.tasks == 1:
+        entries = [TaskEntry(place_task(graph, name="task0", local_models=config.local_models, model_bytes=0,
+                                        seed=config.seed, global_node=config.global_node,
+                                        local_nodes=config.local_nodes))]
+    else:
+        entries = [TaskEntry(t) for t in make_tasks(graph, config.tasks, config.local_models, 0, config.seed)]
+    tasks = [e.task(rounds=config.rounds, compute_s=config.compute_s, model=config.model, dataset=config.dataset)
+             for e in entries]
+    if config.clock == "lockstep":
+        own = [t.name for t in tasks if t.rounds != config.rounds or t.start_s]
+        if own:
+            raise FedmstError(f"--workload {config.workload}: task(s) {', '.join(own)} have their own rounds or "
+                              "start_s: add --clock independent (in lockstep every task runs every round together)")
+    return tasks
+
+
+def _worker_nodes(config: RunConfig, graph: nx.Graph, workload: WorkloadPlan) -> tuple[str, ...]:
+    """Nodes that run an agent: every node holding a model or relaying for one, and with faults
+    to inject or a measured link state every node, since a re-planned tree may aggregate anywhere."""
+    if config.fail_links or config.kill_workers or config.link_state == "measured":
+        return tuple(sorted(graph.nodes, key=node_order))
+    return tuple(sorted(set().union(*(p.nodes for p in workload.plans)), key=node_order))
+
+
+__all__ = ["Host", "ResolvedRun", "check_host", "resolve"]
