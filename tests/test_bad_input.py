@@ -70,7 +70,8 @@ def _factory_raises(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
     (tmp_path / "badmodels.py").write_text(
         "def make(num_classes, input_shape):\n    raise RuntimeError('factory [/is] broken\\non purpose')\n"
     )
-    return ["--model", "badmodels:make"], {"PYTHONPATH": str(tmp_path)}
+    return ["--model", "badmodels:make"], {"PYTHONPATH": os.pathsep.join(filter(None, (str(tmp_path),
+                                                                        os.environ.get("PYTHONPATH"))))}
 
 
 CASES: list[tuple[str, Setup, tuple[str, ...]]] = [

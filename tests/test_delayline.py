@@ -234,7 +234,7 @@ def _gone(procs: list) -> None:
 def test_ping_rtt_is_twice_the_one_way_delay(delay_ms: float, tmp_path: Path, clean_host: None) -> None:
     """Median RTT through both delay lines against twice the delay plus the stack's own RTT. Not
     below 2 ms: each packet's verdict costs a few tens of microseconds that no delay can hide,
-    and on an idle host that alone can exceed the 0.1 ms tolerance of a 1 ms delay (README:
+    and on an idle host that alone can exceed the 0.1 ms tolerance of a 1 ms delay (docs/delay-and-loss.md:
     scripts/bench_delay.py measures small delays)."""
     procs = []
     with _line3() as emu:

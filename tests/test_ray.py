@@ -109,7 +109,8 @@ def test_a_point_that_fails_on_its_node_stops_the_sweep_and_brings_its_folder_ba
     (tmp_path / "plugins" / "onlyhere.py").write_text(
         "import torch\n"
         "def make(num_classes, input_shape):\n"
-        "    return torch.nn.Linear(int(torch.tensor(input_shape).prod()), num_classes)\n")
+        "    return torch.nn.Sequential(torch.nn.Flatten(),\n"
+        "                               torch.nn.Linear(int(torch.tensor(input_shape).prod()), num_classes))\n")
     address, _ = cluster
     proc = subprocess.run([FEDMST, *SWEEP, "--model", "onlyhere:make", "--ray", address, "--out", str(tmp_path / "s")],
                           capture_output=True, text=True, timeout=900,

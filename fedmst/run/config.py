@@ -112,7 +112,7 @@ class RunConfig:
     optimizer: str = option(
         "momentum", "--optimizer", choices=OPTIMIZERS,
         help="Local optimizer (momentum: SGD with momentum 0.9); its state starts afresh each round.")
-    """Local training: chosen with scripts/bench_learning.py (README, "Learning")."""
+    """Local training: chosen with scripts/bench_learning.py (docs/architecture.md, "Learning")."""
     target_accuracy: float = option(
         0.8, "--target-accuracy", check=(lambda v: 0 < v <= 1, "give an accuracy in (0, 1]"),
         help="Report the wall-clock time of the rounds until the global model first reaches this.")
@@ -176,8 +176,8 @@ class RunConfig:
     workload: str | None = option(
         None, "--workload", metavar="FILE",
         help='Place the tasks from a JSON file: {"tasks": [{"name", "global_node", "local_nodes", '
-             'and optionally "model", "dataset", "rounds", "compute_s", "start_s"}]} (README, '
-             '"Contention over time").')
+             'and optionally "model", "dataset", "rounds", "compute_s", "start_s"}]} '
+             '(docs/contention.md).')
     """A workload file (:func:`fedmst.core.workload.read_workload`) placing the tasks instead of the seed."""
     clock: str = option(
         "lockstep", "--clock", choices=("lockstep", "independent"),

@@ -31,6 +31,7 @@ from fedmst.run.recovery import (
     strikes_for,
     write_faults,
 )
+from fedmst.run.report import size_label
 from fedmst.run.results import SAMPLE_FIELDS, write_csv, write_json
 from fedmst.run.session import Session, overrun
 from fedmst.run.stall import StallWatch
@@ -62,8 +63,8 @@ class LockstepRun:
             session.report(
                 f"{session.tag} round {r}/{config.rounds}: broadcast {res.seconds['broadcast']:.2f} s, "
                 f"train {res.seconds['train']:.2f} s, upload {res.seconds['upload']:.2f} s, "
-                f"{sum(sum(b.values()) for b in res.link_bytes.values()) / 1e6:.1f} MB of weights on links"
-                + (f" ({background / 1e6:.1f} MB background)" if background else "")
+                f"{size_label(sum(sum(b.values()) for b in res.link_bytes.values()))} of weights on links"
+                + (f" ({size_label(background)} background)" if background else "")
                 + f", accuracy {res.accuracy:.3f}"
                 + "".join(f"; the {p} was bound by the CPU ({res.cpu_busy[p]:.0%} busy), not by the links"
                           for p in res.cpu_bound)
@@ -198,7 +199,7 @@ class LockstepRun:
             loaded = sorted(self.load, key=lambda hop: -self.load[hop])[:3]
             self.replan(res, "broadcast", Fault(
                 "re-planned on the measured link load (busiest: "
-                + ", ".join(f"{u}->{v} {self.load[(u, v)] / 1e6:.1f} MB" for u, v in loaded) + ")",
+                + ", ".join(f"{u}->{v} {size_label(self.load[(u, v)])}" for u, v in loaded) + ")",
                 in_flight_lost_bytes=0))
 
     def schedule(self) -> tuple[WorkloadPlan, list[RemainingTask]]:

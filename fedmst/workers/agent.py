@@ -156,7 +156,7 @@ class Agent:
         handshake, gloo's first use and TCP's first slow start are paid before round 1, and no
         queue fills. Warming every connection with a whole model at once took longer and overflowed
         the queues connections share (the losses set TCP's ssthresh on them); an A/B of the two
-        measured the same phase times (README, "Transport"). The coordinator counts no set-up
+        measured the same phase times (docs/architecture.md, "Transport"). The coordinator counts no set-up
         bytes in any round."""
         def open_(name: str, role: TaskRole) -> None:
             shared = [t for t in role.transfers if t.connection == name]
