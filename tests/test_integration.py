@@ -76,7 +76,7 @@ def _compare(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     (out.parent / "plugins" / "userplans" / "trees.py").write_text(PLUGIN)
     return subprocess.run(
         [FEDMST, "compare", "--topology", "small", "--local-models", "4", "--rounds", "2", "--epochs", "1",
-         "--global-node", "0", "--local-nodes", "2,3,3,4", "--save-models", "--out", str(out),
+         "--model", "mlp", "--global-node", "0", "--local-nodes", "2,3,3,4", "--save-models", "--out", str(out),
          "--schedulers", ",".join(SCHEDULERS), *extra],
         capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(out.parent / "plugins")},
     )
@@ -176,7 +176,7 @@ def test_concurrent_tasks_share_the_links_and_each_aggregates_exactly(tmp_path: 
     out = tmp_path / "multi"
     proc = subprocess.run(
         [FEDMST, "compare", "--topology", "small", "--tasks", "3", "--local-models", "3", "--rounds", "1",
-         "--epochs", "1", "--save-models", "--out", str(out)],
+         "--epochs", "1", "--model", "mlp", "--save-models", "--out", str(out)],
         capture_output=True, text=True, timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
