@@ -8,7 +8,7 @@ field needs no parsing code. No torch here: the coordinator and the CLI import t
 
 >>> msg = Upload(round=3, progress_dir="/tmp/p", weights={"task0": {0: 0.25, 2: 0.75}})
 >>> encode(msg)
-{'type': 'Upload', 'version': 6, 'round': 3, 'progress_dir': '/tmp/p', 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
+{'type': 'Upload', 'version': 7, 'round': 3, 'progress_dir': '/tmp/p', 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
 >>> decode(encode(msg)) == msg
 True
 """
@@ -26,7 +26,7 @@ from fedmst.core.route import Along
 from fedmst.core.span import PhaseSpan
 from fedmst.errors import FedmstError
 
-PROTOCOL_VERSION = 6
+PROTOCOL_VERSION = 7
 """Raised whenever a message's shape changes, so that an agent from another checkout is refused."""
 
 
@@ -71,7 +71,8 @@ class TaskSpec:
     active: tuple[int, ...]
     transfers: tuple[TransferSpec, ...]
     compute_s: float = 0.0
-    """Its local training lasts at least this long (a stand-in for compute on real accelerators)."""
+    """Its local training lasts at least this long on the host (a stand-in for compute on real
+    accelerators; a slowed run sends the workload's compute time times its scale)."""
     model: str | None = None
     dataset: str | None = None
     """Its own model and dataset (a workload file's); None: the run's (:class:`AgentSpec`'s)."""
@@ -95,6 +96,9 @@ class AgentSpec:
     slow: Mapping[str, float]
     """Node -> straggler factor (from ``--slow-node``)."""
     tasks: tuple[TaskSpec, ...]
+    time_scale: float = 1.0
+    """The run's time scale: a local model's training lasts at least this many times its CPU
+    time, as the slowed network around it would see compute on a dedicated core."""
     version: int = PROTOCOL_VERSION
 
     def to_json(self) -> str:
@@ -262,7 +266,7 @@ def encode(msg: Command | Reply | AgentSpec) -> dict[str, Any]:
     """``msg`` as a JSON-ready object: tuples become lists, integer mapping keys strings.
 
     >>> encode(Trained(task_seconds={"t": 1.5}, losses={}, late={"t": (2,)}))
-    {'type': 'Trained', 'version': 6, 'task_seconds': {'t': 1.5}, 'losses': {}, 'late': {'t': [2]}, 'seconds': 0.0}
+    {'type': 'Trained', 'version': 7, 'task_seconds': {'t': 1.5}, 'losses': {}, 'late': {'t': [2]}, 'seconds': 0.0}
     """
     if _MESSAGES.get(type(msg).__name__) is not type(msg):
         raise ProtocolError(f"not a protocol message: {type(msg).__name__}")
@@ -273,18 +277,18 @@ def decode(obj: Any) -> Command | Reply | AgentSpec:
     """The message ``obj`` (from :func:`encode`, through JSON) stands for, checked against its
     dataclass: known type, this protocol version, every required field and no other.
 
-    >>> decode({"type": "Train", "version": 6, "round": 2})
+    >>> decode({"type": "Train", "version": 7, "round": 2})
     Train(round=2, deadline_s=None)
-    >>> decode({"type": "Train", "version": 6, "round": 2, "deadline": 5})
+    >>> decode({"type": "Train", "version": 7, "round": 2, "deadline": 5})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Train: unknown field deadline
     >>> decode({"type": "Train", "version": 0, "round": 2})
     Traceback (most recent call last):
-    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 6
-    >>> decode({"type": "SetupDone", "version": 6, "samples": {"task0": {"0": 5}}})
+    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 7
+    >>> decode({"type": "SetupDone", "version": 7, "samples": {"task0": {"0": 5}}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: SetupDone: missing field runs_in
-    >>> decode({"type": "Evaluated", "version": 6, "accuracy": {"task0": "high"}})
+    >>> decode({"type": "Evaluated", "version": 7, "accuracy": {"task0": "high"}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Evaluated.accuracy.task0: expected float, got a string
     """

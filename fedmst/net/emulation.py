@@ -130,13 +130,15 @@ class Emulation:
     ``run`` is the run the emulation belongs to (its id names the hosts, its state file records
     the processes); without one it claims its own. ``queue`` is how each link direction's sender
     queues (:mod:`fedmst.net.queues`): one FIFO, or one queue per transfer served in turn.
+    ``rto_min_s`` is TCP's retransmission-timeout floor on every flow's routes (a slowed run's;
+    None: the kernel's). The emulation knows no time scale: a slowed run hands it a slowed graph.
     """
 
     def __init__(self, graph: nx.Graph, *, delay_mode: str = "auto", loss: float = 0.0,
                  jitter_s: float = 0.0, mtu: int = DEFAULT_MTU, netns: Mapping[str, int] | None = None,
                  capabilities: Capabilities | None = None, preload: Callable[[], None] | None = None,
                  changing: Iterable[tuple[str, str]] = (), run: RunState | None = None,
-                 queue: str = "fifo") -> None:
+                 queue: str = "fifo", rto_min_s: float | None = None) -> None:
         if not 0 <= loss < 1:
             raise EmulationError(f"loss must be a probability in [0, 1), got {loss}")
         if jitter_s < 0:
@@ -168,7 +170,8 @@ class Emulation:
         """Each link direction's link, both directions of a link one after the other."""
         self._ports: dict[str, list[str]] = {n: [] for n in self.nodes}
         self._processes = HostProcesses()
-        self._routes = FlowRoutes(self.nodes, self._hops, lambda node, lines: self._shells[node].batch("ip", lines))
+        self._routes = FlowRoutes(self.nodes, self._hops, lambda node, lines: self._shells[node].batch("ip", lines),
+                                  rto_min_s=rto_min_s)
         self._background = BackgroundTraffic()
         self._delay_lines = DelayLines(self._hops)
         self._run = run

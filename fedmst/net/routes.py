@@ -1,7 +1,8 @@
 """Routes for overlay transfers: each gets its own pair of /32 endpoint addresses, routed hop by
 hop along its planned physical path (and back along it for ACKs), so every transfer follows its
 path whatever else shares the nodes. The endpoint routes carry a ``src`` hint so that unbound
-sockets (gloo's connecting side) pick the flow's own address."""
+sockets (gloo's connecting side) pick the flow's own address, and, in a slowed run, TCP's
+retransmission-timeout floor (``rto_min``), which the kernel does not slow by itself."""
 
 from __future__ import annotations
 
@@ -30,11 +31,13 @@ class Flow:
 
 class FlowRoutes:
     """Hands out endpoint addresses (transfers' and background flows' from separate pools) and
-    installs each flow's routes with one ``ip -batch`` per node."""
+    installs each flow's routes with one ``ip -batch`` per node. ``rto_min_s``, where given, is
+    set on the routes of the flows' two ends, where their sockets look it up."""
 
     def __init__(self, nodes: Sequence[str], hops: Mapping[LinkDir, EmulatedLink],
-                 ip_batch: Callable[[str, list[str]], None]) -> None:
+                 ip_batch: Callable[[str, list[str]], None], rto_min_s: float | None = None) -> None:
         self._nodes = list(nodes)
+        self._end = "" if rto_min_s is None else f" rto_min {rto_min_s * 1e3:.0f}ms"
         self._hops = hops
         self._ip_batch = ip_batch
         self._pools: dict[bool, Iterator[ipaddress.IPv4Address]] = {
@@ -56,10 +59,10 @@ class FlowRoutes:
             cmds[path[-1]].append(f"addr add {b}/32 dev lo")
             for j, node in enumerate(path):
                 if j + 1 < len(path):
-                    src = f" src {a}" if j == 0 else ""
+                    src = f" src {a}{self._end}" if j == 0 else ""
                     cmds[node].append(f"route add {b}/32 via {self._via(node, path[j + 1])}{src}")
                 if j > 0:
-                    src = f" src {b}" if j == len(path) - 1 else ""
+                    src = f" src {b}{self._end}" if j == len(path) - 1 else ""
                     cmds[node].append(f"route add {a}/32 via {self._via(node, path[j - 1])}{src}")
         for node, lines in cmds.items():
             if lines:

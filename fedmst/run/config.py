@@ -136,6 +136,13 @@ class RunConfig:
                          help="Packet loss probability on every link direction (needs a delay mode other than off).")
     jitter_ms: float = option(0.0, "--jitter-ms", check=(lambda v: v >= 0, "give 0 or more milliseconds"),
                               help="Uniform delay jitter (+-) on every link direction; packet order is kept.")
+    time_scale: float = option(
+        1.0, "--time-scale", metavar="N", check=(lambda v: 1 <= v <= 1000, "give a factor from 1 to 1000"),
+        help="Run the emulation N times slower than the network it stands for: capacities / N; delays, "
+             "timeouts, background flows, link traces and compute x N; every time reported is the "
+             "network's (docs/time-scale.md). For runs whose phases this host's CPUs would bound.")
+    """Virtual time (:class:`fedmst.core.timescale.TimeScale`): the figures a host with enough
+    cores would measure, at N times the wall-clock."""
     phase_timeout_s: float = option(300.0)
     save_models: bool = option(False, "--save-models",
                                help="Write trained local and aggregated global weights to OUT/models.")

@@ -132,9 +132,11 @@ class _Run:
         self.ceiling = _link_ceiling(resolved, capabilities, lambda m: self.report(f"{self.tag} {m}"))
         hosts = {node: state.host_name(i) for i, node in enumerate(sorted(resolved.graph.nodes, key=node_order))}
         netns = backend.up(hosts, mounts=(str(scratch), str(self.out.resolve())))
+        scale = resolved.scale
         self.emu = emu = Emulation(
-            resolved.graph, delay_mode=resolved.delay_mode, loss=config.loss, jitter_s=config.jitter_ms / 1e3,
-            mtu=config.mtu, queue=config.queue, netns=netns, capabilities=capabilities,
+            scale.graph(resolved.graph), delay_mode=resolved.delay_mode, loss=config.loss,
+            jitter_s=scale.real_s(config.jitter_ms / 1e3), mtu=config.mtu, queue=config.queue,
+            rto_min_s=scale.rto_min_s(), netns=netns, capabilities=capabilities,
             preload=backend.preload(model=config.model, dataset=config.dataset, optimizer=config.optimizer,
                                     batch_size=config.batch_size, lr=config.lr),
             changing=[c.link for c in resolved.link_changes if c.delay_ms is not None or c.loss is not None],
@@ -142,6 +144,8 @@ class _Run:
         with emu:
             self.times["network"] = time.monotonic() - self.started
             self.report(f"{self.tag} run {state.id}'s links: htb bandwidth; {emu.emulated()['note']}")
+            if scale.slowed:
+                self.report(f"{self.tag} {scale.describe(resolved.graph)}")
             self.session = session = Session(resolved, emu, backend, self.out, scratch, self.report)
             try:
                 if config.clock == "independent":
@@ -164,13 +168,20 @@ class _Run:
         wall_s = time.monotonic() - self.started
         times["teardown"] = wall_s - sum(s for name, s in times.items() if name != "prepare")
         common: dict[str, Any] = dict(
-            emulated={**emu.emulated(), **self.ceiling} if emu else {}, workers=self.backend.describe(),
+            emulated={**emu.emulated(), **self.ceiling, **self.network_terms()} if emu else {},
+            workers=self.backend.describe(),
             wall_s=wall_s, status=self.status, times={k: round(v, 3) for k, v in times.items()},
             background=self.session.background if self.session else [])
         summary = (summarise_clock(self.resolved, clock, **common) if clock is not None
                    else summarise(self.resolved, self.rounds, **common))
         summary.write(self.out / "summary.json")
         return summary
+
+
+    def network_terms(self) -> dict[str, object]:
+        """summary.json's ``emulated`` in the network's terms: the time scale, and the jitter
+        asked for (the emulation was handed it slowed)."""
+        return {"time_scale": self.resolved.config.time_scale, "jitter_s": self.resolved.config.jitter_ms / 1e3}
 
 
 def _link_ceiling(resolved: ResolvedRun, capabilities: Capabilities, report: Report) -> dict[str, object]:
@@ -181,12 +192,14 @@ def _link_ceiling(resolved: ResolvedRun, capabilities: Capabilities, report: Rep
     except FedmstError as exc:  # advice, not the run: say so and go on
         report(f"warning: {exc}; link capacities are not checked against what this host carries")
         return {"link_ceiling_mbps": None, "bandwidth_cpu_bound": None}
-    above = cpu_bound_links(resolved.graph, ceiling)
+    scale = resolved.scale
+    above = cpu_bound_links(scale.graph(resolved.graph), ceiling)
     if above:
         shown = ", ".join(above[:5]) + (", ..." if len(above) > 5 else "")
         report(f"warning: {len(above)} link(s) ({shown}) have a capacity above the {ceiling:.0f} Mbit/s one "
-               "emulated link of this host carries: their bandwidth is bound by the CPU, not emulated, and "
-               "their predictions cannot hold")
+               "emulated link of this host carries" + (f" even {scale.factor:g} times slower" if scale.slowed else "")
+               + ": their bandwidth is bound by the CPU, not emulated, and their predictions cannot hold "
+               "(a larger --time-scale slows them below it)")
     return {"link_ceiling_mbps": ceiling, "bandwidth_cpu_bound": above}
 
 

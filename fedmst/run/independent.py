@@ -8,6 +8,7 @@ and each task's phases from the spans the nodes report, beside the timeline
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import psutil
 
@@ -43,11 +44,12 @@ class IndependentRun:
                            + ", ".join(f"{n} starts {o:.2f} s later" for n, o in shifted.items()))
         before, background = emu.counters_and_background()
         drops, retransmits, cpu = emu.queue_drops(), emu.tcp_retransmits(), psutil.cpu_times()
-        begun = time.monotonic()
-        limit = session.timeout_s * 3 * max(rounds.values()) + max(offsets.values())
+        begun, scale = time.monotonic(), session.scale
+        real_offsets = {name: scale.real_s(o) for name, o in offsets.items()}
+        limit = session.timeout_s * 3 * max(rounds.values()) + max(real_offsets.values())
         with session.sampler.sampling(0, "rounds"):
             replies = session.server.run(
-                RunRounds(start_at=session.started_at, rounds=rounds, offsets=offsets,
+                RunRounds(start_at=session.started_at, rounds=rounds, offsets=real_offsets,
                           weights=aggregation_weights(live, session.samples, {}, 1)),
                 timeout_s=limit, check=session.check)
         session.times["rounds"] = time.monotonic() - begun
@@ -57,7 +59,8 @@ class IndependentRun:
         clock.link_bytes = {hop: after[hop] - before[hop] - clock.background_bytes[hop] for hop in after}
         clock.queue_drops = {hop: n - drops[hop] for hop, n in emu.queue_drops().items()}
         clock.retransmits = emu.tcp_retransmits() - retransmits
-        clock.spans = {node: reply.spans for node, reply in replies.items()}
+        clock.spans = {node: tuple(replace(s, start_s=scale.network_s(s.start_s), end_s=scale.network_s(s.end_s))
+                                   for s in reply.spans) for node, reply in replies.items()}
         clock.accuracy = {name: list(acc) for reply in replies.values() for name, acc in reply.accuracy.items()}
         write_clock_tables(session.out, clock, session.graph, config.mtu)
         write_csv(session.out / "samples.csv", SAMPLE_FIELDS, session.sampler.rows)

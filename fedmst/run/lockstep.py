@@ -81,7 +81,8 @@ class LockstepRun:
         background, begun = emu.counters_and_background()[1], time.monotonic()
         for phase in ROUND_PHASES:
             self.phase(res, phase)
-        res.window = (begun - session.started_at, time.monotonic() - session.started_at)
+        res.window = (session.scale.network_s(begun - session.started_at),
+                      session.scale.network_s(time.monotonic() - session.started_at))
         counted = emu.counters_and_background()[1]
         res.background_bytes = {hop: n - background[hop] for hop, n in counted.items()}
         if self.config.link_state == "measured":
@@ -122,11 +123,12 @@ class LockstepRun:
         session, r = self.session, res.round
         session.phase_watch.begin()
         if phase == "train":
-            return Train(round=r, deadline_s=self.config.deadline_s)
+            deadline = self.config.deadline_s
+            return Train(round=r, deadline_s=None if deadline is None else session.scale.real_s(deadline))
         self._attempts += 1
         progress = session.scratch / "progress" / f"{self._attempts:04d}-round{r}-{phase}"
         progress.mkdir(parents=True)
-        watch = StallWatch(session.specs, phase, stall_s=self.config.stall_s, start=time.monotonic())
+        watch = StallWatch(session.specs, phase, stall_s=self.config.stall_s, start=session.clock())
         watch.observe(watch.start, self.emu.counters())
         session.phase_watch.begin(watch, progress)
         if phase == "broadcast":
@@ -140,7 +142,7 @@ class LockstepRun:
         session, emu, r = self.session, self.emu, res.round
         server, timeout_s = session.server, session.timeout_s
         strikes = strikes_for(r, phase, session.resolved.link_failures, session.resolved.kills,
-                              lambda u, v: emu.set_link(u, v, up=False), session.agents)
+                              lambda u, v: emu.set_link(u, v, up=False), session.agents, session.scale, session.clock)
         before, background = emu.counters_and_background()
         cpu = psutil.cpu_times()
         start = time.perf_counter()
@@ -156,8 +158,8 @@ class LockstepRun:
                     self.live.down.add(strike.link)
             notice_kills([st.node for st in strikes if st.node is not None], session.agents, server,
                          timeout_s=timeout_s)
-            outcome = assess(phase, replies, strikes, self.live, server.lost, session.agents.died,
-                             session.phase_watch.stall)
+            died = {node: session.scale.network_s(t) for node, t in session.agents.died.items()}
+            outcome = assess(phase, replies, strikes, self.live, server.lost, died, session.phase_watch.stall)
             if outcome.fault is not None:
                 fault = outcome.fault
                 after, counted = emu.counters_and_background()
@@ -172,13 +174,14 @@ class LockstepRun:
                     res.plans[phase] = self.live.plans
                     replies = server.run(self.command(res, phase), timeout_s=timeout_s, check=session.check)
         session.phase_watch.begin()
-        res.seconds[phase] = time.perf_counter() - start
+        res.seconds[phase] = session.scale.network_s(time.perf_counter() - start)
         res.cpu_busy[phase] = cpu_busy(cpu, psutil.cpu_times())
         if phase == "train":
             res.late = late_models(replies)
             self.report_late(r, res.late)
         res.task_seconds[phase] = {
-            p.task.name: max(rep.task_seconds.get(p.task.name, 0.0) for rep in replies.values())
+            p.task.name: session.scale.network_s(max(rep.task_seconds.get(p.task.name, 0.0)
+                                                     for rep in replies.values()))
             for p in self.live.plans
         }
         after, counted = emu.counters_and_background()

@@ -23,6 +23,7 @@ from fedmst.core.linktrace import LinkChange, graph_at
 from fedmst.core.plan import TRANSFER_PHASES, Plan, predicted_phase_seconds
 from fedmst.core.route import LinkDir
 from fedmst.core.span import PhaseSpan
+from fedmst.core.timescale import REAL_TIME, TimeScale
 from fedmst.core.topology import node_order
 from fedmst.core.workload import link_state
 from fedmst.run.recovery import FaultEvent
@@ -103,12 +104,14 @@ class RoundResult:
 
 
 class CounterSampler:
-    """Reads every link direction's byte counter every ``interval_s`` while a phase runs, so that
-    a link's utilisation over time (and its peak) can be plotted, not only its total."""
+    """Reads every link direction's byte counter every ``interval_s`` of the network's time while
+    a phase runs, so that a link's utilisation over time (and its peak) can be plotted, not only
+    its total; ``t_s`` is the network's time too (``scale``)."""
 
-    def __init__(self, read: Callable[[], dict[LinkDir, int]], interval_s: float = 0.1) -> None:
+    def __init__(self, read: Callable[[], dict[LinkDir, int]], interval_s: float = 0.1,
+                 scale: TimeScale = REAL_TIME) -> None:
         self.read = read
-        self.interval_s = interval_s
+        self.interval_s, self.scale = interval_s, scale
         self.rows: list[dict[str, Any]] = []
         self.t0: float | None = None
         """The monotonic time ``t_s`` counts from (default: the first sample's)."""
@@ -122,11 +125,12 @@ class CounterSampler:
             counters = self.read()
             now = (before + time.monotonic()) / 2  # the read takes a few ms: stamp its middle
             self.t0 = now if self.t0 is None else self.t0
-            self.rows += [{"t_s": now - self.t0, "round": round_, "phase": phase, "src": u, "dst": v,
-                           "bytes": n} for (u, v), n in sorted(counters.items())]
+            t_s = self.scale.network_s(now - self.t0)
+            self.rows += [{"t_s": t_s, "round": round_, "phase": phase, "src": u, "dst": v, "bytes": n}
+                          for (u, v), n in sorted(counters.items())]
 
         def loop() -> None:
-            while not stop.wait(self.interval_s):
+            while not stop.wait(self.scale.real_s(self.interval_s)):
                 sample()
 
         sample()

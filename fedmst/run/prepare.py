@@ -20,6 +20,7 @@ from fedmst.core.linktrace import LinkChange, read_link_trace
 from fedmst.core.ordering import shortest_jobs_first
 from fedmst.core.schedulers import get_scheduler
 from fedmst.core.tasks import Task, place_task
+from fedmst.core.timescale import TimeScale
 from fedmst.core.topology import load_topology, node_order
 from fedmst.core.traffic import BackgroundFlow, parse_flow, read_traffic_file
 from fedmst.core.workload import TaskEntry, WorkloadPlan, make_tasks, read_workload, schedule_workload
@@ -52,6 +53,11 @@ class ResolvedRun:
     """Task -> seconds its start is shifted by ``--interleave`` (beyond its own ``start_s``)."""
     profiles: tuple[Profile, ...] = ()
     """Each admitted task's round as predicted alone (:mod:`fedmst.core.contention`), in plan order."""
+
+    @property
+    def scale(self) -> TimeScale:
+        """How much slower than its network the run emulates it (``--time-scale``)."""
+        return TimeScale(self.config.time_scale)
 
 
 @dataclass(frozen=True)

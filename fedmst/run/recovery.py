@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 from fedmst.core import faults
 from fedmst.core.plan import Plan
 from fedmst.core.tasks import Task
+from fedmst.core.timescale import REAL_TIME, TimeScale
 from fedmst.core.topology import node_order
 from fedmst.errors import EmulationError, FedmstError, WorkerDied
 from fedmst.protocol import Failed, Reply
@@ -62,32 +63,34 @@ def aggregation_weights(live: Live, samples: Mapping[str, Mapping[int, int]], la
 class Strike:
     """A fault that strikes ``after_s`` seconds into a phase, under its transfers, or at the
     phase's end if the phase is done sooner. ``action`` injects it and returns the bytes it
-    destroyed in flight."""
+    destroyed in flight. Times are the network's: ``scale`` slows the timer, ``clock`` (monotonic,
+    in the network's seconds) stamps when it struck."""
 
     def __init__(self, event: str, after_s: float, action: Callable[[], int], *, node: str | None = None,
-                 link: tuple[str, str] | None = None) -> None:
-        self.event, self.action = event, action
+                 link: tuple[str, str] | None = None, scale: TimeScale = REAL_TIME,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.event, self.action, self.clock = event, action, clock
         self.node, self.link = node, link
         """The worker it kills, or the link it takes down."""
         self.description = ""
         self.at_s: float | None = None
         self.when = 0.0
-        """When it struck (monotonic clock)."""
+        """When it struck (``clock``)."""
         self.lost_bytes = 0
         self._lock = threading.Lock()
-        self._timer = threading.Timer(after_s, self.strike)
+        self._timer = threading.Timer(scale.real_s(after_s), self.strike)
         self._t0 = 0.0
 
     def start(self) -> None:
-        self._t0 = time.perf_counter()
+        self._t0 = self.clock()
         self._timer.start()
 
     def strike(self) -> None:
         with self._lock:
             if self.at_s is None:
-                self.when = time.monotonic()
+                self.when = self.clock()
                 self.lost_bytes = self.action()
-                self.at_s = time.perf_counter() - self._t0
+                self.at_s = self.clock() - self._t0
 
     def finish(self, phase: str) -> None:
         """Strike now if the phase ended first, and describe what happened when."""
@@ -100,11 +103,12 @@ class Strike:
 
 def strikes_for(round_: int, phase: str, link_failures: tuple[faults.LinkFailure, ...],
                 kills: tuple[faults.WorkerKill, ...], set_link_down: Callable[[str, str], int],
-                agents: Agents) -> list[Strike]:
+                agents: Agents, scale: TimeScale, clock: Callable[[], float]) -> list[Strike]:
     """The faults that strike during this phase: links failing under the broadcast, workers
-    killed under the broadcast (``@R+S``) or while they train (``@R``)."""
+    killed under the broadcast (``@R+S``) or while they train (``@R``); ``scale`` and ``clock`` as
+    :class:`Strike` takes them."""
     strikes = [Strike(f"link {f.link[0]}-{f.link[1]} down", f.after_s, lambda f=f: set_link_down(*f.link),
-                      link=f.link)
+                      link=f.link, scale=scale, clock=clock)
                for f in link_failures if f.round == round_ and f.after_s is not None and phase == "broadcast"]
 
     def kill(node: str) -> int:
@@ -114,7 +118,7 @@ def strikes_for(round_: int, phase: str, link_failures: tuple[faults.LinkFailure
     for k in kills:
         if k.round == round_ and phase == ("broadcast" if k.after_s is not None else "train"):
             strikes.append(Strike(f"worker on node {k.node} killed", k.after_s or 0.0, lambda n=k.node: kill(n),
-                                  node=k.node))
+                                  node=k.node, scale=scale, clock=clock))
     return strikes
 
 
@@ -201,7 +205,8 @@ class Assessment:
 def assess(phase: str, replies: Mapping[str, Reply], strikes: list[Strike], live: Live,
            lost: Mapping[str, str], died: Mapping[str, float], stall: Stall | None = None) -> Assessment:
     """After a phase: did links fail or workers die under it (``strikes`` injected, ``lost``
-    agents dropped by the control server, ``died`` when each death was noticed)? Then the tasks
+    agents dropped by the control server, ``died`` when each death was noticed, on the strikes'
+    clock)? Then the tasks
     are re-planned around them, and if transfers failed (they break when a peer dies, or the
     coordinator aborted the phase on the ``stall`` it found) the phase runs again. A failure
     with neither cause ends the run, naming the stall if there was one. Marks the newly dead

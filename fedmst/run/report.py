@@ -260,6 +260,8 @@ def summary_table(summaries: Mapping[str, Summary], ratios_to_first: bool = Fals
     table.caption = (f"{first.local_models} local models, model {first.model} "
                      f"({size_label(first.model_bytes)}), {first.rounds} rounds; "
                      f"delay: {first.emulated['delay_mechanism']}; workers: {first.workers.label}"
+                     + (f"; time scale {first.emulated['time_scale']:g}, times the network's"
+                        if first.emulated.get("time_scale", 1) != 1 else "")
                      + (f"; ratios to {labels[0]} in comparison.json" if ratios_to_first and not others else ""))
     return table
 

@@ -21,6 +21,7 @@ import fedmst
 from fedmst.core.linktrace import LinkChange
 from fedmst.core.plan import Transfer, plan_summary
 from fedmst.core.route import LinkDir
+from fedmst.core.timescale import TimeScale
 from fedmst.core.traffic import as_json
 from fedmst.errors import FedmstError
 from fedmst.net.emulation import Emulation
@@ -70,11 +71,13 @@ def overrun(compute_s: float, trained: list[float]) -> str:
 class LinkTrace:
     """Applies a link trace (``--link-trace``) on time, from a thread of its own, while the rounds
     run: each change is made live (:meth:`~fedmst.net.emulation.Emulation.change_link`), reported,
-    and recorded in ``link_changes.json`` with when it was asked for and when it took effect."""
+    and recorded in ``link_changes.json`` with when it was asked for and when it took effect, both
+    in the network's time (a slowed run applies it ``scale`` times later and slower)."""
 
     def __init__(self, emu: Emulation, changes: tuple[LinkChange, ...], started_at: float, record: Path,
-                 report: Report) -> None:
+                 report: Report, scale: TimeScale) -> None:
         self.emu, self.changes, self.started_at, self.record, self.report = emu, changes, started_at, record, report
+        self.scale = scale
         self.applied: list[dict[str, Any]] = []
         self.error: Exception | None = None
         self._stop = threading.Event()
@@ -97,11 +100,13 @@ class LinkTrace:
     def _apply(self) -> None:
         try:
             for change in self.changes:
-                if self._stop.wait(max(0.0, self.started_at + change.at_s - time.monotonic())):
+                real = self.scale.change(change)
+                if self._stop.wait(max(0.0, self.started_at + real.at_s - time.monotonic())):
                     return
-                self.emu.change_link(*change.link, capacity_mbps=change.capacity_mbps, loss=change.loss,
-                                     delay_s=None if change.delay_ms is None else change.delay_ms / 1e3)
-                self.applied.append({**change.as_json(), "applied_s": round(time.monotonic() - self.started_at, 4)})
+                self.emu.change_link(*real.link, capacity_mbps=real.capacity_mbps, loss=real.loss,
+                                     delay_s=None if real.delay_ms is None else real.delay_ms / 1e3)
+                applied_s = self.scale.network_s(time.monotonic() - self.started_at)
+                self.applied.append({**change.as_json(), "applied_s": round(applied_s, 4)})
                 write_json(self.record, self.applied)
                 what = ", ".join(f"{k} {v:g}" for k, v in change.as_json().items() if k not in ("at_s", "a", "b"))
                 self.report(f"link {change.link[0]}-{change.link[1]}: {what} at {self.applied[-1]['applied_s']:.2f} s")
@@ -112,9 +117,11 @@ class LinkTrace:
 class PhaseWatch:
     """The stall watch of the transfer phase running now, if any: fed a reading of the links and
     the arrivals while the coordinator waits, it leaves the abort file that makes every agent
-    give the phase up once it finds a transfer stalled."""
+    give the phase up once it finds a transfer stalled. ``clock`` is the watch's (the network's
+    seconds, so that a stall timeout means the same at any time scale)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
         self.watch: StallWatch | None = None
         self.progress: Path | None = None
         """The phase's progress folder, where the agents mark arrivals."""
@@ -128,10 +135,10 @@ class PhaseWatch:
         watch, progress = self.watch, self.progress
         if watch is None or progress is None or self.stall is not None:
             return
-        now = time.monotonic()
-        if now - self._looked < 0.25:  # check() runs at every reply too: read the links 4 times a second at most
+        if time.monotonic() - self._looked < 0.25:  # check() runs at every reply too: 4 readings a second at most
             return
-        self._looked = now
+        self._looked = time.monotonic()
+        now = self.clock()
         watch.observe(now, counters())
         watch.arrive((p.name for p in progress.iterdir() if p.name != ABORT_FILE), now)
         self.stall = watch.stalled(now)
@@ -147,7 +154,9 @@ class Session:
         self.resolved, self.config, self.graph = resolved, resolved.config, resolved.graph
         self.emu, self.backend, self.out, self.scratch, self.report = emu, backend, out, scratch, report
         self.tag = f"[{self.config.scheduler}]"
-        self.timeout_s = self.config.phase_timeout_s
+        self.scale = resolved.scale
+        self.timeout_s = self.scale.real_s(self.config.phase_timeout_s)
+        """The phase timeout on the host's clock (the agents' too)."""
         plans = resolved.workload.plans
         self.live = Live(tasks={p.task.name: p.task for p in plans}, plans=plans,
                          models={p.task.name: tuple(range(p.task.k)) for p in plans})
@@ -155,9 +164,9 @@ class Session:
         """Task -> its place in the workload, which seeds its data and initial weights."""
         self.samples: dict[str, dict[int, int]] = {}
         """Task -> local model -> its training samples (the aggregation weights)."""
-        self.sampler = CounterSampler(emu.counters)
+        self.sampler = CounterSampler(emu.counters, scale=self.scale)
         self.specs: tuple[TaskSpec, ...] = ()
-        self.phase_watch = PhaseWatch()
+        self.phase_watch = PhaseWatch(self.clock)
         self.started_at = 0.0
         """When the first round began (monotonic clock)."""
         self.background: list[dict[str, Any]] = []
@@ -167,6 +176,10 @@ class Session:
         """Seconds spent starting the agents (``agents``) and in the rounds (``rounds``)."""
         self.server: ControlServer
         self.agents: Agents
+
+    def clock(self) -> float:
+        """Now on a monotonic clock in the network's seconds: what fault times and stalls are measured on."""
+        return self.scale.network_s(time.monotonic())
 
     def task_specs(self) -> tuple[TaskSpec, ...]:
         """Each task as the agents need it, with its transfers' routes installed in the emulation.
@@ -188,7 +201,8 @@ class Session:
             joins = connections[task.name]
             specs.append(TaskSpec(
                 name=task.name, global_node=task.global_node, local_nodes=task.local_nodes,
-                seed=self.config.seed + self.index[task.name], active=original, compute_s=task.compute_s,
+                seed=self.config.seed + self.index[task.name], active=original,
+                compute_s=self.scale.real_s(task.compute_s),
                 model=task.model, dataset=task.dataset,
                 transfers=tuple(
                     TransferSpec(key=k, phase=t.phase, path=t.path, models=tuple(sorted(original[j] for j in t.models)),
@@ -209,11 +223,12 @@ class Session:
             self.started_at = time.monotonic() + (0.3 if resolved.background else 0.0)
             self.sampler.t0 = self.started_at
             if resolved.background:
-                self.emu.start_background(resolved.background, self.started_at, self.out / "background")
+                self.emu.start_background([self.scale.flow(f) for f in resolved.background], self.started_at,
+                                          self.out / "background")
                 self.report(f"{self.tag} background: {', '.join(f.label for f in resolved.background)}")
                 time.sleep(max(0.0, self.started_at - time.monotonic()))
             self.trace = LinkTrace(self.emu, resolved.link_changes, self.started_at, self.out / "link_changes.json",
-                                   lambda line: self.report(f"{self.tag} {line}"))
+                                   lambda line: self.report(f"{self.tag} {line}"), self.scale)
             try:
                 with self.trace:
                     rounds()
@@ -232,7 +247,7 @@ class Session:
             control_socket=str(self.scratch / "control.sock"), store_dir=str(self.scratch / "store"),
             model=config.model, dataset=config.dataset, epochs=config.epochs, batch_size=config.batch_size,
             lr=config.lr, optimizer=config.optimizer, alpha=config.alpha, chunk_bytes=config.chunk_bytes,
-            timeout_s=self.timeout_s, slow=dict(self.resolved.slow), tasks=specs,
+            timeout_s=self.timeout_s, slow=dict(self.resolved.slow), tasks=specs, time_scale=self.scale.factor,
         )
         write_json(self.out / "plan.json", {
             "scheduler": config.scheduler, "order": config.order,
@@ -264,12 +279,14 @@ class Session:
         self.times["rounds"] = 0.0
 
     def _stop_background(self) -> None:
-        """Stop the background flows and record what each sent (background.json)."""
+        """Stop the background flows and record what each sent (background.json), in the network's time."""
         sent = self.emu.stop_background()
-        self.background = [{**asked, "sent_bytes": done["sent_bytes"], "sent_seconds": done["seconds"],
-                            "sent_mbps": done["sent_bytes"] * 8 / done["seconds"] / 1e6
-                            if done["sent_bytes"] and done["seconds"] else None}
-                           for asked, done in zip(as_json(list(self.resolved.background)), sent.values())]
+        self.background = []
+        for asked, done in zip(as_json(list(self.resolved.background)), sent.values()):
+            seconds = self.scale.network_s(done["seconds"])
+            self.background.append({**asked, "sent_bytes": done["sent_bytes"], "sent_seconds": seconds,
+                                    "sent_mbps": done["sent_bytes"] * 8 / seconds / 1e6
+                                    if done["sent_bytes"] and seconds else None})
         write_json(self.out / "background.json", self.background)
 
     def check(self) -> None:

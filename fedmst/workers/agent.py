@@ -310,8 +310,10 @@ class Agent:
         """Train ``role``'s active local models here, one after another; return their losses and the
         models that were late.
 
-        A node slowed by ``slow`` (a factor, from ``--slow-node``) waits ``slow - 1`` times each
-        model's real training time after it, as a CPU that much slower would take. With a
+        A model's training lasts its real time or, in a slowed run, ``time_scale`` times the CPU
+        time it took, whichever is longer: the slowed network sees compute as a dedicated core
+        would do it, however many models share this host's cores. A node slowed by ``slow`` (a
+        factor, from ``--slow-node``) takes ``slow`` times that, as a CPU that much slower would. With a
         ``deadline`` (seconds after ``start``), a model not done by then (or whose task's
         ``compute_s`` is longer) is late: its update is dropped (the node still relays and
         aggregates the others) and training here ends at the deadline.
@@ -325,12 +327,13 @@ class Agent:
             if i not in active:
                 continue
             role.trained.pop(i, None)
-            began = time.perf_counter()
+            began, cpu = time.perf_counter(), time.thread_time()
             losses[f"{role.name}/{i}"] = training.train_local(
                 model, x, y, epochs=spec.epochs, batch_size=spec.batch_size, lr=spec.lr, optimizer=spec.optimizer,
                 seed=training.local_seed(role.spec.seed, round_, i),
             )
-            finish = time.perf_counter() + (time.perf_counter() - began) * (slow - 1)
+            took = max(time.perf_counter() - began, spec.time_scale * (time.thread_time() - cpu))
+            finish = began + took * slow
             if deadline is not None and max(finish - start, role.spec.compute_s) > deadline:
                 time.sleep(max(0.0, start + deadline - time.perf_counter()))
                 late.append(i)

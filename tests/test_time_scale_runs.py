@@ -1,0 +1,63 @@
+"""Virtual time for real (``--time-scale``): the emulation runs slower by the factor, and every
+time, rate and change the run reports is the network's (each test leaves nothing behind)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from conftest import FEDMST
+from fedmst.run.results import read_csv
+
+pytestmark = pytest.mark.integration
+SCALE = 4
+CAPACITY_MBPS = 50.0
+"""line3's links."""
+
+
+def test_a_slowed_run_reports_the_networks_times_rates_and_changes(clean_host: None, tmp_path: Path) -> None:
+    """line3 four times slower, with a background flow and a link trace: the rounds really take
+    four times the predicted phases, yet the phases, the links' sampled rates, the background
+    flow's rate and the change's time come out in the network's terms, and the weights' bytes
+    are the plan's."""
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"changes": [{"at_s": 0.3, "a": "b", "b": "c", "loss": 0.0}]}))
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [FEDMST, "run", "--topology", "line3", "--global-node", "a", "--local-nodes", "b,c", "--local-models", "2",
+         "--rounds", "1", "--epochs", "1", "--time-scale", str(SCALE), "--traffic", "a-c:5mbit:udp",
+         "--link-trace", str(trace), "--out", str(out)],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "time scale 4: 50 Mbit/s links run at 12.5 Mbit/s; times are the network's" in " ".join(proc.stdout.split())
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["emulated"]["time_scale"] == SCALE
+    assert json.loads((out / "config.json").read_text())["time_scale"] == SCALE  # a re-run repeats it
+
+    (round_,) = read_csv(out / "rounds.csv")
+    predicted = float(round_["predicted_broadcast_s"]) + float(round_["predicted_upload_s"])
+    measured = float(round_["broadcast_s"]) + float(round_["upload_s"])
+    assert measured >= 0.9 * predicted  # htb never lets the network go faster than its links
+    # the host really ran it four times slower than the network it reports on
+    assert summary["time_breakdown_s"]["rounds"] >= 0.9 * SCALE * predicted
+    for row in read_csv(out / "links.csv"):
+        planned = int(row["predicted_bytes"])
+        if planned:
+            assert abs(int(row["measured_weight_bytes"]) - planned) <= 0.02 * planned, row
+
+    # sampled rates are the network's: a-b is busy near its 50 Mbit/s in the broadcast, never far above
+    samples: dict[tuple[str, str], list[tuple[float, int]]] = defaultdict(list)
+    for s in read_csv(out / "samples.csv"):
+        samples[(s["src"], s["dst"])].append((float(s["t_s"]), int(s["bytes"])))
+    a_b = samples[("a", "b")]
+    rates = [(b2 - b1) * 8 / (t2 - t1) / 1e6 for (t1, b1), (t2, b2) in zip(a_b, a_b[1:]) if t2 - t1 >= 0.05]
+    assert rates and 0.5 * CAPACITY_MBPS <= max(rates) <= 1.25 * CAPACITY_MBPS, rates
+
+    (flow,) = summary["background"]
+    assert 0.5 * 5 < flow["sent_mbps"] < 5.5, flow  # paced at 5 Mbit/s of the network's (1.25 on the host)
+    (change,) = json.loads((out / "link_changes.json").read_text())
+    assert 0.3 <= change["applied_s"] <= float(round_["round_s"]), change  # never early, in the network's time

@@ -1,0 +1,84 @@
+"""Virtual time's pure half: one conversion between the network's clock and the host's, applied
+to the graph, background flows, link traces and TCP's timeout floor (no network here)."""
+
+from __future__ import annotations
+
+import networkx as nx
+import pytest
+
+from fedmst.core.linktrace import LinkChange
+from fedmst.core.timescale import REAL_TIME, TCP_RTO_MIN_S, TimeScale
+from fedmst.core.traffic import BackgroundFlow
+from fedmst.errors import FedmstError
+from fedmst.net.link import EmulatedLink, LinkEnd, LinkShaping
+from fedmst.net.routes import FlowRoutes
+from fedmst.run.config import RunConfig, validate
+
+
+@pytest.mark.parametrize("factor", [1.0, 2.5, 40.0])
+def test_a_time_and_a_rate_go_there_and_back(factor: float) -> None:
+    scale = TimeScale(factor)
+    assert scale.network_s(scale.real_s(0.37)) == pytest.approx(0.37)
+    # what a slowed link carries in a real second is what the network carries in 1/N of one
+    assert scale.real_mbps(100.0) * scale.real_s(1.0) == pytest.approx(100.0)
+
+
+def test_the_slowed_graph_keeps_every_links_bandwidth_delay_product() -> None:
+    g = nx.Graph()
+    g.add_edge("a", "b", capacity_mbps=100.0, delay_s=0.002, km=400)
+    g.add_edge("b", "c", capacity_mbps=10_000.0, delay_s=0.001, km=200)
+    slowed = TimeScale(8).graph(g)
+    for u, v in g.edges:
+        before, after = g.edges[u, v], slowed.edges[u, v]
+        assert after["capacity_mbps"] == before["capacity_mbps"] / 8 and after["delay_s"] == before["delay_s"] * 8
+        assert after["capacity_mbps"] * after["delay_s"] == pytest.approx(before["capacity_mbps"] * before["delay_s"])
+        assert after["km"] == before["km"]
+    assert g.edges["a", "b"]["capacity_mbps"] == 100.0, "the run's graph (predictions) is not touched"
+
+
+def test_real_time_changes_nothing() -> None:
+    g = nx.Graph()
+    g.add_edge("a", "b", capacity_mbps=50.0, delay_s=0.0005)
+    flow = BackgroundFlow("a", "b", 20.0, "tcp", 1.0, None)
+    change = LinkChange(3.0, ("a", "b"), capacity_mbps=10.0)
+    assert not REAL_TIME.slowed and REAL_TIME.rto_min_s() is None
+    assert nx.utils.graphs_equal(REAL_TIME.graph(g), g)
+    assert REAL_TIME.flow(flow) == flow and REAL_TIME.change(change) == change
+
+
+def test_a_flow_and_a_change_keep_what_is_not_time() -> None:
+    scale = TimeScale(3)
+    flow = scale.flow(BackgroundFlow("a", "c", 30.0, "tcp", 2.0, None))
+    assert (flow.src, flow.dst, flow.protocol, flow.end_s) == ("a", "c", "tcp", None)
+    assert flow.mbps == 10.0 and flow.start_s == 6.0
+    change = scale.change(LinkChange(1.0, ("a", "b"), loss=0.02))
+    assert change == LinkChange(3.0, ("a", "b"), loss=0.02)
+
+
+def test_tcps_timeout_floor_follows_the_scale() -> None:
+    assert TimeScale(10).rto_min_s() == pytest.approx(10 * TCP_RTO_MIN_S)
+
+
+def _routes(rto_min_s: float | None) -> dict[str, list[str]]:
+    shaping = LinkShaping("off", "fifo", 1500, 0.0, 0.0)
+    ab = EmulatedLink((LinkEnd("a", "a-eth0", "10.0.0.1"), LinkEnd("b", "b-eth0", "10.0.0.2")), 10.0, 0.0, shaping)
+    bc = EmulatedLink((LinkEnd("b", "b-eth1", "10.0.0.5"), LinkEnd("c", "c-eth0", "10.0.0.6")), 10.0, 0.0, shaping)
+    hops = {("a", "b"): ab, ("b", "a"): ab, ("b", "c"): bc, ("c", "b"): bc}
+    lines: dict[str, list[str]] = {}
+    FlowRoutes(["a", "b", "c"], hops, lambda node, batch: lines.setdefault(node, []).extend(batch),
+               rto_min_s=rto_min_s).install({"t": ("a", "b", "c")})
+    return lines
+
+
+def test_a_slowed_runs_routes_raise_the_timeout_floor_at_both_ends_of_a_flow() -> None:
+    lines = _routes(0.8)
+    ends = [line for node in ("a", "c") for line in lines[node] if line.startswith("route")]
+    assert ends and all(line.endswith(" rto_min 800ms") for line in ends)
+    assert not any("rto_min" in line for line in lines["b"]), "a relay's forwarding routes hold no socket"
+    assert not any("rto_min" in line for lines_ in _routes(None).values() for line in lines_)
+
+
+@pytest.mark.parametrize("factor", [0.5, 0.0, 1001.0])
+def test_a_scale_below_one_or_absurd_is_refused_in_one_line(factor: float) -> None:
+    with pytest.raises(FedmstError, match=r"^--time-scale .*: give a factor from 1 to 1000$"):
+        validate(RunConfig(time_scale=factor))
