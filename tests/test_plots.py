@@ -215,7 +215,8 @@ def sweep_rows(scheduler: str, scale: float) -> list[dict[str, Any]]:
     return [{"scheduler": scheduler, "local_models": k, "seed": seed, "task": "task0", "round": 1,
              "broadcast_s": 0.1, "train_s": 1.0, "upload_s": 0.1, "round_s": scale * k + seed / 10, "accuracy": 0.9,
              "run_link_bytes_measured": scale * k * 1e6, "run_link_bytes_predicted": scale * k * 1e6,
-             "run_reserved_capacity_mbps": scale * 1e4, "run_tasks_blocked": 0, "run_predicted_comm_s": scale * k}
+             "run_reserved_capacity_mbps": scale * 1e4, "run_tasks_blocked": 0, "run_predicted_comm_s": scale * k,
+             "time_scale": 1.0, "cpu_busy": 0.5}
             for k in (2, 4) for seed in (1, 2)]
 
 

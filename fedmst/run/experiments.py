@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
+from fedmst.core.plan import TRANSFER_PHASES
 from fedmst.errors import FedmstError
 from fedmst.run.config import RunConfig
 from fedmst.run.prepare import ResolvedRun, check_host, resolve
@@ -45,6 +46,11 @@ class SweepRow:
     run_reserved_capacity_mbps: float
     run_tasks_blocked: int
     run_predicted_comm_s: float
+    time_scale: float
+    """How many times slower than its network the point ran (``--time-scale``)."""
+    cpu_busy: float
+    """The host's busiest transfer phase of the round, as a fraction of its CPUs: at 0.95 or
+    more the phase measured the host, not the network."""
     ray_node: str
     """The Ray node the point ran on ('' without Ray)."""
 
@@ -164,6 +170,8 @@ def sweep(base: RunConfig, local_models: Sequence[int], seeds: Sequence[int], ou
 def _rows(point: tuple[str, int, int, str], summary: Summary, folder: Path, node: str) -> list[SweepRow]:
     """A finished point's rows of ``sweep.csv``: one per task and round."""
     model, k, seed, scheduler = point
+    busy = {r["round"]: max(float(r[f"{p}_cpu_busy"] or 0) for p in TRANSFER_PHASES)
+            for r in read_csv(folder / "rounds.csv")}
     return [SweepRow(
         model=model, model_bytes=summary.model_bytes, scheduler=scheduler, local_models=k, seed=seed,
         task=r["task"], round=int(r["round"]), broadcast_s=float(r["broadcast_s"]), train_s=float(r["train_s"]),
@@ -171,7 +179,8 @@ def _rows(point: tuple[str, int, int, str], summary: Summary, folder: Path, node
         run_link_bytes_measured=summary.per_round_bytes,
         run_link_bytes_predicted=summary.link_bytes_predicted / summary.rounds,
         run_reserved_capacity_mbps=summary.reserved_capacity_mbps, run_tasks_blocked=summary.tasks_blocked,
-        run_predicted_comm_s=summary.predicted_broadcast_s + summary.predicted_upload_s, ray_node=node,
+        run_predicted_comm_s=summary.predicted_broadcast_s + summary.predicted_upload_s,
+        time_scale=float(summary.emulated.get("time_scale", 1.0)), cpu_busy=busy[r["round"]], ray_node=node,
     ) for r in read_csv(folder / "tasks.csv")]
 
 
