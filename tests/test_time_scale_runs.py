@@ -57,6 +57,12 @@ def test_a_slowed_run_reports_the_networks_times_rates_and_changes(clean_host: N
     rates = [(b2 - b1) * 8 / (t2 - t1) / 1e6 for (t1, b1), (t2, b2) in zip(a_b, a_b[1:]) if t2 - t1 >= 0.05]
     assert rates and 0.5 * CAPACITY_MBPS <= max(rates) <= 1.25 * CAPACITY_MBPS, rates
 
+    # where the host's time went, phase by phase: the agents train, the delay lines hold the weights
+    cpu = {(r["phase"], r["process"]): float(r["cpu_s"]) for r in read_csv(out / "cpu.csv")}
+    assert {p for p, _ in cpu} == {"broadcast", "train", "upload"}
+    assert {k for _, k in cpu} >= {"agent", "delay", "coordinator", "send", "sink"}
+    assert cpu[("train", "agent")] > 0 and cpu[("broadcast", "delay")] > 0
+
     (flow,) = summary["background"]
     assert 0.5 * 5 < flow["sent_mbps"] < 5.5, flow  # paced at 5 Mbit/s of the network's (1.25 on the host)
     (change,) = json.loads((out / "link_changes.json").read_text())

@@ -38,7 +38,7 @@ from fedmst.net import queues
 from fedmst.net.background import BackgroundTraffic, arrived_bytes
 from fedmst.net.cleanup import RUN_ID_LETTERS, RunState, host_name, probe_name
 from fedmst.net.link import DelayLines, EmulatedLink, LinkEnd, LinkShaping, htb_drops
-from fedmst.net.processes import HostProcesses, Process
+from fedmst.net.processes import HostProcesses, Process, cpu_seconds
 from fedmst.net.routes import Flow, FlowRoutes
 from fedmst.net.shell import HostShell, coordinator_batch, mininet_exits, raise_limits, start_host
 
@@ -390,6 +390,14 @@ class Emulation:
         :meth:`close` ends it, and after a SIGKILL ``fedmst clean`` does, if its name or command
         line is one of fedmst's (:func:`fedmst.net.cleanup.is_ours`). Returns ``proc``."""
         return self._processes.track(proc)
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds used so far by the processes started in the hosts, by kind (``agent``,
+        ``delay``, ``send``, ``sink``; ``tracked`` for those started elsewhere, such as a container's
+        ``docker exec`` client, whose agent's time is not seen here), and by the ``coordinator``:
+        this process and its hosts' shells with the commands they ran (tc, ip, counter reads)."""
+        shells = sum(cpu_seconds(shell.pid, children=True) for shell in self._shells.values())
+        return {**self._processes.cpu_seconds(), "coordinator": cpu_seconds(os.getpid()) + shells}
 
     def interfaces(self, node: str) -> list[str]:
         """``node``'s link interfaces, in the order its links were made."""

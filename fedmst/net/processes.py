@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import subprocess
+from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Mapping, Protocol, Sequence
+
+import psutil
 
 from fedmst.errors import EmulationError
 from fedmst.net.cleanup import RunState
@@ -32,6 +35,8 @@ class HostProcesses:
 
     def __init__(self) -> None:
         self.procs: list[Process] = []
+        self.names: list[str] = []
+        """The name each of ``procs`` was started under (``agent``, ``delay``...; ``tracked``: started elsewhere)."""
         self._forks: ForkServer | None = None
         self._line_forks: ForkServer | None = None
         self._state: RunState | None = None
@@ -51,15 +56,23 @@ class HostProcesses:
         forks = self._forks if warm else self._line_forks
         if forks is None:
             raise EmulationError("spawn: the emulation is not running (use it inside `with`)")
-        return self.track(forks.spawn(netns_pid, target, args, env=env, log=log, name=name))
+        return self.track(forks.spawn(netns_pid, target, args, env=env, log=log, name=name), name.rstrip("0123456789"))
 
-    def track(self, proc: Process) -> Process:
-        """Record ``proc``; returns it."""
+    def track(self, proc: Process, name: str = "tracked") -> Process:
+        """Record ``proc`` (``name``: its kind, for :meth:`cpu_seconds`); returns it."""
         if self._state is None:
             raise EmulationError("track: the emulation is not running (use it inside `with`)")
         self.procs.append(proc)
+        self.names.append(name)
         self._state.add(proc.pid)
         return proc
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """The CPU time (user and system) the live processes of each kind have used so far."""
+        used: dict[str, float] = defaultdict(float)
+        for proc, name in zip(self.procs, self.names):
+            used[name] += cpu_seconds(proc.pid)
+        return dict(used)
 
     def close(self) -> None:
         """End every process (SIGTERM, then SIGKILL after 5 s), then the fork servers. Safe to call twice."""
@@ -73,8 +86,19 @@ class HostProcesses:
                 proc.kill()
                 proc.wait()
         self.procs.clear()
+        self.names.clear()
         for forks in (self._forks, self._line_forks):
             if forks is not None:
                 forks.close()
         self._forks = self._line_forks = None
         self._state = None
+
+
+def cpu_seconds(pid: int, *, children: bool = False) -> float:
+    """User and system CPU seconds of process ``pid`` (with ``children``: also those of its
+    children that have ended), 0 once it is gone."""
+    try:
+        t = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return 0.0
+    return t.user + t.system + (t.children_user + t.children_system if children else 0.0)

@@ -144,7 +144,7 @@ class LockstepRun:
         strikes = strikes_for(r, phase, session.resolved.link_failures, session.resolved.kills,
                               lambda u, v: emu.set_link(u, v, up=False), session.agents, session.scale, session.clock)
         before, background = emu.counters_and_background()
-        cpu = psutil.cpu_times()
+        cpu, used = psutil.cpu_times(), emu.cpu_seconds()
         start = time.perf_counter()
         with session.sampler.sampling(r, phase):
             res.plans[phase] = self.live.plans
@@ -176,6 +176,7 @@ class LockstepRun:
         session.phase_watch.begin()
         res.seconds[phase] = session.scale.network_s(time.perf_counter() - start)
         res.cpu_busy[phase] = cpu_busy(cpu, psutil.cpu_times())
+        res.cpu_s[phase] = {kind: s - used.get(kind, 0.0) for kind, s in emu.cpu_seconds().items()}
         if phase == "train":
             res.late = late_models(replies)
             self.report_late(r, res.late)

@@ -29,7 +29,7 @@ from fedmst.core.workload import link_state
 from fedmst.run.recovery import FaultEvent
 from fedmst.run.report import Summary, time_to_accuracy
 from fedmst.workers.description import BackendDescription
-from fedmst.run.results import ROUND_FIELDS, TASK_FIELDS, TIMELINE_FIELDS, LinkRow, write_csv, write_links
+from fedmst.run.results import CPU_FIELDS, ROUND_FIELDS, TASK_FIELDS, TIMELINE_FIELDS, LinkRow, write_csv, write_links
 
 CPU_BOUND = 0.95
 """A transfer phase with the host's CPUs at least this busy is reported as bound by the CPU."""
@@ -70,6 +70,9 @@ class RoundResult:
     faults: list[FaultEvent] = field(default_factory=list)
     cpu_busy: dict[str, float] = field(default_factory=dict)
     """Fraction of the host's CPU time that was busy during each phase (:func:`cpu_busy`)."""
+    cpu_s: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Phase -> CPU seconds each kind of process spent in it
+    (:meth:`fedmst.net.emulation.Emulation.cpu_seconds`): where the host's time went."""
     background_bytes: dict[LinkDir, int] = field(default_factory=dict)
     """Bytes of background traffic per link direction over the whole round (not in ``link_bytes``)."""
     window: tuple[float, float] = (0.0, 0.0)
@@ -224,6 +227,9 @@ def write_tables(out: Path, rounds: list[RoundResult]) -> None:
             **{f"{p}_cpu_busy": res.cpu_busy.get(p, "") for p in ROUND_PHASES},
         })
     write_csv(out / "rounds.csv", ROUND_FIELDS, round_rows)
+    write_csv(out / "cpu.csv", CPU_FIELDS, ({"round": res.round, "phase": p, "process": kind, "cpu_s": s}
+                                            for res in rounds for p, used in res.cpu_s.items()
+                                            for kind, s in sorted(used.items())))
     write_csv(out / "tasks.csv", TASK_FIELDS, task_rows)
     write_links(out / "links.csv", link_rows)
     write_timeline(out, [PhaseSpan(name, res.round, p, begin, begin + res.task_seconds[p][name])

@@ -35,6 +35,9 @@ TIMELINE_FIELDS = ("kind", "task", "round", "phase", "start_s", "end_s")
 """timeline.csv (independent clock): each task's phases, ``measured`` and ``predicted``, in seconds
 from the common start."""
 SAMPLE_FIELDS = ("t_s", "round", "phase", "src", "dst", "bytes")
+CPU_FIELDS = ("round", "phase", "process", "cpu_s")
+"""cpu.csv (lockstep): the host's CPU seconds in each phase, by kind of process (``agent``,
+``delay``, ``send``, ``sink``, ``coordinator``; real seconds, whatever the time scale)."""
 """samples.csv: cumulative bytes of each link direction, read about every 100 ms during phases."""
 
 

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Benchmark the data plane's cost: the host's CPU per transfer, per GB and per packet.
+
+For each scenario and scheduler it runs the real thing (``fedmst run``, lockstep) and reads where
+the host's CPU went in the broadcast and upload phases (``cpu.csv``: the agents, the delay lines,
+the coordinator), then divides by what those phases moved: the plans' transfers, the weights'
+bytes summed over every link direction they crossed (link GB), and the packets that crossed the
+links (the weights' bytes in MTU-sized frames, the rest as ACKs of 66 bytes: every packet passes
+one delay line, at its receiver's ingress). Beside them, a bare baseline: one plain TCP stream
+(a Python socket sending 1 MiB writes as fast as it can) across the same kind of emulated path,
+two 100 Mbit/s hops with their delay lines, and the CPU its two ends and the delay lines spent per
+GB and per packet.
+
+Scenarios: ``one-task`` (NSFNET, one task of 4 local models, ``mlp-large``, 2 rounds) and
+``poster`` (the default sweep's 15-local-model point: 30 tasks of 15 local models, the 19 KB
+``mlp``, 120 wavelengths, one round).
+
+Run as root from the repository: ``.venv/bin/python scripts/bench_dataplane.py [--scenarios
+one-task,poster] [--schedulers spff,mst] [--time-scale 1] [--out runs/bench-dataplane]``. Prints a
+markdown table to stdout, progress to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import networkx as nx
+
+from fedmst.core.wire import DEFAULT_MTU
+from fedmst.net.emulation import Emulation
+from fedmst.run.config import SWEEP, RunConfig
+from fedmst.run.engine import run
+from fedmst.run.prepare import resolve
+from fedmst.run.results import read_csv
+
+SCENARIOS = {
+    "one-task": dict(topology="nsfnet", local_models=4, model="mlp-large", rounds=2),
+    "poster": dict(topology="nsfnet", local_models=15, tasks=30, model="mlp", rounds=1,
+                   wavelengths=SWEEP["wavelengths"]["default"], stall_s=SWEEP["stall_s"]["default"]),
+}
+TRANSFER = ("broadcast", "upload")
+ACK_BYTES = 66
+"""An ACK on the wire: Ethernet, IP and TCP headers with timestamps."""
+
+
+def measure_run(config: RunConfig) -> dict[str, float]:
+    """One run's transfer phases: CPU seconds by kind, transfers, link GB and packets."""
+    run(resolve(config)[0], report=lambda line: print("  " + line, file=sys.stderr))
+    out = Path(config.out)
+    cpu: dict[str, float] = defaultdict(float)
+    for row in read_csv(out / "cpu.csv"):
+        if row["phase"] in TRANSFER:
+            cpu[row["process"]] += float(row["cpu_s"])
+    plan = json.loads((out / "plan.json").read_text())
+    transfers = sum(1 for task in plan["tasks"] for f in task["flows"] if f["phase"] in TRANSFER) * config.rounds
+    links = read_csv(out / "links.csv")
+    weight = sum(int(r["measured_weight_bytes"]) for r in links)
+    other = sum(int(r["measured_other_bytes"]) for r in links)
+    packets = weight / (config.mtu + 14) + other / ACK_BYTES
+    return {**cpu, "transfers": transfers, "gb": weight / 1e9, "packets": packets}
+
+
+def measure_tcp_stream(seconds: float = 3.0, capacity_mbps: float = 100.0) -> dict[str, float]:
+    """One plain TCP stream from a to c across a-b-c, each hop ``capacity_mbps`` with a 0.5 ms delay
+    line: the CPU of its two ends and of the delay lines, the bytes and packets it put on the links."""
+    graph = nx.Graph([("a", "b", {"capacity_mbps": capacity_mbps, "delay_s": 5e-4}),
+                      ("b", "c", {"capacity_mbps": capacity_mbps, "delay_s": 5e-4})])
+    with tempfile.TemporaryDirectory(prefix="fedmst-bench-") as scratch, \
+            Emulation(graph, delay_mode="userspace") as emu:
+        flow = emu.install_flows({"probe": ("a", "b", "c")})["probe"]
+        logs = Path(scratch)
+        sink = emu.spawn("c", "fedmst.net.calibrate:sink", [flow.dst_addr], env={}, log=logs / "sink.log",
+                         name="sink", warm=False)
+        time.sleep(0.5)  # the delay lines and the sink are up
+        before, counters = emu.cpu_seconds(), emu.counters()
+        source = emu.spawn("a", "fedmst.net.calibrate:source", [flow.dst_addr, str(seconds)], env={},
+                           log=logs / "source.log", name="send", warm=False)
+        # the two ends' CPU is read while they live: they exit when the stream ends
+        last = emu.cpu_seconds()
+        while source.poll() is None:
+            last = emu.cpu_seconds()
+            time.sleep(0.05)
+        sink.wait(timeout=10)
+        after = emu.counters()
+    data = sum(after[hop] - counters[hop] for hop in (("a", "b"), ("b", "c")))
+    acks = sum(after[hop] - counters[hop] for hop in (("c", "b"), ("b", "a")))
+    return {"agent": last.get("send", 0.0) + last.get("sink", 0.0),
+            "delay": last.get("delay", 0.0) - before.get("delay", 0.0),
+            "coordinator": 0.0, "transfers": 1, "gb": data / 1e9,
+            "packets": data / (DEFAULT_MTU + 14) + acks / ACK_BYTES}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenarios", default="one-task,poster")
+    parser.add_argument("--schedulers", default="spff,mst")
+    parser.add_argument("--time-scale", type=float, default=1.0)
+    parser.add_argument("--out", default="runs/bench-dataplane")
+    args = parser.parse_args()
+
+    rows = []
+    for scenario in args.scenarios.split(","):
+        for scheduler in args.schedulers.split(","):
+            print(f"{scenario}, {scheduler}, time scale {args.time_scale:g}", file=sys.stderr)
+            config = RunConfig(**SCENARIOS[scenario], scheduler=scheduler, time_scale=args.time_scale,
+                               out=str(Path(args.out) / f"{scenario}-{scheduler}"))
+            rows.append((f"{scenario}, {scheduler}", measure_run(config)))
+    print("bare TCP stream", file=sys.stderr)
+    rows.append(("bare TCP stream, a-b-c", measure_tcp_stream()))
+
+    print(f"CPU of the broadcast and upload phases, time scale {args.time_scale:g} (the bare stream: its whole "
+          "life); agents' share of a bare stream is its two ends\n")
+    print("| run | transfers | link GB | packets (k) | agents CPU (s) | per transfer (ms) | per link GB (s) "
+          "| delay lines CPU (s) | per packet (µs) | coordinator CPU (s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for label, r in rows:
+        agents, delay, coordinator = r.get("agent", 0.0), r.get("delay", 0.0), r.get("coordinator", 0.0)
+        print(f"| {label} | {r['transfers']:.0f} | {r['gb']:.3f} | {r['packets'] / 1e3:.1f} | {agents:.2f} "
+              f"| {1e3 * agents / r['transfers']:.1f} | {agents / r['gb']:.1f} | {delay:.2f} "
+              f"| {1e6 * delay / r['packets']:.1f} | {coordinator:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
