@@ -185,6 +185,8 @@ class LockstepRun:
                                                      for rep in replies.values()))
             for p in self.live.plans
         }
+        if phase == "train" and session.scale.slowed:  # the agents counted their training, not sat through it
+            res.seconds[phase] = max(res.task_seconds[phase].values(), default=0.0)
         after, counted = emu.counters_and_background()
         res.link_bytes[phase] = {hop: after[hop] - before[hop] - (counted[hop] - background[hop]) for hop in after}
 

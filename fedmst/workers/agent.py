@@ -290,25 +290,34 @@ class Agent:
 
     def train(self, cmd: Train) -> Trained:
         """Train every active local model on this node, one after another; a task's training here
-        lasts at least its ``compute_s`` (the node replies once every task's has)."""
+        lasts at least its ``compute_s`` (the node replies once every task's has).
+
+        A slowed run (``time_scale`` above 1) does not sit through its training: in lockstep no
+        transfer runs beside it, so the node reports how long its training lasts on the run's
+        clock (each model N times its CPU time, see :meth:`_train_role`) instead of waiting it out.
+        """
         losses: dict[str, float] = {}
         done: dict[str, float] = {}
         late: dict[str, list[int]] = {}
-        start = time.perf_counter()
+        start, elapsed = time.perf_counter(), 0.0
+        wait = self.spec.time_scale == 1.0
         for role in self.roles:
-            role_losses, role_late = self._train_role(role, cmd.round, start, cmd.deadline_s)
+            role_losses, role_late, elapsed = self._train_role(role, cmd.round, start, elapsed, cmd.deadline_s,
+                                                               wait=wait)
             losses.update(role_losses)
             if role_late:
                 late[role.name] = role_late
             trains_here = bool(role_losses or role_late)
-            done[role.name] = max(time.perf_counter() - start, role.spec.compute_s if trains_here else 0.0)
-        time.sleep(max(0.0, start + max(done.values(), default=0.0) - time.perf_counter()))
+            done[role.name] = max(elapsed, role.spec.compute_s if trains_here else 0.0)
+        if wait:
+            time.sleep(max(0.0, start + max(done.values(), default=0.0) - time.perf_counter()))
         return Trained(task_seconds=done, losses=losses, late={name: tuple(v) for name, v in late.items()})
 
-    def _train_role(self, role: TaskRole, round_: int, start: float,
-                    deadline: float | None) -> tuple[dict[str, float], list[int]]:
-        """Train ``role``'s active local models here, one after another; return their losses and the
-        models that were late.
+    def _train_role(self, role: TaskRole, round_: int, start: float, elapsed: float, deadline: float | None, *,
+                    wait: bool = True) -> tuple[dict[str, float], list[int], float]:
+        """Train ``role``'s active local models here, one after another, from ``elapsed`` seconds
+        after ``start``; return their losses, the models that were late, and when this training
+        ended (seconds after ``start``).
 
         A model's training lasts its real time or, in a slowed run, ``time_scale`` times the CPU
         time it took, whichever is longer: the slowed network sees compute as a dedicated core
@@ -316,7 +325,8 @@ class Agent:
         factor, from ``--slow-node``) takes ``slow`` times that, as a CPU that much slower would. With a
         ``deadline`` (seconds after ``start``), a model not done by then (or whose task's
         ``compute_s`` is longer) is late: its update is dropped (the node still relays and
-        aggregates the others) and training here ends at the deadline.
+        aggregates the others) and training here ends at the deadline. With ``wait`` the node
+        sleeps until each model's training is over; without, it only counts.
         """
         spec = self.spec
         slow = float(spec.slow.get(self.node, 1.0))
@@ -333,14 +343,16 @@ class Agent:
                 seed=training.local_seed(role.spec.seed, round_, i),
             )
             took = max(time.perf_counter() - began, spec.time_scale * (time.thread_time() - cpu))
-            finish = began + took * slow
-            if deadline is not None and max(finish - start, role.spec.compute_s) > deadline:
-                time.sleep(max(0.0, start + deadline - time.perf_counter()))
+            finish = (began - start if wait else elapsed) + took * slow
+            if deadline is not None and max(finish, role.spec.compute_s) > deadline:
                 late.append(i)
-                continue
-            time.sleep(max(0.0, finish - time.perf_counter()))
-            role.trained[i] = aggregation.flatten(model)
-        return losses, late
+                elapsed = deadline
+            else:
+                role.trained[i] = aggregation.flatten(model)
+                elapsed = finish
+            if wait:
+                time.sleep(max(0.0, start + elapsed - time.perf_counter()))
+        return losses, late, elapsed
 
     def run_rounds(self, cmd: RunRounds) -> RoundsDone:
         """Every task's rounds on its own clock (one thread per task): from its start offset, each
@@ -365,7 +377,7 @@ class Agent:
                 mark(role, r, "broadcast", began)
                 if role.local:
                     began = time.monotonic()
-                    self._train_role(role, r, time.perf_counter(), None)
+                    self._train_role(role, r, time.perf_counter(), 0.0, None)
                     time.sleep(max(0.0, began + role.spec.compute_s - time.monotonic()))
                     mark(role, r, "train", began)
                 began = time.monotonic()
