@@ -97,8 +97,8 @@ class AgentSpec:
     """Node -> straggler factor (from ``--slow-node``)."""
     tasks: tuple[TaskSpec, ...]
     time_scale: float = 1.0
-    """The run's time scale: a local model's training lasts at least this many times its CPU
-    time, as the slowed network around it would see compute on a dedicated core."""
+    """The run's time scale: a local model's training counts this many times its CPU time (and is
+    waited out on an independent clock), as the slowed network would see a dedicated core's."""
     version: int = PROTOCOL_VERSION
 
     def to_json(self) -> str:
