@@ -14,14 +14,14 @@ from conftest import FEDMST
 from fedmst.run.results import read_csv
 
 pytestmark = pytest.mark.integration
-SCALE = 4
+SCALE = 2
 CAPACITY_MBPS = 50.0
 """line3's links."""
 
 
 def test_a_slowed_run_reports_the_networks_times_rates_and_changes(clean_host: None, tmp_path: Path) -> None:
-    """line3 four times slower, with a background flow and a link trace: the rounds really take
-    four times the predicted phases, yet the phases, the links' sampled rates, the background
+    """line3 twice as slow, with a background flow and a link trace: the rounds really take
+    twice the predicted phases, yet the phases, the links' sampled rates, the background
     flow's rate and the change's time come out in the network's terms, and the weights' bytes
     are the plan's."""
     trace = tmp_path / "trace.json"
@@ -33,7 +33,7 @@ def test_a_slowed_run_reports_the_networks_times_rates_and_changes(clean_host: N
          "--link-trace", str(trace), "--out", str(out)],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "time scale 4: 50 Mbit/s links run at 12.5 Mbit/s; times are the network's" in " ".join(proc.stdout.split())
+    assert "time scale 2: 50 Mbit/s links run at 25 Mbit/s; times are the network's" in " ".join(proc.stdout.split())
     summary = json.loads((out / "summary.json").read_text())
     assert summary["emulated"]["time_scale"] == SCALE
     assert json.loads((out / "config.json").read_text())["time_scale"] == SCALE  # a re-run repeats it
@@ -42,7 +42,7 @@ def test_a_slowed_run_reports_the_networks_times_rates_and_changes(clean_host: N
     predicted = float(round_["predicted_broadcast_s"]) + float(round_["predicted_upload_s"])
     measured = float(round_["broadcast_s"]) + float(round_["upload_s"])
     assert measured >= 0.9 * predicted  # htb never lets the network go faster than its links
-    # the host really ran it four times slower than the network it reports on
+    # the host really ran it twice as slow as the network it reports on
     assert summary["time_breakdown_s"]["rounds"] >= 0.9 * SCALE * predicted
     for row in read_csv(out / "links.csv"):
         planned = int(row["predicted_bytes"])
@@ -55,7 +55,7 @@ def test_a_slowed_run_reports_the_networks_times_rates_and_changes(clean_host: N
         samples[(s["src"], s["dst"])].append((float(s["t_s"]), int(s["bytes"])))
     a_b = samples[("a", "b")]
     rates = [(b2 - b1) * 8 / (t2 - t1) / 1e6 for (t1, b1), (t2, b2) in zip(a_b, a_b[1:]) if t2 - t1 >= 0.05]
-    assert rates and 0.5 * CAPACITY_MBPS <= max(rates) <= 1.25 * CAPACITY_MBPS, rates
+    assert rates and 0.6 * CAPACITY_MBPS <= max(rates) <= 1.25 * CAPACITY_MBPS, rates
 
     # where the host's time went, phase by phase: the agents train, the delay lines hold the weights
     cpu = {(r["phase"], r["process"]): float(r["cpu_s"]) for r in read_csv(out / "cpu.csv")}
@@ -64,6 +64,6 @@ def test_a_slowed_run_reports_the_networks_times_rates_and_changes(clean_host: N
     assert cpu[("train", "agent")] > 0 and cpu[("broadcast", "delay")] > 0
 
     (flow,) = summary["background"]
-    assert 0.5 * 5 < flow["sent_mbps"] < 5.5, flow  # paced at 5 Mbit/s of the network's (1.25 on the host)
+    assert 0.7 * 5 < flow["sent_mbps"] < 5.5, flow  # paced at 5 Mbit/s of the network's (2.5 on the host)
     (change,) = json.loads((out / "link_changes.json").read_text())
     assert 0.3 <= change["applied_s"] <= float(round_["round_s"]), change  # never early, in the network's time
