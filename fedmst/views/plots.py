@@ -331,7 +331,8 @@ def scheduler_colours(schedulers: list[str]) -> dict[str, str]:
 def plot_sweep(rows: list[dict[str, Any]], out_dir: Path, suffix: str = "") -> tuple[Path, Path]:
     """The poster's Figure 3, measured: task latency and consumed bandwidth against the number of
     local models, one line per scheduler in the rows (in the order they first appear) with the
-    spread over seeds as error bars and the Plans' prediction dashed beside it. Returns the two PNGs
+    spread over seeds as error bars and the Plans' prediction dashed beside it (a marker at each
+    point, so that a sweep of one point shows it too). Returns the two PNGs
     (latency, bandwidth), their names ending in ``suffix``."""
     from statistics import mean, pstdev
 
@@ -352,17 +353,20 @@ def plot_sweep(rows: list[dict[str, Any]], out_dir: Path, suffix: str = "") -> t
 
     colours = scheduler_colours(list(dict.fromkeys(r["scheduler"] for r in rows)))
     paths = (out_dir / f"latency_vs_local_models{suffix}.png", out_dir / f"bandwidth_vs_local_models{suffix}.png")
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = plt.subplots(figsize=(6.4, 4.8))
     for s, c in colours.items():
         ks, m, e = series(s, lambda r: r["round_s"])
         label = scheduler_label(s)
         ax.errorbar(ks, m, yerr=e, color=c, marker="o", capsize=3, label=f"{label} measured")
         ks, m, _ = series(s, lambda r: r["run_predicted_comm_s"] + r["train_s"])
-        ax.plot(ks, m, color=c, linestyle="--", label=f"{label} predicted (fluid model + measured training)")
+        ax.plot(ks, m, color=c, linestyle="--", marker="x",
+                label=f"{label} predicted (fluid model + measured training)")
+    scales = ", ".join(f"{n:g}" for n in sorted({float(r["time_scale"]) for r in rows}))
     ax.set(xlabel="local models per task", ylabel="task round latency (s)",
-           title="Latency (training + communication) vs local models")
+           title="Latency (training + communication) vs local models"
+           + ("" if scales == "1" else f"\n(time scale {scales}: the network's seconds)"))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)  # below: it hides no point
     fig.tight_layout()
     _save(fig, paths[0], dpi=130)
     plt.close(fig)
@@ -374,7 +378,7 @@ def plot_sweep(rows: list[dict[str, Any]], out_dir: Path, suffix: str = "") -> t
         label = scheduler_label(s)
         left.errorbar(ks, m, yerr=e, color=c, marker="o", capsize=3, label=f"{label} measured")
         ks, m, _ = series(s, lambda r: r["run_link_bytes_predicted"] / scale)
-        left.plot(ks, m, color=c, linestyle="--", label=f"{label} predicted")
+        left.plot(ks, m, color=c, linestyle="--", marker="x", label=f"{label} predicted")
         ks, m, e = series(s, lambda r: r["run_reserved_capacity_mbps"] / 1e3)
         right.errorbar(ks, m, yerr=e, color=c, marker="s", capsize=3, label=label)
     left.set(xlabel="local models per task", ylabel=f"{unit} on all links per round",
