@@ -100,21 +100,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenarios", default="one-task,poster")
     parser.add_argument("--schedulers", default="spff,mst")
-    parser.add_argument("--time-scale", type=float, default=1.0)
+    parser.add_argument("--time-scale", default="1", help="a factor, or auto")
     parser.add_argument("--out", default="runs/bench-dataplane")
     args = parser.parse_args()
 
     rows = []
     for scenario in args.scenarios.split(","):
         for scheduler in args.schedulers.split(","):
-            print(f"{scenario}, {scheduler}, time scale {args.time_scale:g}", file=sys.stderr)
+            print(f"{scenario}, {scheduler}, time scale {args.time_scale}", file=sys.stderr)
             config = RunConfig(**SCENARIOS[scenario], scheduler=scheduler, time_scale=args.time_scale,
                                out=str(Path(args.out) / f"{scenario}-{scheduler}"))
             rows.append((f"{scenario}, {scheduler}", measure_run(config)))
     print("bare TCP stream", file=sys.stderr)
     rows.append(("bare TCP stream, a-b-c", measure_tcp_stream()))
 
-    print(f"CPU of the broadcast and upload phases, time scale {args.time_scale:g} (the bare stream: its whole "
+    print(f"CPU of the broadcast and upload phases, time scale {args.time_scale} (the bare stream: its whole "
           "life); agents' share of a bare stream is its two ends\n")
     print("| run | transfers | link GB | packets (k) | agents CPU (s) | per transfer (ms) | per link GB (s) "
           "| delay lines CPU (s) | per packet (µs) | coordinator CPU (s) |")

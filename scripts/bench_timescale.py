@@ -59,7 +59,7 @@ def main() -> int:
         print(f"time scale {scale:g}", file=sys.stderr)
         results[scale] = measure(RunConfig(
             topology=args.topology, local_models=args.local_models, tasks=args.tasks, model=args.model,
-            rounds=args.rounds, scheduler=args.scheduler, time_scale=scale,
+            rounds=args.rounds, scheduler=args.scheduler, time_scale=f"{scale:g}",
             out=str(Path(args.out) / f"scale{scale:g}")))
     ref = results[scales[0]]
     print(f"{args.topology}, {args.tasks} task(s) x {args.local_models} local models, {args.model}, "

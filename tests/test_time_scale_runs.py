@@ -36,7 +36,7 @@ def test_a_slowed_run_reports_the_networks_times_rates_and_changes(clean_host: N
     assert "time scale 2: 50 Mbit/s links run at 25 Mbit/s; times are the network's" in " ".join(proc.stdout.split())
     summary = json.loads((out / "summary.json").read_text())
     assert summary["emulated"]["time_scale"] == SCALE
-    assert json.loads((out / "config.json").read_text())["time_scale"] == SCALE  # a re-run repeats it
+    assert json.loads((out / "config.json").read_text())["time_scale"] == str(SCALE)  # a re-run repeats it
 
     (round_,) = read_csv(out / "rounds.csv")
     predicted = float(round_["predicted_broadcast_s"]) + float(round_["predicted_upload_s"])

@@ -7,7 +7,7 @@ import networkx as nx
 import pytest
 
 from fedmst.core.linktrace import LinkChange
-from fedmst.core.timescale import REAL_TIME, TCP_RTO_MIN_S, TimeScale
+from fedmst.core.timescale import MEASURED_COSTS, REAL_TIME, TCP_RTO_MIN_S, PhaseLoad, TimeScale, pick_scale
 from fedmst.core.traffic import BackgroundFlow
 from fedmst.errors import FedmstError
 from fedmst.net.link import EmulatedLink, LinkEnd, LinkShaping
@@ -78,7 +78,27 @@ def test_a_slowed_runs_routes_raise_the_timeout_floor_at_both_ends_of_a_flow() -
     assert not any("rto_min" in line for lines_ in _routes(None).values() for line in lines_)
 
 
-@pytest.mark.parametrize("factor", [0.5, 0.0, 1001.0])
-def test_a_scale_below_one_or_absurd_is_refused_in_one_line(factor: float) -> None:
-    with pytest.raises(FedmstError, match=r"^--time-scale .*: give a factor from 1 to 1000$"):
-        validate(RunConfig(time_scale=factor))
+@pytest.mark.parametrize("given", ["0.5", "0", "1001", "fast", "", "nan"])
+def test_a_scale_below_one_absurd_or_unknown_is_refused_in_one_line(given: str) -> None:
+    with pytest.raises(FedmstError, match=r"^--time-scale .*: give a factor from 1 to 1000, or auto$"):
+        validate(RunConfig(time_scale=given))
+
+
+@pytest.mark.parametrize("given", ["1", "4", "12.5", "1000", "auto"])
+def test_a_factor_or_auto_is_taken(given: str) -> None:
+    validate(RunConfig(time_scale=given))
+
+
+def test_auto_slows_a_run_until_the_host_keeps_up_in_every_phase() -> None:
+    """The busiest phase decides; each criterion alone can, and a faster host needs less."""
+    quiet = PhaseLoad(seconds=1.0, transfers=2, packets=1_000)
+    busy = PhaseLoad(seconds=0.1, transfers=400, packets=1_000)
+    scale, why = pick_scale([quiet, busy], MEASURED_COSTS, cores=2, fastest_mbps=100, ceiling_mbps=2546)
+    assert scale == 32 and why == "400 transfers' fixed costs in 0.1 s"
+    assert pick_scale([quiet], MEASURED_COSTS, cores=2, fastest_mbps=100, ceiling_mbps=2546)[0] == 1
+    faster = MEASURED_COSTS.on_host(4 * 2546)
+    assert pick_scale([busy], faster, cores=8, fastest_mbps=100, ceiling_mbps=4 * 2546)[0] == 2
+    bulk = PhaseLoad(seconds=0.5, transfers=1, packets=200_000)
+    assert pick_scale([bulk], MEASURED_COSTS, cores=2, fastest_mbps=100, ceiling_mbps=None) == (
+        8, "200,000 packets in 0.5 s")
+    assert pick_scale([quiet], MEASURED_COSTS, cores=2, fastest_mbps=1e9, ceiling_mbps=1000)[0] == 512  # capped

@@ -21,6 +21,7 @@ False
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Sequence
 
 import networkx as nx
 
@@ -97,15 +98,98 @@ class TimeScale:
 
         >>> g = nx.Graph(); g.add_edge("a", "b", capacity_mbps=100.0, delay_s=0.001)
         >>> TimeScale(12).describe(g)
-        "time scale 12: 100 Mbit/s links run at 8.33 Mbit/s; times are the network's"
+        "time scale 12: 100 Mbit/s links run at 8.333 Mbit/s; times are the network's"
         """
         speeds = sorted({float(c) for _, _, c in graph.edges(data="capacity_mbps")})
         shown = ", ".join(f"{c:g}" for c in speeds[:3]) + (", ..." if len(speeds) > 3 else "")
-        slowed = ", ".join(f"{self.real_mbps(c):.3g}" for c in speeds[:3]) + (", ..." if len(speeds) > 3 else "")
+        slowed = ", ".join(f"{self.real_mbps(c):.4g}" for c in speeds[:3]) + (", ..." if len(speeds) > 3 else "")
         return f"time scale {self.factor:g}: {shown} Mbit/s links run at {slowed} Mbit/s; times are the network's"
+
+
+@dataclass(frozen=True)
+class PhaseLoad:
+    """What one transfer phase of a run asks of the host: its predicted length (the network's
+    seconds), its transfers, and the packets its weights and their ACKs put on the links."""
+
+    seconds: float
+    transfers: int
+    packets: float
+
+
+@dataclass(frozen=True)
+class HostCosts:
+    """The host's CPU seconds per transfer (the agents' set-up of one, whatever its size) and per
+    packet on a link (each passes a delay line at its receiver, and the kernel's forwarding)."""
+
+    per_transfer_s: float
+    per_packet_s: float
+
+    def on_host(self, ceiling_mbps: float | None) -> HostCosts:
+        """These costs, measured where one emulated link carried :data:`REFERENCE_CEILING_MBPS`, on
+        a host whose link ceiling is ``ceiling_mbps`` (a faster host forwards and wakes faster).
+
+        >>> HostCosts(0.002, 3e-5).on_host(2 * REFERENCE_CEILING_MBPS)
+        HostCosts(per_transfer_s=0.001, per_packet_s=1.5e-05)
+        """
+        if not ceiling_mbps:
+            return self
+        faster = ceiling_mbps / REFERENCE_CEILING_MBPS
+        return HostCosts(self.per_transfer_s / faster, self.per_packet_s / faster)
+
+
+REFERENCE_CEILING_MBPS = 2546.0
+"""One emulated link's ceiling on the 2-core development machine, where :data:`MEASURED_COSTS`
+were measured."""
+MEASURED_COSTS = HostCosts(per_transfer_s=0.0015, per_packet_s=3e-5)
+"""``scripts/bench_dataplane.py`` on the development machine (docs/time-scale.md): the agents'
+1.5-1.9 ms of CPU per transfer at the poster's scale, the delay lines' 14-44 µs per packet."""
+PACKET_BUSY = 0.8
+"""Above this share of the host's CPUs for the packets, a phase's bulk transfers slow down."""
+TRANSFER_BUSY = 0.15
+"""Above this share for the transfers' own costs, many small transfers queue for the CPU and
+each one's latency grows (measured: the poster's point kept 1.3x its prediction at 57-88% busy)."""
+LINK_SHARE = 0.5
+"""The most of one emulated link's ceiling a slowed link may ask for."""
+MAX_AUTO = 512
+
+
+def pick_scale(phases: Sequence[PhaseLoad], costs: HostCosts, *, cores: int, fastest_mbps: float,
+               ceiling_mbps: float | None) -> tuple[int, str]:
+    """The time scale a run needs so that its host keeps up, with the reason (for the console):
+    the smallest power of two at which, in every transfer phase, the packets take at most
+    :data:`PACKET_BUSY` of the host's ``cores``, the transfers' fixed costs at most
+    :data:`TRANSFER_BUSY`, and the ``fastest_mbps`` link at most :data:`LINK_SHARE` of the
+    ``ceiling_mbps`` one emulated link carries (None: not known). 1 where the host keeps up.
+
+    >>> bulk = PhaseLoad(seconds=1.61, transfers=8, packets=84_000)  # the README's main job, SPFF
+    >>> pick_scale([bulk], MEASURED_COSTS, cores=2, fastest_mbps=100, ceiling_mbps=2546)
+    (1, 'the host keeps up')
+    >>> many = PhaseLoad(seconds=0.144, transfers=450, packets=23_000)  # 30 tasks of 15 local models
+    >>> pick_scale([many], MEASURED_COSTS, cores=2, fastest_mbps=100, ceiling_mbps=2546)
+    (16, "450 transfers' fixed costs in 0.144 s")
+    >>> pick_scale([bulk], MEASURED_COSTS, cores=2, fastest_mbps=10_000, ceiling_mbps=2546)
+    (8, '10000 Mbit/s links against 2546 Mbit/s one link carries here')
+    """
+    needs = [(1.0, "the host keeps up")]
+    for p in phases:
+        if p.seconds <= 0:
+            continue
+        budget = cores * p.seconds
+        needs.append((p.packets * costs.per_packet_s / (PACKET_BUSY * budget),
+                      f"{p.packets:,.0f} packets in {p.seconds:.3g} s"))
+        needs.append((p.transfers * costs.per_transfer_s / (TRANSFER_BUSY * budget),
+                      f"{p.transfers} transfers' fixed costs in {p.seconds:.3g} s"))
+    if ceiling_mbps:
+        needs.append((fastest_mbps / (LINK_SHARE * ceiling_mbps),
+                      f"{fastest_mbps:g} Mbit/s links against {ceiling_mbps:g} Mbit/s one link carries here"))
+    need, why = max(needs)
+    scale = 1
+    while scale < min(need, MAX_AUTO):
+        scale *= 2
+    return scale, why
 
 
 REAL_TIME = TimeScale()
 """No slowing: the emulation runs at the network's own speed."""
 
-__all__ = ["REAL_TIME", "TCP_RTO_MIN_S", "TimeScale"]
+__all__ = ["MEASURED_COSTS", "REAL_TIME", "TCP_RTO_MIN_S", "HostCosts", "PhaseLoad", "TimeScale", "pick_scale"]

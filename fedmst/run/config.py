@@ -71,6 +71,16 @@ def option(default: Any, *flags: str, **how: Any) -> Any:
     return field(default=default, metadata={"option": Option(flags, **how)})
 
 
+def _scale_ok(value: str) -> bool:
+    """``auto``, or a factor from 1 to 1000."""
+    if value == "auto":
+        return True
+    try:
+        return 1 <= float(value) <= 1000
+    except ValueError:
+        return False
+
+
 def _at_least(least: int, noun: str = "a number") -> Check:
     return (lambda v: v >= least, f"give {noun} of {least} or more")
 
@@ -136,13 +146,15 @@ class RunConfig:
                          help="Packet loss probability on every link direction (needs a delay mode other than off).")
     jitter_ms: float = option(0.0, "--jitter-ms", check=(lambda v: v >= 0, "give 0 or more milliseconds"),
                               help="Uniform delay jitter (+-) on every link direction; packet order is kept.")
-    time_scale: float = option(
-        1.0, "--time-scale", metavar="N", check=(lambda v: 1 <= v <= 1000, "give a factor from 1 to 1000"),
+    time_scale: str = option(
+        "1", "--time-scale", metavar="N|auto", check=(_scale_ok, "give a factor from 1 to 1000, or auto"),
         help="Run the emulation N times slower than the network it stands for: capacities / N; delays, "
              "timeouts, background flows, link traces and compute x N; every time reported is the "
-             "network's (docs/time-scale.md). For runs whose phases this host's CPUs would bound.")
+             "network's (docs/time-scale.md). auto: the smallest power of two at which this host keeps "
+             "up with the plans (1 where it does).")
     """Virtual time (:class:`fedmst.core.timescale.TimeScale`): the figures a host with enough
-    cores would measure, at N times the wall-clock."""
+    cores would measure, at N times the wall-clock; ``auto`` is decided from the plans
+    (:func:`fedmst.run.prepare.resolve`)."""
     phase_timeout_s: float = option(300.0)
     save_models: bool = option(False, "--save-models",
                                help="Write trained local and aggregated global weights to OUT/models.")
@@ -337,7 +349,7 @@ def _typed(path: Path, key: str, value: Any, hint: Any) -> Any:
     elif "int" in text:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-    elif isinstance(value, (str, int)) and not isinstance(value, bool):
+    elif isinstance(value, (str, int, float)) and not isinstance(value, bool):
         return str(value)
     name = getattr(hint, "__name__", None) or text.replace("typing.", "")
     raise FedmstError(f"--config {path}: option {key!r} = {value!r} is not of type {name}")

@@ -144,8 +144,11 @@ class _Run:
         with emu:
             self.times["network"] = time.monotonic() - self.started
             self.report(f"{self.tag} run {state.id}'s links: htb bandwidth; {emu.emulated()['note']}")
+            auto = f" (auto: {resolved.scale_reason})" if resolved.scale_reason else ""
             if scale.slowed:
-                self.report(f"{self.tag} {scale.describe(resolved.graph)}")
+                self.report(f"{self.tag} {scale.describe(resolved.graph)}{auto}")
+            elif auto:
+                self.report(f"{self.tag} time scale 1{auto}")
             self.session = session = Session(resolved, emu, backend, self.out, scratch, self.report)
             try:
                 if config.clock == "independent":
@@ -181,7 +184,7 @@ class _Run:
     def network_terms(self) -> dict[str, object]:
         """summary.json's ``emulated`` in the network's terms: the time scale, and the jitter
         asked for (the emulation was handed it slowed)."""
-        return {"time_scale": self.resolved.config.time_scale, "jitter_s": self.resolved.config.jitter_ms / 1e3}
+        return {"time_scale": self.resolved.time_scale, "jitter_s": self.resolved.config.jitter_ms / 1e3}
 
 
 def _link_ceiling(resolved: ResolvedRun, capabilities: Capabilities, report: Report) -> dict[str, object]:

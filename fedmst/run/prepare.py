@@ -9,6 +9,7 @@ exists, and ``compare`` and ``sweep`` load, size and schedule everything once.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
@@ -17,10 +18,11 @@ import networkx as nx
 from fedmst.core import faults
 from fedmst.core.contention import Profile, capacities, cassini_offsets, profile_of
 from fedmst.core.linktrace import LinkChange, read_link_trace
+from fedmst.core.plan import TRANSFER_PHASES, predicted_link_bytes, predicted_phase_seconds
 from fedmst.core.ordering import shortest_jobs_first
 from fedmst.core.schedulers import get_scheduler
 from fedmst.core.tasks import Task, place_task
-from fedmst.core.timescale import TimeScale
+from fedmst.core.timescale import MEASURED_COSTS, PhaseLoad, TimeScale, pick_scale
 from fedmst.core.topology import load_topology, node_order
 from fedmst.core.traffic import BackgroundFlow, parse_flow, read_traffic_file
 from fedmst.core.workload import TaskEntry, WorkloadPlan, make_tasks, read_workload, schedule_workload
@@ -53,11 +55,15 @@ class ResolvedRun:
     """Task -> seconds its start is shifted by ``--interleave`` (beyond its own ``start_s``)."""
     profiles: tuple[Profile, ...] = ()
     """Each admitted task's round as predicted alone (:mod:`fedmst.core.contention`), in plan order."""
+    time_scale: float = 1.0
+    """``--time-scale`` decided: the factor given, or the one ``auto`` picked for these plans."""
+    scale_reason: str = ""
+    """Why ``auto`` picked it ('' where the factor was given)."""
 
     @property
     def scale(self) -> TimeScale:
-        """How much slower than its network the run emulates it (``--time-scale``)."""
-        return TimeScale(self.config.time_scale)
+        """How much slower than its network the run emulates it."""
+        return TimeScale(self.time_scale)
 
 
 @dataclass(frozen=True)
@@ -154,6 +160,7 @@ def _plan(config: RunConfig, host: Host, inputs: _Inputs, scheduler: str) -> Res
     profiles = tuple(profile_of(p, graph, compute_s=p.task.compute_s, start_s=p.task.start_s,
                                 chunk_bytes=config.chunk_bytes, with_delay=with_delay, mtu=config.mtu)
                      for p in workload.plans)
+    time_scale, reason = _time_scale(config, host, graph, workload)
     offsets = {p.task.name: 0.0 for p in workload.plans}
     if config.interleave == "cassini":
         offsets = cassini_offsets(list(profiles), {p.task.name: p.task.rounds for p in workload.plans},
@@ -164,7 +171,40 @@ def _plan(config: RunConfig, host: Host, inputs: _Inputs, scheduler: str) -> Res
         workload=workload, link_failures=inputs.link_failures, kills=inputs.kills, slow=inputs.slow,
         worker_nodes=nodes, limits=worker_limits(nodes, config.cpus, config.memory, graph.nodes),
         delay_mode=host.delay_mode, netem_available=host.netem_available, profiles=profiles,
+        time_scale=time_scale, scale_reason=reason,
     )
+
+
+ACKS_PER_PACKET = 0.5
+"""A receiver acknowledges every second full segment: half a packet back for every one sent."""
+
+
+def _time_scale(config: RunConfig, host: Host, graph: nx.Graph, workload: WorkloadPlan) -> tuple[float, str]:
+    """``--time-scale`` as a factor, and for ``auto`` why it is that one: from what the plans'
+    transfer phases ask of this host (:func:`fedmst.core.timescale.pick_scale`) against its
+    cores and the link ceiling it measured (once per boot)."""
+    if config.time_scale != "auto":
+        return float(config.time_scale), ""
+    from fedmst.net.calibrate import link_ceiling_mbps
+    from fedmst.net.emulation import Capabilities
+
+    try:
+        ceiling: float | None = link_ceiling_mbps(host.delay_mode, config.mtu,
+                                                  Capabilities(netem=host.netem_available))
+    except FedmstError:  # the costs keep their reference and links go unchecked against it
+        ceiling = None
+    with_delay, frame = host.delay_mode != "off", config.mtu + 14
+    loads = [PhaseLoad(
+        seconds=predicted_phase_seconds(workload.plans, graph, phase, chunk_bytes=config.chunk_bytes,
+                                        with_delay=with_delay, mtu=config.mtu),
+        transfers=sum(len(p.phase(phase)) for p in workload.plans),
+        packets=sum(b for p in workload.plans for b in predicted_link_bytes(p, phase, mtu=config.mtu).values())
+        / frame * (1 + ACKS_PER_PACKET),
+    ) for phase in TRANSFER_PHASES]
+    scale, reason = pick_scale(loads, MEASURED_COSTS.on_host(ceiling), cores=os.cpu_count() or 1,
+                               fastest_mbps=max(float(c) for _, _, c in graph.edges(data="capacity_mbps")),
+                               ceiling_mbps=ceiling)
+    return float(scale), reason
 
 
 def _tasks(config: RunConfig, graph: nx.Graph) -> list[Task]:
