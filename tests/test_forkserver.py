@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from typing import Iterator
 import psutil
 import pytest
 
+from fedmst.net import forkserver
 from fedmst.net.forkserver import SERVER_NAME, ForkServer, ForkServerError
 
 TARGETS = '''import os, sys, time
@@ -132,3 +134,16 @@ def test_a_fresh_server_has_this_path_and_nothing_of_the_working_directory(
         assert "torch" not in " ".join(psutil.Process(forks.pid).cmdline())
     finally:
         forks.close()
+
+
+@pytest.mark.parametrize("server_alive", [True, False])
+def test_a_child_whose_server_died_before_it_asked_to_die_with_it_exits(server_alive: bool) -> None:
+    """The server's PID is read before the fork: a child that finds another parent (the server
+    died in between and the orphan was re-parented) exits at once instead of outliving its run."""
+    server = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # the child: only prctl and _exit, safe in a forked copy of the test process
+        forkserver._die_with_parent(b"fedmst-test", server if server_alive else server + 1_000_000)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == (0 if server_alive else 1)

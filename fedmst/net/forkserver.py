@@ -60,12 +60,13 @@ class ForkServer:
         ours, theirs = socket.socketpair()
         sys.stdout.flush()
         sys.stderr.flush()
+        coordinator = os.getpid()
         pid = os.fork()
         if pid == 0:  # the server: never returns
             ours.close()
             if fresh:
-                _exit_after(lambda: _exec_fresh(theirs))
-            _exit_after(lambda: _serve(theirs, preload))
+                _exit_after(lambda: _exec_fresh(theirs, coordinator))
+            _exit_after(lambda: _serve(theirs, preload, coordinator))
         theirs.close()
         self.pid = pid
         self._sock = ours
@@ -233,31 +234,34 @@ def _setns(path: str, nstype: int) -> None:
         os.close(fd)
 
 
-def _die_with_parent(name: bytes) -> None:
-    parent = os.getppid()
+def _die_with_parent(name: bytes, parent: int) -> None:
+    """Be killed when ``parent`` (the process that forked us, its PID read before the fork) dies,
+    and exit now if it already has: read after the fork, the parent could already be the
+    orphans' reaper, and a child forked just as its server died would outlive its run."""
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     _prctl(_PR_SET_NAME, name)
     if os.getppid() != parent:  # the parent died before the request took effect
         os._exit(1)
 
 
-def _exec_fresh(sock: socket.socket) -> None:
+def _exec_fresh(sock: socket.socket, parent: int) -> None:
     """Become a new interpreter serving ``sock``, with exactly this process's sys.path: isolated
     (``-I``), so neither the working directory nor PYTHON* variables can put other code first in
     a process that runs as root."""
     os.set_inheritable(sock.fileno(), True)
     path = json.dumps([p for p in sys.path if p])
     code = ("import json, socket, sys; sys.path[:] = json.loads(sys.argv[2]); "
-            f"from {__name__} import serve_fresh; serve_fresh(int(sys.argv[1]))")
-    os.execv(sys.executable, [sys.executable, "-I", "-c", code, str(sock.fileno()), path])
+            f"from {__name__} import serve_fresh; serve_fresh(int(sys.argv[1]), int(sys.argv[3]))")
+    os.execv(sys.executable, [sys.executable, "-I", "-c", code, str(sock.fileno()), path, str(parent)])
 
 
-def serve_fresh(fd: int) -> None:
-    """The fresh server's life (``ForkServer(fresh=True)``): serve the socket ``fd``, then exit."""
-    _exit_after(lambda: _serve(socket.socket(fileno=fd), None))
+def serve_fresh(fd: int, parent: int) -> None:
+    """The fresh server's life (``ForkServer(fresh=True)``): serve the socket ``fd`` for the
+    coordinator ``parent``, then exit."""
+    _exit_after(lambda: _serve(socket.socket(fileno=fd), None, parent))
 
 
-def _serve(sock: socket.socket, preload: Callable[[], None] | None) -> int:
+def _serve(sock: socket.socket, preload: Callable[[], None] | None, parent: int) -> int:
     os.setsid()  # out of the terminal's process group: Ctrl-C reaches the coordinator, which ends us
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _close_inherited(keep=sock.fileno())
@@ -266,7 +270,7 @@ def _serve(sock: socket.socket, preload: Callable[[], None] | None) -> int:
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    _die_with_parent(SERVER_NAME.encode())
+    _die_with_parent(SERVER_NAME.encode(), parent)
     if preload is not None:
         try:
             preload()
@@ -326,6 +330,7 @@ def _handle(msg: dict[str, Any], sock: socket.socket, children: set[int],
     except (ImportError, AttributeError) as exc:
         return {"error": f"cannot start {msg['spawn']}: {exc}"}
     log = os.open(msg["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    server = os.getpid()
     pid = os.fork()
     if pid == 0:
         sock.close()
@@ -333,17 +338,17 @@ def _handle(msg: dict[str, Any], sock: socket.socket, children: set[int],
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         for fd in wake:
             os.close(fd)
-        _exit_after(lambda: _child(target, msg, log))
+        _exit_after(lambda: _child(target, msg, log, server))
     os.close(log)
     children.add(pid)
     return {"pid": pid}
 
 
-def _child(target: Callable[[list[str]], int | None], msg: dict[str, Any], log: int) -> int | None:
+def _child(target: Callable[[list[str]], int | None], msg: dict[str, Any], log: int, server: int) -> int | None:
     os.setsid()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_DFL)
-    _die_with_parent(msg["name"].encode())
+    _die_with_parent(msg["name"].encode(), server)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(log, 1)
