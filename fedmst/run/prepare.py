@@ -95,6 +95,8 @@ class _Inputs:
     slow: Mapping[str, float]
     background: tuple[BackgroundFlow, ...]
     link_changes: tuple[LinkChange, ...]
+    limits: Mapping[str, WorkerLimits]
+    """Every node's worker limits (``--cpus``, ``--memory``)."""
     tasks: tuple[Task, ...]
 
 
@@ -123,8 +125,9 @@ def _inputs(config: RunConfig, host: Host, schedulers: Sequence[str]) -> _Inputs
     if host.delay_mode == "off" and any(c.delay_ms is not None or c.loss is not None for c in link_changes):
         raise FedmstError(f"--link-trace {config.link_trace}: changes delay or loss, which --delay-mode off does "
                           "not apply; use --delay-mode auto, netem or userspace")
+    limits = worker_limits(graph.nodes, config.cpus, config.memory, graph.nodes)
     return _Inputs(graph=graph, link_failures=link_failures, kills=kills, slow=slow, background=background,
-                   link_changes=link_changes, tasks=_sized(config, _tasks(config, graph), schedulers))
+                   link_changes=link_changes, limits=limits, tasks=_sized(config, _tasks(config, graph), schedulers))
 
 
 def _sized(config: RunConfig, tasks: list[Task], schedulers: Sequence[str]) -> tuple[Task, ...]:
@@ -169,7 +172,7 @@ def _plan(config: RunConfig, host: Host, inputs: _Inputs, scheduler: str) -> Res
         background=inputs.background, offsets=offsets, link_changes=inputs.link_changes,
         listed=tuple(t.name for t in inputs.tasks), config=replace(config, scheduler=scheduler), graph=graph,
         workload=workload, link_failures=inputs.link_failures, kills=inputs.kills, slow=inputs.slow,
-        worker_nodes=nodes, limits=worker_limits(nodes, config.cpus, config.memory, graph.nodes),
+        worker_nodes=nodes, limits={n: inputs.limits[n] for n in nodes},
         delay_mode=host.delay_mode, netem_available=host.netem_available, profiles=profiles,
         time_scale=time_scale, scale_reason=reason,
     )
