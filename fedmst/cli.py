@@ -78,9 +78,9 @@ def _click_option(name: str, changed: Mapping[str, Any]) -> Callable[..., Any]:
 
 RUN_OPTIONS = ("topology", "local_models", "tasks", "wavelengths", "rounds", "model", "dataset", "seed", "global_node",
                "local_nodes", "epochs", "lr", "batch_size", "optimizer", "target_accuracy", "chunk_bytes", "mtu",
-               "delay_mode", "queue", "loss", "jitter_ms", "time_scale", "save_models", "fail_links", "kill_workers",
-               "stall_s", "slow_nodes", "deadline_s", "workload", "clock", "compute_s", "interleave", "traffic",
-               "order", "link_state", "link_trace", "traffic_file")
+               "delay_mode", "queue", "congestion_control", "loss", "jitter_ms", "time_scale", "save_models",
+               "fail_links", "kill_workers", "stall_s", "slow_nodes", "deadline_s", "workload", "clock", "compute_s",
+               "interleave", "traffic", "order", "link_state", "link_trace", "traffic_file")
 """The run options of ``run`` and ``compare``, in the order ``--help`` lists them."""
 WORKER_OPTIONS = ("workers", "image", "cpus", "memory")
 COMPARED = "spff,mst"
@@ -244,7 +244,7 @@ def _int_list(_ctx: object, _param: object, value: str) -> list[int]:
 @click.option("--models", "--model-sizes", "models", default=None,
               help="Comma-separated models (e.g. mlp,mlp-large,mlp-xl: 19 KB, 4.5 MB, 45 MB) to run every point "
                    "with, instead of --model; with several, the sweep also maps where each schedule wins.")
-@_schema_options("topology", "delay_mode", "time_scale", changed=SWEEP)
+@_schema_options("topology", "delay_mode", "congestion_control", "time_scale", changed=SWEEP)
 @click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
               help="Run the points as tasks of the Ray cluster at ADDRESS (host:port, or auto for the one on this "
                    "host), one per emulation slot its nodes offer (scripts/ray-local.sh start N makes one here).")

@@ -8,7 +8,7 @@ field needs no parsing code. No torch here: the coordinator and the CLI import t
 
 >>> msg = Upload(round=3, progress_dir="/tmp/p", weights={"task0": {0: 0.25, 2: 0.75}})
 >>> encode(msg)
-{'type': 'Upload', 'version': 7, 'round': 3, 'progress_dir': '/tmp/p', 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
+{'type': 'Upload', 'version': 8, 'round': 3, 'progress_dir': '/tmp/p', 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
 >>> decode(encode(msg)) == msg
 True
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import types
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, fields, is_dataclass
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from functools import cache
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
@@ -26,7 +26,7 @@ from fedmst.core.route import Along
 from fedmst.core.span import PhaseSpan
 from fedmst.errors import FedmstError
 
-PROTOCOL_VERSION = 7
+PROTOCOL_VERSION = 8
 """Raised whenever a message's shape changes, so that an agent from another checkout is refused."""
 
 
@@ -192,11 +192,15 @@ class Stop:
 # replies: agent -> coordinator; ``seconds`` is the time the agent spent on the command ---------
 @dataclass(frozen=True)
 class RunsIn:
-    """Where an agent runs: in a container or not, and its cgroup's limits (None = unlimited)."""
+    """Where an agent runs: in a container or not, its cgroup's limits (None = unlimited), and
+    its TCP as its namespace's kernel reports it: its open connections by congestion control, and
+    whether an idle connection slow-starts again (None: not read)."""
 
     container: bool
     cpus: float | None
     memory_bytes: int | None
+    congestion_control: Mapping[str, int] = field(default_factory=dict)
+    slow_start_after_idle: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -266,7 +270,7 @@ def encode(msg: Command | Reply | AgentSpec) -> dict[str, Any]:
     """``msg`` as a JSON-ready object: tuples become lists, integer mapping keys strings.
 
     >>> encode(Trained(task_seconds={"t": 1.5}, losses={}, late={"t": (2,)}))
-    {'type': 'Trained', 'version': 7, 'task_seconds': {'t': 1.5}, 'losses': {}, 'late': {'t': [2]}, 'seconds': 0.0}
+    {'type': 'Trained', 'version': 8, 'task_seconds': {'t': 1.5}, 'losses': {}, 'late': {'t': [2]}, 'seconds': 0.0}
     """
     if _MESSAGES.get(type(msg).__name__) is not type(msg):
         raise ProtocolError(f"not a protocol message: {type(msg).__name__}")
@@ -277,18 +281,18 @@ def decode(obj: Any) -> Command | Reply | AgentSpec:
     """The message ``obj`` (from :func:`encode`, through JSON) stands for, checked against its
     dataclass: known type, this protocol version, every required field and no other.
 
-    >>> decode({"type": "Train", "version": 7, "round": 2})
+    >>> decode({"type": "Train", "version": 8, "round": 2})
     Train(round=2, deadline_s=None)
-    >>> decode({"type": "Train", "version": 7, "round": 2, "deadline": 5})
+    >>> decode({"type": "Train", "version": 8, "round": 2, "deadline": 5})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Train: unknown field deadline
     >>> decode({"type": "Train", "version": 0, "round": 2})
     Traceback (most recent call last):
-    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 7
-    >>> decode({"type": "SetupDone", "version": 7, "samples": {"task0": {"0": 5}}})
+    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 8
+    >>> decode({"type": "SetupDone", "version": 8, "samples": {"task0": {"0": 5}}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: SetupDone: missing field runs_in
-    >>> decode({"type": "Evaluated", "version": 7, "accuracy": {"task0": "high"}})
+    >>> decode({"type": "Evaluated", "version": 8, "accuracy": {"task0": "high"}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Evaluated.accuracy.task0: expected float, got a string
     """

@@ -67,3 +67,21 @@ def test_a_slowed_run_reports_the_networks_times_rates_and_changes(clean_host: N
     assert 0.7 * 5 < flow["sent_mbps"] < 5.5, flow  # paced at 5 Mbit/s of the network's (2.5 on the host)
     (change,) = json.loads((out / "link_changes.json").read_text())
     assert 0.3 <= change["applied_s"] <= float(round_["round_s"]), change  # never early, in the network's time
+
+
+def test_every_connection_runs_the_congestion_control_asked_for(clean_host: None, tmp_path: Path) -> None:
+    """--congestion-control is set on the flows' routes, not taken from the host's default: the
+    agents read it back from each of their connections (reno: neither Linux's default, cubic,
+    nor this development machine's, bbr). Slow start after idle is off in every host."""
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [FEDMST, "run", "--topology", "line3", "--local-models", "2", "--rounds", "1", "--model", "mlp",
+         "--congestion-control", "reno", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "TCP congestion control reno" in " ".join(proc.stdout.split())
+    assert json.loads((out / "summary.json").read_text())["emulated"]["congestion_control"] == "reno"
+    workers = json.loads((out / "workers.json").read_text())
+    seen = [w["congestion_control"] for w in workers.values()]
+    assert all(s and set(s) == {"reno"} for s in seen), seen
+    # and every host keeps TCP's window across the training's idle time, whatever the host's own setting
+    assert [w["slow_start_after_idle"] for w in workers.values()] == [False] * len(workers), workers

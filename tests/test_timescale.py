@@ -59,14 +59,14 @@ def test_tcps_timeout_floor_follows_the_scale() -> None:
     assert TimeScale(10).rto_min_s() == pytest.approx(10 * TCP_RTO_MIN_S)
 
 
-def _routes(rto_min_s: float | None) -> dict[str, list[str]]:
+def _routes(rto_min_s: float | None, congestion_control: str | None = None) -> dict[str, list[str]]:
     shaping = LinkShaping("off", "fifo", 1500, 0.0, 0.0)
     ab = EmulatedLink((LinkEnd("a", "a-eth0", "10.0.0.1"), LinkEnd("b", "b-eth0", "10.0.0.2")), 10.0, 0.0, shaping)
     bc = EmulatedLink((LinkEnd("b", "b-eth1", "10.0.0.5"), LinkEnd("c", "c-eth0", "10.0.0.6")), 10.0, 0.0, shaping)
     hops = {("a", "b"): ab, ("b", "a"): ab, ("b", "c"): bc, ("c", "b"): bc}
     lines: dict[str, list[str]] = {}
     FlowRoutes(["a", "b", "c"], hops, lambda node, batch: lines.setdefault(node, []).extend(batch),
-               rto_min_s=rto_min_s).install({"t": ("a", "b", "c")})
+               rto_min_s=rto_min_s, congestion_control=congestion_control).install({"t": ("a", "b", "c")})
     return lines
 
 
@@ -76,6 +76,14 @@ def test_a_slowed_runs_routes_raise_the_timeout_floor_at_both_ends_of_a_flow() -
     assert ends and all(line.endswith(" rto_min 800ms") for line in ends)
     assert not any("rto_min" in line for line in lines["b"]), "a relay's forwarding routes hold no socket"
     assert not any("rto_min" in line for lines_ in _routes(None).values() for line in lines_)
+
+
+def test_a_flows_sockets_find_the_runs_congestion_control_on_their_routes() -> None:
+    lines = _routes(0.8, "reno")
+    ends = [line for node in ("a", "c") for line in lines[node] if line.startswith("route")]
+    assert ends and all(line.endswith(" congctl reno rto_min 800ms") for line in ends)
+    assert not any("congctl" in line for line in lines["b"])
+    assert not any("congctl" in line for lines_ in _routes(None).values() for line in lines_)
 
 
 @pytest.mark.parametrize("given", ["0.5", "0", "1001", "fast", "", "nan"])

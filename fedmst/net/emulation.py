@@ -40,7 +40,8 @@ from fedmst.net.cleanup import RUN_ID_LETTERS, RunState, host_name, probe_name
 from fedmst.net.link import DelayLines, EmulatedLink, LinkEnd, LinkShaping, htb_drops
 from fedmst.net.processes import HostProcesses, Process, cpu_seconds
 from fedmst.net.routes import Flow, FlowRoutes
-from fedmst.net.shell import HostShell, coordinator_batch, mininet_exits, raise_limits, start_host
+from fedmst.net.shell import (SLOW_START_AFTER_IDLE, HostShell, coordinator_batch, mininet_exits, raise_limits,
+                              start_host)
 
 __all__ = ["Capabilities", "Emulation", "Flow", "Process", "probe_capabilities",
            "require_tools", "resolve_delay_mode"]
@@ -131,14 +132,16 @@ class Emulation:
     the processes); without one it claims its own. ``queue`` is how each link direction's sender
     queues (:mod:`fedmst.net.queues`): one FIFO, or one queue per transfer served in turn.
     ``rto_min_s`` is TCP's retransmission-timeout floor on every flow's routes (a slowed run's;
-    None: the kernel's). The emulation knows no time scale: a slowed run hands it a slowed graph.
+    None: the kernel's), ``congestion_control`` TCP's congestion control on them (None: the host's
+    default). The emulation knows no time scale: a slowed run hands it a slowed graph.
     """
 
     def __init__(self, graph: nx.Graph, *, delay_mode: str = "auto", loss: float = 0.0,
                  jitter_s: float = 0.0, mtu: int = DEFAULT_MTU, netns: Mapping[str, int] | None = None,
                  capabilities: Capabilities | None = None, preload: Callable[[], None] | None = None,
                  changing: Iterable[tuple[str, str]] = (), run: RunState | None = None,
-                 queue: str = "fifo", rto_min_s: float | None = None) -> None:
+                 queue: str = "fifo", rto_min_s: float | None = None,
+                 congestion_control: str | None = None) -> None:
         if not 0 <= loss < 1:
             raise EmulationError(f"loss must be a probability in [0, 1), got {loss}")
         if jitter_s < 0:
@@ -171,7 +174,8 @@ class Emulation:
         self._ports: dict[str, list[str]] = {n: [] for n in self.nodes}
         self._processes = HostProcesses()
         self._routes = FlowRoutes(self.nodes, self._hops, lambda node, lines: self._shells[node].batch("ip", lines),
-                                  rto_min_s=rto_min_s)
+                                  rto_min_s=rto_min_s, congestion_control=congestion_control)
+        self.congestion_control = congestion_control
         self._background = BackgroundTraffic()
         self._delay_lines = DelayLines(self._hops)
         self._run = run
@@ -197,6 +201,8 @@ class Emulation:
             "delay": self.delay_applied, "delay_mechanism": _MECHANISM[self.delay_mode],
             "loss": self.loss > 0, "loss_rate": self.loss, "jitter_s": self.jitter_s,
             "netem_available": self.capabilities.netem, "mtu": self.mtu, "note": note,
+            "congestion_control": self.congestion_control or "host default",
+            "slow_start_after_idle": SLOW_START_AFTER_IDLE,
         }
 
     # life cycle -----------------------------------------------------------------------------

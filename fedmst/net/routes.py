@@ -1,22 +1,39 @@
 """Routes for overlay transfers: each gets its own pair of /32 endpoint addresses, routed hop by
 hop along its planned physical path (and back along it for ACKs), so every transfer follows its
 path whatever else shares the nodes. The endpoint routes carry a ``src`` hint so that unbound
-sockets (gloo's connecting side) pick the flow's own address, and, in a slowed run, TCP's
+sockets (gloo's connecting side) pick the flow's own address, TCP's congestion control
+(``congctl``: the run's, not whatever this host's default is) and, in a slowed run, TCP's
 retransmission-timeout floor (``rto_min``), which the kernel does not slow by itself."""
 
 from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
-from typing import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
-from fedmst.core.plan import LinkDir
 from fedmst.errors import EmulationError
-from fedmst.net.link import EmulatedLink
+
+if TYPE_CHECKING:  # the option schema imports this module for its choices: no graphs at import
+    from fedmst.core.plan import LinkDir
+    from fedmst.net.link import EmulatedLink
 
 FLOW_NET = ipaddress.ip_network("10.128.0.0/9")
+CONGESTION_CONTROLS = ("cubic", "bbr", "reno")
+"""TCP congestion controls a run may ask for; ``cubic`` is Linux's default. A host's own default
+can be another (the development machine's is bbr), and since every transfer of a phase is short
+and the flows share links, it changes what a phase measures: fedmst sets it per route instead."""
+AVAILABLE_CONGESTION_CONTROLS = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 BACKGROUND_NET = ipaddress.ip_network("10.64.0.0/10")
 """Background flows' endpoints: one iptables rule per receiving interface counts what they put on a link."""
+
+
+def require_congestion_control(name: str) -> None:
+    """Refuse, in one line, a congestion control this kernel has not loaded."""
+    available = AVAILABLE_CONGESTION_CONTROLS.read_text().split()
+    if name not in available:
+        raise EmulationError(f"--congestion-control {name}: this kernel offers {', '.join(available)} "
+                             f"(load it with: modprobe tcp_{name})")
 
 
 @dataclass(frozen=True)
@@ -31,13 +48,16 @@ class Flow:
 
 class FlowRoutes:
     """Hands out endpoint addresses (transfers' and background flows' from separate pools) and
-    installs each flow's routes with one ``ip -batch`` per node. ``rto_min_s``, where given, is
-    set on the routes of the flows' two ends, where their sockets look it up."""
+    installs each flow's routes with one ``ip -batch`` per node. ``congestion_control`` and
+    ``rto_min_s``, where given, are set on the routes of the flows' two ends, where their sockets
+    (connecting and accepting alike) look them up."""
 
     def __init__(self, nodes: Sequence[str], hops: Mapping[LinkDir, EmulatedLink],
-                 ip_batch: Callable[[str, list[str]], None], rto_min_s: float | None = None) -> None:
+                 ip_batch: Callable[[str, list[str]], None], rto_min_s: float | None = None,
+                 congestion_control: str | None = None) -> None:
         self._nodes = list(nodes)
-        self._end = "" if rto_min_s is None else f" rto_min {rto_min_s * 1e3:.0f}ms"
+        self._end = ("" if congestion_control is None else f" congctl {congestion_control}") + (
+            "" if rto_min_s is None else f" rto_min {rto_min_s * 1e3:.0f}ms")
         self._hops = hops
         self._ip_batch = ip_batch
         self._pools: dict[bool, Iterator[ipaddress.IPv4Address]] = {

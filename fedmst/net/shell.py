@@ -22,10 +22,19 @@ _HARMLESS_TC = ("quantum of class", "Consider r2q change")
 _END = "@@fedmst-end@@"
 _OFFLOADS = ("tcp-segmentation-offload", "generic-segmentation-offload", "generic-receive-offload")
 """What ``ethtool -K IF tso off gso off gro off`` switches off, as ``ethtool -k`` names it."""
+SLOW_START_AFTER_IDLE = False
+"""Whether a connection idle for a retransmission timeout starts again from TCP's initial window
+(Linux's default: yes). Not in fedmst's hosts: every round idles each connection through the
+training, so with it every phase of a 4.5 MB model slow-starts again and MST's relayed phases took
+1.9 times their prediction (cubic, NSFNET, 8 local models); and whether a phase restarts would
+hang on the training time against the timeout, which a slowed run cannot keep in proportion.
+Collective-communication hosts commonly switch it off too."""
 _SETUP = ("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1"
           " net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0"
+          f" net.ipv4.tcp_slow_start_after_idle={int(SLOW_START_AFTER_IDLE)}"
           "; ip link set lo up")
-"""Before any interface exists: no IPv6 chatter on the measured links, forward packets."""
+"""Before any interface exists: no IPv6 chatter on the measured links, forward packets, and TCP
+keeps its window across idle periods (per namespace, so the host's own setting is untouched)."""
 
 
 class HostShell:

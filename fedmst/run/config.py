@@ -20,6 +20,7 @@ from fedmst.core.tasks import DEFAULT_DATASET, DEFAULT_MODEL
 from fedmst.core.wire import DEFAULT_MTU
 from fedmst.errors import FedmstError
 from fedmst.net.queues import QUEUES
+from fedmst.net.routes import CONGESTION_CONTROLS
 from fedmst.workers import DEFAULT_IMAGE
 
 OPTIMIZERS = ("sgd", "momentum", "adam")
@@ -142,6 +143,11 @@ class RunConfig:
              "served in turn, as the contention prediction assumes.")
     """How each link direction's sender queues: one FIFO, or ``fair``: one queue per transfer
     served in turn (:mod:`fedmst.net.queues`)."""
+    congestion_control: str = option(
+        "cubic", "--congestion-control", choices=CONGESTION_CONTROLS,
+        help="TCP congestion control of every transfer and background TCP flow, whatever this host's "
+             "default (cubic is Linux's).")
+    """Set on every flow's routes (:mod:`fedmst.net.routes`): a host's default may differ."""
     loss: float = option(0.0, "--loss", check=(lambda v: 0 <= v < 1, "give a probability in [0, 1)"),
                          help="Packet loss probability on every link direction (needs a delay mode other than off).")
     jitter_ms: float = option(0.0, "--jitter-ms", check=(lambda v: v >= 0, "give 0 or more milliseconds"),

@@ -136,14 +136,16 @@ class _Run:
         self.emu = emu = Emulation(
             scale.graph(resolved.graph), delay_mode=resolved.delay_mode, loss=config.loss,
             jitter_s=scale.real_s(config.jitter_ms / 1e3), mtu=config.mtu, queue=config.queue,
-            rto_min_s=scale.rto_min_s(), netns=netns, capabilities=capabilities,
+            rto_min_s=scale.rto_min_s(), congestion_control=config.congestion_control, netns=netns,
+            capabilities=capabilities,
             preload=backend.preload(model=config.model, dataset=config.dataset, optimizer=config.optimizer,
                                     batch_size=config.batch_size, lr=config.lr),
             changing=[c.link for c in resolved.link_changes if c.delay_ms is not None or c.loss is not None],
             run=state)
         with emu:
             self.times["network"] = time.monotonic() - self.started
-            self.report(f"{self.tag} run {state.id}'s links: htb bandwidth; {emu.emulated()['note']}")
+            self.report(f"{self.tag} run {state.id}'s links: htb bandwidth; {emu.emulated()['note']}; "
+                        f"TCP congestion control {config.congestion_control}")
             auto = f" (auto: {resolved.scale_reason})" if resolved.scale_reason else ""
             if scale.slowed:
                 self.report(f"{self.tag} {scale.describe(resolved.graph)}{auto}")

@@ -77,11 +77,13 @@ class Host:
 def check_host(config: RunConfig) -> Host:
     """Root, the tools the emulation needs, and ``--delay-mode`` decided against the kernel."""
     from fedmst.net.emulation import probe_capabilities, require_tools, resolve_delay_mode
+    from fedmst.net.routes import require_congestion_control
 
     require_tools()  # root, and the tools that probing the kernel needs
     capabilities = probe_capabilities()
     delay_mode = resolve_delay_mode(config.delay_mode, capabilities)
     require_tools(delay_mode, background=bool(config.traffic or config.traffic_file))
+    require_congestion_control(config.congestion_control)
     return Host(delay_mode=delay_mode, netem_available=capabilities.netem)
 
 

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache, partial
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping
@@ -145,7 +145,8 @@ class Agent:
                         lr=spec.lr)
         self._connect(Path(spec.store_dir))
         return SetupDone(samples={r.name: {i: len(v[2]) for i, v in r.local.items()} for r in self.roles},
-                         runs_in=runs_in())
+                         runs_in=replace(runs_in(), congestion_control=transport.congestion_controls(),
+                                         slow_start_after_idle=transport.slow_start_after_idle()))
 
     def _connect(self, store: Path) -> None:
         """Open every connection's process group and warm it, all at once (one thread each):

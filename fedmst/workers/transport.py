@@ -20,6 +20,7 @@ import ctypes
 import datetime
 import os
 import socket
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,14 +108,10 @@ def close_pair(pair: Pair) -> None:
         pass
 
 
-def abort_connections() -> int:
-    """Shut down every connected TCP socket of this process: each gloo wait on them fails at
-    once ("connection closed"), and so do the peers' (they read the end of the stream), where
-    neither ``ProcessGroupGloo.abort()`` nor ``shutdown()`` wakes a wait that is blocked. Listening
-    sockets are left alone: gloo aborts the process when its listener fails. An agent has no
-    other TCP connections (its control channel is a Unix socket). Returns how many it shut.
-    """
-    shut = 0
+def _tcp_connections() -> Iterator[socket.socket]:
+    """A duplicate of every TCP socket of this process that is not listening (gloo's connections:
+    an agent has no other, its control channel is a Unix socket), closed again after use; gloo's
+    own descriptors stay open."""
     for name in os.listdir("/proc/self/fd"):
         try:
             if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
@@ -125,13 +122,40 @@ def abort_connections() -> int:
         try:
             if (sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM
                     and not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)):
-                sock.shutdown(socket.SHUT_RDWR)
-                shut += 1
+                yield sock
+        finally:
+            sock.close()
+
+
+def abort_connections() -> int:
+    """Shut down every connected TCP socket of this process: each gloo wait on them fails at
+    once ("connection closed"), and so do the peers' (they read the end of the stream), where
+    neither ``ProcessGroupGloo.abort()`` nor ``shutdown()`` wakes a wait that is blocked. Listening
+    sockets are left alone: gloo aborts the process when its listener fails. Returns how many it shut.
+    """
+    shut = 0
+    for sock in _tcp_connections():
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+            shut += 1
         except OSError:  # not connected (yet, or any more)
             pass
-        finally:
-            sock.close()  # the duplicate only: gloo's descriptor stays open
     return shut
+
+
+def slow_start_after_idle() -> bool:
+    """Whether this network namespace's TCP restarts an idle connection from its initial window."""
+    return Path("/proc/sys/net/ipv4/tcp_slow_start_after_idle").read_text().strip() != "0"
+
+
+def congestion_controls() -> dict[str, int]:
+    """This process's TCP connections by the congestion control the kernel runs for each: the
+    run sets it on the routes (``--congestion-control``), and this is the check that it took."""
+    found: Counter[str] = Counter()
+    for sock in _tcp_connections():
+        name = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)
+        found[name.split(b"\0", 1)[0].decode()] += 1
+    return dict(found)
 
 
 _DONE_TAG = 1 << 30
