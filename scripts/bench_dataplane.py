@@ -6,9 +6,10 @@ the host's CPU went in the broadcast and upload phases (``cpu.csv``: the agents,
 the coordinator), then divides by what those phases moved: the plans' transfers, the weights'
 bytes summed over every link direction they crossed (link GB), and the packets that crossed the
 links (the weights' bytes in MTU-sized frames, the rest as ACKs of 66 bytes: every packet passes
-one delay line, at its receiver's ingress). Beside them, a bare baseline: one plain TCP stream
-(a Python socket sending 1 MiB writes as fast as it can) across the same kind of emulated path,
-two 100 Mbit/s hops with their delay lines, and the CPU its two ends and the delay lines spent per
+one delay line, at its receiver's ingress). Beside them, two bare baselines of 40 MB each across
+the same kind of emulated path, two 100 Mbit/s hops with their delay lines: one plain TCP stream
+(a Python socket sending 1 MiB writes as fast as it can) and one gloo transfer in 256 KB chunks
+(as an agent sends, without the agent), and the CPU their two ends and the delay lines spent per
 GB and per packet.
 
 Scenarios: ``one-task`` (NSFNET, one task of 4 local models, ``mlp-large``, 2 rounds) and
@@ -31,6 +32,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import networkx as nx
+import torch  # noqa: F401  (the warm fork server's children, the bare gloo ends, find it imported)
 
 from fedmst.core.wire import DEFAULT_MTU
 from fedmst.net.emulation import Emulation
@@ -66,27 +68,38 @@ def measure_run(config: RunConfig) -> dict[str, float]:
     return {**cpu, "transfers": transfers, "gb": weight / 1e9, "packets": packets}
 
 
-def measure_tcp_stream(seconds: float = 3.0, capacity_mbps: float = 100.0) -> dict[str, float]:
-    """One plain TCP stream from a to c across a-b-c, each hop ``capacity_mbps`` with a 0.5 ms delay
-    line: the CPU of its two ends and of the delay lines, the bytes and packets it put on the links."""
+def measure_bare(kind: str, nbytes: int = 40_000_000, capacity_mbps: float = 100.0) -> dict[str, float]:
+    """One bare transfer of ``nbytes`` from a to c across a-b-c, each hop ``capacity_mbps`` with a
+    0.5 ms delay line and TCP as a run sets it: a plain TCP stream (``kind`` "tcp": a Python socket
+    writing 1 MiB at a time) or a gloo send and receive in 256 KB chunks (``kind`` "gloo", as an
+    agent sends, without the agent). The CPU of its two ends and of the delay lines, the bytes and
+    packets it put on the links."""
     graph = nx.Graph([("a", "b", {"capacity_mbps": capacity_mbps, "delay_s": 5e-4}),
                       ("b", "c", {"capacity_mbps": capacity_mbps, "delay_s": 5e-4})])
     with tempfile.TemporaryDirectory(prefix="fedmst-bench-") as scratch, \
-            Emulation(graph, delay_mode="userspace") as emu:
+            Emulation(graph, delay_mode="userspace", congestion_control=RunConfig().congestion_control) as emu:
         flow = emu.install_flows({"probe": ("a", "b", "c")})["probe"]
-        logs = Path(scratch)
-        sink = emu.spawn("c", "fedmst.net.calibrate:sink", [flow.dst_addr], env={}, log=logs / "sink.log",
-                         name="sink", warm=False)
-        time.sleep(0.5)  # the delay lines and the sink are up
+        logs, store = Path(scratch), str(Path(scratch) / "store")
+        if kind == "tcp":
+            ends = [("c", "fedmst.net.calibrate:sink", [flow.dst_addr], "sink"),
+                    ("a", "fedmst.net.calibrate:source", [flow.dst_addr, str(nbytes * 8 / capacity_mbps / 1e6)],
+                     "send")]
+        else:
+            ends = [("c", "fedmst.workers.transport:bare_transfer", ["1", store, flow.dst_addr, str(nbytes),
+                                                                      str(256 * 1024)], "sink"),
+                    ("a", "fedmst.workers.transport:bare_transfer", ["0", store, flow.src_addr, str(nbytes),
+                                                                      str(256 * 1024)], "send")]
         before, counters = emu.cpu_seconds(), emu.counters()
-        source = emu.spawn("a", "fedmst.net.calibrate:source", [flow.dst_addr, str(seconds)], env={},
-                           log=logs / "source.log", name="send", warm=False)
-        # the two ends' CPU is read while they live: they exit when the stream ends
-        last = emu.cpu_seconds()
-        while source.poll() is None:
-            last = emu.cpu_seconds()
-            time.sleep(0.05)
-        sink.wait(timeout=10)
+        procs = [emu.spawn(node, target, args, env={}, log=logs / f"{name}.log", name=name)
+                 for node, target, args, name in ends]
+        # the two ends' CPU is read while they live (they exit when the transfer ends, and an
+        # exited one is no longer counted): each kind's highest reading is its total
+        last: dict[str, float] = {}
+        while any(p.poll() is None for p in procs):
+            last = {kind: max(cpu, last.get(kind, 0.0)) for kind, cpu in emu.cpu_seconds().items()}
+            time.sleep(0.02)
+        if any(p.returncode for p in procs):
+            raise SystemExit(f"the bare {kind} transfer failed: see {logs}")
         after = emu.counters()
     data = sum(after[hop] - counters[hop] for hop in (("a", "b"), ("b", "c")))
     acks = sum(after[hop] - counters[hop] for hop in (("c", "b"), ("b", "a")))
@@ -105,17 +118,22 @@ def main() -> int:
     args = parser.parse_args()
 
     rows = []
+    # the bare transfers first: their ends fork from this process, which must not have started
+    # threads yet (a run starts many; a gloo end forked after them can hang)
+    bare = []
+    for kind, label in (("tcp", "bare TCP stream"), ("gloo", "bare gloo transfer")):
+        print(label, file=sys.stderr)
+        bare.append((f"{label}, a-b-c (its two ends)", measure_bare(kind)))
     for scenario in args.scenarios.split(","):
         for scheduler in args.schedulers.split(","):
             print(f"{scenario}, {scheduler}, time scale {args.time_scale}", file=sys.stderr)
             config = RunConfig(**SCENARIOS[scenario], scheduler=scheduler, time_scale=args.time_scale,
                                out=str(Path(args.out) / f"{scenario}-{scheduler}"))
             rows.append((f"{scenario}, {scheduler}", measure_run(config)))
-    print("bare TCP stream", file=sys.stderr)
-    rows.append(("bare TCP stream, a-b-c", measure_tcp_stream()))
+    rows += bare
 
-    print(f"CPU of the broadcast and upload phases, time scale {args.time_scale} (the bare stream: its whole "
-          "life); agents' share of a bare stream is its two ends\n")
+    print(f"CPU of the broadcast and upload phases, time scale {args.time_scale} (the bare transfers: their "
+          "whole life); agents' share of a bare transfer is its two ends\n")
     print("| run | transfers | link GB | packets (k) | agents CPU (s) | per transfer (ms) | per link GB (s) "
           "| delay lines CPU (s) | per packet (µs) | coordinator CPU (s) |")
     print("|---|---|---|---|---|---|---|---|---|---|")

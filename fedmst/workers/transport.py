@@ -219,3 +219,15 @@ def wait(work: dist.Work, pair: Pair | None) -> None:
     """Wait for one chunk, at most the pair's timeout."""
     assert pair is not None
     work.wait(pair.timeout)
+
+
+def bare_transfer(args: list[str]) -> int:
+    """One end of a bare transfer, the data plane's baseline (``scripts/bench_dataplane.py``):
+    ``args`` are the rank (0 sends), the FileStore path both ends share, this end's address, the
+    bytes and the chunk size. It moves that many zeros in chunks and a one-element reply back,
+    as a warm-up does, over one connection: what an agent's transfer costs without the agent."""
+    rank, store, address, nbytes, chunk_bytes = int(args[0]), Path(args[1]), args[2], int(args[3]), int(args[4])
+    pair = open_pair(store, rank=rank, address=address, timeout_s=60, numel=nbytes // 4)
+    warm(pair, nbytes // 4, chunk_bytes // 4)
+    close_pair(pair)
+    return 0
