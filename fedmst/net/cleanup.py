@@ -24,6 +24,7 @@ import random
 import re
 import string
 import subprocess
+import time
 from pathlib import Path
 
 import psutil
@@ -194,16 +195,26 @@ def clean() -> list[str]:
     return done or ["nothing to clean"]
 
 
-def _end_if_ours(pid: int, started: float | None) -> bool:
+def _end_if_ours(pid: int, started: float | None, timeout_s: float = 5.0) -> bool:
+    """SIGKILL the process if it is still the one the record names and one of fedmst's, and wait
+    until it is gone or a zombie: a dead run's processes are orphans, which only init reaps, at
+    its own pace, and a zombie holds nothing (waiting for the reaping took seconds a process)."""
     proc = _same_process(pid, started)
     try:
         if proc is None or not is_ours(proc.name(), proc.cmdline()):
             return False
         proc.kill()
-        proc.wait(timeout=5)
-        return True
-    except (psutil.NoSuchProcess, psutil.TimeoutExpired):
+    except psutil.NoSuchProcess:
         return False
+    deadline = time.monotonic() + timeout_s
+    try:
+        while proc.status() != psutil.STATUS_ZOMBIE:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+    except psutil.NoSuchProcess:
+        pass
+    return True
 
 
 def _root_interfaces() -> list[str]:
