@@ -39,6 +39,9 @@ def test_a_slowed_run_reports_the_networks_times_rates_and_changes(clean_host: N
     assert json.loads((out / "config.json").read_text())["time_scale"] == str(SCALE)  # a re-run repeats it
 
     (round_,) = read_csv(out / "rounds.csv")
+    for phase in ("broadcast", "upload"):  # the host's clock beside the network's, for the transfer phases N times
+        assert float(round_[f"{phase}_host_s"]) == pytest.approx(SCALE * float(round_[f"{phase}_s"]), rel=1e-4)
+    assert float(round_["train_host_s"]) > 0  # the training's real length, beside its counted CPU time
     predicted = float(round_["predicted_broadcast_s"]) + float(round_["predicted_upload_s"])
     measured = float(round_["broadcast_s"]) + float(round_["upload_s"])
     assert measured >= 0.9 * predicted  # htb never lets the network go faster than its links

@@ -174,7 +174,8 @@ class LockstepRun:
                     res.plans[phase] = self.live.plans
                     replies = server.run(self.command(res, phase), timeout_s=timeout_s, check=session.check)
         session.phase_watch.begin()
-        res.seconds[phase] = session.scale.network_s(time.perf_counter() - start)
+        res.host_seconds[phase] = time.perf_counter() - start
+        res.seconds[phase] = session.scale.network_s(res.host_seconds[phase])
         res.cpu_busy[phase] = cpu_busy(cpu, psutil.cpu_times())
         res.cpu_s[phase] = {kind: s - used.get(kind, 0.0) for kind, s in emu.cpu_seconds().items()}
         if phase == "train":

@@ -68,6 +68,9 @@ class RoundResult:
     late: dict[str, list[int]] = field(default_factory=dict)
     """Each task's local models whose update missed the deadline and was dropped."""
     faults: list[FaultEvent] = field(default_factory=list)
+    host_seconds: dict[str, float] = field(default_factory=dict)
+    """What each phase took on the host's clock: ``seconds`` times the time scale, except a slowed
+    lockstep training, whose ``seconds`` are the agents' counted CPU time and this its real length."""
     cpu_busy: dict[str, float] = field(default_factory=dict)
     """Fraction of the host's CPU time that was busy during each phase (:func:`cpu_busy`)."""
     cpu_s: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -225,6 +228,7 @@ def write_tables(out: Path, rounds: list[RoundResult]) -> None:
             "late_updates": sum(len(m) for m in res.late.values()),
             "replan_s": sum(f.replan_s for f in res.faults),
             **{f"{p}_cpu_busy": res.cpu_busy.get(p, "") for p in ROUND_PHASES},
+            **{f"{p}_host_s": res.host_seconds.get(p, "") for p in ROUND_PHASES},
         })
     write_csv(out / "rounds.csv", ROUND_FIELDS, round_rows)
     write_csv(out / "cpu.csv", CPU_FIELDS, ({"round": res.round, "phase": p, "process": kind, "cpu_s": s}
