@@ -19,6 +19,7 @@ import fedmst
 from fedmst.core.schedulers import schedule
 from fedmst.core.tasks import Task
 from fedmst.fl import aggregation, data, models
+from fedmst.run.results import write_atomic
 from fedmst.run.session import connect
 from fedmst.protocol import (ABORT_FILE, AgentSpec, Broadcast, Evaluate, Evaluated, Failed, PhaseDone, Reply, Replan,
                              RoundsDone, RunRounds, Setup, SetupDone, TaskSpec, Train, Trained, TransferSpec, Upload,
@@ -203,7 +204,7 @@ def test_an_aborted_phase_fails_at_once_with_the_coordinators_reason(agents: dic
         futures = {n: pool.submit(a.handle, cmd) for n, a in waiting.items()}
         time.sleep(0.5)
         assert not any(f.done() for f in futures.values())  # nothing to receive: they wait
-        (folder / ABORT_FILE).write_text("transfer task0-000-broadcast stalled: test")
+        write_atomic(folder / ABORT_FILE, "transfer task0-000-broadcast stalled: test")  # as the coordinator does
         replies = {n: f.result(timeout=25) for n, f in futures.items()}  # within the 30 s phase timeout
     assert {n: r.error for n, r in replies.items()} == {
         n: "PhaseAborted: transfer task0-000-broadcast stalled: test" for n in waiting}

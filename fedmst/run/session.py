@@ -30,7 +30,7 @@ from fedmst.run.prepare import ResolvedRun
 from fedmst.run.measure import CounterSampler
 from fedmst.run.recovery import Live
 from fedmst.run.report import Report
-from fedmst.run.results import write_json
+from fedmst.run.results import write_atomic, write_json
 from fedmst.run.stall import Stall, StallWatch
 from fedmst.workers.backends import Agents, WorkerBackend
 from fedmst.workers.control import ControlServer
@@ -143,7 +143,8 @@ class PhaseWatch:
         watch.arrive((p.name for p in progress.iterdir() if p.name != ABORT_FILE), now)
         self.stall = watch.stalled(now)
         if self.stall is not None:
-            (progress / ABORT_FILE).write_text(str(self.stall))
+            # whole or not at all: an agent that read it half written gave "aborted", not the reason
+            write_atomic(progress / ABORT_FILE, str(self.stall))
 
 
 class Session:
