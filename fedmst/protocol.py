@@ -8,7 +8,7 @@ field needs no parsing code. No torch here: the coordinator and the CLI import t
 
 >>> msg = Upload(round=3, progress_dir="/tmp/p", weights={"task0": {0: 0.25, 2: 0.75}})
 >>> encode(msg)
-{'type': 'Upload', 'version': 8, 'round': 3, 'progress_dir': '/tmp/p', 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
+{'type': 'Upload', 'version': 9, 'round': 3, 'progress_dir': '/tmp/p', 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
 >>> decode(encode(msg)) == msg
 True
 """
@@ -16,6 +16,7 @@ True
 from __future__ import annotations
 
 import json
+import os
 import types
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
@@ -26,7 +27,7 @@ from fedmst.core.route import Along
 from fedmst.core.span import PhaseSpan
 from fedmst.errors import FedmstError
 
-PROTOCOL_VERSION = 8
+PROTOCOL_VERSION = 9
 """Raised whenever a message's shape changes, so that an agent from another checkout is refused."""
 
 
@@ -78,6 +79,13 @@ class TaskSpec:
     """Its own model and dataset (a workload file's); None: the run's (:class:`AgentSpec`'s)."""
 
 
+def root_id(root: str = "/") -> str:
+    """``root``'s file system and inode, ``device:inode``: two processes share a root file system
+    when they agree on it (a container's root is its own; a Mininet host's is the host's)."""
+    st = os.stat(root)
+    return f"{st.st_dev}:{st.st_ino}"
+
+
 @dataclass(frozen=True)
 class AgentSpec:
     """Everything an agent is started with (a file, read before it connects)."""
@@ -99,6 +107,9 @@ class AgentSpec:
     time_scale: float = 1.0
     """The run's time scale: a local model's training counts this many times its CPU time (and is
     waited out on an independent clock), as the slowed network would see a dedicated core's."""
+    coordinator_root: str = ""
+    """The coordinator's root file system (:func:`root_id`): an agent whose root is another runs
+    in a container ('' = unknown: the agent looks for Docker's marker file instead)."""
     version: int = PROTOCOL_VERSION
 
     def to_json(self) -> str:
@@ -270,7 +281,7 @@ def encode(msg: Command | Reply | AgentSpec) -> dict[str, Any]:
     """``msg`` as a JSON-ready object: tuples become lists, integer mapping keys strings.
 
     >>> encode(Trained(task_seconds={"t": 1.5}, losses={}, late={"t": (2,)}))
-    {'type': 'Trained', 'version': 8, 'task_seconds': {'t': 1.5}, 'losses': {}, 'late': {'t': [2]}, 'seconds': 0.0}
+    {'type': 'Trained', 'version': 9, 'task_seconds': {'t': 1.5}, 'losses': {}, 'late': {'t': [2]}, 'seconds': 0.0}
     """
     if _MESSAGES.get(type(msg).__name__) is not type(msg):
         raise ProtocolError(f"not a protocol message: {type(msg).__name__}")
@@ -281,18 +292,18 @@ def decode(obj: Any) -> Command | Reply | AgentSpec:
     """The message ``obj`` (from :func:`encode`, through JSON) stands for, checked against its
     dataclass: known type, this protocol version, every required field and no other.
 
-    >>> decode({"type": "Train", "version": 8, "round": 2})
+    >>> decode({"type": "Train", "version": 9, "round": 2})
     Train(round=2, deadline_s=None)
-    >>> decode({"type": "Train", "version": 8, "round": 2, "deadline": 5})
+    >>> decode({"type": "Train", "version": 9, "round": 2, "deadline": 5})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Train: unknown field deadline
     >>> decode({"type": "Train", "version": 0, "round": 2})
     Traceback (most recent call last):
-    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 8
-    >>> decode({"type": "SetupDone", "version": 8, "samples": {"task0": {"0": 5}}})
+    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 9
+    >>> decode({"type": "SetupDone", "version": 9, "samples": {"task0": {"0": 5}}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: SetupDone: missing field runs_in
-    >>> decode({"type": "Evaluated", "version": 8, "accuracy": {"task0": "high"}})
+    >>> decode({"type": "Evaluated", "version": 9, "accuracy": {"task0": "high"}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Evaluated.accuracy.task0: expected float, got a string
     """

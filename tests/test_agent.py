@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import fedmst
-from fedmst.protocol import AgentSpec, Failed, RunsIn, Setup, Stop
+from fedmst.protocol import AgentSpec, Failed, RunsIn, Setup, Stop, root_id
 from fedmst.workers.agent import Agent, runs_in
 
 
@@ -44,6 +44,15 @@ def test_cgroup_v1_unlimited(tmp_path: Path) -> None:
 
 def test_no_cgroup_files(tmp_path: Path) -> None:
     assert runs_in(tmp_path) == RunsIn(container=False, cpus=None, memory_bytes=None)
+
+
+def test_a_container_is_a_root_file_system_other_than_the_coordinators(tmp_path: Path) -> None:
+    """Docker's marker file misleads where fedmst itself runs in a container: an agent beside its
+    coordinator shares its root, however the machine came to be."""
+    (tmp_path / ".dockerenv").write_text("")
+    assert not runs_in(tmp_path, coordinator_root=root_id(str(tmp_path))).container
+    assert runs_in(tmp_path, coordinator_root=root_id("/")).container
+    assert not runs_in(Path("/"), coordinator_root=root_id("/")).container
 
 
 def _spec() -> AgentSpec:

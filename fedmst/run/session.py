@@ -25,7 +25,7 @@ from fedmst.core.timescale import TimeScale
 from fedmst.core.traffic import as_json
 from fedmst.errors import FedmstError
 from fedmst.net.emulation import Emulation
-from fedmst.protocol import ABORT_FILE, AgentSpec, Setup, TaskSpec, TransferSpec
+from fedmst.protocol import ABORT_FILE, AgentSpec, Setup, TaskSpec, TransferSpec, root_id
 from fedmst.run.prepare import ResolvedRun
 from fedmst.run.measure import CounterSampler
 from fedmst.run.recovery import Live
@@ -249,6 +249,7 @@ class Session:
             model=config.model, dataset=config.dataset, epochs=config.epochs, batch_size=config.batch_size,
             lr=config.lr, optimizer=config.optimizer, alpha=config.alpha, chunk_bytes=config.chunk_bytes,
             timeout_s=self.timeout_s, slow=dict(self.resolved.slow), tasks=specs, time_scale=self.scale.factor,
+            coordinator_root=root_id(),
         )
         write_json(self.out / "plan.json", {
             "scheduler": config.scheduler, "order": config.order,

@@ -32,7 +32,7 @@ from fedmst.fl import models
 from fedmst.fl import training
 from fedmst.protocol import (ABORT_FILE, AgentSpec, Broadcast, Command, Done, Evaluate, Evaluated, Failed, PhaseDone,
                              PhaseSpan, ProtocolError, Replan, Reply, RoundsDone, RunRounds, RunsIn, Save, Setup,
-                             SetupDone, Stop, TaskSpec, Train, Trained, TransferSpec, Upload)
+                             SetupDone, Stop, TaskSpec, Train, Trained, TransferSpec, Upload, root_id)
 from fedmst.workers import control
 from fedmst.workers import dataflow
 from fedmst.workers import transport
@@ -145,7 +145,8 @@ class Agent:
                         lr=spec.lr)
         self._connect(Path(spec.store_dir))
         return SetupDone(samples={r.name: {i: len(v[2]) for i, v in r.local.items()} for r in self.roles},
-                         runs_in=replace(runs_in(), congestion_control=transport.congestion_controls(),
+                         runs_in=replace(runs_in(coordinator_root=spec.coordinator_root),
+                                         congestion_control=transport.congestion_controls(),
                                          slow_start_after_idle=transport.slow_start_after_idle()))
 
     def _connect(self, store: Path) -> None:
@@ -436,9 +437,11 @@ def _nowhere(key: str) -> None:
     """Arrivals are not marked on an independent clock (no stall watch runs there)."""
 
 
-def runs_in(root: Path = Path("/")) -> RunsIn:
-    """Where this agent runs, seen from inside: in a container or not, and the CPU and memory
-    limits its cgroup really enforces (``None`` = unlimited), cgroup v2 or v1."""
+def runs_in(root: Path = Path("/"), coordinator_root: str = "") -> RunsIn:
+    """Where this agent runs, seen from inside: in a container or not (its root file system is not
+    the coordinator's, ``coordinator_root``; where that is unknown, Docker's marker file says), and
+    the CPU and memory limits its cgroup really enforces (``None`` = unlimited), cgroup v2 or v1.
+    A marker file alone misleads where fedmst itself runs in a container."""
     cg = root / "sys/fs/cgroup"
 
     def read(*names: str) -> str | None:
@@ -461,7 +464,8 @@ def runs_in(root: Path = Path("/")) -> RunsIn:
             cpus = int(limit) / int(period)
     memory = read("memory.max", "memory/memory.limit_in_bytes")
     memory_bytes = int(memory) if memory is not None and memory.isdigit() and int(memory) < 1 << 62 else None
-    return RunsIn(container=(root / ".dockerenv").exists(), cpus=cpus, memory_bytes=memory_bytes)
+    container = root_id(str(root)) != coordinator_root if coordinator_root else (root / ".dockerenv").exists()
+    return RunsIn(container=container, cpus=cpus, memory_bytes=memory_bytes)
 
 
 @cache
