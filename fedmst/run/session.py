@@ -135,9 +135,10 @@ class PhaseWatch:
         watch, progress = self.watch, self.progress
         if watch is None or progress is None or self.stall is not None:
             return
-        if time.monotonic() - self._looked < 0.25:  # check() runs at every reply too: 4 readings a second at most
+        looked = time.monotonic()
+        if looked - self._looked < 0.25:  # check() runs at every reply too: 4 readings a second at most
             return
-        self._looked = time.monotonic()
+        self._looked = looked
         now = self.clock()
         watch.observe(now, counters())
         watch.arrive((p.name for p in progress.iterdir() if p.name != ABORT_FILE), now)
