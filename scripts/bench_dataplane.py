@@ -76,8 +76,9 @@ def measure_bare(kind: str, nbytes: int = 40_000_000, capacity_mbps: float = 100
     packets it put on the links."""
     graph = nx.Graph([("a", "b", {"capacity_mbps": capacity_mbps, "delay_s": 5e-4}),
                       ("b", "c", {"capacity_mbps": capacity_mbps, "delay_s": 5e-4})])
+    run = RunConfig()  # TCP and chunks as a run's defaults set them
     with tempfile.TemporaryDirectory(prefix="fedmst-bench-") as scratch, \
-            Emulation(graph, delay_mode="userspace", congestion_control=RunConfig().congestion_control) as emu:
+            Emulation(graph, delay_mode="userspace", congestion_control=run.congestion_control) as emu:
         flow = emu.install_flows({"probe": ("a", "b", "c")})["probe"]
         logs, store = Path(scratch), str(Path(scratch) / "store")
         if kind == "tcp":
@@ -85,10 +86,10 @@ def measure_bare(kind: str, nbytes: int = 40_000_000, capacity_mbps: float = 100
                     ("a", "fedmst.net.calibrate:source", [flow.dst_addr, str(nbytes * 8 / capacity_mbps / 1e6)],
                      "send")]
         else:
-            ends = [("c", "fedmst.workers.transport:bare_transfer", ["1", store, flow.dst_addr, str(nbytes),
-                                                                      str(256 * 1024)], "sink"),
-                    ("a", "fedmst.workers.transport:bare_transfer", ["0", store, flow.src_addr, str(nbytes),
-                                                                      str(256 * 1024)], "send")]
+            ends = [(node, "fedmst.workers.transport:bare_transfer",
+                     [rank, store, address, str(nbytes), str(run.chunk_bytes)], name)
+                    for node, rank, address, name in (("c", "1", flow.dst_addr, "sink"),
+                                                      ("a", "0", flow.src_addr, "send"))]
         before, counters = emu.cpu_seconds(), emu.counters()
         procs = [emu.spawn(node, target, args, env={}, log=logs / f"{name}.log", name=name)
                  for node, target, args, name in ends]
@@ -96,7 +97,7 @@ def measure_bare(kind: str, nbytes: int = 40_000_000, capacity_mbps: float = 100
         # exited one is no longer counted): each kind's highest reading is its total
         last: dict[str, float] = {}
         while any(p.poll() is None for p in procs):
-            last = {kind: max(cpu, last.get(kind, 0.0)) for kind, cpu in emu.cpu_seconds().items()}
+            last = {process: max(cpu, last.get(process, 0.0)) for process, cpu in emu.cpu_seconds().items()}
             time.sleep(0.02)
         if any(p.returncode for p in procs):
             raise SystemExit(f"the bare {kind} transfer failed: see {logs}")
