@@ -84,7 +84,7 @@ def test_the_spec_file_round_trips_and_refuses_another_protocol() -> None:
 
     xfer = TransferSpec(key="task0-000-broadcast", phase="broadcast", path=("0", "1", "2"), models=(0, 3),
                         src_addr="10.0.0.1", dst_addr="10.0.0.2", segment=(0, 8), step=1, carries="global",
-                        connection="task0-c000")
+                        connection="task0-c000", window_bytes=0)
     task = TaskSpec(name="task0", global_node="0", local_nodes=("2", "2"), seed=1, active=(0, 3), transfers=(xfer,))
     spec = dataclasses.replace(_spec(), slow={"2": 3.0}, tasks=(task,))
     back = AgentSpec.from_json(spec.to_json())

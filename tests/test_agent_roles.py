@@ -39,7 +39,7 @@ def _task(local_nodes: tuple[str, ...], edges: list[tuple[str, str, tuple[int, .
             transfers.append(TransferSpec(key=f"task0-{epoch}{i:03d}-{phase}", phase=phase, path=path, models=served,
                                           src_addr="127.0.0.1", dst_addr="127.0.0.1", segment=None, step=0,
                                           carries="global" if phase == "broadcast" else "sum",
-                                          connection=f"task0-{epoch}{i:03d}-{phase}"))
+                                          connection=f"task0-{epoch}{i:03d}-{phase}", window_bytes=0))
     return TaskSpec(name="task0", global_node="g", local_nodes=local_nodes, seed=7,
                     active=tuple(range(len(local_nodes))), transfers=tuple(transfers))
 
@@ -57,7 +57,7 @@ def _planned(scheduler: str, local_nodes: tuple[str, ...]) -> TaskSpec:
                     active=tuple(range(len(local_nodes))), transfers=tuple(
                         TransferSpec(key=k, phase=t.phase, path=t.path, models=tuple(sorted(t.models)),
                                      src_addr="127.0.0.1", dst_addr="127.0.0.1", segment=t.segment, step=t.step,
-                                     carries=t.carries, connection=joins[k])
+                                     carries=t.carries, connection=joins[k], window_bytes=0)
                         for k, t in keyed.items()))
 
 

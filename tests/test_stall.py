@@ -9,7 +9,7 @@ from fedmst.run.stall import StallWatch
 
 def _task(name: str, transfers: list[tuple[str, tuple[str, ...], tuple[int, ...]]]) -> TaskSpec:
     specs = tuple(TransferSpec(f"{name}-{i:03d}-{phase}", phase, path, models, "10.0.0.1", "10.0.0.2", None, 0,
-                               "global" if phase == "broadcast" else "sum", f"{name}-{i:03d}-{phase}")
+                               "global" if phase == "broadcast" else "sum", f"{name}-{i:03d}-{phase}", 0)
                   for i, (phase, path, models) in enumerate(transfers))
     return TaskSpec(name, "g", ("a", "b"), 0, (0, 1), specs)
 
@@ -120,9 +120,9 @@ def test_a_later_step_is_ready_once_the_earlier_steps_at_its_source_are_in() -> 
     """Store and forward: g's second-round send (step 1) waits for its first (step 0) to arrive,
     though it forwards nothing."""
     specs = (TransferSpec("s-000-broadcast", "broadcast", ("g", "a"), (0,), "10.0.0.1", "10.0.0.2", None, 0, "global",
-                          "s-c000"),
+                          "s-c000", 0),
              TransferSpec("s-001-broadcast", "broadcast", ("g", "b"), (1,), "10.0.0.1", "10.0.0.2", None, 1, "global",
-                          "s-c001"))
+                          "s-c001", 0))
     watch = StallWatch([TaskSpec("s", "g", ("a", "b"), 0, (0, 1), specs)], "broadcast", stall_s=2.0, start=0.0)
     assert watch.waits["s-001-broadcast"] == ["s-000-broadcast"]
     assert watch.ready_since("s-001-broadcast") is None

@@ -55,6 +55,22 @@ def path_delay_ns(graph: nx.Graph, path: Sequence[str]) -> int:
     return sum(delay_ns(graph.edges[u, v]) for u, v in zip(path, path[1:]))
 
 
+def window_bytes(graph: nx.Graph, path: Sequence[str]) -> int:
+    """The bytes a connection along ``path`` keeps in flight to fill it: its narrowest link's
+    capacity times its round trip of propagation (the bandwidth-delay product). TCP's slow start
+    grows the window by what is acknowledged, so a connection that has carried this much once
+    sends at the path's rate from then on. The same at any time scale (capacity / N, delay x N).
+
+    >>> import networkx as nx
+    >>> g = nx.Graph([("a", "b", {"capacity_mbps": 10_000, "delay_s": 0.001}),
+    ...               ("b", "c", {"capacity_mbps": 1_000, "delay_s": 0.001})])
+    >>> window_bytes(g, ["a", "b", "c"])  # 1 Gbit/s x 4 ms
+    500000
+    """
+    narrowest = min(float(graph.edges[u, v]["capacity_mbps"]) for u, v in zip(path, path[1:]))
+    return round(narrowest * 1e6 / 8 * 2 * path_delay_ns(graph, path) / 1e9)
+
+
 def least_delay_paths(graph: nx.Graph, source: str) -> dict[str, list[str]]:
     """The least-delay path from ``source`` to every node it reaches, all from one path tree.
 

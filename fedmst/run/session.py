@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 import fedmst
 from fedmst.core.linktrace import LinkChange
 from fedmst.core.plan import Transfer, plan_summary
-from fedmst.core.route import LinkDir
+from fedmst.core.route import LinkDir, window_bytes
 from fedmst.core.timescale import TimeScale
 from fedmst.core.traffic import as_json
 from fedmst.errors import FedmstError
@@ -209,7 +209,8 @@ class Session:
                 transfers=tuple(
                     TransferSpec(key=k, phase=t.phase, path=t.path, models=tuple(sorted(original[j] for j in t.models)),
                                  src_addr=flows[joins[k]].src_addr, dst_addr=flows[joins[k]].dst_addr,
-                                 segment=t.segment, step=t.step, carries=t.carries, connection=joins[k])
+                                 segment=t.segment, step=t.step, carries=t.carries, connection=joins[k],
+                                 window_bytes=window_bytes(self.graph, t.path))
                     for k, t in keys[task.name].items()),
             ))
         self.specs = tuple(specs)

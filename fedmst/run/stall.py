@@ -16,7 +16,7 @@ engine feeds it counter readings and arrival marks, each with the time it was ta
 
 >>> from fedmst.protocol import TaskSpec, TransferSpec
 >>> down = TransferSpec("t-000-broadcast", "broadcast", ("g", "r", "a"), (0,), "10.0.0.1", "10.0.0.2", None, 0,
-...                     "global", "t-c000")
+...                     "global", "t-c000", 0)
 >>> task = TaskSpec("t", "g", ("a",), 0, (0,), (down,))
 >>> watch = StallWatch([task], "broadcast", stall_s=2.0, start=0.0)
 >>> watch.observe(0.0, {("g", "r"): 0, ("r", "a"): 0})
