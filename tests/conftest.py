@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,8 +21,8 @@ from fedmst.net.cleanup import STATE_DIR, is_ours
 
 def leftovers() -> list[str]:
     """Emulated interfaces in the root namespace, fedmst processes still alive, named network
-    namespaces, fedmst's containers, and clean-up state files of runs that did not finish their
-    teardown."""
+    namespaces, fedmst's containers, and the clean-up state files and scratch folders of runs
+    that did not finish their teardown."""
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     found = [f"interface {m}" for m in re.findall(r"^\d+: (fm[\w-]+)", links, re.M)]
     for proc in psutil.process_iter(["pid", "name", "cmdline", "status"]):
@@ -35,7 +36,9 @@ def leftovers() -> list[str]:
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
     states = sorted(STATE_DIR.glob("*.json")) if STATE_DIR.exists() else []
     boxes = [f"container {name}" for name, _ in containers.labelled()]
-    return found + [f"netns {n}" for n in netns] + boxes + [f"state file {s}" for s in states]
+    scratch = [f"scratch folder {p}" for p in sorted(Path(tempfile.gettempdir()).glob("fedmst-*"))
+               if re.fullmatch(r"fedmst-[a-z]{3}-\w{8}", p.name)]  # a run's (RunState.scratch)
+    return found + [f"netns {n}" for n in netns] + boxes + [f"state file {s}" for s in states] + scratch
 
 
 @pytest.fixture

@@ -49,8 +49,8 @@ def _dead_pid() -> int:
 @ROOT
 def test_clean_removes_a_dead_runs_leftovers_and_spares_a_live_run(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two runs' interfaces in the root namespace (what a run killed mid-build could leave) and
-    their records: only the dead run's go, each line naming its run."""
+    """Two runs' interfaces in the root namespace (what a run killed mid-build could leave), their
+    scratch folders and their records: only the dead run's go, each line naming its run."""
     monkeypatch.setattr(cleanup, "STATE_DIR", tmp_path)
     live = cleanup.RunState()
     dead = cleanup.RunState()
@@ -71,6 +71,8 @@ def test_clean_removes_a_dead_runs_leftovers_and_spares_a_live_run(tmp_path: Pat
         assert any(line.startswith(f"run {dead.id}: removed its record") for line in done)
         assert f" {mine[0]}@" in links and f" {mine[1]}@" not in links, links
         assert live.path.exists() and not dead.path.exists()
+        assert f"run {dead.id}: removed its scratch folder {dead.scratch}" in done
+        assert live.scratch.is_dir() and not dead.scratch.exists()
     finally:
         for name in mine:
             subprocess.run(["ip", "link", "del", name], capture_output=True)

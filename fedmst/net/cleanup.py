@@ -2,18 +2,19 @@
 
 Every run claims an id (three letters, :class:`RunState`) and puts it in every name it gives
 something the host shares: its Mininet hosts and their interfaces (``fmabc3``, ``fmabc3-eth0``),
-worker containers (``fedmst-fmabc3``), its scratch folder (``fedmst-abc-...``) and its state file
+worker containers (``fedmst-fmabc3``), its scratch folder (``/tmp/fedmst-abc-...``) and its state file
 (``/run/fedmst/abc.json``), so two runs at once never touch each other's. What lives inside a
 host's own network namespace (addresses, routes, NFQUEUE numbers, iptables rules, TCP ports) is
 kept apart by the kernel.
 
-While a run lives, its state file names its coordinator and the processes it started (Mininet
-host shells, fork servers, agents). A run that ends normally, by error or by Ctrl-C removes
-everything itself and deletes its file; one that was SIGKILLed leaves the file, and ``clean``
-ends exactly the processes it names (after checking each is still one of ours), which frees their
-namespaces, then deletes any emulated interface a dead run left in the root namespace. A live
-run's things are never touched, and nothing is killed by name. Worker containers are the Docker
-backend's to remove (:func:`fedmst.workers.docker.clean_dead`), by the same rule.
+While a run lives, its state file names its coordinator, its scratch folder and the processes it
+started (Mininet host shells, fork servers, agents). A run that ends normally, by error or by
+Ctrl-C removes everything itself and deletes its file; one that was SIGKILLed leaves the file, and
+``clean`` ends exactly the processes it names (after checking each is still one of ours), which
+frees their namespaces, removes its scratch folder, then deletes any emulated interface a dead run
+left in the root namespace. A live run's things are never touched, and nothing is killed by name.
+Worker containers are the Docker backend's to remove (:func:`fedmst.workers.docker.clean_dead`),
+by the same rule.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ import json
 import os
 import random
 import re
+import shutil
 import string
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -87,7 +90,8 @@ def probe_name() -> str:
 
 class RunState:
     """One live run: its id, claimed by linking its complete state file into place (so no two
-    live runs share one, and nobody ever reads a half-written one), and the processes it started,
+    live runs share one, and nobody ever reads a half-written one), its scratch folder (the
+    agents' rendezvous and control socket, the delay lines' logs), and the processes it started,
     each with its start time, rewritten whenever it starts one."""
 
     def __init__(self) -> None:
@@ -110,7 +114,9 @@ class RunState:
                                   "(`fedmst clean` removes dead ones)")
         finally:
             draft.unlink(missing_ok=True)
-        self._record = {"run": self.id, **self._record}
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"fedmst-{self.id}-"))
+        self._record = {"run": self.id, **self._record, "scratch": str(self.scratch)}
+        self._write()
 
     def host_name(self, index: int) -> str:
         return host_name(self.id, index)
@@ -131,6 +137,8 @@ class RunState:
         tmp.replace(self.path)
 
     def remove(self) -> None:
+        """Delete the run's scratch folder, then its record."""
+        shutil.rmtree(self.scratch, ignore_errors=True)
         self.path.unlink(missing_ok=True)
 
 
@@ -183,6 +191,10 @@ def clean() -> list[str]:
             pid, started = entry if isinstance(entry, list) else (entry, None)
             if _end_if_ours(pid, started):
                 done.append(f"run {run}: ended process {pid}")
+        scratch = _scratch_of(run, record)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+            done.append(f"run {run}: removed its scratch folder {scratch}")
         (STATE_DIR / f"{run}.json").unlink(missing_ok=True)
         done.append(f"run {run}: removed its record (coordinator {record.get('coordinator', '?')} is gone)")
     for iface in interfaces:
@@ -193,6 +205,17 @@ def clean() -> list[str]:
             done.append(f"run {run}: deleted interface {iface}" if run else
                         f"deleted interface {iface} (kernel probe of process {prober})")
     return done or ["nothing to clean"]
+
+
+def _scratch_of(run: str, record: dict) -> Path | None:
+    """The scratch folder a dead run's record names, if it is still there and is one of fedmst's
+    for that run (a record is only trusted to name a folder fedmst would have made)."""
+    named = record.get("scratch")
+    if not isinstance(named, str):
+        return None
+    path = Path(named)
+    ours = path.parent == Path(tempfile.gettempdir()) and path.name.startswith(f"fedmst-{run}-")
+    return path if ours and path.is_dir() else None
 
 
 def _end_if_ours(pid: int, started: float | None, timeout_s: float = 5.0) -> bool:

@@ -14,7 +14,6 @@ import json
 import re
 import shutil
 import signal
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -209,12 +208,14 @@ class DelayLines:
         self._scratch: Path | None = None
 
     def start(self, shells: Mapping[str, HostShell], spawn: Callable[..., Process],
-              check: Callable[[], None]) -> None:
+              check: Callable[[], None], scratch: Path) -> None:
         """Start every line (``spawn``: :meth:`fedmst.net.emulation.Emulation.spawn`), install the
-        rules that feed them and return once all have bound their queues (``check`` raises if one died)."""
+        rules that feed them and return once all have bound their queues (``check`` raises if one
+        died). Their logs go in ``scratch`` (a folder of the run's, which a dead run's clean-up removes)."""
         from fedmst.net.delayline import DEFAULT_CAPACITY, ingress_rules
 
-        self._scratch = Path(tempfile.mkdtemp(prefix="fedmst-delay-"))
+        self._scratch = scratch
+        scratch.mkdir(exist_ok=True)
         rules: dict[str, list[tuple[str, int]]] = {}
         for seed, (u, v) in enumerate(sorted(self._hops, key=_hop_order)):
             link = self._hops[(u, v)]

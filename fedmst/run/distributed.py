@@ -132,7 +132,7 @@ def _run_point(run: ResolvedRun) -> Finished:
 
     node = ray.get_runtime_context().get_node_id()[:8]
     summary, error = None, None
-    with tempfile.TemporaryDirectory(prefix="fedmst-ray-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="fedmst-ray-point-") as scratch:
         folder = Path(scratch) / "run"
         try:
             host = check_host(run.config)  # this node cannot emulate: said like any failed point

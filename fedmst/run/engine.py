@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shutil
-import tempfile
 import time
 import traceback
 from dataclasses import asdict
@@ -98,10 +96,9 @@ class _Run:
     def go(self) -> Summary:
         """Build the network, run the rounds, tear down; failures end in one line (a bug's
         traceback kept in error.log)."""
-        out, state, scratch = self.out, RunState(), None
+        out, state = self.out, RunState()
         try:
-            scratch = Path(tempfile.mkdtemp(prefix=f"fedmst-{state.id}-"))
-            self.emulate(state, scratch)
+            self.emulate(state, state.scratch)
             self.status = "completed"
         except FedmstError as exc:
             self.status = f"failed: {' '.join(str(exc).splitlines())}"
@@ -116,8 +113,6 @@ class _Run:
                 self.backend.down()
             finally:  # the run's record and scratch go even when its containers would not
                 state.remove()
-                if scratch is not None:
-                    shutil.rmtree(scratch, ignore_errors=True)
             if self.emu is not None and self.emu.delay_stats:
                 write_json(out / "delay_lines.json", self.emu.delay_stats)
             summary = self.summarise()
