@@ -3,6 +3,8 @@ to the graph, background flows, link traces and TCP's timeout floor (no network 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import networkx as nx
 import pytest
 
@@ -110,3 +112,22 @@ def test_auto_slows_a_run_until_the_host_keeps_up_in_every_phase() -> None:
     assert pick_scale([bulk], MEASURED_COSTS, cores=2, fastest_mbps=100, ceiling_mbps=None) == (
         8, "200,000 packets in 0.5 s")
     assert pick_scale([quiet], MEASURED_COSTS, cores=2, fastest_mbps=1e9, ceiling_mbps=1000)[0] == 512  # capped
+
+
+def test_a_compare_runs_every_scheduler_at_the_largest_scale_auto_picks_for_any(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's main job: SPFF alone keeps up in real time, MST's shorter phases with the same
+    packet rate per link need 2; both run at 2, so their training is counted on one clock."""
+    from fedmst.net import calibrate
+    from fedmst.run.prepare import Host, resolve
+
+    monkeypatch.setattr(calibrate, "link_ceiling_mbps", lambda *a, **k: 2546.0)  # the development machine's
+    monkeypatch.setattr("os.cpu_count", lambda: 2)  # ... and its cores
+    config = RunConfig(topology="nsfnet", local_models=8, rounds=5, time_scale="auto")
+    host = Host(delay_mode="userspace", netem_available=False)
+    alone = {s: resolve(config, [s], host)[0].time_scale for s in ("spff", "mst")}
+    assert alone == {"spff": 1.0, "mst": 2.0}
+    spff, mst = resolve(config, ["spff", "mst"], host)
+    assert spff.time_scale == mst.time_scale == 2.0
+    assert spff.scale_reason == f"as mst: {mst.scale_reason}" and mst.scale_reason.endswith("packets in 0.614 s")
+    assert [r.time_scale for r in resolve(replace(config, time_scale="3"), ["spff", "mst"], host)] == [3.0, 3.0]

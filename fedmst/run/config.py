@@ -153,14 +153,16 @@ class RunConfig:
     jitter_ms: float = option(0.0, "--jitter-ms", check=(lambda v: v >= 0, "give 0 or more milliseconds"),
                               help="Uniform delay jitter (+-) on every link direction; packet order is kept.")
     time_scale: str = option(
-        "1", "--time-scale", metavar="N|auto", check=(_scale_ok, "give a factor from 1 to 1000, or auto"),
+        "auto", "--time-scale", metavar="N|auto", check=(_scale_ok, "give a factor from 1 to 1000, or auto"),
         help="Run the emulation N times slower than the network it stands for: capacities / N; delays, "
              "timeouts, background flows, link traces and compute x N; every time reported is the "
              "network's (docs/time-scale.md). auto: the smallest power of two at which this host keeps "
-             "up with the plans (1 where it does).")
+             "up with the plans (1 where it does); 1: real time, whatever the host.")
     """Virtual time (:class:`fedmst.core.timescale.TimeScale`): the figures a host with enough
     cores would measure, at N times the wall-clock; ``auto`` is decided from the plans
-    (:func:`fedmst.run.prepare.resolve`)."""
+    (:func:`fedmst.run.prepare.resolve`). ``auto`` by default: where it picks too small a factor
+    the run still flags its CPU-bound phases, as a run in real time would, so it never reads the
+    host's figures where real time would read the network's."""
     phase_timeout_s: float = option(300.0)
     save_models: bool = option(False, "--save-models",
                                help="Write trained local and aggregated global weights to OUT/models.")

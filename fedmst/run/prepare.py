@@ -110,9 +110,19 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
     host = host or check_host(config)
     names = list(schedulers or [config.scheduler])
     inputs = _inputs(config, host, names)
-    runs = [_plan(config, host, inputs, scheduler) for scheduler in names]
+    runs = _one_clock([_plan(config, host, inputs, scheduler) for scheduler in names])
     backend_for(config.workers, config.image).check()  # last: the limits above are checked first
     return runs
+
+
+def _one_clock(runs: list[ResolvedRun]) -> list[ResolvedRun]:
+    """The runs of one compare at one time scale, the largest ``auto`` picked for any of them:
+    a slowed run counts training as each model's CPU time and one in real time as the wall-clock
+    of models sharing the host's cores, so schedulers at different scales would not compare."""
+    top = max(runs, key=lambda r: r.time_scale)
+    return [r if r.time_scale == top.time_scale else
+            replace(r, time_scale=top.time_scale, scale_reason=f"as {top.config.scheduler}: {top.scale_reason}")
+            for r in runs]
 
 
 def _inputs(config: RunConfig, host: Host, schedulers: Sequence[str]) -> _Inputs:
