@@ -1,6 +1,6 @@
 """fedmst's public extension API: everything a plugin needs, in one stable module.
 
-Four kinds of plugin, each found the same way: by a name registered in the process that looks it
+Five kinds of plugin, each found the same way: by a name registered in the process that looks it
 up, by a name in the kind's entry-point group (loaded on the first lookup; a broken plugin only
 warns), or directly as ``package.module:attribute`` wherever a name is accepted. A name taken
 twice is refused; an unknown one is refused with the choices.
@@ -9,12 +9,14 @@ twice is refused; an unknown one is refused with the choices.
 - model: :func:`register_model`, group ``fedmst.models``, ``--model pkg.mod:factory``
 - dataset: :func:`register_dataset`, group ``fedmst.datasets``, ``--dataset pkg.mod:factory``
 - worker backend: :func:`register_backend`, group ``fedmst.backends``, ``--workers pkg.mod:Class``
+- server strategy: :func:`register_strategy`, group ``fedmst.strategies``, ``--strategy pkg.mod:Class``
 
 Agents run in processes (or containers) of their own, which import only what the run names: a
 model or dataset registered by ``register_*`` in your own process is not visible to them. For a
 run, give it as ``package.module:factory`` (importable on every agent's ``PYTHONPATH``) or
-publish it through its entry-point group. Schedulers and worker backends are used only by the
-coordinating process (``fedmst``), so an entry point or ``package.module:Class`` reaches them.
+publish it through its entry-point group; the same holds for strategies, which step on the
+agents. Schedulers and worker backends are used only by the coordinating process (``fedmst``),
+so an entry point or ``package.module:Class`` reaches them.
 
 A scheduler is a :class:`Scheduler` subclass whose ``plan(graph, task, link_state)`` returns a
 :class:`Plan` of :class:`Transfer` objects for the :class:`Task`. A transfer may carry a byte
@@ -85,6 +87,7 @@ from fedmst.core.schedulers import register_scheduler
 from fedmst.core.schedulers.base import LinkState, Scheduler
 from fedmst.core.tasks import Task
 from fedmst.errors import FedmstError
+from fedmst.fl.strategies import STRATEGIES, Strategy
 from fedmst.workers.backends import ProcessBackend, WorkerBackend, register_backend
 
 if TYPE_CHECKING:
@@ -106,6 +109,22 @@ def register_dataset(name: str, factory: data.Factory) -> None:
     data.register_dataset(name, factory)
 
 
-__all__ = ["FedmstError", "LinkState", "Plan", "ProcessBackend", "Scheduler", "Task", "Transfer", "WorkerBackend",
-           "equal_segments", "register_backend", "register_dataset", "register_model",
-           "register_scheduler"]
+def register_strategy(name: str, cls: type[Strategy]) -> None:
+    """Make the :class:`Strategy` dataclass ``cls`` available to this process as ``name``;
+    agents see it only through the ``fedmst.strategies`` entry-point group or as
+    ``package.module:Class``.
+
+    >>> from dataclasses import dataclass
+    >>> @dataclass
+    ... class Halfway(Strategy):
+    ...     fraction: float = 0.5
+    ...     def step(self, round_, current, update):
+    ...         return current + self.fraction * update
+    >>> register_strategy("halfway", Halfway)
+    """
+    STRATEGIES.register(name, cls)
+
+
+__all__ = ["FedmstError", "LinkState", "Plan", "ProcessBackend", "Scheduler", "Strategy", "Task", "Transfer",
+           "WorkerBackend", "equal_segments", "register_backend", "register_dataset", "register_model",
+           "register_scheduler", "register_strategy"]

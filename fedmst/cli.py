@@ -77,10 +77,10 @@ def _click_option(name: str, changed: Mapping[str, Any]) -> Callable[..., Any]:
 
 
 RUN_OPTIONS = ("topology", "local_models", "tasks", "wavelengths", "rounds", "model", "dataset", "seed", "global_node",
-               "local_nodes", "epochs", "lr", "batch_size", "optimizer", "target_accuracy", "chunk_bytes", "mtu",
-               "delay_mode", "queue", "congestion_control", "loss", "jitter_ms", "time_scale", "save_models",
-               "fail_links", "kill_workers", "stall_s", "slow_nodes", "deadline_s", "workload", "clock", "compute_s",
-               "interleave", "traffic", "order", "link_state", "link_trace", "traffic_file")
+               "local_nodes", "epochs", "lr", "batch_size", "optimizer", "strategy", "strategy_args", "target_accuracy",
+               "chunk_bytes", "mtu", "delay_mode", "queue", "congestion_control", "loss", "jitter_ms", "time_scale",
+               "save_models", "fail_links", "kill_workers", "stall_s", "slow_nodes", "deadline_s", "workload", "clock",
+               "compute_s", "interleave", "traffic", "order", "link_state", "link_trace", "traffic_file")
 """The run options of ``run`` and ``compare``, in the order ``--help`` lists them."""
 WORKER_OPTIONS = ("workers", "image", "cpus", "memory")
 COMPARED = "spff,mst"

@@ -8,7 +8,7 @@ field needs no parsing code. No torch here: the coordinator and the CLI import t
 
 >>> msg = Upload(round=3, progress_dir="/tmp/p", weights={"task0": {0: 0.25, 2: 0.75}})
 >>> encode(msg)
-{'type': 'Upload', 'version': 10, 'round': 3, 'progress_dir': '/tmp/p', 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
+{'type': 'Upload', 'version': 11, 'round': 3, 'progress_dir': '/tmp/p', 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
 >>> decode(encode(msg)) == msg
 True
 """
@@ -27,7 +27,7 @@ from fedmst.core.route import Along
 from fedmst.core.span import PhaseSpan
 from fedmst.errors import FedmstError
 
-PROTOCOL_VERSION = 10
+PROTOCOL_VERSION = 11
 """Raised whenever a message's shape changes, so that an agent from another checkout is refused."""
 
 
@@ -107,6 +107,10 @@ class AgentSpec:
     timeout_s: float
     slow: Mapping[str, float]
     """Node -> straggler factor (from ``--slow-node``)."""
+    strategy: str
+    """The server strategy (:mod:`fedmst.fl.strategies`), by name or ``package.module:Class``."""
+    strategy_args: Mapping[str, float]
+    """Its knobs, from ``--strategy-arg``."""
     tasks: tuple[TaskSpec, ...]
     time_scale: float = 1.0
     """The run's time scale: a local model's training counts this many times its CPU time (and is
@@ -285,7 +289,7 @@ def encode(msg: Command | Reply | AgentSpec) -> dict[str, Any]:
     """``msg`` as a JSON-ready object: tuples become lists, integer mapping keys strings.
 
     >>> encode(Trained(task_seconds={"t": 1.5}, losses={}, late={"t": (2,)}))
-    {'type': 'Trained', 'version': 10, 'task_seconds': {'t': 1.5}, 'losses': {}, 'late': {'t': [2]}, 'seconds': 0.0}
+    {'type': 'Trained', 'version': 11, 'task_seconds': {'t': 1.5}, 'losses': {}, 'late': {'t': [2]}, 'seconds': 0.0}
     """
     if _MESSAGES.get(type(msg).__name__) is not type(msg):
         raise ProtocolError(f"not a protocol message: {type(msg).__name__}")
@@ -296,18 +300,18 @@ def decode(obj: Any) -> Command | Reply | AgentSpec:
     """The message ``obj`` (from :func:`encode`, through JSON) stands for, checked against its
     dataclass: known type, this protocol version, every required field and no other.
 
-    >>> decode({"type": "Train", "version": 10, "round": 2})
+    >>> decode({"type": "Train", "version": 11, "round": 2})
     Train(round=2, deadline_s=None)
-    >>> decode({"type": "Train", "version": 10, "round": 2, "deadline": 5})
+    >>> decode({"type": "Train", "version": 11, "round": 2, "deadline": 5})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Train: unknown field deadline
     >>> decode({"type": "Train", "version": 0, "round": 2})
     Traceback (most recent call last):
-    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 10
-    >>> decode({"type": "SetupDone", "version": 10, "samples": {"task0": {"0": 5}}})
+    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 11
+    >>> decode({"type": "SetupDone", "version": 11, "samples": {"task0": {"0": 5}}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: SetupDone: missing field runs_in
-    >>> decode({"type": "Evaluated", "version": 10, "accuracy": {"task0": "high"}})
+    >>> decode({"type": "Evaluated", "version": 11, "accuracy": {"task0": "high"}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Evaluated.accuracy.task0: expected float, got a string
     """

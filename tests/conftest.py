@@ -95,6 +95,28 @@ def assert_fedavg(saved: Path, task: str = "task0") -> dict[str, Any]:
     return weights
 
 
+def assert_strategy(run: Path, strategy: str, initial: Any, task: str = "task0", tolerance: float = 1e-4) -> None:
+    """Replay ``strategy`` over a run's saved rounds (``--save-models``) from the ``initial`` global
+    model: each round's global model must be its step from the round before's by the weighted mean
+    of the saved local models' updates, within ``tolerance`` (an adaptive step divides by the size
+    of each update, so it magnifies float32's rounding of the in-path sums: up to 6e-5 measured)."""
+    import json
+
+    import torch
+
+    from fedmst.fl.strategies import build_strategy
+
+    server, current = build_strategy(strategy, {}), initial
+    rounds = sorted((run / "models").glob("round*"), key=lambda p: int(p.name[5:]))
+    assert rounds, f"{run}: no saved models"
+    for r, saved in enumerate(rounds, start=1):
+        weights = json.loads((saved / f"{task}-weights.json").read_text())
+        update = sum(float(w) * (torch.load(saved / f"{task}-local{i}.pt") - current) for i, w in weights.items())
+        expected, current = server.step(r, current, update), torch.load(saved / f"{task}-global.pt")
+        error = (current - expected).abs().max().item()
+        assert error <= tolerance, f"{saved}: {task}'s global model is {error:g} off {strategy}'s step"
+
+
 def children_running(proc: subprocess.Popen[str], name: str) -> list[psutil.Process]:
     """The processes ``proc`` started (forked or run) called ``name`` (e.g. fedmst-agent); a child that
     ends while they are listed (a short-lived ``tc`` or ``ip``) is no longer one of them."""

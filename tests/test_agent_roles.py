@@ -19,6 +19,7 @@ import fedmst
 from fedmst.core.schedulers import schedule
 from fedmst.core.tasks import Task
 from fedmst.fl import aggregation, data, models
+from fedmst.fl.strategies import Strategy, build_strategy
 from fedmst.run.results import write_atomic
 from fedmst.run.session import connect
 from fedmst.protocol import (ABORT_FILE, AgentSpec, Broadcast, Evaluate, Evaluated, Failed, PhaseDone, Reply, Replan,
@@ -71,20 +72,21 @@ BINOMIAL = _planned("binomial", ("r", "a", "b", "g"))
 """Binomial trees over g, r, a, b (G's node holds a local model too): store and forward by round."""
 
 
-def _spec(tmp_path: Path, task: TaskSpec) -> AgentSpec:
+def _spec(tmp_path: Path, task: TaskSpec, strategy: str = "fedavg", knobs: dict[str, float] | None = None) -> AgentSpec:
     spec = AgentSpec(control_socket="unused", store_dir=str(tmp_path / "store"), model="mlp", dataset="digits",
                      epochs=1, batch_size=32, lr=0.05, optimizer="sgd", alpha=0.5, chunk_bytes=4096,
-                     timeout_s=30.0,
-                     slow={}, tasks=(task,))
+                     timeout_s=30.0, slow={}, strategy=strategy, strategy_args=knobs or {},
+                     tasks=(task,))
     return AgentSpec.from_json(spec.to_json())  # as an agent reads it
 
 
 @contextmanager
-def _agents_for(task: TaskSpec, folder: Path) -> Iterator[dict[str, Agent]]:
+def _agents_for(task: TaskSpec, folder: Path, strategy: str = "fedavg",
+                knobs: dict[str, float] | None = None) -> Iterator[dict[str, Agent]]:
     """One agent per node of ``task``, storing in ``folder``, its pairs closed on the way out."""
     (folder / "store").mkdir(parents=True)
     nodes = sorted({"g", *task.local_nodes, *(n for t in task.transfers for n in t.path)})
-    spec = _spec(folder, task)
+    spec = _spec(folder, task, strategy, knobs)
     by_node = {n: Agent(spec, n) for n in nodes}
     try:
         yield by_node
@@ -126,8 +128,11 @@ def _progress(tmp_path: Path, task: TaskSpec, phase: str, rnd: int) -> Iterator[
     assert sorted(p.name for p in folder.iterdir()) == sorted(t.key for t in task.transfers if t.phase == phase)
 
 
-def _round(agents: dict[str, Agent], task: TaskSpec, samples: dict[int, int], rnd: int, tmp_path: Path) -> None:
-    """One round: broadcast, train, upload; checks each phase's result against G's weights."""
+def _round(agents: dict[str, Agent], task: TaskSpec, samples: dict[int, int], rnd: int, tmp_path: Path,
+           server: Strategy | None = None) -> None:
+    """One round: broadcast, train, upload; checks each phase's result against G's weights: the
+    FedAvg of the trained models, or ``server``'s step (a replica of G's strategy) from the mean
+    of their updates."""
     g = agents["g"].roles[0]
     assert g.global_model is not None
     initial = aggregation.flatten(g.global_model)
@@ -149,6 +154,8 @@ def _round(agents: dict[str, Agent], task: TaskSpec, samples: dict[int, int], rn
     with _progress(tmp_path, task, "upload", rnd) as folder:
         _everywhere(agents, Upload(rnd, folder, weights={task.name: weights}))
     expected = aggregation.fedavg([vectors[i] for i in active], [samples[i] for i in active])
+    if server is not None:
+        expected = server.step(rnd, initial, sum(weights[i] * (vectors[i] - initial) for i in active))
     got = aggregation.flatten(g.global_model)
     assert (got - expected).abs().max().item() <= 1e-5
     assert not torch.equal(got, initial)
@@ -237,3 +244,20 @@ def test_rounds_on_their_own_clock_end_where_lockstep_rounds_do(agents: dict[str
         for rnd in (1, 2):
             _round(lockstep, task, samples, rnd, tmp_path / "lockstep")
         assert torch.allclose(aggregation.flatten(lockstep["g"].roles[0].global_model), independent, atol=1e-6)
+
+
+@pytest.mark.parametrize("task", [TREE, STAR, RING, BINOMIAL], ids=["tree", "star", "ring", "binomial"])
+@pytest.mark.parametrize("strategy", ["fedadam", "fedavgm"])
+def test_a_server_strategy_steps_from_the_exact_mean_update_on_every_plan(
+        task: TaskSpec, strategy: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """G's model after each round is the strategy's step from the mean of the updates, however the
+    plan added them up; a ring's members step their own replicas, so every local model starts the
+    next round from G's model."""
+    monkeypatch.setattr(fedmst, "source_digest", lambda: DIGEST)
+    knobs = {"server_momentum": 0.9} if strategy == "fedavgm" else {}
+    server = build_strategy(strategy, knobs)
+    with _agents_for(task, tmp_path, strategy, knobs) as agents:
+        setup = _everywhere(agents, Setup(source_digest=DIGEST))
+        samples = {i: n for r in setup.values() for i, n in r.samples.get(task.name, {}).items()}
+        for rnd in (1, 2, 3):
+            _round(agents, task, samples, rnd, tmp_path, server)

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import FEDMST, agent_of, assert_fedavg, run_past_round_one
+from conftest import FEDMST, agent_of, assert_fedavg, assert_strategy, run_past_round_one
 from fedmst.net.cleanup import STATE_DIR
 from fedmst.net.emulation import Emulation
 from fedmst.run.results import read_csv
@@ -115,6 +115,36 @@ def test_compare_measures_plan_and_aggregates_exactly(tmp_path: Path, clean_host
     assert summaries["mst"]["link_bytes_measured"] < summaries["spff"]["link_bytes_measured"]
     assert comparison["bytes_ratio"] < 1
     assert "MST/SPFF" in proc.stdout and "BFSTREE/SPFF" in proc.stdout
+
+
+def test_a_server_optimizer_steps_from_the_same_mean_under_every_scheduler(tmp_path: Path,
+                                                                          clean_host: None) -> None:
+    """``--strategy fedadam``: every scheduler's global model is FedAdam's step from the exact mean
+    update of its local models, round after round, so SPFF, MST and a ring end round 1 with the
+    same model; and that model is not FedAvg's."""
+    import torch
+
+    from fedmst.fl import aggregation, data, models
+
+    out = tmp_path / "cmp"
+    proc = subprocess.run(
+        [FEDMST, "compare", "--topology", "small", "--local-models", "4", "--rounds", "2", "--epochs", "1",
+         "--model", "mlp", "--global-node", "0", "--local-nodes", "2,3,3,4", "--save-models", "--out", str(out),
+         "--schedulers", "spff,mst,ring", "--strategy", "fedadam"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "strategy fedadam" in " ".join(proc.stdout.split())
+    digits = data.load_dataset("digits")
+    torch.manual_seed(1)  # task 0's seed: the initial global model every node builds
+    initial = aggregation.flatten(models.build_model("mlp", num_classes=digits.num_classes,
+                                                     input_shape=digits.input_shape))
+    for scheduler in ("spff", "mst", "ring"):
+        summary = json.loads((out / scheduler / "summary.json").read_text())
+        assert summary["strategy"] == "fedadam" and summary["strategy_knobs"]["eta"] == 0.1
+        assert_strategy(out / scheduler, "fedadam", initial)
+    first = {s: torch.load(out / s / "models" / "round1" / "task0-global.pt") for s in ("spff", "mst", "ring")}
+    assert all((first[s] - first["spff"]).abs().max().item() <= 1e-4 for s in first)
+    with pytest.raises(AssertionError, match="off the FedAvg"):
+        assert_fedavg(out / "mst" / "models" / "round1")
 
 
 def test_a_dying_global_model_worker_stops_the_run_cleanly(tmp_path: Path, clean_host: None) -> None:

@@ -75,9 +75,14 @@ def train_local(
     lr: float,
     seed: int,
     optimizer: str = "sgd",
+    proximal_mu: float = 0.0,
 ) -> float:
     """Train ``model`` in place on ``(X, y)`` with ``optimizer`` (one of :data:`OPTIMIZERS`);
-    return the mean loss over the last epoch."""
+    return the mean loss over the last epoch (without the proximal term).
+
+    ``proximal_mu`` above 0 adds FedProx's ``proximal_mu / 2 * ||w - w_0||^2`` to every batch's
+    loss, ``w_0`` being the weights the model starts from (the round's global model): the squared
+    norm of Li et al. (Flower's example code adds the norm itself)."""
     if len(X) == 0 or len(X) != len(y):
         raise ValueError(
             f"need a non-empty dataset with one label per sample, "
@@ -88,6 +93,7 @@ def train_local(
     opt = LocalOptimizer(optimizer, model.parameters(), lr)
     generator = torch.Generator().manual_seed(seed)
     loss_fn = nn.CrossEntropyLoss()
+    anchor = [p.detach().clone() for p in model.parameters()] if proximal_mu > 0 else []
     model.train()
     total = 0.0
     for _ in range(epochs):
@@ -95,7 +101,11 @@ def train_local(
         for batch in torch.randperm(len(X), generator=generator).split(batch_size):
             opt.zero_grad()
             loss = loss_fn(model(X[batch]), y[batch])
-            loss.backward()
+            if anchor:
+                drift = sum((p - a).pow(2).sum() for p, a in zip(model.parameters(), anchor))
+                (loss + proximal_mu / 2 * drift).backward()
+            else:
+                loss.backward()
             opt.step()
             total += loss.item() * len(batch)
     return total / len(X)

@@ -72,6 +72,16 @@ def option(default: Any, *flags: str, **how: Any) -> Any:
     return field(default=default, metadata={"option": Option(flags, **how)})
 
 
+def _knob_ok(value: str) -> bool:
+    """``KNOB=NUMBER``."""
+    name, sep, number = value.partition("=")
+    try:
+        float(number)
+    except ValueError:
+        return False
+    return bool(sep and name.strip())
+
+
 def _scale_ok(value: str) -> bool:
     """``auto``, or a factor from 1 to 1000."""
     if value == "auto":
@@ -124,6 +134,14 @@ class RunConfig:
         "momentum", "--optimizer", choices=OPTIMIZERS,
         help="Local optimizer (momentum: SGD with momentum 0.9); its state starts afresh each round.")
     """Local training: chosen with scripts/bench_learning.py (docs/architecture.md, "Learning")."""
+    strategy: str = option(
+        "fedavg", "--strategy", metavar="NAME|package.module:Class",
+        help="Server strategy: how G turns the round's mean update into the next global model: fedavg, "
+             "fedprox, fedavgm, fedadam, fedyogi, fedadagrad (Flower's defaults), or your own "
+             "(docs/strategies.md).")
+    strategy_args: tuple[str, ...] = option(
+        (), "--strategy-arg", metavar="KNOB=VALUE", check=(lambda v: all(_knob_ok(a) for a in v), "give KNOB=NUMBER"),
+        help="Set one of the strategy's knobs, e.g. eta=0.01 or proximal_mu=0.1; repeatable.")
     target_accuracy: float = option(
         0.8, "--target-accuracy", check=(lambda v: 0 < v <= 1, "give an accuracy in (0, 1]"),
         help="Report the wall-clock time of the rounds until the global model first reaches this.")

@@ -27,6 +27,7 @@ from fedmst.core.topology import load_topology, node_order
 from fedmst.core.traffic import BackgroundFlow, parse_flow, read_traffic_file
 from fedmst.core.workload import TaskEntry, WorkloadPlan, make_tasks, read_workload, schedule_workload
 from fedmst.errors import FedmstError
+from fedmst.fl.strategies import build_strategy, strategy_knobs
 from fedmst.run.config import RunConfig, validate
 from fedmst.workers.backends import WorkerLimits, backend_for, check_backend, worker_limits
 
@@ -106,6 +107,7 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
     """Check ``config`` and the host (unless ``host`` was checked already), then plan it with each
     of ``schedulers`` (default: ``config.scheduler``); every run shares the same topology and tasks."""
     validate(config)
+    build_strategy(config.strategy, strategy_knobs(config.strategy_args))  # refused before anything starts
     check_backend(config.workers, limited=bool(config.cpus or config.memory))
     host = host or check_host(config)
     names = list(schedulers or [config.scheduler])

@@ -88,6 +88,10 @@ class Summary:
     """Independent clock: the mean round latency :func:`fedmst.core.contention.simulate` predicts."""
     background: list[dict[str, Any]] = field(default_factory=list)
     """The background flows that ran: as asked, what the sender sent, and what the first link carried."""
+    strategy: str = "fedavg"
+    """The server strategy (``--strategy``); summaries written before it existed ran FedAvg."""
+    strategy_knobs: dict[str, float] = field(default_factory=dict)
+    """Its knobs as the run set them, defaults included."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Keys this version does not know (a newer fedmst wrote the file); kept, not dropped."""
 
@@ -260,6 +264,7 @@ def summary_table(summaries: Mapping[str, Summary], ratios_to_first: bool = Fals
     table.caption = (f"{first.local_models} local models, model {first.model} "
                      f"({size_label(first.model_bytes)}), {first.rounds} rounds; "
                      f"delay: {first.emulated['delay_mechanism']}; workers: {first.workers.label}"
+                     + (f"; strategy {first.strategy}" if first.strategy != "fedavg" else "")
                      + (f"; time scale {first.emulated['time_scale']:g}, times the network's"
                         if first.emulated.get("time_scale", 1) != 1 else "")
                      + (f"; ratios to {labels[0]} in comparison.json" if ratios_to_first and not others else ""))

@@ -23,6 +23,7 @@ from fedmst.core.plan import Transfer, plan_summary
 from fedmst.core.route import LinkDir, window_bytes
 from fedmst.core.timescale import TimeScale
 from fedmst.core.traffic import as_json
+from fedmst.fl.strategies import strategy_knobs
 from fedmst.errors import FedmstError
 from fedmst.net.emulation import Emulation
 from fedmst.protocol import ABORT_FILE, AgentSpec, Setup, TaskSpec, TransferSpec, root_id
@@ -250,7 +251,8 @@ class Session:
             control_socket=str(self.scratch / "control.sock"), store_dir=str(self.scratch / "store"),
             model=config.model, dataset=config.dataset, epochs=config.epochs, batch_size=config.batch_size,
             lr=config.lr, optimizer=config.optimizer, alpha=config.alpha, chunk_bytes=config.chunk_bytes,
-            timeout_s=self.timeout_s, slow=dict(self.resolved.slow), tasks=specs, time_scale=self.scale.factor,
+            timeout_s=self.timeout_s, slow=dict(self.resolved.slow), strategy=config.strategy,
+            strategy_args=strategy_knobs(config.strategy_args), tasks=specs, time_scale=self.scale.factor,
             coordinator_root=root_id(),
         )
         write_json(self.out / "plan.json", {

@@ -30,6 +30,7 @@ from fedmst.fl import aggregation
 from fedmst.fl import data
 from fedmst.fl import models
 from fedmst.fl import training
+from fedmst.fl.strategies import Strategy, build_strategy
 from fedmst.protocol import (ABORT_FILE, AgentSpec, Broadcast, Command, Done, Evaluate, Evaluated, Failed, PhaseDone,
                              PhaseSpan, ProtocolError, Replan, Reply, RoundsDone, RunRounds, RunsIn, Save, Setup,
                              SetupDone, Stop, TaskSpec, Train, Trained, TransferSpec, Upload, root_id)
@@ -49,6 +50,8 @@ class TaskRole:
 
     spec: TaskSpec
     transfers: tuple[TransferSpec, ...]
+    strategy: Strategy
+    """The task's server strategy, on every node that takes part (it steps where an upload ends)."""
     pairs: dict[str, transport.Pair] = field(default_factory=dict)
     """Connection key -> this node's end of it, while connected."""
     global_model: torch.nn.Module | None = None
@@ -57,6 +60,9 @@ class TaskRole:
     """Original local-model index -> (model, training inputs, labels)."""
     trained: dict[int, torch.Tensor] = field(default_factory=dict)
     """Original local-model index -> weights after this round's training (absent when late)."""
+    base: torch.Tensor | None = None
+    """The global model (flat) this node's models started the round from: what updates are taken
+    against, and what a strategy steps from."""
 
     @property
     def name(self) -> str:
@@ -99,7 +105,7 @@ class Agent:
         here = self.node == task.global_node or self.node in task.local_nodes
         if not mine and not here:
             return None
-        return TaskRole(task, mine)
+        return TaskRole(task, mine, build_strategy(self.spec.strategy, self.spec.strategy_args))
 
     def handle(self, cmd: Command) -> Reply:
         """Run one command; its reply carries the seconds it took, or the error it raised."""
@@ -139,6 +145,8 @@ class Agent:
                     idx = torch.as_tensor(shards[i])
                     # G's initial weights: a plan may broadcast nothing (ring all-reduce)
                     role.local[i] = (self._build(task, seed=task.seed), xtr[idx], ytr[idx])
+            if role.global_model is not None or role.local:  # every model of a task starts from its seed
+                role.base = aggregation.flatten(self._build(task, seed=task.seed))
             if role.local:
                 model, dataset_ = self._kind(task)
                 warm_up(model=model, dataset=dataset_, optimizer=spec.optimizer, batch_size=spec.batch_size,
@@ -240,7 +248,7 @@ class Agent:
 
         def phase() -> None:
             try:
-                outcome["seconds"] = self._each_role(lambda role: fn(role, progress))
+                outcome["seconds"] = _each_role(self.roles, lambda role: fn(role, progress))
             except Exception as exc:  # noqa: BLE001 - handed to the agent's thread below
                 outcome["error"] = exc
 
@@ -261,19 +269,16 @@ class Agent:
         return outcome["seconds"]
 
     def _phase_role(self, role: TaskRole, phase: str, arrived: Callable[[str], None],
-                    weights: Mapping[int, float] | None = None) -> None:
+                    weights: Mapping[int, float] | None = None, round_: int = 0) -> None:
         """Play this node's part of ``role``'s plan in ``phase`` (:func:`dataflow.run_phase`), then
         put the global model it ends with where it belongs: G's model after the upload, and every
-        local model here (they start the next round from it)."""
+        local model here (they start the next round from it).
+
+        An upload carries updates (trained weights minus :attr:`TaskRole.base`), weighted; where it
+        ends holding their sum (G, or every member of a ring) the task's strategy steps from the
+        base to round ``round_``'s global model."""
         numel = self.numel(role.spec)
-
-        def own(models_: Collection[int] | None) -> torch.Tensor:
-            acc = torch.zeros(numel)
-            assert weights is not None, "only an upload sums updates"
-            for i in sorted(role.trained.keys() if models_ is None else set(models_) & role.trained.keys()):
-                acc.add_(role.trained[i], alpha=float(weights[i]))
-            return acc
-
+        own = partial(_weighted_updates, role, weights or {}, numel)
         at_g = self.node == role.spec.global_node
         starts = at_g and phase == "broadcast" and role.global_model is not None
         model = aggregation.flatten(role.global_model) if starts else None
@@ -286,6 +291,10 @@ class Agent:
             if at_g and phase == "upload":
                 raise RuntimeError(f"{role.name}: G's node ended the upload without the global model")
             return
+        if phase == "upload":
+            assert role.base is not None
+            held = role.strategy.step(round_, role.base, held)
+        role.base = held.clone()
         if at_g and phase == "upload":
             assert role.global_model is not None
             aggregation.load_flat(role.global_model, held)
@@ -344,7 +353,7 @@ class Agent:
             began, cpu = time.perf_counter(), time.thread_time()
             losses[f"{role.name}/{i}"] = training.train_local(
                 model, x, y, epochs=spec.epochs, batch_size=spec.batch_size, lr=spec.lr, optimizer=spec.optimizer,
-                seed=training.local_seed(role.spec.seed, round_, i),
+                seed=training.local_seed(role.spec.seed, round_, i), proximal_mu=role.strategy.proximal_mu,
             )
             took = max(time.perf_counter() - began, spec.time_scale * (time.thread_time() - cpu))
             finish = (began - start if wait else elapsed) + took * slow
@@ -385,7 +394,7 @@ class Agent:
                     time.sleep(max(0.0, began + role.spec.compute_s - time.monotonic()))
                     mark(role, r, "train", began)
                 began = time.monotonic()
-                self._phase_role(role, "upload", _nowhere, cmd.weights[name])
+                self._phase_role(role, "upload", _nowhere, cmd.weights[name], r)
                 mark(role, r, "upload", began)
                 if role.global_model is not None and self.node == role.spec.global_node:
                     history.append(aggregation.flatten(role.global_model))
@@ -402,7 +411,8 @@ class Agent:
     def upload(self, cmd: Upload) -> PhaseDone:
         return PhaseDone(task_seconds=self._transfer_phase(
             cmd.progress_dir,
-            lambda role, progress: self._phase_role(role, "upload", progress.arrived, cmd.weights[role.name])))
+            lambda role, progress: self._phase_role(role, "upload", progress.arrived, cmd.weights[role.name],
+                                                    cmd.round)))
 
     def evaluate(self, cmd: Evaluate) -> Evaluated:
         acc = {}
@@ -421,18 +431,29 @@ class Agent:
                 torch.save(aggregation.flatten(role.global_model), out / f"{role.name}-global.pt")
         return Done()
 
-    # helpers -----------------------------------------------------------------------------------
-    def _each_role(self, fn: Callable[[TaskRole], None]) -> dict[str, float]:
-        """Run ``fn`` for every task concurrently; return when each task's part was done, in
-        seconds since the phase started here (a task's phase ends when its last node is done)."""
-        start, done = time.perf_counter(), {}
 
-        def timed(role: TaskRole) -> None:
-            fn(role)
-            done[role.name] = time.perf_counter() - start
+def _each_role(roles: list[TaskRole], fn: Callable[[TaskRole], None]) -> dict[str, float]:
+    """Run ``fn`` for every task concurrently; return when each task's part was done, in
+    seconds since the phase started here (a task's phase ends when its last node is done)."""
+    start, done = time.perf_counter(), {}
 
-        dataflow.run_all([lambda r=r: timed(r) for r in self.roles])
-        return done
+    def timed(role: TaskRole) -> None:
+        fn(role)
+        done[role.name] = time.perf_counter() - start
+
+    dataflow.run_all([lambda r=r: timed(r) for r in roles])
+    return done
+
+
+def _weighted_updates(role: TaskRole, weights: Mapping[int, float], numel: int,
+                      models_: Collection[int] | None) -> torch.Tensor:
+    """The sum of this node's trained ``models_`` (None: all) as updates, each its trained weights
+    minus the round's base, weighted: what this node adds to an upload."""
+    acc = torch.zeros(numel)
+    assert role.base is not None, "only a node that took part in the broadcast sums updates"
+    for i in sorted(role.trained.keys() if models_ is None else set(models_) & role.trained.keys()):
+        acc.add_(role.trained[i] - role.base, alpha=float(weights[i]))
+    return acc
 
 
 def _nowhere(key: str) -> None:

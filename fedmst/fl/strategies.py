@@ -1,0 +1,227 @@
+"""Server strategies: how the round's aggregate becomes the next global model.
+
+Every local model sends its *update* (its trained weights minus the global model it started the
+round from), weighted by its share of the participants' samples, and the plan adds those up on the
+way to G (or round a ring). What arrives is the exact weighted mean update; a :class:`Strategy`
+then takes the step: FedAvg adds it, the server optimizers of Reddi et al. ("Adaptive Federated
+Optimization", ICLR 2021) and Hsu et al. ("Measuring the Effects of Non-Identical Data
+Distribution", 2019) treat it as a pseudo-gradient. Because the step only needs the mean, these
+strategies are *decomposable*: any scheduler may add updates in the network.
+
+Sending updates rather than weights makes the sum exact where it matters: a weight no local model
+changed has an update of exactly zero whatever order the relays add in, where weights would sum to
+it only up to rounding (and an adaptive step divides by the update's size, so rounding noise there
+would become a full step).
+
+Each strategy's knobs and defaults are Flower's (``flwr.server.strategy``, framework 1.x), so a
+Flower user's numbers mean the same here; ``--strategy-arg NAME=VALUE`` sets them. Strategies are
+torch-free at import: they only use the tensors' own methods.
+
+>>> import torch
+>>> current, update = torch.tensor([1.0, 2.0]), torch.tensor([0.5, 0.0])
+>>> FedAvg().step(1, current, update)
+tensor([1.5000, 2.0000])
+>>> FedAdam().step(1, current, update)  # the first step is eta_norm * sign(update)
+tensor([1.0742, 2.0000])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar, Mapping
+
+from fedmst.errors import FedmstError
+from fedmst.plugins import Registry
+
+if TYPE_CHECKING:
+    import torch
+
+
+class StrategyError(FedmstError):
+    """A strategy named or set up wrongly."""
+
+
+@dataclass
+class Strategy:
+    """The server side of a round (subclass it, as a dataclass whose fields are its knobs).
+
+    ``step`` gets the global model the round started from and the participants' weighted mean
+    update, and returns the next global model. It may keep state across rounds (each task has its
+    own instance on every node that ends an upload holding the aggregate: G, or every member of a
+    ring, whose replicas stay equal because they take the same steps on the same sums).
+    ``decomposable``: the step needs only the weighted sum of the updates, so relays may add them.
+    ``proximal_mu``: the weight of FedProx's proximal term in every local model's loss (0: none).
+    """
+
+    decomposable: ClassVar[bool] = True
+    proximal_mu: ClassVar[float] = 0.0
+
+    def step(self, round_: int, current: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+@dataclass
+class FedAvg(Strategy):
+    """McMahan et al., 2017: the mean of the participants' models (the current model plus their mean update)."""
+
+    def step(self, round_: int, current: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
+        return current + update
+
+
+@dataclass
+class FedProx(FedAvg):
+    """Li et al., 2020: FedAvg's step; each local model adds ``proximal_mu / 2 * ||w - w_global||^2``
+    to its loss, which keeps it near the global model on skewed data (Flower's ``FedProx``, whose
+    ``proximal_mu`` has no default either: give ``--strategy-arg proximal_mu=...``)."""
+
+    proximal_mu: float = 0.0  # type: ignore[misc]  # a knob here, a constant 0 elsewhere
+
+    def __post_init__(self) -> None:
+        if not self.proximal_mu > 0:
+            raise StrategyError("fedprox needs a proximal term: give --strategy-arg proximal_mu=VALUE above 0 "
+                                "(Flower's examples use 0.01 to 1)")
+
+
+@dataclass
+class FedAvgM(Strategy):
+    """Hsu et al., 2019: server SGD with momentum on the pseudo-gradient ``-update`` (Flower's
+    ``FedAvgM``: ``server_learning_rate`` 1.0, ``server_momentum`` 0.0, which is FedAvg itself)."""
+
+    server_learning_rate: float = 1.0
+    server_momentum: float = 0.0
+    _momentum: torch.Tensor | None = field(default=None, init=False, repr=False)
+
+    def step(self, round_: int, current: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
+        gradient = -update
+        if self.server_momentum > 0:
+            self._momentum = gradient if self._momentum is None else self.server_momentum * self._momentum + gradient
+            gradient = self._momentum
+        return current - self.server_learning_rate * gradient
+
+
+@dataclass
+class _FedOpt(Strategy):
+    """Reddi et al.'s adaptive server optimizers: first and second moments of the update."""
+
+    eta: float
+    beta_1: float
+    beta_2: float
+    tau: float
+    _m: torch.Tensor | None = field(default=None, init=False, repr=False)
+    _v: torch.Tensor | None = field(default=None, init=False, repr=False)
+
+    def step(self, round_: int, current: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
+        m = update.new_zeros(update.shape) if self._m is None else self._m
+        v = update.new_zeros(update.shape) if self._v is None else self._v
+        self._m = self.beta_1 * m + (1 - self.beta_1) * update
+        self._v = self._second_moment(v, update)
+        return current + self._rate(round_) * self._m / (self._v.sqrt() + self.tau)
+
+    def _second_moment(self, v: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _rate(self, round_: int) -> float:
+        return self.eta
+
+
+@dataclass
+class FedAdam(_FedOpt):
+    """Adam on the server (Flower's ``FedAdam``: eta 0.1, beta_1 0.9, beta_2 0.99, tau 1e-9, and
+    its bias-corrected rate ``eta * sqrt(1 - beta_2^(t+1)) / (1 - beta_1^(t+1))`` in round t)."""
+
+    eta: float = 1e-1
+    beta_1: float = 0.9
+    beta_2: float = 0.99
+    tau: float = 1e-9
+
+    def _second_moment(self, v: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
+        return self.beta_2 * v + (1 - self.beta_2) * update * update
+
+    def _rate(self, round_: int) -> float:
+        return self.eta * math.sqrt(1 - self.beta_2 ** (round_ + 1)) / (1 - self.beta_1 ** (round_ + 1))
+
+
+@dataclass
+class FedYogi(_FedOpt):
+    """Yogi on the server (Flower's ``FedYogi``: eta 0.01, beta_1 0.9, beta_2 0.99, tau 1e-3): the
+    second moment moves by the sign of its gap to the squared update, not towards it."""
+
+    eta: float = 1e-2
+    beta_1: float = 0.9
+    beta_2: float = 0.99
+    tau: float = 1e-3
+
+    def _second_moment(self, v: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
+        squared = update * update
+        return v - (1 - self.beta_2) * squared * (v - squared).sign()
+
+
+@dataclass
+class FedAdagrad(_FedOpt):
+    """Adagrad on the server (Flower's ``FedAdagrad``: eta 0.1, tau 1e-9, no momentum): the
+    second moment sums every squared update."""
+
+    eta: float = 1e-1
+    beta_1: float = 0.0
+    beta_2: float = 0.0
+    tau: float = 1e-9
+
+    def _second_moment(self, v: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
+        return v + update * update
+
+
+STRATEGIES: Registry[type[Strategy]] = Registry(
+    "strategy", "fedmst.strategies", StrategyError,
+    {"fedavg": FedAvg, "fedprox": FedProx, "fedavgm": FedAvgM, "fedadam": FedAdam, "fedyogi": FedYogi,
+     "fedadagrad": FedAdagrad},
+    accepts=lambda obj: isinstance(obj, type) and issubclass(obj, Strategy) and dataclasses.is_dataclass(obj),
+    requirement="a dataclass subclassing fedmst.api.Strategy", form="package.module:Class")
+"""Built-in strategies by name; a user's own by ``package.module:Class`` or entry point."""
+
+
+def knobs(cls: type[Strategy]) -> dict[str, float]:
+    """A strategy's knobs and their defaults (its dataclass fields a user may set).
+
+    >>> knobs(FedAdam)
+    {'eta': 0.1, 'beta_1': 0.9, 'beta_2': 0.99, 'tau': 1e-09}
+    """
+    return {f.name: f.default for f in dataclasses.fields(cls) if f.init}  # type: ignore[misc]
+
+
+def strategy_knobs(given: tuple[str, ...]) -> dict[str, float]:
+    """``--strategy-arg`` values (``KNOB=NUMBER``, checked by the run's options) as knobs.
+
+    >>> strategy_knobs(("eta=0.01", "tau=1e-3"))
+    {'eta': 0.01, 'tau': 0.001}
+    """
+    return {name.strip(): float(value) for name, _, value in (a.partition("=") for a in given)}
+
+
+def build_strategy(name: str, args: Mapping[str, float]) -> Strategy:
+    """The strategy ``name`` with its knobs set from ``args``; one-line errors for an unknown
+    strategy, a knob it does not have or a value it refuses.
+
+    >>> build_strategy("fedavgm", {"server_momentum": 0.9})
+    FedAvgM(server_learning_rate=1.0, server_momentum=0.9)
+    >>> build_strategy("fedadam", {"lr": 0.1})
+    Traceback (most recent call last):
+    fedmst.fl.strategies.StrategyError: --strategy-arg lr: fedadam has no such knob (it has eta, beta_1, beta_2, tau)
+    """
+    cls = STRATEGIES.lookup(name)
+    known = knobs(cls)
+    for key in args:
+        if key not in known:
+            raise StrategyError(f"--strategy-arg {key}: {name} has no such knob "
+                                f"(it has {', '.join(known) or 'none'})")
+    try:
+        return cls(**args)
+    except StrategyError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a user's class refusing its arguments
+        raise StrategyError(f"--strategy {name}: {type(exc).__name__}: {exc}") from None
+
+
+__all__ = ["STRATEGIES", "FedAdagrad", "FedAdam", "FedAvg", "FedAvgM", "FedProx", "FedYogi", "Strategy",
+           "StrategyError", "build_strategy", "knobs", "strategy_knobs"]

@@ -1,0 +1,94 @@
+"""Server strategies' pure half: each step against Flower's formulas, written out again here with
+numpy over three rounds, and the errors a user meets (no network here)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fedmst.errors import FedmstError
+from fedmst.fl import training
+from fedmst.fl.strategies import STRATEGIES, StrategyError, build_strategy, knobs
+from fedmst.run.config import RunConfig, validate
+
+ROUNDS = [np.array([0.3, -0.2, 0.0, 1e-3]), np.array([0.1, 0.2, 0.0, -2e-3]), np.array([-0.4, 0.05, 0.0, 0.0])]
+"""Three rounds' mean updates: the third coordinate never changes, the fourth barely."""
+
+
+def _flower(name: str, start: np.ndarray) -> list[np.ndarray]:
+    """Flower's ``aggregate_fit`` steps (``flwr.server.strategy``, 1.x), for the default knobs."""
+    x, m, v, out = start.copy(), np.zeros_like(start), np.zeros_like(start), []
+    for t, delta in enumerate(ROUNDS, start=1):
+        if name == "fedavg":
+            x = x + delta
+        elif name == "fedavgm":  # server_momentum 0.9, server_learning_rate 1: v = 0.9 v + g
+            m = -delta if t == 1 else 0.9 * m - delta
+            x = x - m
+        else:
+            beta_1, beta_2, eta, tau = {"fedadam": (0.9, 0.99, 0.1, 1e-9), "fedyogi": (0.9, 0.99, 0.01, 1e-3),
+                                        "fedadagrad": (0.0, 0.0, 0.1, 1e-9)}[name]
+            m = beta_1 * m + (1 - beta_1) * delta
+            if name == "fedadam":
+                v = beta_2 * v + (1 - beta_2) * delta * delta
+                eta = eta * np.sqrt(1 - beta_2 ** (t + 1)) / (1 - beta_1 ** (t + 1))
+            elif name == "fedyogi":
+                v = v - (1 - beta_2) * delta * delta * np.sign(v - delta * delta)
+            else:
+                v = v + delta * delta
+            x = x + eta * m / (np.sqrt(v) + tau)
+        out.append(x)
+    return out
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad"])
+def test_each_step_is_flowers(name: str) -> None:
+    start = np.array([1.0, -1.0, 0.5, 2.0])
+    strategy = build_strategy(name, {"server_momentum": 0.9} if name == "fedavgm" else {})
+    current = torch.tensor(start, dtype=torch.float64)
+    for t, (delta, expected) in enumerate(zip(ROUNDS, _flower(name, start)), start=1):
+        current = strategy.step(t, current, torch.tensor(delta, dtype=torch.float64))
+        assert np.allclose(current.numpy(), expected, rtol=1e-12, atol=1e-12), (name, t)
+    assert current[2].item() == 0.5  # a weight no local model changed stays exactly as it was
+
+
+def test_fedavgm_with_flowers_defaults_is_fedavg() -> None:
+    current, update = torch.tensor([1.0, 2.0]), torch.tensor([0.25, -0.5])
+    assert torch.equal(build_strategy("fedavgm", {}).step(1, current, update),
+                       build_strategy("fedavg", {}).step(1, current, update))
+
+
+def test_every_builtin_is_decomposable_and_says_its_knobs() -> None:
+    assert all(STRATEGIES.lookup(n).decomposable for n in STRATEGIES.names())
+    assert knobs(STRATEGIES.lookup("fedyogi")) == {"eta": 0.01, "beta_1": 0.9, "beta_2": 0.99, "tau": 0.001}
+    assert knobs(STRATEGIES.lookup("fedavg")) == {}
+
+
+def test_bad_strategies_and_knobs_are_one_line() -> None:
+    with pytest.raises(StrategyError, match=r"^unknown strategy 'fedmagic'; choose one of: fedadagrad, fedadam, "):
+        build_strategy("fedmagic", {})
+    with pytest.raises(StrategyError, match=r"^--strategy-arg eta: fedavg has no such knob \(it has none\)$"):
+        build_strategy("fedavg", {"eta": 0.1})
+    with pytest.raises(StrategyError, match=r"^fedprox needs a proximal term: give --strategy-arg proximal_mu="):
+        build_strategy("fedprox", {})
+    assert build_strategy("fedprox", {"proximal_mu": 0.1}).proximal_mu == 0.1
+    with pytest.raises(FedmstError, match=r"^--strategy-arg \('eta',\): give KNOB=NUMBER$"):
+        validate(RunConfig(strategy_args=("eta",)))
+    validate(RunConfig(strategy="fedadam", strategy_args=("eta=0.01", "tau=1e-3")))
+
+
+def test_the_proximal_term_keeps_a_local_model_near_the_global_one() -> None:
+    """FedProx's client side: the larger ``proximal_mu``, the less training moves the weights."""
+    from fedmst.fl import data, models
+
+    d = data.load_dataset("digits")
+    drift = {}
+    for mu in (0.0, 1.0, 10.0):
+        torch.manual_seed(3)
+        model = models.build_model("mlp", num_classes=d.num_classes, input_shape=d.input_shape)
+        start = [p.detach().clone() for p in model.parameters()]
+        loss = training.train_local(model, d.x_train[:256], d.y_train[:256], epochs=2, batch_size=32, lr=0.1,
+                                    seed=1, optimizer="sgd", proximal_mu=mu)
+        assert loss > 0
+        drift[mu] = sum((p.detach() - s).pow(2).sum().item() for p, s in zip(model.parameters(), start))
+    assert drift[0.0] > drift[1.0] > drift[10.0] > 0
