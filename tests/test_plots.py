@@ -261,19 +261,20 @@ def test_sweep_bytes_axis_is_in_the_unit_its_values_pick(tmp_path: Path, monkeyp
     assert ylabel == f"{unit} on all links per round" and highest == pytest.approx(top)
 
 
-def test_accuracy_against_round_and_wall_clock_per_scheduler(compare_dir: Path,
+def test_accuracy_against_round_time_and_bytes_per_scheduler(compare_dir: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     from matplotlib.axes import Axes
 
     from fedmst.run.results import ROUND_FIELDS
 
-    for name, seconds in (("spff", 3.0), ("mst", 1.5)):
+    for name, seconds, mb in (("spff", 3.0, 20.0), ("mst", 1.5, 10.0)):
         write_csv(compare_dir / name / "rounds.csv", ROUND_FIELDS,
-                  [{**dict.fromkeys(ROUND_FIELDS, 0), "round": r, "round_s": seconds, "accuracy": a}
-                   for r, a in ((1, 0.5), (2, 0.85), (3, 0.9))])
+                  [{**dict.fromkeys(ROUND_FIELDS, 0), "round": r, "round_s": seconds, "accuracy": a,
+                    "bytes_measured": int(mb * 1e6)} for r, a in ((1, 0.5), (2, 0.85), (3, 0.9))])
         summary = Summary.read(compare_dir / name / "summary.json")
         write_json(compare_dir / name / "summary.json", {**summary.to_json(), "target_accuracy": 0.8,
-                                                         "rounds_to_accuracy": 2, "time_to_accuracy_s": 2 * seconds})
+                                                         "rounds_to_accuracy": 2, "time_to_accuracy_s": 2 * seconds,
+                                                         "bytes_to_accuracy": int(2 * mb * 1e6)})
     lines: list[tuple[str, list[float], list[float]]] = []
     plot = Axes.plot
     monkeypatch.setattr(Axes, "plot", lambda ax, x, y, **kw: (lines.append((kw["label"], list(x), list(y))),
@@ -282,7 +283,9 @@ def test_accuracy_against_round_and_wall_clock_per_scheduler(compare_dir: Path,
     assert png == compare_dir / "accuracy.png" and png.read_bytes()[:8] == PNG_MAGIC
     assert sorted(lines) == sorted([
         ("SPFF", [1, 2, 3], [0.5, 0.85, 0.9]), ("SPFF, 0.8 after 6.0 s", [3.0, 6.0, 9.0], [0.5, 0.85, 0.9]),
-        ("MST", [1, 2, 3], [0.5, 0.85, 0.9]), ("MST, 0.8 after 3.0 s", [1.5, 3.0, 4.5], [0.5, 0.85, 0.9])])
+        ("SPFF, 0.8 after 40 MB", [20.0, 40.0, 60.0], [0.5, 0.85, 0.9]),
+        ("MST", [1, 2, 3], [0.5, 0.85, 0.9]), ("MST, 0.8 after 3.0 s", [1.5, 3.0, 4.5], [0.5, 0.85, 0.9]),
+        ("MST, 0.8 after 20 MB", [10.0, 20.0, 30.0], [0.5, 0.85, 0.9])])
     (compare_dir / "mst" / "rounds.csv").unlink()
     with pytest.raises(FedmstError, match="no rounds.csv"):
         plots.plot_accuracy(compare_dir)

@@ -76,6 +76,10 @@ class Summary:
     time_to_accuracy_s: float | None = None
     """Wall-clock seconds of the rounds up to and including that one: the systems metric FL
     papers report (set-up and evaluation left out)."""
+    bytes_to_accuracy: int | None = None
+    """Link bytes (every link direction, as ``link_bytes_measured``) of the rounds up to and
+    including that one: what reaching the target cost the network (None: never reached, or tasks
+    on their own clocks, whose rounds share no boundary)."""
     time_breakdown_s: dict[str, float] = field(default_factory=dict)
     """Where the wall-clock went (:data:`TIME_PARTS`): the rounds, and the fixed cost around them."""
     clock: str = "lockstep"
@@ -173,7 +177,7 @@ def time_to_accuracy(round_seconds: Sequence[float], accuracies: Sequence[float]
 
 def comparison(summaries: Mapping[str, Summary]) -> dict[str, Any]:
     """``comparison.json``: every scheduler's summary and its ratios to the first (the baseline),
-    and each one's time to the target accuracy.
+    and each one's time and link bytes to the target accuracy.
 
     ``bytes_ratio`` and ``latency_ratio`` at the top level are MST over SPFF, kept for readers of
     the two-scheduler format, when both ran.
@@ -192,6 +196,7 @@ def comparison(summaries: Mapping[str, Summary]) -> dict[str, Any]:
         "ratios": {n: ratios(s, base) for n, s in summaries.items() if n != names[0]},
         "target_accuracy": base.target_accuracy,
         "time_to_accuracy_s": {n: s.time_to_accuracy_s for n, s in summaries.items()},
+        "bytes_to_accuracy": {n: s.bytes_to_accuracy for n, s in summaries.items()},
     }
     if "spff" in summaries and "mst" in summaries:
         out.update(ratios(summaries["mst"], summaries["spff"]))
@@ -261,6 +266,8 @@ def summary_table(summaries: Mapping[str, Summary], ratios_to_first: bool = Fals
     row("max per-link weight error (%)", lambda s: 100 * s.max_link_bytes_error, "{:.2f}", ratio=False)
     row("final accuracy", lambda s: s.final_accuracy, "{:.3f}", ratio=False)
     row(f"time to accuracy {first.target_accuracy:g} (s)", lambda s: s.time_to_accuracy_s, "{:.2f}")
+    row(f"link MB to accuracy {first.target_accuracy:g}",
+        lambda s: None if s.bytes_to_accuracy is None else s.bytes_to_accuracy / 1e6, "{:.1f}")
     table.caption = (f"{first.local_models} local models, model {first.model} "
                      f"({size_label(first.model_bytes)}), {first.rounds} rounds; "
                      f"delay: {first.emulated['delay_mechanism']}; workers: {first.workers.label}"

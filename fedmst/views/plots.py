@@ -432,9 +432,9 @@ def plot_regime_map(points: list[dict[str, Any]], out: Path) -> Path:
 
 
 def plot_accuracy(run_dir: Path, out: Path | None = None) -> Path:
-    """The global model's test accuracy after each round, against the round and against the
-    wall-clock time of the rounds, for the run or for every scheduler of a compare folder, with
-    the target accuracy of ``summary.json`` (time to accuracy) dashed across."""
+    """The global model's test accuracy after each round, against the round, the time of the
+    rounds and the link bytes they moved, for the run or for every scheduler of a compare folder,
+    with the target accuracy of ``summary.json`` (time and bytes to accuracy) dashed across."""
     runs = []
     for name, run in _find_runs(run_dir):
         rows = read_csv(run / "rounds.csv") if (run / "rounds.csv").is_file() else []
@@ -447,18 +447,22 @@ def plot_accuracy(run_dir: Path, out: Path | None = None) -> Path:
     from matplotlib.ticker import MaxNLocator
 
     colours = scheduler_colours([label for label, _, _ in runs])
-    fig, (by_round, by_time) = plt.subplots(1, 2, figsize=(10.5, 4.2), sharey=True)
+    fig, (by_round, by_time, by_bytes) = plt.subplots(1, 3, figsize=(15, 4.2), sharey=True)
     for label, rows, summary in runs:
         rounds = [int(r["round"]) for r in rows]
         acc = [float(r["accuracy"]) for r in rows]
         elapsed = list(itertools.accumulate(float(r["round_s"]) for r in rows))
+        moved = list(itertools.accumulate(float(r["bytes_measured"]) / 1e6 for r in rows))
         reached = (f", {summary.target_accuracy:g} after {summary.time_to_accuracy_s:.1f} s"
                    if summary is not None and summary.time_to_accuracy_s is not None else "")
+        spent = (f", {summary.target_accuracy:g} after {summary.bytes_to_accuracy / 1e6:.0f} MB"
+                 if summary is not None and summary.bytes_to_accuracy is not None else "")
         style = {"color": colours[label], "marker": "o"}
         by_round.plot(rounds, acc, label=scheduler_label(label), **style)
         by_time.plot(elapsed, acc, label=f"{scheduler_label(label)}{reached}", **style)
+        by_bytes.plot(moved, acc, label=f"{scheduler_label(label)}{spent}", **style)
     targets = {s.target_accuracy for _, _, s in runs if s is not None}
-    for ax in (by_round, by_time):
+    for ax in (by_round, by_time, by_bytes):
         for target in targets:
             ax.axhline(target, color="grey", linestyle="--", linewidth=1)
         ax.grid(alpha=0.3)
@@ -467,7 +471,8 @@ def plot_accuracy(run_dir: Path, out: Path | None = None) -> Path:
     by_round.set(xlabel="round", ylabel="test accuracy of the global model",
                  title="Accuracy per round" + (" (the same under every scheduler)" if same else ""))
     by_round.xaxis.set_major_locator(MaxNLocator(integer=True))
-    by_time.set(xlabel="wall-clock time of the rounds (s)", title="Accuracy against time (time to accuracy)")
+    by_time.set(xlabel="time of the rounds (s)", title="Accuracy against time (time to accuracy)")
+    by_bytes.set(xlabel="link bytes of the rounds (MB)", title="Accuracy against link bytes (bytes to accuracy)")
     by_round.set_ylim(0, 1)
     fig.tight_layout()
     target_path = out or Path(run_dir) / "accuracy.png"
