@@ -98,8 +98,9 @@ def assert_fedavg(saved: Path, task: str = "task0") -> dict[str, Any]:
 def assert_strategy(run: Path, strategy: str, initial: Any, task: str = "task0", tolerance: float = 1e-4) -> None:
     """Replay ``strategy`` over a run's saved rounds (``--save-models``) from the ``initial`` global
     model: each round's global model must be its step from the round before's by the weighted mean
-    of the saved local models' updates, within ``tolerance`` (an adaptive step divides by the size
-    of each update, so it magnifies float32's rounding of the in-path sums: up to 6e-5 measured)."""
+    of the saved local models' updates (or its aggregate of them all), within ``tolerance`` (an
+    adaptive step divides by the size of each update, so it magnifies float32's rounding of the
+    in-path sums: up to 6e-5 measured)."""
     import json
 
     import torch
@@ -110,9 +111,11 @@ def assert_strategy(run: Path, strategy: str, initial: Any, task: str = "task0",
     rounds = sorted((run / "models").glob("round*"), key=lambda p: int(p.name[5:]))
     assert rounds, f"{run}: no saved models"
     for r, saved in enumerate(rounds, start=1):
-        weights = json.loads((saved / f"{task}-weights.json").read_text())
-        update = sum(float(w) * (torch.load(saved / f"{task}-local{i}.pt") - current) for i, w in weights.items())
-        expected, current = server.step(r, current, update), torch.load(saved / f"{task}-global.pt")
+        weights = {int(i): float(w) for i, w in json.loads((saved / f"{task}-weights.json").read_text()).items()}
+        updates = {i: torch.load(saved / f"{task}-local{i}.pt") - current for i in weights}
+        expected = (server.step(r, current, sum(weights[i] * u for i, u in updates.items())) if server.decomposable
+                    else server.aggregate(r, current, updates, weights))
+        current = torch.load(saved / f"{task}-global.pt")
         error = (current - expected).abs().max().item()
         assert error <= tolerance, f"{saved}: {task}'s global model is {error:g} off {strategy}'s step"
 

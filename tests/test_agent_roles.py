@@ -45,13 +45,13 @@ def _task(local_nodes: tuple[str, ...], edges: list[tuple[str, str, tuple[int, .
                     active=tuple(range(len(local_nodes))), transfers=tuple(transfers))
 
 
-def _planned(scheduler: str, local_nodes: tuple[str, ...]) -> TaskSpec:
+def _planned(scheduler: str, local_nodes: tuple[str, ...], sums_in_path: bool = True) -> TaskSpec:
     """Task ``task0`` as ``scheduler`` plans it on a ring of the nodes g, r, a, b (the model of
-    :func:`_spec`, G on g)."""
+    :func:`_spec`, G on g); ``sums_in_path`` False: each update forwarded whole to G."""
     graph = graph_from([("g", "r"), ("r", "a"), ("a", "b"), ("b", "g")])
     d = data.load_dataset("digits")
     size = models.model_bytes(models.build_model("mlp", num_classes=d.num_classes, input_shape=d.input_shape))
-    plan = schedule(graph, Task("task0", "g", local_nodes, size), scheduler)
+    plan = schedule(graph, Task("task0", "g", local_nodes, size, sums_in_path=sums_in_path), scheduler)
     keyed = {f"task0-{i:03d}-{t.phase}": t for i, t in enumerate(plan.transfers)}
     joins = connect(keyed, "task0-c")
     return TaskSpec(name="task0", global_node="g", local_nodes=local_nodes, seed=7,
@@ -154,8 +154,10 @@ def _round(agents: dict[str, Agent], task: TaskSpec, samples: dict[int, int], rn
     with _progress(tmp_path, task, "upload", rnd) as folder:
         _everywhere(agents, Upload(rnd, folder, weights={task.name: weights}))
     expected = aggregation.fedavg([vectors[i] for i in active], [samples[i] for i in active])
-    if server is not None:
+    if server is not None and server.decomposable:
         expected = server.step(rnd, initial, sum(weights[i] * (vectors[i] - initial) for i in active))
+    elif server is not None:
+        expected = server.aggregate(rnd, initial, {i: vectors[i] - initial for i in active}, weights)
     got = aggregation.flatten(g.global_model)
     assert (got - expected).abs().max().item() <= 1e-5
     assert not torch.equal(got, initial)
@@ -261,3 +263,20 @@ def test_a_server_strategy_steps_from_the_exact_mean_update_on_every_plan(
         samples = {i: n for r in setup.values() for i, n in r.samples.get(task.name, {}).items()}
         for rnd in (1, 2, 3):
             _round(agents, task, samples, rnd, tmp_path, server)
+
+
+@pytest.mark.parametrize("scheduler", ["mst", "spff", "binomial"])
+@pytest.mark.parametrize("strategy", ["fedmedian", "krum"])
+def test_a_robust_strategy_gets_every_update_forwarded_whole(
+        scheduler: str, strategy: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Relays forward each update on its own transfer (nothing is added in the network), and G
+    ends the round with the strategy's aggregate of every update: the coordinate-wise median, or
+    Krum's pick."""
+    monkeypatch.setattr(fedmst, "source_digest", lambda: DIGEST)
+    task = _planned(scheduler, ("r", "a", "a", "b"), sums_in_path=False)
+    assert all(len(t.models) == 1 for t in task.transfers if t.phase == "upload")
+    with _agents_for(task, tmp_path, strategy) as agents:
+        setup = _everywhere(agents, Setup(source_digest=DIGEST))
+        samples = {i: n for r in setup.values() for i, n in r.samples.get(task.name, {}).items()}
+        for rnd in (1, 2):
+            _round(agents, task, samples, rnd, tmp_path, build_strategy(strategy, {}))

@@ -147,6 +147,40 @@ def test_a_server_optimizer_steps_from_the_same_mean_under_every_scheduler(tmp_p
         assert_fedavg(out / "mst" / "models" / "round1")
 
 
+def test_a_median_gets_every_update_whole_and_the_links_carry_what_the_plan_says(tmp_path: Path,
+                                                                                  clean_host: None) -> None:
+    """``--strategy fedmedian``: relays forward every update, so G's model is the coordinate-wise
+    median of the participants' (from the saved models), each link carries its plan's bytes
+    (within 5%), MST's upload more than with FedAvg; a ring, which sums by construction, is
+    refused in one line before anything is built."""
+    import torch
+
+    from fedmst.fl import aggregation, data, models
+
+    out = tmp_path / "cmp"
+    proc = subprocess.run(
+        [FEDMST, "compare", "--topology", "small", "--local-models", "4", "--rounds", "2", "--epochs", "1",
+         "--model", "mlp", "--global-node", "0", "--local-nodes", "2,3,3,4", "--save-models", "--out", str(out),
+         "--strategy", "fedmedian"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    digits = data.load_dataset("digits")
+    torch.manual_seed(1)
+    initial = aggregation.flatten(models.build_model("mlp", num_classes=digits.num_classes,
+                                                     input_shape=digits.input_shape))
+    for scheduler in ("spff", "mst"):
+        assert_strategy(out / scheduler, "fedmedian", initial, tolerance=1e-5)
+        for r in read_csv(out / scheduler / "links.csv"):
+            predicted, measured = int(r["predicted_bytes"]), int(r["measured_weight_bytes"])
+            assert abs(measured - predicted) <= 0.05 * predicted, (scheduler, r)
+    plan = json.loads((out / "mst" / "plan.json").read_text())["tasks"][0]
+    uploads = [f for f in plan["flows"] if f["phase"] == "upload"]
+    assert len(uploads) > len({tuple(f["path"]) for f in uploads})  # a path carries several updates whole
+    ring = subprocess.run([FEDMST, "run", "--topology", "small", "--scheduler", "ring", "--strategy", "fedmedian",
+                           "--out", str(tmp_path / "ring")], capture_output=True, text=True, timeout=120)
+    assert ring.returncode == 1 and ring.stderr.count("\n") == 1, ring.stderr
+    assert "ring cannot carry each update to G whole" in ring.stderr
+
+
 def test_a_dying_global_model_worker_stops_the_run_cleanly(tmp_path: Path, clean_host: None) -> None:
     """Any other worker's death is survived (tests/test_fault_runs.py); the one holding G's
     model ends the run with one line, keeping the rounds already finished."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import replace
 from typing import Collection
 
 import networkx as nx
@@ -14,6 +15,7 @@ from fedmst.core.schedulers import LinkState, scheduler_names, schedule
 from fedmst.core.plan import (TRANSFER_PHASES, Phase, Plan, Transfer, check_plan, covers, feeders, predicted_link_bytes,
                               predicted_phase_seconds, waits_on)
 from fedmst.core.tasks import Task
+from fedmst.errors import SchedulerError
 from fedmst.core.wire import wire_bytes
 
 SEEDS = range(30)
@@ -131,3 +133,34 @@ class TestSchedulerContract:
             for with_delay in (True, False):
                 seconds = predicted_phase_seconds(plan, g, phase, chunk_bytes=65_536, with_delay=with_delay)
                 assert (seconds > 0) == bool(plan.phase(phase))
+
+
+@pytest.mark.parametrize("name", scheduler_names())
+@pytest.mark.parametrize("seed", SEEDS[:10])
+def test_a_task_whose_updates_must_reach_g_whole_gets_each_forwarded_once(name: str, seed: int) -> None:
+    """For a strategy that is not decomposable (a median at G), every scheduler's plan carries each
+    update on its own: G ends the upload with every update exactly once (run on numbers), each
+    link direction carries one model per update crossing it where the summed plan carried one per
+    transfer, and the broadcast is the summed plan's. A plan that hands the global model on in
+    its upload (a ring's all-gather) cannot, and is refused in one line."""
+    g, task, state = case(seed)
+    summed = schedule(g, task, name, state)
+    whole = replace(task, sums_in_path=False)
+    if any(t.phase == "upload" and t.carries == "global" for t in summed.transfers):
+        with pytest.raises(SchedulerError, match=rf"^{name} cannot carry each update to G whole: .* sums by "):
+            schedule(g, whole, name, state)
+        return
+    plan = schedule(g, whole, name, state)
+    assert plan.phase("broadcast") == summed.phase("broadcast")
+    assert all(len(t.models) == 1 for t in plan.phase("upload"))
+    rng = random.Random(seed)
+    atoms = atoms_of(plan)
+    updates = {i: [rng.random() for _ in atoms] for i in range(task.k)}
+    weights = {i: 1.0 for i in range(task.k)}
+    got = run_phase(plan, "upload", atoms, updates, weights, [0.0] * len(atoms))[task.global_node]
+    assert got == pytest.approx([sum(updates[i][a] for i in range(task.k)) for a in range(len(atoms))])
+    crossing: Counter[tuple[str, str]] = Counter()
+    for t in summed.phase("upload"):
+        lo, hi = t.segment or (0, task.model_bytes)
+        crossing.update({hop: len(t.models) * wire_bytes(hi - lo) for hop in t.hops})
+    assert predicted_link_bytes(plan, "upload") == +crossing

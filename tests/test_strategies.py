@@ -58,8 +58,10 @@ def test_fedavgm_with_flowers_defaults_is_fedavg() -> None:
                        build_strategy("fedavg", {}).step(1, current, update))
 
 
-def test_every_builtin_is_decomposable_and_says_its_knobs() -> None:
-    assert all(STRATEGIES.lookup(n).decomposable for n in STRATEGIES.names())
+def test_only_the_robust_strategies_need_every_update_and_each_says_its_knobs() -> None:
+    whole = {n for n in STRATEGIES.names() if not STRATEGIES.lookup(n).decomposable}
+    assert whole == {"fedmedian", "fedtrimmedavg", "krum"}
+    assert knobs(STRATEGIES.lookup("krum")) == {"num_malicious_clients": 0, "num_clients_to_keep": 0}
     assert knobs(STRATEGIES.lookup("fedyogi")) == {"eta": 0.01, "beta_1": 0.9, "beta_2": 0.99, "tau": 0.001}
     assert knobs(STRATEGIES.lookup("fedavg")) == {}
 
@@ -92,3 +94,48 @@ def test_the_proximal_term_keeps_a_local_model_near_the_global_one() -> None:
         assert loss > 0
         drift[mu] = sum((p.detach() - s).pow(2).sum().item() for p, s in zip(model.parameters(), start))
     assert drift[0.0] > drift[1.0] > drift[10.0] > 0
+
+
+UPDATES = {0: [0.5, -1.0, 0.0], 2: [0.1, 3.0, 0.0], 3: [-0.2, 0.2, 0.0], 5: [9.0, 0.4, 0.0], 7: [0.3, -0.1, 0.0]}
+"""Five participants' updates (by local model), one of them far off."""
+
+
+def _robust(name: str, knobs_: dict[str, float], updates: dict[int, list[float]]) -> np.ndarray:
+    weights = {i: 1 / len(updates) for i in updates}
+    current = torch.tensor([1.0, 1.0, 1.0], dtype=torch.float64)
+    out = build_strategy(name, knobs_).aggregate(1, current, {i: torch.tensor(u, dtype=torch.float64)
+                                                             for i, u in updates.items()}, weights)
+    return out.numpy() - 1.0
+
+
+@pytest.mark.parametrize("count", [5, 4])
+def test_fedmedian_is_numpys_median_of_the_models(count: int) -> None:
+    chosen = dict(list(UPDATES.items())[:count])
+    assert np.allclose(_robust("fedmedian", {}, chosen), np.median(np.array(list(chosen.values())), axis=0))
+
+
+def test_fedtrimmedavg_cuts_flowers_share_from_each_end() -> None:
+    values = np.sort(np.array(list(UPDATES.values())), axis=0)
+    assert np.allclose(_robust("fedtrimmedavg", {}, UPDATES), values[1:4].mean(axis=0))  # int(0.2 * 5) = 1 cut
+    assert np.allclose(_robust("fedtrimmedavg", {"beta": 0.1}, UPDATES), values.mean(axis=0))  # int(0.5) = 0
+    with pytest.raises(StrategyError, match=r"beta=0.5: trim a fraction in \[0, 0.5\)"):
+        build_strategy("fedtrimmedavg", {"beta": 0.5})
+
+
+def test_krum_picks_the_update_closest_to_its_neighbours_as_flower_does() -> None:
+    flat = np.array(list(UPDATES.values()))
+    distances = ((flat[:, None, :] - flat[None, :, :]) ** 2).sum(axis=2)
+    closest = max(1, len(flat) - 1 - 2)  # f = 1
+    scores = [distances[i][np.argsort(distances[i])[1:closest + 1]].sum() for i in range(len(flat))]
+    assert np.allclose(_robust("krum", {"num_malicious_clients": 1}, UPDATES), flat[int(np.argmin(scores))])
+    kept = np.argsort(scores)[:2]  # Multi-Krum: the two best, weighted alike here
+    assert np.allclose(_robust("krum", {"num_malicious_clients": 1, "num_clients_to_keep": 2}, UPDATES),
+                       flat[kept].mean(axis=0))
+    with pytest.raises(StrategyError, match=r"^--strategy-arg num_malicious_clients=1.5: krum takes a whole number$"):
+        build_strategy("krum", {"num_malicious_clients": 1.5})
+
+
+def test_a_robust_strategy_refuses_to_step_from_a_sum() -> None:
+    with pytest.raises(TypeError, match="not decomposable"):
+        build_strategy("fedmedian", {}).step(1, torch.zeros(2), torch.zeros(2))
+

@@ -271,6 +271,27 @@ def _capacity_bps(graph: nx.Graph, u: str, v: str) -> float:
     return float(graph.edges[u, v]["capacity_mbps"]) * 1e6
 
 
+def forward_each(plan: Plan) -> Plan:
+    """``plan`` with every update carried to G whole: each upload sum of several local models
+    becomes one transfer per model along the same path and step, so relays forward and never add
+    (a median or Krum at G needs every update). Link bytes grow with the updates crossing each
+    link. A plan whose upload hands on the global model (a ring's all-gather) sums by
+    construction and is refused.
+
+    >>> t = Task("t", "G", ("a", "b"), 8)
+    >>> up = Plan("tree", t, (Transfer("upload", ("b", "a"), frozenset({1})),
+    ...                       Transfer("upload", ("a", "G"), frozenset({0, 1}))))
+    >>> [(x.path, sorted(x.models)) for x in forward_each(up).transfers]
+    [(('b', 'a'), [1]), (('a', 'G'), [0]), (('a', 'G'), [1])]
+    """
+    if any(t.phase == "upload" and t.carries == "global" for t in plan.transfers):
+        raise SchedulerError(f"{plan.scheduler} cannot carry each update to G whole: its upload hands on the "
+                             "global model (a ring all-reduce sums by construction); use a tree or star scheduler")
+    return replace(plan, transfers=tuple(
+        one for t in plan.transfers
+        for one in ([t] if t.phase == "broadcast" else [replace(t, models=frozenset({m})) for m in sorted(t.models)])))
+
+
 def check_plan(plan: Plan, graph: nx.Graph) -> None:
     """Raise :class:`SchedulerError` unless ``plan`` is a valid schedule of its task on ``graph``.
 
@@ -279,7 +300,8 @@ def check_plan(plan: Plan, graph: nx.Graph) -> None:
     has what it sends (a sum carries each of its models' updates exactly once, and the global model
     leaves only G in broadcast, a node that received it, or one that completed the sum of every
     update); at the end of the upload, G's node has every byte of the global model, made of every
-    local model's update exactly once; and at the end of the broadcast, every local model's node
+    local model's update exactly once (each upload transfer carrying one, for a task whose updates
+    must not be added in the network); and at the end of the broadcast, every local model's node
     has every byte of the global model (received, or kept since it completed the last upload).
     """
     task = plan.task
@@ -310,6 +332,9 @@ def check_plan(plan: Plan, graph: nx.Graph) -> None:
                                      f"inside the model's {task.model_bytes} bytes")
         if t.step < 0:
             raise SchedulerError(f"{name}: negative step {t.step}")
+        if not task.sums_in_path and t.phase == "upload" and len(t.models) != 1:
+            raise SchedulerError(f"{name} carries {len(t.models)} updates as one, but task {task.name}'s updates "
+                                 "must reach G each whole (see forward_each)")
     atoms = _atoms(plan)
     values = {phase: _values(plan, phase) for phase in ("upload", "broadcast")}
     holds_after_upload = {n for n in plan.nodes if not _missing(plan, "upload", n, atoms, values["upload"])}

@@ -42,6 +42,9 @@ class Task:
     start_s: float = 0.0
     model: str = DEFAULT_MODEL
     dataset: str = DEFAULT_DATASET
+    sums_in_path: bool = True
+    """Whether relays may add its updates up (its server strategy needs only their weighted sum);
+    False: every update must reach G whole, so the plan forwards each (:func:`fedmst.core.plan.forward_each`)."""
 
     @property
     def k(self) -> int:

@@ -61,6 +61,13 @@ class Strategy:
     def step(self, round_: int, current: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def aggregate(self, round_: int, current: torch.Tensor, updates: Mapping[int, torch.Tensor],
+                  weights: Mapping[int, float]) -> torch.Tensor:
+        """The next global model from every participant's update, unweighted, by local model
+        (what a strategy that is not decomposable gets), and their sample ``weights`` (summing
+        to 1)."""
+        raise NotImplementedError
+
 
 @dataclass
 class FedAvg(Strategy):
@@ -172,10 +179,85 @@ class FedAdagrad(_FedOpt):
         return v + update * update
 
 
+@dataclass
+class _Robust(Strategy):
+    """Aggregations that need every update whole at G: relays forward them, never add."""
+
+    decomposable: ClassVar[bool] = False
+
+    def step(self, round_: int, current: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
+        raise TypeError(f"{type(self).__name__} is not decomposable: it aggregates every update (aggregate)")
+
+
+def _stacked(updates: Mapping[int, torch.Tensor]) -> torch.Tensor:
+    """The updates as one ``[participants, weights]`` tensor, in local-model order."""
+    import torch
+
+    return torch.stack([updates[i] for i in sorted(updates)])
+
+
+@dataclass
+class FedMedian(_Robust):
+    """Yin et al., 2018: the coordinate-wise median of the participants' models (Flower's
+    ``FedMedian``: ``numpy.median``, the mean of the two middle values for an even count)."""
+
+    def aggregate(self, round_: int, current: torch.Tensor, updates: Mapping[int, torch.Tensor],
+                  weights: Mapping[int, float]) -> torch.Tensor:
+        ordered = _stacked(updates).sort(dim=0).values
+        n = ordered.shape[0]
+        middle = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+        return current + middle
+
+
+@dataclass
+class FedTrimmedAvg(_Robust):
+    """Yin et al., 2018: per coordinate, the mean after cutting ``int(beta * n)`` of the n
+    participants' values from each end (Flower's ``FedTrimmedAvg``: ``beta`` 0.2)."""
+
+    beta: float = 0.2
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.beta < 0.5:
+            raise StrategyError(f"--strategy-arg beta={self.beta:g}: trim a fraction in [0, 0.5) from each end")
+
+    def aggregate(self, round_: int, current: torch.Tensor, updates: Mapping[int, torch.Tensor],
+                  weights: Mapping[int, float]) -> torch.Tensor:
+        ordered = _stacked(updates).sort(dim=0).values
+        cut = int(self.beta * ordered.shape[0])
+        return current + ordered[cut:ordered.shape[0] - cut].mean(dim=0)
+
+
+@dataclass
+class Krum(_Robust):
+    """Blanchard et al., 2017: the participant whose ``n - f - 2`` nearest others are nearest
+    (squared distances), ``f`` = ``num_malicious_clients``; with ``num_clients_to_keep`` above 0,
+    Multi-Krum: the sample-weighted mean of that many best (Flower's ``Krum``: 0 and 0)."""
+
+    num_malicious_clients: int = 0
+    num_clients_to_keep: int = 0
+
+    def aggregate(self, round_: int, current: torch.Tensor, updates: Mapping[int, torch.Tensor],
+                  weights: Mapping[int, float]) -> torch.Tensor:
+        import torch
+
+        models = sorted(updates)
+        stacked = _stacked(updates).double()
+        distances = torch.cdist(stacked, stacked) ** 2
+        closest = max(1, len(models) - self.num_malicious_clients - 2)
+        scores = [distances[i].sort().values[1:closest + 1].sum().item() for i in range(len(models))]
+        ranked = sorted(range(len(models)), key=lambda i: scores[i])
+        keep = self.num_clients_to_keep
+        if keep <= 0:
+            return current + updates[models[ranked[0]]]
+        best = [models[i] for i in ranked[:keep]]
+        total = sum(weights[m] for m in best)
+        return current + sum(weights[m] / total * updates[m] for m in best)
+
+
 STRATEGIES: Registry[type[Strategy]] = Registry(
     "strategy", "fedmst.strategies", StrategyError,
     {"fedavg": FedAvg, "fedprox": FedProx, "fedavgm": FedAvgM, "fedadam": FedAdam, "fedyogi": FedYogi,
-     "fedadagrad": FedAdagrad},
+     "fedadagrad": FedAdagrad, "fedmedian": FedMedian, "fedtrimmedavg": FedTrimmedAvg, "krum": Krum},
     accepts=lambda obj: isinstance(obj, type) and issubclass(obj, Strategy) and dataclasses.is_dataclass(obj),
     requirement="a dataclass subclassing fedmst.api.Strategy", form="package.module:Class")
 """Built-in strategies by name; a user's own by ``package.module:Class`` or entry point."""
@@ -210,18 +292,25 @@ def build_strategy(name: str, args: Mapping[str, float]) -> Strategy:
     fedmst.fl.strategies.StrategyError: --strategy-arg lr: fedadam has no such knob (it has eta, beta_1, beta_2, tau)
     """
     cls = STRATEGIES.lookup(name)
-    known = knobs(cls)
-    for key in args:
+    known = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    given: dict[str, float | int] = {}
+    for key, value in args.items():
         if key not in known:
             raise StrategyError(f"--strategy-arg {key}: {name} has no such knob "
                                 f"(it has {', '.join(known) or 'none'})")
+        if known[key].type in ("int", int):
+            if not float(value).is_integer():
+                raise StrategyError(f"--strategy-arg {key}={value:g}: {name} takes a whole number")
+            value = int(value)
+        given[key] = value
     try:
-        return cls(**args)
+        return cls(**given)
     except StrategyError:
         raise
     except Exception as exc:  # noqa: BLE001 - a user's class refusing its arguments
         raise StrategyError(f"--strategy {name}: {type(exc).__name__}: {exc}") from None
 
 
-__all__ = ["STRATEGIES", "FedAdagrad", "FedAdam", "FedAvg", "FedAvgM", "FedProx", "FedYogi", "Strategy",
+__all__ = ["STRATEGIES", "FedAdagrad", "FedAdam", "FedAvg", "FedAvgM", "FedMedian", "FedProx", "FedTrimmedAvg",
+           "FedYogi", "Krum", "Strategy",
            "StrategyError", "build_strategy", "knobs", "strategy_knobs"]

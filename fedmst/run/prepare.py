@@ -27,7 +27,7 @@ from fedmst.core.topology import load_topology, node_order
 from fedmst.core.traffic import BackgroundFlow, parse_flow, read_traffic_file
 from fedmst.core.workload import TaskEntry, WorkloadPlan, make_tasks, read_workload, schedule_workload
 from fedmst.errors import FedmstError
-from fedmst.fl.strategies import build_strategy, strategy_knobs
+from fedmst.fl.strategies import STRATEGIES, build_strategy, strategy_knobs
 from fedmst.run.config import RunConfig, validate
 from fedmst.workers.backends import WorkerLimits, backend_for, check_backend, worker_limits
 
@@ -235,8 +235,9 @@ def _tasks(config: RunConfig, graph: nx.Graph) -> list[Task]:
                                         local_nodes=config.local_nodes))]
     else:
         entries = [TaskEntry(t) for t in make_tasks(graph, config.tasks, config.local_models, 0, config.seed)]
-    tasks = [e.task(rounds=config.rounds, compute_s=config.compute_s, model=config.model, dataset=config.dataset)
-             for e in entries]
+    in_path = STRATEGIES.lookup(config.strategy).decomposable  # else relays forward every update whole
+    tasks = [replace(e.task(rounds=config.rounds, compute_s=config.compute_s, model=config.model,
+                            dataset=config.dataset), sums_in_path=in_path) for e in entries]
     if config.clock == "lockstep":
         own = [t.name for t in tasks if t.rounds != config.rounds or t.start_s]
         if own:

@@ -278,7 +278,8 @@ class Agent:
         ends holding their sum (G, or every member of a ring) the task's strategy steps from the
         base to round ``round_``'s global model."""
         numel = self.numel(role.spec)
-        own = partial(_weighted_updates, role, weights or {}, numel)
+        whole = not role.strategy.decomposable  # each update reaches G on its own, unweighted
+        own = partial(_weighted_updates, role, {i: 1.0 for i in weights or {}} if whole else weights or {}, numel)
         at_g = self.node == role.spec.global_node
         starts = at_g and phase == "broadcast" and role.global_model is not None
         model = aggregation.flatten(role.global_model) if starts else None
@@ -286,12 +287,15 @@ class Agent:
         held = dataflow.run_phase(phase, dataflow.PhaseInputs(
             node=self.node, global_node=role.spec.global_node, transfers=role.transfers, pairs=role.pairs,
             numel=numel, chunk_elems=self.chunk_elems, model=model, own=own,
-            hosted=frozenset(role.local) & active, everyone=active), arrived)
+            hosted=frozenset(role.local) & active, everyone=active, each=whole), arrived)
         if held is None:
             if at_g and phase == "upload":
                 raise RuntimeError(f"{role.name}: G's node ended the upload without the global model")
             return
-        if phase == "upload":
+        if isinstance(held, dict):
+            assert role.base is not None and weights is not None
+            held = role.strategy.aggregate(round_, role.base, {i: u for i, u in held.items() if i in weights}, weights)
+        elif phase == "upload":
             assert role.base is not None
             held = role.strategy.step(round_, role.base, held)
         role.base = held.clone()

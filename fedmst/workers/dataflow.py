@@ -77,10 +77,18 @@ class PhaseInputs:
     """The active local models on this node."""
     everyone: frozenset[int]
     """Every active local model of the task."""
+    each: bool = False
+    """Its updates travel each on its own transfer (:func:`fedmst.core.plan.forward_each`): G ends
+    the upload with every one of them, not their sum."""
 
 
-def run_phase(phase: str, inp: PhaseInputs, arrived: Callable[[str], None]) -> torch.Tensor | None:
-    """Play this node's part in ``phase``; return the global model it ends the phase with, or
+Held = torch.Tensor | dict[int, torch.Tensor] | None
+"""What a node ends a phase with: the global model (or the sum of every update), each update by
+local model (G, when they travel each on its own), or None (not all of it)."""
+
+
+def run_phase(phase: str, inp: PhaseInputs, arrived: Callable[[str], None]) -> Held:
+    """Play this node's part in ``phase``; return what it ends the phase with (:data:`Held`):
     None where it has not all of it (a relay in a tree's upload). ``arrived`` is told the key of
     every transfer whose last chunk is in."""
     return _Phase(phase, inp, arrived).run()
@@ -101,11 +109,14 @@ class _Phase:
         self.sums: dict[frozenset[int] | None, torch.Tensor] = {}
         self.summing = threading.Lock()
 
-    def run(self) -> torch.Tensor | None:
+    def run(self) -> Held:
         node = self.inp.node
         run_all([partial(self._guarded, self._receive if t.dst == node else self._send, self.ends[t.key])
                  for t in self.mine])
-        return _held(self.phase, self.inp, [self.ends[t.key] for t in self.mine if t.dst == node], self._own)
+        arriving = [self.ends[t.key] for t in self.mine if t.dst == node]
+        if self.inp.each and self.phase == "upload":
+            return _each_held(self.inp, arriving, self._own) if node == self.inp.global_node else None
+        return _held(self.phase, self.inp, arriving, self._own)
 
     def _end_of(self, t: TransferSpec) -> _End:
         lo, hi = span(t, self.inp.numel)
@@ -231,6 +242,20 @@ def _held(phase: str, inp: PhaseInputs, arriving: list[_End],
         for end in inside:
             out[atom] += end.view(atom)
     return out
+
+
+def _each_held(inp: PhaseInputs, arriving: list[_End],
+               own: Callable[[Collection[int] | None], torch.Tensor]) -> dict[int, torch.Tensor]:
+    """At G, after an upload whose updates travel each on its own: every local model's update,
+    from the node's own or from the transfers that brought it (pieced together by segment)."""
+    held = {i: own({i}) for i in inp.hosted}
+    for end in arriving:
+        (i,) = end.spec.models
+        held.setdefault(i, torch.empty(inp.numel))[end.lo:end.hi] = end.buf
+    missing = sorted(inp.everyone - held.keys())
+    if missing:
+        raise RuntimeError(f"G's node ended the upload without the updates of local models {missing}")
+    return held
 
 
 def span(t: TransferSpec, numel: int) -> tuple[int, int]:

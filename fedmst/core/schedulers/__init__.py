@@ -14,7 +14,7 @@ import networkx as nx
 
 from fedmst.errors import SchedulerError
 from fedmst.plugins import Registry, one_line
-from fedmst.core.plan import Plan, check_plan
+from fedmst.core.plan import Plan, check_plan, forward_each
 from fedmst.core.schedulers.base import LinkState, Scheduler
 from fedmst.core.schedulers.binomial import BinomialScheduler
 from fedmst.core.schedulers.hier import HierScheduler
@@ -70,6 +70,8 @@ def schedule(graph: nx.Graph, task: Task, scheduler: str, link_state: LinkState 
         raise SchedulerError(f"scheduler {scheduler!r} failed to plan {task.name}: {one_line(exc)}") from exc
     if not isinstance(plan, Plan):
         raise SchedulerError(f"scheduler {scheduler!r} returned {type(plan).__name__}, not a fedmst.api.Plan")
+    if not task.sums_in_path:
+        plan = forward_each(plan)
     check_plan(plan, graph)
     return plan
 
