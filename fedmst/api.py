@@ -1,6 +1,6 @@
 """fedmst's public extension API: everything a plugin needs, in one stable module.
 
-Five kinds of plugin, each found the same way: by a name registered in the process that looks it
+Six kinds of plugin, each found the same way: by a name registered in the process that looks it
 up, by a name in the kind's entry-point group (loaded on the first lookup; a broken plugin only
 warns), or directly as ``package.module:attribute`` wherever a name is accepted. A name taken
 twice is refused; an unknown one is refused with the choices.
@@ -10,6 +10,7 @@ twice is refused; an unknown one is refused with the choices.
 - dataset: :func:`register_dataset`, group ``fedmst.datasets``, ``--dataset pkg.mod:factory``
 - worker backend: :func:`register_backend`, group ``fedmst.backends``, ``--workers pkg.mod:Class``
 - server strategy: :func:`register_strategy`, group ``fedmst.strategies``, ``--strategy pkg.mod:Class``
+- client selection: group ``fedmst.selections``, ``--selection pkg.mod:Class`` (a :class:`Selection`)
 
 Agents run in processes (or containers) of their own, which import only what the run names: a
 model or dataset registered by ``register_*`` in your own process is not visible to them. For a
@@ -85,6 +86,7 @@ from typing import TYPE_CHECKING
 from fedmst.core.plan import Plan, Transfer, equal_segments
 from fedmst.core.schedulers import register_scheduler
 from fedmst.core.schedulers.base import LinkState, Scheduler
+from fedmst.core.selection import Selection, SelectionContext
 from fedmst.core.tasks import Task
 from fedmst.errors import FedmstError
 from fedmst.fl.strategies import STRATEGIES, Strategy
@@ -125,6 +127,6 @@ def register_strategy(name: str, cls: type[Strategy]) -> None:
     STRATEGIES.register(name, cls)
 
 
-__all__ = ["FedmstError", "LinkState", "Plan", "ProcessBackend", "Scheduler", "Strategy", "Task", "Transfer",
-           "WorkerBackend", "equal_segments", "register_backend", "register_dataset", "register_model",
-           "register_scheduler", "register_strategy"]
+__all__ = ["FedmstError", "LinkState", "Plan", "ProcessBackend", "Scheduler", "Selection", "SelectionContext",
+           "Strategy", "Task", "Transfer", "WorkerBackend", "equal_segments", "register_backend", "register_dataset",
+           "register_model", "register_scheduler", "register_strategy"]

@@ -170,3 +170,27 @@ def test_a_relay_killed_under_the_broadcast_is_replanned_and_the_phase_redone(tm
     assert all("4" not in f["path"] for f in event["tasks"][0]["flows"])
     _assert_exact_over_participants(out, 1, 4)
     _assert_exact_over_participants(out, 2, 3)
+
+
+@pytest.mark.parametrize("selection", ["random", "network"])
+def test_a_round_with_fewer_clients_replans_for_them_and_averages_them_alone(tmp_path: Path, selection: str,
+                                                                            clean_host: None) -> None:
+    """--clients-per-round 2 of 4: each round G averages exactly the two it selected, the links
+    carry the plan for those two, and a new set is re-planned before its round with the cost
+    recorded (re-plan time, set-up bytes) apart from the round's phases."""
+    out = tmp_path / selection
+    summary = _run(out, "mst", "--model", "mlp", "--clients-per-round", "2", "--selection", selection)
+    assert summary["local_models_per_round"] == [2, 2, 2]
+    chosen = []
+    for rnd in (1, 2, 3):
+        chosen.append(sorted(int(i) for i in assert_fedavg(out / "models" / f"round{rnd}")))
+        _assert_exact_over_participants(out, rnd, 2)
+    _assert_measured_as_planned(out)
+    events = json.loads((out / "faults.json").read_text())
+    assert events[0]["round"] == 1 and events[0]["event"].startswith(f"participants ({selection}): task0 ")
+    for event in events:
+        assert event["replan_s"] > 0 and event["setup_link_bytes"] > 0 and event["before_phase"] == "broadcast"
+    changes = 1 + sum(a != b for a, b in zip(chosen, chosen[1:]))
+    assert len(events) == changes  # re-planned exactly when the set changed
+    if selection == "network":  # the cheapest pair stays the cheapest: planned once
+        assert changes == 1 and chosen[0] == chosen[1] == chosen[2]

@@ -22,7 +22,7 @@ their names across re-plans.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping, Sequence
+from typing import Collection, Iterable, Mapping, Sequence
 
 import networkx as nx
 
@@ -157,10 +157,16 @@ def surviving_graph(graph: nx.Graph, down_links: Iterable[tuple[str, str]], dead
     return g
 
 
+NOT_SELECTED = "not selected for this round"
+"""Why a local model a client selection left out sits a round out (it keeps its data and model)."""
+
+
 def remaining_tasks(graph: nx.Graph, tasks: Sequence[Task], *, down_links: Iterable[tuple[str, str]] = (),
-                    dead_nodes: Iterable[str] = ()) -> list[RemainingTask]:
-    """Each task reduced to the local models that can still take part; a task whose G is dead
-    or that keeps no local model raises, naming the task and why."""
+                    dead_nodes: Iterable[str] = (),
+                    selected: Mapping[str, Collection[int]] | None = None) -> list[RemainingTask]:
+    """Each task reduced to the local models that can still take part (and, given ``selected``,
+    were selected: original indices by task); a task whose G is dead or that keeps no local model
+    raises, naming the task and why."""
     dead = set(dead_nodes)
     g = surviving_graph(graph, down_links, dead)
     out = []
@@ -174,6 +180,8 @@ def remaining_tasks(graph: nx.Graph, tasks: Sequence[Task], *, down_links: Itera
                 dropped[i] = f"its worker on node {node} died"
             elif node not in reach:
                 dropped[i] = f"node {node} is cut off from G on node {task.global_node}"
+            elif selected is not None and i not in selected.get(task.name, ()):
+                dropped[i] = NOT_SELECTED
             else:
                 kept.append(i)
         if not kept:
@@ -186,15 +194,17 @@ def remaining_tasks(graph: nx.Graph, tasks: Sequence[Task], *, down_links: Itera
 def replan_workload(graph: nx.Graph, tasks: Sequence[Task], scheduler: str, *, down_links: Iterable[tuple[str, str]],
                     dead_nodes: Iterable[str], workers: Iterable[str], wavelengths: int,
                     mtu: int, load: Mapping[tuple[str, str], float] | None = None,
+                    selected: Mapping[str, Collection[int]] | None = None,
                     ) -> tuple[WorkloadPlan, list[RemainingTask]]:
     """Schedule ``tasks`` again on what survives: each reduced to the local models that can still
-    take part, planned on ``graph`` without the failed links and dead nodes, with ``load`` (bytes
-    per round on link directions, measured) under the link state. The new plans may only use
-    nodes in ``workers`` (those with a live agent), since every other node only forwards.
+    take part (and were ``selected``), planned on ``graph`` without the failed links and dead
+    nodes, with ``load`` (bytes per round on link directions, measured) under the link state. The
+    new plans may only use nodes in ``workers`` (those with a live agent), since every other node
+    only forwards.
     """
     dead = set(dead_nodes)
     down = list(down_links)
-    remaining = remaining_tasks(graph, tasks, down_links=down, dead_nodes=dead)
+    remaining = remaining_tasks(graph, tasks, down_links=down, dead_nodes=dead, selected=selected)
     workload = schedule_workload(surviving_graph(graph, down, dead), [r.task for r in remaining], scheduler,
                                  wavelengths=wavelengths, mtu=mtu, load=load)
     if workload.blocked:

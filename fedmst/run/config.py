@@ -72,6 +72,15 @@ def option(default: Any, *flags: str, **how: Any) -> Any:
     return field(default=default, metadata={"option": Option(flags, **how)})
 
 
+def _count_or_fraction(value: str) -> bool:
+    """A whole number of 1 or more, or a fraction in (0, 1) written with a point."""
+    try:
+        number = float(value)
+    except ValueError:
+        return False
+    return 0 < number < 1 if "." in value else number >= 1 and number.is_integer()
+
+
 def _knob_ok(value: str) -> bool:
     """``KNOB=NUMBER``."""
     name, sep, number = value.partition("=")
@@ -263,6 +272,16 @@ class RunConfig:
              "the last round, and the tasks are re-planned between rounds when that changes a plan.")
     """What the schedulers see as a link's load: the bytes earlier tasks planned on it, or with
     ``measured`` also the background traffic measured on it in the last round (re-planned then)."""
+    clients_per_round: str | None = option(
+        None, "--clients-per-round", metavar="M|FRACTION",
+        check=(_count_or_fraction, "give a count of 1 or more, or a fraction in (0, 1)"),
+        help="Local models taking part in each round (default: all), chosen by --selection; the tasks are "
+             "re-planned whenever the set changes, and what that costs is measured (faults.json).")
+    selection: str = option(
+        "random", "--selection", metavar="random|network|package.module:Class",
+        help="How a round's participants are chosen: random (FedAvg's seeded sample), network (those "
+             "the scheduler serves with the fewest link bytes this round), or your own Selection class.")
+    """Client selection (:mod:`fedmst.core.selection`)."""
 
 
 SWEEP = {"tasks": {"default": 30, "help": None},
@@ -322,7 +341,7 @@ def _check_together(config: RunConfig) -> None:
         raise FedmstError(f"--interleave {config.interleave} shifts tasks on their own clocks: add --clock independent")
     if config.clock == "independent":
         given = [o for o, v in (("--fail-link", config.fail_links), ("--kill-worker", config.kill_workers),
-                                ("--deadline", config.deadline_s),
+                                ("--deadline", config.deadline_s), ("--clients-per-round", config.clients_per_round),
                                 ("--link-state measured", config.link_state == "measured")) if v]
         if given:
             raise FedmstError(f"{', '.join(given)}: not supported with --clock independent yet (faults, deadlines "

@@ -14,9 +14,11 @@ from dataclasses import asdict, replace
 import psutil
 
 from fedmst.core.contention import ROUND_PHASES
-from fedmst.core.faults import RemainingTask, replan_workload
+from fedmst.core.faults import NOT_SELECTED, RemainingTask, remaining_tasks, replan_workload, surviving_graph
 from fedmst.core.plan import plan_summary
 from fedmst.core.route import LinkDir
+from fedmst.core.schedulers import schedule
+from fedmst.core.selection import SelectionContext, participants, reduced, select
 from fedmst.core.workload import WorkloadPlan
 from fedmst.protocol import Broadcast, Evaluate, Replan, Save, Train, Upload
 from fedmst.run.measure import Prediction, RoundResult, cpu_busy, write_tables
@@ -46,6 +48,8 @@ class LockstepRun:
         self.fault_log: list[FaultEvent] = []
         self.load: dict[LinkDir, float] = {}
         """``--link-state measured``: background bytes per round each link direction carried last."""
+        self.selected: dict[str, tuple[int, ...]] | None = None
+        """``--clients-per-round``: this round's participants by task (original indices)."""
         self._attempts = 0
 
     def run(self, results: list[RoundResult]) -> None:
@@ -77,6 +81,8 @@ class LockstepRun:
         if r > 1 and self.config.link_state == "measured":
             self.follow_load(res)
         self.change_links(res)
+        if self.config.clients_per_round:
+            self.select(res)
         drops, retransmits = emu.queue_drops(), emu.tcp_retransmits()
         background, begun = emu.counters_and_background()[1], time.monotonic()
         for phase in ROUND_PHASES:
@@ -209,13 +215,31 @@ class LockstepRun:
                 + ", ".join(f"{u}->{v} {size_label(self.load[(u, v)])}" for u, v in loaded) + ")",
                 in_flight_lost_bytes=0))
 
+    def select(self, res: RoundResult) -> None:
+        """``--clients-per-round``: pick this round's participants among the local models that can
+        still take part, and re-plan when they are not last round's (the cost of that re-plan is
+        the price of selection, measured like a fault's)."""
+        live, config, graph = self.live, self.config, self.session.graph
+        tasks = [live.tasks[p.task.name] for p in live.plans]
+        can = surviving_graph(graph, live.down, live.dead)
+        self.selected = {}
+        for rt in remaining_tasks(graph, tasks, down_links=live.down, dead_nodes=live.dead):
+            task = live.tasks[rt.task.name]
+            self.selected[task.name] = select(config.selection, SelectionContext(
+                task, rt.models, participants(config.clients_per_round, task.k), res.round, config.seed,
+                plan=lambda models, task=task: schedule(can, reduced(task, models), config.scheduler,
+                                                        self.load or None)))
+        if self.selected != {name: tuple(m) for name, m in live.models.items()}:
+            shown = "; ".join(f"{name} {', '.join(map(str, m))}" for name, m in self.selected.items())
+            self.replan(res, "broadcast", Fault(f"participants ({config.selection}): {shown}", in_flight_lost_bytes=0))
+
     def schedule(self) -> tuple[WorkloadPlan, list[RemainingTask]]:
         """The live tasks scheduled again on what survives, with the measured load (if any)."""
         live, config = self.live, self.config
         return replan_workload(
             self.session.graph, [live.tasks[p.task.name] for p in live.plans], config.scheduler,
             down_links=live.down, dead_nodes=live.dead, workers=self.session.server.agents,
-            wavelengths=config.wavelengths, mtu=config.mtu, load=self.load)
+            wavelengths=config.wavelengths, mtu=config.mtu, load=self.load, selected=self.selected)
 
     def replan(self, res: RoundResult, before_phase: str, fault: Fault) -> dict[LinkDir, int]:
         """Schedule the tasks again around what is broken, install the new routes, have the
@@ -249,7 +273,7 @@ class LockstepRun:
         self.fault_log.append(event)
         write_faults(session.out / "faults.json", self.fault_log)
         dropped = "; ".join(f"{name} drops local model {i} ({why})" for name, d in event.dropped.items()
-                            for i, why in d.items())
+                            for i, why in d.items() if why != NOT_SELECTED)
         session.report(f"{session.tag} round {res.round}: {fault.event}; re-planned in {event.replan_s:.2f} s"
                        + (f"; {dropped}" if dropped else ""))
         return setup

@@ -21,6 +21,7 @@ from fedmst.core.linktrace import LinkChange, read_link_trace
 from fedmst.core.plan import TRANSFER_PHASES, predicted_link_bytes, predicted_phase_seconds
 from fedmst.core.ordering import shortest_jobs_first
 from fedmst.core.schedulers import get_scheduler
+from fedmst.core.selection import SELECTIONS, participants
 from fedmst.core.tasks import Task, place_task
 from fedmst.core.timescale import MEASURED_COSTS, PhaseLoad, TimeScale, pick_scale
 from fedmst.core.topology import load_topology, node_order
@@ -108,6 +109,7 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
     of ``schedulers`` (default: ``config.scheduler``); every run shares the same topology and tasks."""
     validate(config)
     build_strategy(config.strategy, strategy_knobs(config.strategy_args))  # refused before anything starts
+    SELECTIONS.lookup(config.selection)
     check_backend(config.workers, limited=bool(config.cpus or config.memory))
     host = host or check_host(config)
     names = list(schedulers or [config.scheduler])
@@ -238,6 +240,8 @@ def _tasks(config: RunConfig, graph: nx.Graph) -> list[Task]:
     in_path = STRATEGIES.lookup(config.strategy).decomposable  # else relays forward every update whole
     tasks = [replace(e.task(rounds=config.rounds, compute_s=config.compute_s, model=config.model,
                             dataset=config.dataset), sums_in_path=in_path) for e in entries]
+    for task in tasks if config.clients_per_round else ():
+        participants(config.clients_per_round, task.k)  # refused before anything starts
     if config.clock == "lockstep":
         own = [t.name for t in tasks if t.rounds != config.rounds or t.start_s]
         if own:
@@ -248,8 +252,9 @@ def _tasks(config: RunConfig, graph: nx.Graph) -> list[Task]:
 
 def _worker_nodes(config: RunConfig, graph: nx.Graph, workload: WorkloadPlan) -> tuple[str, ...]:
     """Nodes that run an agent: every node holding a model or relaying for one, and with faults
-    to inject or a measured link state every node, since a re-planned tree may aggregate anywhere."""
-    if config.fail_links or config.kill_workers or config.link_state == "measured":
+    to inject, a measured link state or client selection every node, since a re-planned tree may
+    aggregate anywhere."""
+    if config.fail_links or config.kill_workers or config.link_state == "measured" or config.clients_per_round:
         return tuple(sorted(graph.nodes, key=node_order))
     return tuple(sorted(set().union(*(p.nodes for p in workload.plans)), key=node_order))
 

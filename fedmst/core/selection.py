@@ -1,0 +1,124 @@
+"""Client selection: which local models take part in a round (``--clients-per-round``).
+
+FedAvg samples a fraction of the clients every round (McMahan et al., 2017); the seed poster's
+first open challenge asks to select the useful ones and to weigh the cost of re-scheduling for
+each new set against what it saves. A :class:`Selection` picks the round's participants among the
+candidates (the local models that can still take part); the run re-plans whenever the set changes
+and measures what that costs. Pure: no I/O, no torch.
+
+>>> task = Task("t", "G", ("a", "b", "c", "d"), 1_000)
+>>> select("random", SelectionContext(task, candidates=(0, 1, 2, 3), count=2, round=1, seed=7))
+(1, 3)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass, replace
+from typing import Callable, Collection
+
+from fedmst.core.plan import Plan, predicted_link_bytes
+from fedmst.core.tasks import Task
+from fedmst.errors import FedmstError
+from fedmst.plugins import Registry
+
+
+class SelectionError(FedmstError):
+    """A selection named or sized wrongly, or one that returned no valid set."""
+
+
+@dataclass(frozen=True)
+class SelectionContext:
+    """What a selection decides from: the task (every local model), the candidates among them
+    (original indices), how many to pick, the round and the run's seed, and a way to plan a set
+    of local models under this round's link state (a :class:`Plan`, for network-aware choices)."""
+
+    task: Task
+    candidates: tuple[int, ...]
+    count: int
+    round: int
+    seed: int
+    plan: Callable[[tuple[int, ...]], Plan] | None = None
+
+
+class Selection:
+    """Picks a round's participants (subclass it; ``select`` returns original local-model indices)."""
+
+    def select(self, context: SelectionContext) -> Collection[int]:
+        raise NotImplementedError
+
+
+class Random(Selection):
+    """FedAvg's uniform sample without replacement, seeded by run seed, task and round (the same
+    in every run of the task, and under every scheduler)."""
+
+    def select(self, context: SelectionContext) -> Collection[int]:
+        key = f"fedmst-selection/{context.seed}/{context.task.name}/{context.round}".encode()
+        rng = random.Random(int.from_bytes(hashlib.sha256(key).digest()[:8], "big"))
+        return sorted(rng.sample(context.candidates, context.count))
+
+
+class Network(Selection):
+    """The local models the scheduler serves with the fewest link bytes this round: greedily, the
+    candidate whose addition to the set chosen so far adds the fewest planned link bytes (ties by
+    index), until ``count`` are chosen. Greedy, so not always the cheapest set of that size."""
+
+    def select(self, context: SelectionContext) -> Collection[int]:
+        if context.plan is None:
+            raise SelectionError("the network selection needs the scheduler's plans")
+        chosen: list[int] = []
+        for _ in range(context.count):
+            left = [c for c in context.candidates if c not in chosen]
+            cost = {c: sum(predicted_link_bytes(context.plan(tuple(sorted([*chosen, c])))).values()) for c in left}
+            chosen.append(min(left, key=lambda c: (cost[c], c)))
+        return sorted(chosen)
+
+
+SELECTIONS: Registry[type[Selection]] = Registry(
+    "selection", "fedmst.selections", SelectionError, {"random": Random, "network": Network},
+    accepts=lambda obj: isinstance(obj, type) and issubclass(obj, Selection),
+    requirement="a subclass of fedmst.api.Selection", form="package.module:Class")
+"""Built-in selections by name; a user's own by ``package.module:Class`` or entry point."""
+
+
+def participants(given: str, local_models: int) -> int:
+    """How many of ``local_models`` take part in a round for ``--clients-per-round`` ``given``: a
+    count, or a fraction of them (at least one).
+
+    >>> participants("4", 8), participants("0.25", 8), participants("0.1", 8)
+    (4, 2, 1)
+    >>> participants("9", 8)
+    Traceback (most recent call last):
+    fedmst.core.selection.SelectionError: --clients-per-round 9: the task has only 8 local models
+    """
+    count = max(1, round(float(given) * local_models)) if "." in given else int(given)
+    if count > local_models:
+        raise SelectionError(f"--clients-per-round {given}: the task has only {local_models} local models")
+    return count
+
+
+def select(name: str, context: SelectionContext) -> tuple[int, ...]:
+    """The participants ``name`` picks, checked: ``count`` distinct candidates (all of them when
+    there are no more than ``count``)."""
+    if len(context.candidates) <= context.count:
+        return tuple(context.candidates)
+    try:
+        picked = tuple(sorted(SELECTIONS.lookup(name)().select(context)))
+    except FedmstError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a user's selection failing is its fault, in one line
+        raise SelectionError(f"--selection {name}: {type(exc).__name__}: {exc}") from exc
+    if len(set(picked)) != context.count or not set(picked) <= set(context.candidates):
+        raise SelectionError(f"--selection {name} picked {list(picked)} for {context.task.name} in round "
+                             f"{context.round}: give {context.count} distinct of {list(context.candidates)}")
+    return picked
+
+
+def reduced(task: Task, models: tuple[int, ...]) -> Task:
+    """``task`` with only the local models ``models`` (original indices), as a scheduler plans it."""
+    return replace(task, local_nodes=tuple(task.local_nodes[i] for i in models))
+
+
+__all__ = ["SELECTIONS", "Network", "Random", "Selection", "SelectionContext", "SelectionError", "participants",
+           "reduced", "select"]
