@@ -172,7 +172,7 @@ def test_a_relay_killed_under_the_broadcast_is_replanned_and_the_phase_redone(tm
     _assert_exact_over_participants(out, 2, 3)
 
 
-@pytest.mark.parametrize("selection", ["random", "network"])
+@pytest.mark.parametrize("selection", ["random", "loss", "network"])
 def test_a_round_with_fewer_clients_replans_for_them_and_averages_them_alone(tmp_path: Path, selection: str,
                                                                             clean_host: None) -> None:
     """--clients-per-round 2 of 4: each round G averages exactly the two it selected, the links

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import combinations
 
 import pytest
@@ -75,3 +76,13 @@ def test_models_left_out_sit_the_round_out_and_say_why() -> None:
     task = Task("t", "0", ("1", "2", "3"), 1_000)
     (rt,) = remaining_tasks(NSFNET, [task], selected={"t": (0, 2)})
     assert rt.models == (0, 2) and rt.task.local_nodes == ("1", "3") and rt.dropped == {1: NOT_SELECTED}
+
+
+def test_loss_takes_the_highest_last_losses_of_its_pool_and_tries_the_untrained_first() -> None:
+    """Power-of-choice: a seeded pool of 2M candidates (here all eight), then the M whose last
+    reported loss is highest; one that has never trained counts highest."""
+    losses = {i: 0.1 * i for i in range(8)}
+    assert select("loss", replace(_context(4), losses=losses)) == (4, 5, 6, 7)
+    assert select("loss", replace(_context(4), losses={i: 0.1 * i for i in range(8) if i != 2})) == (2, 5, 6, 7)
+    pools = {select("loss", replace(_context(2, r), losses=losses)) for r in range(1, 11)}
+    assert len(pools) > 1 and all(len(p) == 2 for p in pools)  # a pool of four, seeded per round

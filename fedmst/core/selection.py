@@ -8,15 +8,16 @@ and measures what that costs. Pure: no I/O, no torch.
 
 >>> task = Task("t", "G", ("a", "b", "c", "d"), 1_000)
 >>> select("random", SelectionContext(task, candidates=(0, 1, 2, 3), count=2, round=1, seed=7))
-(1, 3)
+(0, 1)
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import random
-from dataclasses import dataclass, replace
-from typing import Callable, Collection
+from dataclasses import dataclass, field, replace
+from typing import Callable, Collection, Mapping
 
 from fedmst.core.plan import Plan, predicted_link_bytes
 from fedmst.core.tasks import Task
@@ -31,8 +32,9 @@ class SelectionError(FedmstError):
 @dataclass(frozen=True)
 class SelectionContext:
     """What a selection decides from: the task (every local model), the candidates among them
-    (original indices), how many to pick, the round and the run's seed, and a way to plan a set
-    of local models under this round's link state (a :class:`Plan`, for network-aware choices)."""
+    (original indices), how many to pick, the round and the run's seed, a way to plan a set of
+    local models under this round's link state (a :class:`Plan`, for network-aware choices), and
+    each local model's loss as it last reported it (from its last training; absent: never trained)."""
 
     task: Task
     candidates: tuple[int, ...]
@@ -40,6 +42,7 @@ class SelectionContext:
     round: int
     seed: int
     plan: Callable[[tuple[int, ...]], Plan] | None = None
+    losses: Mapping[int, float] = field(default_factory=dict)
 
 
 class Selection:
@@ -49,14 +52,31 @@ class Selection:
         raise NotImplementedError
 
 
+def _sample(context: SelectionContext, size: int, purpose: str) -> list[int]:
+    """``size`` of the candidates, drawn without replacement from a generator seeded by the run's
+    seed, the task, the round and ``purpose``: the same in every run, under every scheduler."""
+    key = f"fedmst-selection/{purpose}/{context.seed}/{context.task.name}/{context.round}".encode()
+    rng = random.Random(int.from_bytes(hashlib.sha256(key).digest()[:8], "big"))
+    return sorted(rng.sample(context.candidates, size))
+
+
 class Random(Selection):
-    """FedAvg's uniform sample without replacement, seeded by run seed, task and round (the same
-    in every run of the task, and under every scheduler)."""
+    """FedAvg's uniform sample without replacement (McMahan et al., 2017), seeded."""
 
     def select(self, context: SelectionContext) -> Collection[int]:
-        key = f"fedmst-selection/{context.seed}/{context.task.name}/{context.round}".encode()
-        rng = random.Random(int.from_bytes(hashlib.sha256(key).digest()[:8], "big"))
-        return sorted(rng.sample(context.candidates, context.count))
+        return _sample(context, context.count, "random")
+
+
+class Loss(Selection):
+    """Power-of-choice (Cho et al., "Towards Understanding Biased Client Selection in Federated
+    Learning", AISTATS 2022), as its communication-free variant rpow-d: from a seeded candidate set
+    of ``d = 2 x count`` (all, if fewer), the ``count`` with the highest local loss each last
+    reported, a local model that has not trained yet counting highest (ties by index). The losses
+    come back with the training replies on the control channel; no transfer crosses a link for them."""
+
+    def select(self, context: SelectionContext) -> Collection[int]:
+        pool = _sample(context, min(len(context.candidates), 2 * context.count), "loss")
+        return sorted(sorted(pool, key=lambda i: (-context.losses.get(i, math.inf), i))[:context.count])
 
 
 class Network(Selection):
@@ -76,7 +96,7 @@ class Network(Selection):
 
 
 SELECTIONS: Registry[type[Selection]] = Registry(
-    "selection", "fedmst.selections", SelectionError, {"random": Random, "network": Network},
+    "selection", "fedmst.selections", SelectionError, {"random": Random, "loss": Loss, "network": Network},
     accepts=lambda obj: isinstance(obj, type) and issubclass(obj, Selection),
     requirement="a subclass of fedmst.api.Selection", form="package.module:Class")
 """Built-in selections by name; a user's own by ``package.module:Class`` or entry point."""
@@ -120,5 +140,5 @@ def reduced(task: Task, models: tuple[int, ...]) -> Task:
     return replace(task, local_nodes=tuple(task.local_nodes[i] for i in models))
 
 
-__all__ = ["SELECTIONS", "Network", "Random", "Selection", "SelectionContext", "SelectionError", "participants",
+__all__ = ["SELECTIONS", "Loss", "Network", "Random", "Selection", "SelectionContext", "SelectionError", "participants",
            "reduced", "select"]

@@ -278,9 +278,10 @@ class RunConfig:
         help="Local models taking part in each round (default: all), chosen by --selection; the tasks are "
              "re-planned whenever the set changes, and what that costs is measured (faults.json).")
     selection: str = option(
-        "random", "--selection", metavar="random|network|package.module:Class",
-        help="How a round's participants are chosen: random (FedAvg's seeded sample), network (those "
-             "the scheduler serves with the fewest link bytes this round), or your own Selection class.")
+        "random", "--selection", metavar="random|loss|network|package.module:Class",
+        help="How a round's participants are chosen: random (FedAvg's seeded sample), loss "
+             "(power-of-choice: of 2M seeded candidates, the M with the highest last local loss), network "
+             "(those the scheduler serves with the fewest link bytes this round), or your own Selection class.")
     """Client selection (:mod:`fedmst.core.selection`)."""
 
 

@@ -50,6 +50,8 @@ class LockstepRun:
         """``--link-state measured``: background bytes per round each link direction carried last."""
         self.selected: dict[str, tuple[int, ...]] | None = None
         """``--clients-per-round``: this round's participants by task (original indices)."""
+        self.losses: dict[str, dict[int, float]] = {}
+        """Each task's local models' losses as they last reported them (``--selection loss``)."""
         self._attempts = 0
 
     def run(self, results: list[RoundResult]) -> None:
@@ -187,6 +189,10 @@ class LockstepRun:
         if phase == "train":
             res.late = late_models(replies)
             self.report_late(r, res.late)
+            for reply in replies.values():
+                for key, loss in getattr(reply, "losses", {}).items():
+                    name, _, i = key.rpartition("/")
+                    self.losses.setdefault(name, {})[int(i)] = loss
         res.task_seconds[phase] = {
             p.task.name: session.scale.network_s(max(rep.task_seconds.get(p.task.name, 0.0)
                                                      for rep in replies.values()))
@@ -228,7 +234,8 @@ class LockstepRun:
             self.selected[task.name] = select(config.selection, SelectionContext(
                 task, rt.models, participants(config.clients_per_round, task.k), res.round, config.seed,
                 plan=lambda models, task=task: schedule(can, reduced(task, models), config.scheduler,
-                                                        self.load or None)))
+                                                        self.load or None),
+                losses=self.losses.get(task.name, {})))
         if self.selected != {name: tuple(m) for name, m in live.models.items()}:
             shown = "; ".join(f"{name} {', '.join(map(str, m))}" for name, m in self.selected.items())
             self.replan(res, "broadcast", Fault(f"participants ({config.selection}): {shown}", in_flight_lost_bytes=0))
