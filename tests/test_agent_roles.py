@@ -139,7 +139,7 @@ def _round(agents: dict[str, Agent], task: TaskSpec, samples: dict[int, int], rn
     with _progress(tmp_path, task, "broadcast", rnd) as folder:
         assert all(isinstance(r, PhaseDone) for r in _everywhere(agents, Broadcast(rnd, folder)).values())
     received = {(node, i): aggregation.flatten(agent.roles[0].local[i][0])
-                for node, agent in agents.items() if agent.roles for i in agent.roles[0].local}
+                for node, agent in agents.items() if agent.roles for i in agent.roles[0].local if i in task.active}
     assert sorted(i for _, i in received) == sorted(task.active)
     for where, weights in received.items():
         assert torch.equal(weights, initial), f"local model {where} did not get G's weights"
@@ -280,3 +280,21 @@ def test_a_robust_strategy_gets_every_update_forwarded_whole(
         samples = {i: n for r in setup.values() for i, n in r.samples.get(task.name, {}).items()}
         for rnd in (1, 2):
             _round(agents, task, samples, rnd, tmp_path, build_strategy(strategy, {}))
+
+
+@pytest.mark.parametrize("agents", [STAR], ids=["star"], indirect=True)
+def test_a_model_that_sits_a_round_out_adds_nothing_though_it_trained_before(agents: dict[str, Agent],
+                                                                             tmp_path: Path) -> None:
+    """Client selection: G's node holds local model 3, which takes part in round 1 and sits round
+    2 out (the re-plan leaves it out); G then averages models 0, 1 and 2 only, and saves no stale
+    weights for model 3."""
+    setup = _everywhere(agents, Setup(source_digest=DIGEST))
+    samples = {i: n for r in setup.values() for i, n in r.samples.get("task0", {}).items()}
+    _round(agents, STAR, samples, 1, tmp_path)
+    reduced = _task(("a", "a", "b", "g"), [("g", "a", (0,)), ("g", "a", (1,)), ("g", "b", (2,))], epoch="e1-")
+    reduced = TaskSpec(reduced.name, reduced.global_node, reduced.local_nodes, reduced.seed, (0, 1, 2),
+                       reduced.transfers)
+    (tmp_path / "store1").mkdir()
+    _everywhere(agents, Replan(tasks=(reduced,), store_dir=str(tmp_path / "store1")))
+    _round(agents, reduced, samples, 2, tmp_path)
+    assert 3 not in agents["g"].roles[0].trained

@@ -350,6 +350,8 @@ class Agent:
         losses: dict[str, float] = {}
         late: list[int] = []
         active = set(role.spec.active)
+        for i in set(role.trained) - active:  # sat this round out (not selected, or dropped): nothing to send
+            del role.trained[i]
         for i, (model, x, y) in sorted(role.local.items()):
             if i not in active:
                 continue
@@ -455,7 +457,8 @@ def _weighted_updates(role: TaskRole, weights: Mapping[int, float], numel: int,
     minus the round's base, weighted: what this node adds to an upload."""
     acc = torch.zeros(numel)
     assert role.base is not None, "only a node that took part in the broadcast sums updates"
-    for i in sorted(role.trained.keys() if models_ is None else set(models_) & role.trained.keys()):
+    counted = role.trained.keys() & weights.keys()  # the coordinator's weights say whose update counts
+    for i in sorted(counted if models_ is None else set(models_) & counted):
         acc.add_(role.trained[i] - role.base, alpha=float(weights[i]))
     return acc
 
