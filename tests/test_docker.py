@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FEDMST, assert_fedavg, run_past_round_one
+from fedmst.core.wire import DEFAULT_MTU
 from fedmst.workers import DEFAULT_IMAGE, docker as containers
 from fedmst.run.results import read_csv
 
@@ -40,6 +41,8 @@ def docker_ready() -> None:
         pytest.skip(f"{reason} (bash scripts/setup-docker.sh sets Docker up)")
 
 
+FRAME = DEFAULT_MTU + 14
+"""One full Ethernet frame: the most a single TCP retransmission adds to a link's bytes."""
 TASK = ["--topology", "small", "--local-models", "4", "--rounds", "2", "--global-node", "0",
         "--local-nodes", "2,3,3,4", "--model", "mlp", "--save-models"]
 
@@ -74,9 +77,9 @@ def test_docker_workers_match_the_plan_processes_and_aggregate_exactly(tmp_path:
         dock, proc = _weight_bytes(run), _weight_bytes(tmp_path / "process" / scheduler)
         assert dock.keys() == proc.keys() and dock
         predicted = {(r["round"], r["src"], r["dst"]): int(r["predicted_bytes"]) for r in read_csv(run / "links.csv")}
-        for hop, measured in dock.items():
-            assert abs(measured - predicted[hop]) <= 0.02 * predicted[hop], (hop, measured, predicted[hop])
-            assert abs(measured - proc[hop]) <= 0.02 * proc[hop], (hop, measured, proc[hop])
+        for hop, measured in dock.items():  # within 2%, or one resent segment (a tail-loss probe on a 20 KB model)
+            assert abs(measured - predicted[hop]) <= max(0.02 * predicted[hop], FRAME), (hop, measured, predicted[hop])
+            assert abs(measured - proc[hop]) <= max(0.02 * proc[hop], FRAME), (hop, measured, proc[hop])
         for rnd in (1, 2):  # in-path aggregation inside containers is exact
             assert_fedavg(run / "models" / f"round{rnd}")
     assert docker["mst"]["link_bytes_measured"] < docker["spff"]["link_bytes_measured"]
