@@ -12,6 +12,8 @@ segment's chunk i is inside chunk i of any segment that covers it. Transfers of 
 may share a connection; the n-th transfer on one sends chunk i with the tag n * (chunks per model)
 + i, so both ends tell them apart. The phase ends with what the node holds of the global model: a copy it
 received, or the sum it completed from every update (see :func:`fedmst.core.plan.check_plan`).
+Where updates travel each on its own transfer (a strategy that is not decomposable), a relay's
+sum of one update is a plain forward, and G ends the upload with every update by local model.
 """
 
 from __future__ import annotations
