@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from fedmst.workers import docker as containers
-from fedmst.net.cleanup import STATE_DIR, is_ours
+from fedmst.net.cleanup import POINT_PREFIX, STATE_DIR, is_ours
 
 
 def leftovers() -> list[str]:
@@ -37,7 +37,8 @@ def leftovers() -> list[str]:
     states = sorted(STATE_DIR.glob("*.json")) if STATE_DIR.exists() else []
     boxes = [f"container {name}" for name, _ in containers.labelled()]
     scratch = [f"scratch folder {p}" for p in sorted(Path(tempfile.gettempdir()).glob("fedmst-*"))
-               if re.fullmatch(r"fedmst-[a-z]{3}-\w{8}", p.name)]  # a run's (RunState.scratch)
+               if re.fullmatch(r"fedmst-[a-z]{3}-\w{8}", p.name)  # a run's (RunState.scratch)
+               or p.name.startswith(POINT_PREFIX)]  # a Ray sweep point's
     return found + [f"netns {n}" for n in netns] + boxes + [f"state file {s}" for s in states] + scratch
 
 

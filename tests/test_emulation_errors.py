@@ -68,7 +68,7 @@ def test_ifconfig_is_checked_because_mininet_exits_without_it() -> None:
 def _fake_shell(outputs: dict[str, str]) -> HostShell:
     """Node a's host shell, with no host, answering the ethtool script of ``offloads_off`` with
     ``outputs`` (per interface), as the shell would: one report after the other."""
-    shell = HostShell("a", object())
+    shell = HostShell("a", object(), Path("unused"))  # script is replaced: no command file is written
     shell.script = lambda lines: "".join(  # type: ignore[method-assign]
         f"{outputs[intf]}{shell_module._END}\r\n" for intf in re.findall(r"ethtool -K (\S+)", "\n".join(lines)))
     return shell

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -77,6 +78,26 @@ def test_clean_removes_a_dead_runs_leftovers_and_spares_a_live_run(tmp_path: Pat
         for name in mine:
             subprocess.run(["ip", "link", "del", name], capture_output=True)
         live.remove()
+
+
+def test_clean_removes_the_scratch_of_a_ray_point_whose_worker_is_gone(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ray worker killed with its node leaves its point's scratch folder; ``clean`` removes it by
+    the PID in its name, and leaves a live worker's alone."""
+    import tempfile
+
+    monkeypatch.setattr(cleanup, "STATE_DIR", tmp_path)
+    monkeypatch.setattr(cleanup, "_root_interfaces", lambda: [])
+    dead = Path(tempfile.mkdtemp(prefix=f"{cleanup.POINT_PREFIX}{_dead_pid()}-"))
+    live = Path(tempfile.mkdtemp(prefix=cleanup.point_prefix()))
+    try:
+        (dead / "run").mkdir()
+        done = cleanup.clean()
+        assert not dead.exists() and live.is_dir()
+        assert any(line.startswith(f"removed {dead}, a Ray sweep point's scratch folder") for line in done), done
+    finally:
+        for folder in (dead, live):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_a_zombie_coordinator_is_dead(tmp_path: Path) -> None:

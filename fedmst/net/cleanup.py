@@ -46,6 +46,17 @@ OURS = re.compile(rf"mininet:{HOST_PREFIX}{_RUN}\d+|fedmst\.(workers\.agent|net\
 """Command lines of the processes fedmst starts: Mininet host shells, agents in containers (the
 docker clients that run them), a fresh fork server before it names itself; agents and delay lines
 forked by a fork server carry its names."""
+POINT_PREFIX = "fedmst-ray-point-"
+"""A Ray sweep point's scratch folder: ``fedmst-ray-point-PID-...``, PID the worker running it."""
+_POINT = re.compile(rf"^{POINT_PREFIX}(\d+)-")
+
+
+def point_prefix() -> str:
+    """The prefix of a scratch folder this process makes for a Ray sweep point: with its PID, so
+    ``clean`` can tell the folder of a worker that was killed (a node lost) from a live one's."""
+    return f"{POINT_PREFIX}{os.getpid()}-"
+
+
 _NAMED = re.compile(rf"(?:^|-){HOST_PREFIX}({_RUN})\d+(?:-|$)")
 _IFACE = re.compile(rf"^{HOST_PREFIX}(?:({_RUN})\d+-eth\d+|p(\d+))$")
 """An emulated interface (group 1: its run) or a kernel probe's (group 2: the prober's PID)."""
@@ -197,6 +208,11 @@ def clean() -> list[str]:
             done.append(f"run {run}: removed its scratch folder {scratch}")
         (STATE_DIR / f"{run}.json").unlink(missing_ok=True)
         done.append(f"run {run}: removed its record (coordinator {record.get('coordinator', '?')} is gone)")
+    for folder in sorted(Path(tempfile.gettempdir()).glob(f"{POINT_PREFIX}*")):
+        owner = _POINT.match(folder.name)
+        if owner is not None and folder.is_dir() and not psutil.pid_exists(int(owner.group(1))):
+            shutil.rmtree(folder, ignore_errors=True)
+            done.append(f"removed {folder}, a Ray sweep point's scratch folder (process {owner.group(1)} is gone)")
     for iface in interfaces:
         run, prober = _IFACE.match(iface).groups()  # type: ignore[union-attr]
         if run in live or (prober is not None and psutil.pid_exists(int(prober))):

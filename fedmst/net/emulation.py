@@ -234,7 +234,7 @@ class Emulation:
         assert self._state is not None
         raise_limits()
         for i, node in enumerate(self.nodes):
-            shell = start_host(node, self._state.host_name(i), self.netns.get(node))
+            shell = start_host(node, self._state.host_name(i), self.netns.get(node), self._state.scratch)
             self._shells[node] = shell
             self._state.add(shell.pid)
             shell.prepare()

@@ -40,9 +40,11 @@ keeps its window across idle periods (per namespace, so the host's own setting i
 class HostShell:
     """One node's Mininet host: its shell, serialised, and the batched commands run in it."""
 
-    def __init__(self, node: str, host: object) -> None:
+    def __init__(self, node: str, host: object, scratch: Path) -> None:
         self.node = node
         self.host = host
+        self.scratch = scratch
+        """Where its command files go: the run's scratch folder, which a dead run's clean-up removes."""
         self._lock = threading.Lock()
 
     @property
@@ -59,7 +61,7 @@ class HostShell:
         """Write ``lines`` to a file and run ``command`` (``{}`` standing for the file's path)
         inside the host; return its output. A file, because the host's terminal cuts a command
         line at 4,095 characters, and so that one process reads every line."""
-        with tempfile.NamedTemporaryFile("w", prefix="fedmst-") as lines_file:
+        with tempfile.NamedTemporaryFile("w", prefix=f"{self.node}-", dir=self.scratch) as lines_file:
             lines_file.write("\n".join(lines) + "\n")
             lines_file.flush()
             return self.cmd(command.format(lines_file.name))
@@ -130,9 +132,9 @@ class HostShell:
             shell.wait()
 
 
-def start_host(node: str, name: str, netns_pid: int | None) -> HostShell:
+def start_host(node: str, name: str, netns_pid: int | None, scratch: Path) -> HostShell:
     """A Mininet host named ``name`` for ``node``, in a new network namespace or, given
-    ``netns_pid``, in that process's, set up to forward packets."""
+    ``netns_pid``, in that process's, set up to forward packets; its command files go in ``scratch``."""
     from mininet.node import Host
 
     class _ContainerHost(Host):  # type: ignore[misc]
@@ -149,7 +151,7 @@ def start_host(node: str, name: str, netns_pid: int | None) -> HostShell:
             return super()._popen(cmd, **params)
 
     host = Host(name) if netns_pid is None else _ContainerHost(name, netns_pid=netns_pid)
-    return HostShell(node, host)
+    return HostShell(node, host, scratch)
 
 
 def raise_limits() -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Hashable, Mapping
 
 from fedmst.errors import FedmstError
+from fedmst.net.cleanup import point_prefix
 from fedmst.run.prepare import ResolvedRun
 from fedmst.run.report import Summary
 
@@ -132,7 +133,7 @@ def _run_point(run: ResolvedRun) -> Finished:
 
     node = ray.get_runtime_context().get_node_id()[:8]
     summary, error = None, None
-    with tempfile.TemporaryDirectory(prefix="fedmst-ray-point-") as scratch:
+    with tempfile.TemporaryDirectory(prefix=point_prefix()) as scratch:
         folder = Path(scratch) / "run"
         try:
             host = check_host(run.config)  # this node cannot emulate: said like any failed point
