@@ -145,15 +145,15 @@ class RunConfig:
     """Local training: chosen with scripts/bench_learning.py (docs/architecture.md, "Learning")."""
     strategy: str = option(
         "fedavg", "--strategy", metavar="NAME|package.module:Class",
-        help="Server strategy: how G turns the round's mean update into the next global model: fedavg, "
-             "fedprox, fedavgm, fedadam, fedyogi, fedadagrad (Flower's defaults), or your own "
-             "(docs/strategies.md).")
+        help="Server strategy: how G turns the round's updates into the next global model: fedavg, "
+             "fedprox, fedavgm, fedadam, fedyogi, fedadagrad (Flower's defaults); fedmedian, fedtrimmedavg, "
+             "krum (robust: every update reaches G whole); or your own (docs/strategies.md).")
     strategy_args: tuple[str, ...] = option(
         (), "--strategy-arg", metavar="KNOB=VALUE", check=(lambda v: all(_knob_ok(a) for a in v), "give KNOB=NUMBER"),
         help="Set one of the strategy's knobs, e.g. eta=0.01 or proximal_mu=0.1; repeatable.")
     target_accuracy: float = option(
         0.8, "--target-accuracy", check=(lambda v: 0 < v <= 1, "give an accuracy in (0, 1]"),
-        help="Report the wall-clock time of the rounds until the global model first reaches this.")
+        help="Report the time and link bytes of the rounds until the global model first reaches this.")
     alpha: float = option(0.5, check=(lambda v: v > 0, "give a positive Dirichlet concentration"))
     """Dirichlet concentration of the data split (config files only)."""
     chunk_bytes: int = option(256 * 1024, "--chunk-kb", unit=1024, check=_at_least(1),
