@@ -86,3 +86,13 @@ def test_loss_takes_the_highest_last_losses_of_its_pool_and_tries_the_untrained_
     assert select("loss", replace(_context(4), losses={i: 0.1 * i for i in range(8) if i != 2})) == (2, 5, 6, 7)
     pools = {select("loss", replace(_context(2, r), losses=losses)) for r in range(1, 11)}
     assert len(pools) > 1 and all(len(p) == 2 for p in pools)  # a pool of four, seeded per round
+
+
+def test_network_turns_over_its_pool_yet_costs_no_more_than_random_on_average() -> None:
+    """Two of eight a round: a fresh pool of four each round, so the participants change, and the
+    cheapest two of the pool cost at most what random pairs do, on average."""
+    picks = [select("network", _context(2, r)) for r in range(1, 21)]
+    assert len(set(picks)) > 3 and len(set().union(*picks)) >= 5
+    network = sum(_bytes(p) for p in picks) / len(picks)
+    sampled = sum(_bytes(select("random", _context(2, r))) for r in range(1, 21)) / 20
+    assert network <= sampled

@@ -3,6 +3,8 @@ numpy over three rounds, and the errors a user meets (no network here)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -139,3 +141,18 @@ def test_a_robust_strategy_refuses_to_step_from_a_sum() -> None:
     with pytest.raises(TypeError, match="not decomposable"):
         build_strategy("fedmedian", {}).step(1, torch.zeros(2), torch.zeros(2))
 
+
+
+def test_krum_refuses_rounds_too_small_for_its_f_before_anything_runs() -> None:
+    """Blanchard et al.'s bound, n > 2f + 2, checked on the run's participants per round."""
+    from fedmst.run.prepare import Host, resolve
+
+    host = Host(delay_mode="userspace", netem_available=False)
+    krum = RunConfig(topology="nsfnet", local_models=8, strategy="krum", strategy_args=("num_malicious_clients=2",),
+                     time_scale="1")
+    with pytest.raises(StrategyError, match=r"^krum with num_malicious_clients=2 needs more than 6 participants a "
+                                            r"round \(Blanchard et al.: n > 2f \+ 2\); this run has 4$"):
+        resolve(replace(krum, clients_per_round="4"), ["mst"], host)
+    resolve(krum, ["mst"], host)  # eight participants: enough
+    with pytest.raises(StrategyError, match=r"^krum: num_clients_to_keep=9 must be from 0 to the 8 participants"):
+        resolve(replace(krum, strategy_args=("num_clients_to_keep=9",)), ["mst"], host)

@@ -80,16 +80,19 @@ class Loss(Selection):
 
 
 class Network(Selection):
-    """The local models the scheduler serves with the fewest link bytes this round: greedily, the
-    candidate whose addition to the set chosen so far adds the fewest planned link bytes (ties by
-    index), until ``count`` are chosen. Greedy, so not always the cheapest set of that size."""
+    """Joint selection and scheduling: from a seeded pool of ``2 x count`` candidates (all, if
+    fewer), the ``count`` the scheduler serves with the fewest link bytes this round, chosen
+    greedily (the candidate whose addition to the set so far adds the fewest planned bytes, ties
+    by index). The pool changes every round, so the participants do too (though a model far from
+    the others may never be cheapest); greedy, so not always the cheapest set of the pool."""
 
     def select(self, context: SelectionContext) -> Collection[int]:
         if context.plan is None:
             raise SelectionError("the network selection needs the scheduler's plans")
         chosen: list[int] = []
+        pool = _sample(context, min(len(context.candidates), 2 * context.count), "network")
         for _ in range(context.count):
-            left = [c for c in context.candidates if c not in chosen]
+            left = [c for c in pool if c not in chosen]
             cost = {c: sum(predicted_link_bytes(context.plan(tuple(sorted([*chosen, c])))).values()) for c in left}
             chosen.append(min(left, key=lambda c: (cost[c], c)))
         return sorted(chosen)

@@ -68,6 +68,9 @@ class Strategy:
         to 1)."""
         raise NotImplementedError
 
+    def check(self, participants: int) -> None:
+        """Refuse, with a :class:`StrategyError`, rounds of ``participants`` it cannot aggregate."""
+
 
 @dataclass
 class FedAvg(Strategy):
@@ -235,6 +238,15 @@ class Krum(_Robust):
 
     num_malicious_clients: int = 0
     num_clients_to_keep: int = 0
+
+    def check(self, participants: int) -> None:
+        f = self.num_malicious_clients
+        if f < 0 or participants <= 2 * f + 2:
+            raise StrategyError(f"krum with num_malicious_clients={f} needs more than {2 * f + 2} participants a "
+                                f"round (Blanchard et al.: n > 2f + 2); this run has {participants}")
+        if not 0 <= self.num_clients_to_keep <= participants:
+            raise StrategyError(f"krum: num_clients_to_keep={self.num_clients_to_keep} must be from 0 to the "
+                                f"{participants} participants a round")
 
     def aggregate(self, round_: int, current: torch.Tensor, updates: Mapping[int, torch.Tensor],
                   weights: Mapping[int, float]) -> torch.Tensor:

@@ -108,7 +108,6 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
     """Check ``config`` and the host (unless ``host`` was checked already), then plan it with each
     of ``schedulers`` (default: ``config.scheduler``); every run shares the same topology and tasks."""
     validate(config)
-    build_strategy(config.strategy, strategy_knobs(config.strategy_args))  # refused before anything starts
     SELECTIONS.lookup(config.selection)
     check_backend(config.workers, limited=bool(config.cpus or config.memory))
     host = host or check_host(config)
@@ -240,8 +239,9 @@ def _tasks(config: RunConfig, graph: nx.Graph) -> list[Task]:
     in_path = STRATEGIES.lookup(config.strategy).decomposable  # else relays forward every update whole
     tasks = [replace(e.task(rounds=config.rounds, compute_s=config.compute_s, model=config.model,
                             dataset=config.dataset), sums_in_path=in_path) for e in entries]
-    for task in tasks if config.clients_per_round else ():
-        participants(config.clients_per_round, task.k)  # refused before anything starts
+    strategy = build_strategy(config.strategy, strategy_knobs(config.strategy_args))
+    for task in tasks:  # refused before anything starts
+        strategy.check(participants(config.clients_per_round, task.k) if config.clients_per_round else task.k)
     if config.clock == "lockstep":
         own = [t.name for t in tasks if t.rounds != config.rounds or t.start_s]
         if own:
