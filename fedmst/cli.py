@@ -81,7 +81,7 @@ RUN_OPTIONS = ("topology", "local_models", "tasks", "wavelengths", "rounds", "mo
                "chunk_bytes", "mtu", "delay_mode", "queue", "congestion_control", "loss", "jitter_ms", "time_scale",
                "save_models", "fail_links", "kill_workers", "stall_s", "slow_nodes", "deadline_s", "workload", "clock",
                "compute_s", "interleave", "traffic", "order", "link_state", "clients_per_round", "selection",
-               "link_trace", "traffic_file")
+               "selection_pool", "link_trace", "traffic_file")
 """The run options of ``run`` and ``compare``, in the order ``--help`` lists them."""
 WORKER_OPTIONS = ("workers", "image", "cpus", "memory")
 COMPARED = "spff,mst"

@@ -192,5 +192,3 @@ def test_a_round_with_fewer_clients_replans_for_them_and_averages_them_alone(tmp
         assert event["replan_s"] > 0 and event["setup_link_bytes"] > 0 and event["before_phase"] == "broadcast"
     changes = 1 + sum(a != b for a, b in zip(chosen, chosen[1:]))
     assert len(events) == changes  # re-planned exactly when the set changed
-    if selection == "network":  # the cheapest pair stays the cheapest: planned once
-        assert changes == 1 and chosen[0] == chosen[1] == chosen[2]

@@ -41,6 +41,9 @@ class SelectionContext:
     count: int
     round: int
     seed: int
+    pool: int = 0
+    """How many candidates a pool-based selection draws before it picks ``count`` (power-of-choice's
+    d; 0: :func:`pool_size`'s default)."""
     plan: Callable[[tuple[int, ...]], Plan] | None = None
     losses: Mapping[int, float] = field(default_factory=dict)
 
@@ -50,6 +53,23 @@ class Selection:
 
     def select(self, context: SelectionContext) -> Collection[int]:
         raise NotImplementedError
+
+
+POOL_FACTOR = 1.5
+"""The default pool: 1.5 times the participants (at most every candidate), between Cho et al.'s
+d = m (no choice) and d = K (always the same extremes)."""
+
+
+def pool_size(context: SelectionContext) -> int:
+    """The pool a pool-based selection draws: ``context.pool`` or the default, at least ``count``
+    and at most every candidate.
+
+    >>> every = SelectionContext(Task("t", "G", ("a",) * 16, 8), tuple(range(16)), count=8, round=1, seed=1)
+    >>> pool_size(every), pool_size(replace(every, pool=20)), pool_size(replace(every, pool=3))
+    (12, 16, 8)
+    """
+    wanted = context.pool or math.ceil(POOL_FACTOR * context.count)
+    return min(len(context.candidates), max(context.count, wanted))
 
 
 def _sample(context: SelectionContext, size: int, purpose: str) -> list[int]:
@@ -69,19 +89,19 @@ class Random(Selection):
 
 class Loss(Selection):
     """Power-of-choice (Cho et al., "Towards Understanding Biased Client Selection in Federated
-    Learning", AISTATS 2022), as its communication-free variant rpow-d: from a seeded candidate set
-    of ``d = 2 x count`` (all, if fewer), the ``count`` with the highest local loss each last
+    Learning", AISTATS 2022), as its communication-free variant rpow-d: from a seeded pool of
+    :func:`pool_size` candidates, the ``count`` with the highest local loss each last
     reported, a local model that has not trained yet counting highest (ties by index). The losses
     come back with the training replies on the control channel; no transfer crosses a link for them."""
 
     def select(self, context: SelectionContext) -> Collection[int]:
-        pool = _sample(context, min(len(context.candidates), 2 * context.count), "loss")
+        pool = _sample(context, pool_size(context), "loss")
         return sorted(sorted(pool, key=lambda i: (-context.losses.get(i, math.inf), i))[:context.count])
 
 
 class Network(Selection):
-    """Joint selection and scheduling: from a seeded pool of ``2 x count`` candidates (all, if
-    fewer), the ``count`` the scheduler serves with the fewest link bytes this round, chosen
+    """Joint selection and scheduling: from a seeded pool of :func:`pool_size` candidates, the
+    ``count`` the scheduler serves with the fewest link bytes this round, chosen
     greedily (the candidate whose addition to the set so far adds the fewest planned bytes, ties
     by index). The pool changes every round, so the participants do too (though a model far from
     the others may never be cheapest); greedy, so not always the cheapest set of the pool."""
@@ -90,7 +110,7 @@ class Network(Selection):
         if context.plan is None:
             raise SelectionError("the network selection needs the scheduler's plans")
         chosen: list[int] = []
-        pool = _sample(context, min(len(context.candidates), 2 * context.count), "network")
+        pool = _sample(context, pool_size(context), "network")
         for _ in range(context.count):
             left = [c for c in pool if c not in chosen]
             cost = {c: sum(predicted_link_bytes(context.plan(tuple(sorted([*chosen, c])))).values()) for c in left}
@@ -143,5 +163,5 @@ def reduced(task: Task, models: tuple[int, ...]) -> Task:
     return replace(task, local_nodes=tuple(task.local_nodes[i] for i in models))
 
 
-__all__ = ["SELECTIONS", "Loss", "Network", "Random", "Selection", "SelectionContext", "SelectionError", "participants",
-           "reduced", "select"]
+__all__ = ["POOL_FACTOR", "SELECTIONS", "Loss", "Network", "Random", "Selection", "SelectionContext", "SelectionError",
+           "participants", "pool_size", "reduced", "select"]

@@ -280,8 +280,12 @@ class RunConfig:
     selection: str = option(
         "random", "--selection", metavar="random|loss|network|package.module:Class",
         help="How a round's participants are chosen: random (FedAvg's seeded sample), loss "
-             "(power-of-choice: of 2M seeded candidates, the M with the highest last local loss), network "
-             "(those the scheduler serves with the fewest link bytes this round), or your own Selection class.")
+             "(power-of-choice: of a seeded pool, the M with the highest last local loss), network (of a "
+             "seeded pool, the M the scheduler serves with the fewest link bytes), or your own Selection class.")
+    selection_pool: int | None = option(
+        None, "--selection-pool", metavar="D", check=_at_least(1),
+        help="Candidates a pool-based selection (loss, network) draws each round before it picks M "
+             "(power-of-choice's d; default 1.5 M, at most every local model).")
     """Client selection (:mod:`fedmst.core.selection`)."""
 
 

@@ -233,9 +233,9 @@ class LockstepRun:
             task = live.tasks[rt.task.name]
             self.selected[task.name] = select(config.selection, SelectionContext(
                 task, rt.models, participants(config.clients_per_round, task.k), res.round, config.seed,
+                pool=config.selection_pool or 0, losses=self.losses.get(task.name, {}),
                 plan=lambda models, task=task: schedule(can, reduced(task, models), config.scheduler,
-                                                        self.load or None),
-                losses=self.losses.get(task.name, {})))
+                                                        self.load or None)))
         if self.selected != {name: tuple(m) for name, m in live.models.items()}:
             shown = "; ".join(f"{name} {', '.join(map(str, m))}" for name, m in self.selected.items())
             self.replan(res, "broadcast", Fault(f"participants ({config.selection}): {shown}", in_flight_lost_bytes=0))
