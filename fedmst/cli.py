@@ -245,7 +245,8 @@ def _int_list(_ctx: object, _param: object, value: str) -> list[int]:
 @click.option("--models", "--model-sizes", "models", default=None,
               help="Comma-separated models (e.g. mlp,mlp-large,mlp-xl: 19 KB, 4.5 MB, 45 MB) to run every point "
                    "with, instead of --model; with several, the sweep also maps where each schedule wins.")
-@_schema_options("topology", "delay_mode", "congestion_control", "time_scale", changed=SWEEP)
+@_schema_options("topology", "delay_mode", "congestion_control", "time_scale", "strategy", "strategy_args",
+                 changed=SWEEP)
 @click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
               help="Run the points as tasks of the Ray cluster at ADDRESS (host:port, or auto for the one on this "
                    "host), one per emulation slot its nodes offer (scripts/ray-local.sh start N makes one here).")
