@@ -87,8 +87,11 @@ def test_tasks_run_on_their_own_clocks(clean_host: None, tmp_path: Path) -> None
         mine = [r for r in rows if r["task"] == task]
         for r in mine:
             assert float(r["train_s"]) >= compute - 0.01, r
-            parts = sum(float(r[f"{p}_s"]) for p in ("broadcast", "train", "upload"))
-            assert 0 < parts <= float(r["round_s"]) + 0.01, r  # the phases lie within the round
+            # each phase lies within the round, and the upload begins after the broadcast ended;
+            # training may begin on a near node while a far one still receives, so it may overlap
+            round_s = float(r["round_s"]) + 0.01
+            assert all(0 < float(r[f"{p}_s"]) <= round_s for p in ("broadcast", "train", "upload")), r
+            assert float(r["broadcast_s"]) + float(r["upload_s"]) <= round_s, r
             assert r["accuracy"] != "" and float(r["predicted_round_s"]) > 0
         for a, b in zip(mine, mine[1:]):  # back to back: the next round starts as this one ends,
             gap = float(b["start_s"]) - float(a["end_s"])  # not after a wait as long as a round
