@@ -275,13 +275,21 @@ STRATEGIES: Registry[type[Strategy]] = Registry(
 """Built-in strategies by name; a user's own by ``package.module:Class`` or entry point."""
 
 
-def knobs(cls: type[Strategy]) -> dict[str, float]:
-    """A strategy's knobs and their defaults (its dataclass fields a user may set).
+def _knob_fields(cls: type[Strategy]) -> dict[str, dataclasses.Field]:
+    """A strategy's knobs: its dataclass fields a user may set (state kept across rounds is not)."""
+    return {f.name: f for f in dataclasses.fields(cls) if f.init}
+
+
+def knobs(strategy: Strategy | type[Strategy]) -> dict[str, float]:
+    """A strategy's knobs with their values: a class's defaults, or an instance's settings.
 
     >>> knobs(FedAdam)
     {'eta': 0.1, 'beta_1': 0.9, 'beta_2': 0.99, 'tau': 1e-09}
+    >>> knobs(build_strategy("krum", {"num_malicious_clients": 1.0}))
+    {'num_malicious_clients': 1, 'num_clients_to_keep': 0}
     """
-    return {f.name: f.default for f in dataclasses.fields(cls) if f.init}  # type: ignore[misc]
+    cls = strategy if isinstance(strategy, type) else type(strategy)
+    return {name: getattr(strategy, name) for name in _knob_fields(cls)}
 
 
 def strategy_knobs(given: tuple[str, ...]) -> dict[str, float]:
@@ -304,7 +312,7 @@ def build_strategy(name: str, args: Mapping[str, float]) -> Strategy:
     fedmst.fl.strategies.StrategyError: --strategy-arg lr: fedadam has no such knob (it has eta, beta_1, beta_2, tau)
     """
     cls = STRATEGIES.lookup(name)
-    known = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    known = _knob_fields(cls)
     given: dict[str, float | int] = {}
     for key, value in args.items():
         if key not in known:

@@ -26,7 +26,7 @@ from fedmst.core.span import PhaseSpan
 from fedmst.core.timescale import REAL_TIME, TimeScale
 from fedmst.core.topology import node_order
 from fedmst.core.workload import link_state
-from fedmst.fl.strategies import STRATEGIES, knobs, strategy_knobs
+from fedmst.fl.strategies import build_strategy, knobs, strategy_knobs
 from fedmst.run.recovery import FaultEvent
 from fedmst.run.report import Summary, time_to_accuracy
 from fedmst.workers.description import BackendDescription
@@ -291,7 +291,7 @@ def _shared(run: Any, rows: list[LinkRow], *, reached: tuple[int, float] | None,
         workers=workers, wall_s=wall_s, time_breakdown_s=times, target_accuracy=config.target_accuracy,
         rounds_to_accuracy=reached[0] if reached else None, time_to_accuracy_s=reached[1] if reached else None,
         background=background, strategy=config.strategy,
-        strategy_knobs=knobs(STRATEGIES.lookup(config.strategy)) | strategy_knobs(config.strategy_args),
+        strategy_knobs=knobs(build_strategy(config.strategy, strategy_knobs(config.strategy_args))),
     )
 
 

@@ -28,7 +28,7 @@ from fedmst.core.topology import load_topology, node_order
 from fedmst.core.traffic import BackgroundFlow, parse_flow, read_traffic_file
 from fedmst.core.workload import TaskEntry, WorkloadPlan, make_tasks, read_workload, schedule_workload
 from fedmst.errors import FedmstError
-from fedmst.fl.strategies import STRATEGIES, build_strategy, strategy_knobs
+from fedmst.fl.strategies import build_strategy, strategy_knobs
 from fedmst.run.config import RunConfig, validate
 from fedmst.workers.backends import WorkerLimits, backend_for, check_backend, worker_limits
 
@@ -236,10 +236,11 @@ def _tasks(config: RunConfig, graph: nx.Graph) -> list[Task]:
                                         local_nodes=config.local_nodes))]
     else:
         entries = [TaskEntry(t) for t in make_tasks(graph, config.tasks, config.local_models, 0, config.seed)]
-    in_path = STRATEGIES.lookup(config.strategy).decomposable  # else relays forward every update whole
-    tasks = [replace(e.task(rounds=config.rounds, compute_s=config.compute_s, model=config.model,
-                            dataset=config.dataset), sums_in_path=in_path) for e in entries]
     strategy = build_strategy(config.strategy, strategy_knobs(config.strategy_args))
+    tasks = [replace(e.task(rounds=config.rounds, compute_s=config.compute_s, model=config.model,
+                            dataset=config.dataset),
+                     sums_in_path=strategy.decomposable)  # else relays forward every update whole
+             for e in entries]
     for task in tasks:  # refused before anything starts
         strategy.check(participants(config.clients_per_round, task.k) if config.clients_per_round else task.k)
     if config.clock == "lockstep":
