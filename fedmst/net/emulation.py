@@ -248,7 +248,6 @@ class Emulation:
                 shell.batch("tc", [cmd for link in mine for cmd in link.tc_commands(node)])
                 shell.offloads_off(self._ports[node])
         if self.delay_mode == "userspace":
-            assert self._state is not None
             self._delay_lines.start(self._shells, self.spawn, self.check, self._state.scratch / "delay-lines")
 
     def _plan_links(self) -> None:

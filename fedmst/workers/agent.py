@@ -145,8 +145,10 @@ class Agent:
                     idx = torch.as_tensor(shards[i])
                     # G's initial weights: a plan may broadcast nothing (ring all-reduce)
                     role.local[i] = (self._build(task, seed=task.seed), xtr[idx], ytr[idx])
-            if role.global_model is not None or role.local:  # every model of a task starts from its seed
-                role.base = aggregation.flatten(self._build(task, seed=task.seed))
+            seeded = role.global_model if role.global_model is not None else next(
+                (m for m, _, _ in role.local.values()), None)
+            if seeded is not None:  # every model of a task starts from the same seeded weights
+                role.base = aggregation.flatten(seeded)
             if role.local:
                 model, dataset_ = self._kind(task)
                 warm_up(model=model, dataset=dataset_, optimizer=spec.optimizer, batch_size=spec.batch_size,
