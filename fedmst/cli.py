@@ -76,7 +76,8 @@ def _click_option(name: str, changed: Mapping[str, Any]) -> Callable[..., Any]:
     return click.option(*opt.flags, name, **how)
 
 
-RUN_OPTIONS = ("topology", "local_models", "tasks", "wavelengths", "rounds", "model", "dataset", "seed", "global_node",
+RUN_OPTIONS = ("topology", "local_models", "tasks", "wavelengths", "rounds", "model", "dataset", "client", "run_config",
+               "seed", "global_node",
                "local_nodes", "epochs", "lr", "batch_size", "optimizer", "strategy", "strategy_args", "target_accuracy",
                "chunk_bytes", "mtu", "delay_mode", "queue", "congestion_control", "loss", "jitter_ms", "time_scale",
                "save_models", "fail_links", "kill_workers", "stall_s", "slow_nodes", "deadline_s", "workload", "clock",

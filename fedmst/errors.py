@@ -28,6 +28,10 @@ class DatasetError(FedmstError):
     """Unknown dataset name, or a dataset factory that fails or returns malformed tensors."""
 
 
+class ClientError(FedmstError):
+    """A Flower client (``--client``) that cannot be loaded, fails, or returns malformed weights."""
+
+
 class EmulationError(FedmstError):
     """The emulated network or one of its agents failed."""
 

@@ -8,7 +8,7 @@ field needs no parsing code. No torch here: the coordinator and the CLI import t
 
 >>> msg = Upload(round=3, progress_dir="/tmp/p", weights={"task0": {0: 0.25, 2: 0.75}})
 >>> encode(msg)
-{'type': 'Upload', 'version': 11, 'round': 3, 'progress_dir': '/tmp/p', 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
+{'type': 'Upload', 'version': 12, 'round': 3, 'progress_dir': '/tmp/p', 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
 >>> decode(encode(msg)) == msg
 True
 """
@@ -27,7 +27,7 @@ from fedmst.core.route import Along
 from fedmst.core.span import PhaseSpan
 from fedmst.errors import FedmstError
 
-PROTOCOL_VERSION = 11
+PROTOCOL_VERSION = 12
 """Raised whenever a message's shape changes, so that an agent from another checkout is refused."""
 
 
@@ -115,6 +115,11 @@ class AgentSpec:
     time_scale: float = 1.0
     """The run's time scale: a local model's training counts this many times its CPU time (and is
     waited out on an independent clock), as the slowed network would see a dedicated core's."""
+    client: str = ""
+    """A Flower ``client_fn`` (``package.module:client_fn``, :mod:`fedmst.fl.flower`) that trains
+    the local models instead of ``model`` on ``dataset``; '' for fedmst's own."""
+    run_config: tuple[str, ...] = ()
+    """The Flower client's run config, ``KEY=VALUE`` entries (``--run-config``)."""
     coordinator_root: str = ""
     """The coordinator's root file system (:func:`root_id`): an agent whose root is another runs
     in a container ('' = unknown: the agent looks for Docker's marker file instead)."""
@@ -253,6 +258,8 @@ class Trained:
     """``"task/index"`` -> training loss."""
     late: Mapping[str, tuple[int, ...]]
     """Task -> local models that missed the deadline."""
+    examples: Mapping[str, int] = field(default_factory=dict)
+    """``"task/index"`` -> the examples its update was trained on (its aggregation weight)."""
     seconds: float = 0.0
 
 
@@ -288,8 +295,8 @@ _MESSAGES: dict[str, type] = {cls.__name__: cls for cls in (*get_args(Command), 
 def encode(msg: Command | Reply | AgentSpec) -> dict[str, Any]:
     """``msg`` as a JSON-ready object: tuples become lists, integer mapping keys strings.
 
-    >>> encode(Trained(task_seconds={"t": 1.5}, losses={}, late={"t": (2,)}))
-    {'type': 'Trained', 'version': 11, 'task_seconds': {'t': 1.5}, 'losses': {}, 'late': {'t': [2]}, 'seconds': 0.0}
+    >>> encode(Trained(task_seconds={"t": 1.5}, losses={}, late={"t": (2,)}, examples={"t/0": 9}))["late"]
+    {'t': [2]}
     """
     if _MESSAGES.get(type(msg).__name__) is not type(msg):
         raise ProtocolError(f"not a protocol message: {type(msg).__name__}")
@@ -300,18 +307,18 @@ def decode(obj: Any) -> Command | Reply | AgentSpec:
     """The message ``obj`` (from :func:`encode`, through JSON) stands for, checked against its
     dataclass: known type, this protocol version, every required field and no other.
 
-    >>> decode({"type": "Train", "version": 11, "round": 2})
+    >>> decode({"type": "Train", "version": 12, "round": 2})
     Train(round=2, deadline_s=None)
-    >>> decode({"type": "Train", "version": 11, "round": 2, "deadline": 5})
+    >>> decode({"type": "Train", "version": 12, "round": 2, "deadline": 5})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Train: unknown field deadline
     >>> decode({"type": "Train", "version": 0, "round": 2})
     Traceback (most recent call last):
-    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 11
-    >>> decode({"type": "SetupDone", "version": 11, "samples": {"task0": {"0": 5}}})
+    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 12
+    >>> decode({"type": "SetupDone", "version": 12, "samples": {"task0": {"0": 5}}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: SetupDone: missing field runs_in
-    >>> decode({"type": "Evaluated", "version": 11, "accuracy": {"task0": "high"}})
+    >>> decode({"type": "Evaluated", "version": 12, "accuracy": {"task0": "high"}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Evaluated.accuracy.task0: expected float, got a string
     """

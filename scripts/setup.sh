@@ -22,5 +22,5 @@ echo "== virtual environment in .venv"
 .venv/bin/pip install -q --upgrade pip
 # torch first and pinned: the CPU build (set TORCH_SPEC to pick another build or index)
 .venv/bin/pip install -q ${TORCH_SPEC:-torch==2.13.0}
-.venv/bin/pip install -q -e '.[test,ray]'
+.venv/bin/pip install -q -e '.[test,ray,flower]'
 echo "== ready: .venv/bin/fedmst"

@@ -134,11 +134,11 @@ def _round(agents: dict[str, Agent], task: TaskSpec, samples: dict[int, int], rn
     FedAvg of the trained models, or ``server``'s step (a replica of G's strategy) from the mean
     of their updates."""
     g = agents["g"].roles[0]
-    assert g.global_model is not None
-    initial = aggregation.flatten(g.global_model)
+    assert g.global_weights is not None
+    initial = g.global_weights.clone()
     with _progress(tmp_path, task, "broadcast", rnd) as folder:
         assert all(isinstance(r, PhaseDone) for r in _everywhere(agents, Broadcast(rnd, folder)).values())
-    received = {(node, i): aggregation.flatten(agent.roles[0].local[i][0])
+    received = {(node, i): agent.roles[0].base  # what every local model on the node trains from
                 for node, agent in agents.items() if agent.roles for i in agent.roles[0].local if i in task.active}
     assert sorted(i for _, i in received) == sorted(task.active)
     for where, weights in received.items():
@@ -158,7 +158,7 @@ def _round(agents: dict[str, Agent], task: TaskSpec, samples: dict[int, int], rn
         expected = server.step(rnd, initial, sum(weights[i] * (vectors[i] - initial) for i in active))
     elif server is not None:
         expected = server.aggregate(rnd, initial, {i: vectors[i] - initial for i in active}, weights)
-    got = aggregation.flatten(g.global_model)
+    got = g.global_weights
     assert (got - expected).abs().max().item() <= 1e-5
     assert not torch.equal(got, initial)
 
@@ -239,13 +239,13 @@ def test_rounds_on_their_own_clock_end_where_lockstep_rounds_do(agents: dict[str
         assert [(s.round, s.phase) for s in spans] == [(r, p) for r in (1, 2) for p in steps]
         assert spans[0].start_s >= -0.01 and all(a.end_s <= b.start_s + 1e-6 for a, b in zip(spans, spans[1:]))
     assert len(replies["g"].accuracy[task.name]) == 2
-    independent = aggregation.flatten(agents["g"].roles[0].global_model)
+    independent = agents["g"].roles[0].global_weights
 
     with _agents_for(task, tmp_path / "lockstep") as lockstep:
         _everywhere(lockstep, Setup(source_digest=DIGEST))
         for rnd in (1, 2):
             _round(lockstep, task, samples, rnd, tmp_path / "lockstep")
-        assert torch.allclose(aggregation.flatten(lockstep["g"].roles[0].global_model), independent, atol=1e-6)
+        assert torch.allclose(lockstep["g"].roles[0].global_weights, independent, atol=1e-6)
 
 
 @pytest.mark.parametrize("task", [TREE, STAR, RING, BINOMIAL], ids=["tree", "star", "ring", "binomial"])

@@ -143,6 +143,15 @@ class RunConfig:
         "momentum", "--optimizer", choices=OPTIMIZERS,
         help="Local optimizer (momentum: SGD with momentum 0.9); its state starts afresh each round.")
     """Local training: chosen with scripts/bench_learning.py (docs/architecture.md, "Learning")."""
+    client: str = option(
+        "", "--client", metavar="package.module:client_fn",
+        check=(lambda v: not v or ":" in v, "give package.module:client_fn"),
+        help="Train the local models with a Flower client instead of --model/--dataset: the client_fn a "
+             "Flower ClientApp is built from, called as Flower's simulation calls it (needs fedmst[flower]).")
+    run_config: tuple[str, ...] = option(
+        (), "--run-config", metavar="KEY=VALUE", check=(lambda v: all("=" in a for a in v), "give KEY=VALUE"),
+        help="An entry of the Flower client's Context.run_config (a TOML value: 2, 0.1, true, \"text\"); "
+             "repeatable.")
     strategy: str = option(
         "fedavg", "--strategy", metavar="NAME|package.module:Class",
         help="Server strategy: how G turns the round's updates into the next global model: fedavg, "
@@ -288,6 +297,11 @@ class RunConfig:
              "(power-of-choice's d; default 1.5 M, at most every local model).")
     """Client selection (:mod:`fedmst.core.selection`)."""
 
+    @property
+    def trains(self) -> str:
+        """What trains the local models, as reports name it: the model, or ``flower:`` and the client."""
+        return f"flower:{self.client}" if self.client else self.model
+
 
 SWEEP = {"tasks": {"default": 30, "help": None},
          "wavelengths": {"default": 120,
@@ -342,6 +356,14 @@ def _check_together(config: RunConfig) -> None:
     if config.workload is not None and (config.tasks > 1 or config.global_node is not None
                                         or config.local_nodes is not None):
         raise FedmstError("--workload places the tasks: leave out --tasks, --global-node and --local-nodes")
+    if config.client:
+        if config.clock == "independent":
+            raise FedmstError("--client: a Flower client reports its examples (its update's weight) with each fit, "
+                              "which the independent clock fixes before round 1; use --clock lockstep")
+        given = [o for o, v, d in (("--model", config.model, DEFAULT_MODEL), ("--dataset", config.dataset,
+                                                                              DEFAULT_DATASET)) if v != d]
+        if given:
+            raise FedmstError(f"--client brings its own model and data: leave out {' and '.join(given)}")
     if config.interleave != "none" and config.clock != "independent":
         raise FedmstError(f"--interleave {config.interleave} shifts tasks on their own clocks: add --clock independent")
     if config.clock == "independent":

@@ -193,6 +193,9 @@ class LockstepRun:
                 for key, loss in getattr(reply, "losses", {}).items():
                     name, _, i = key.rpartition("/")
                     self.losses.setdefault(name, {})[int(i)] = loss
+                for key, examples in getattr(reply, "examples", {}).items():  # this round's weights
+                    name, _, i = key.rpartition("/")
+                    session.samples.setdefault(name, {})[int(i)] = examples
         res.task_seconds[phase] = {
             p.task.name: session.scale.network_s(max(rep.task_seconds.get(p.task.name, 0.0)
                                                      for rep in replies.values()))

@@ -278,7 +278,7 @@ def _shared(run: Any, rows: list[LinkRow], *, reached: tuple[int, float] | None,
     return dict(
         status=status, scheduler=config.scheduler, topology=run.graph.graph["name"],
         tasks=len(workload.plans) + len(workload.blocked), tasks_blocked=len(workload.blocked),
-        model=config.model, model_bytes=first.task.model_bytes, global_node=first.task.global_node,
+        model=config.trains, model_bytes=first.task.model_bytes, global_node=first.task.global_node,
         local_nodes=list(first.task.local_nodes), aggregation_nodes=sorted(first.aggregation_nodes),
         wavelengths=workload.wavelengths, reserved_wavelength_links=workload.reserved_wavelength_links,
         reserved_capacity_mbps=workload.reserved_capacity_mbps,

@@ -150,6 +150,8 @@ def _sized(config: RunConfig, tasks: list[Task], schedulers: Sequence[str]) -> t
     torch (1.5 s), so every check that does not need it fails first."""
     for scheduler in schedulers:
         get_scheduler(scheduler)
+    if config.client:
+        return _flower_sized(config, tasks)
     from fedmst.fl import data, models
 
     sizes: dict[tuple[str, str], int] = {}
@@ -159,6 +161,17 @@ def _sized(config: RunConfig, tasks: list[Task], schedulers: Sequence[str]) -> t
         k = max(t.k for t in tasks if t.dataset == kind[1])
         data.dirichlet_shards(dataset.y_train, k, config.alpha, seed=config.seed)  # too many local models?
     return tuple(replace(task, model_bytes=sizes[(task.model, task.dataset)]) for task in tasks)
+
+
+def _flower_sized(config: RunConfig, tasks: list[Task]) -> tuple[Task, ...]:
+    """``tasks`` with the size of the Flower client's model: what its ``get_parameters`` returns (a
+    client that cannot be loaded or run fails here, before any network is built)."""
+    from fedmst.fl.flower import initial_layout, parse_run_config
+
+    run_config = parse_run_config(config.run_config)
+    sizes = {k: 4 * initial_layout(config.client, k, run_config, config.seed)[0].numel
+             for k in dict.fromkeys(t.k for t in tasks)}
+    return tuple(replace(task, model_bytes=sizes[task.k]) for task in tasks)
 
 
 def _plan(config: RunConfig, host: Host, inputs: _Inputs, scheduler: str) -> ResolvedRun:

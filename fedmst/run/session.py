@@ -253,7 +253,7 @@ class Session:
             lr=config.lr, optimizer=config.optimizer, alpha=config.alpha, chunk_bytes=config.chunk_bytes,
             timeout_s=self.timeout_s, slow=dict(self.resolved.slow), strategy=config.strategy,
             strategy_args=strategy_knobs(config.strategy_args), tasks=specs, time_scale=self.scale.factor,
-            coordinator_root=root_id(),
+            client=config.client, run_config=config.run_config, coordinator_root=root_id(),
         )
         write_json(self.out / "plan.json", {
             "scheduler": config.scheduler, "order": config.order,

@@ -30,16 +30,16 @@ from fedmst.fl import aggregation
 from fedmst.fl import data
 from fedmst.fl import models
 from fedmst.fl import training
+from fedmst.fl.flower import Fitted
 from fedmst.fl.strategies import Strategy, build_strategy
 from fedmst.protocol import (ABORT_FILE, AgentSpec, Broadcast, Command, Done, Evaluate, Evaluated, Failed, PhaseDone,
                              PhaseSpan, ProtocolError, Replan, Reply, RoundsDone, RunRounds, RunsIn, Save, Setup,
                              SetupDone, Stop, TaskSpec, Train, Trained, TransferSpec, Upload, root_id)
 from fedmst.workers import control
 from fedmst.workers import dataflow
+from fedmst.workers import learners
 from fedmst.workers import transport
 
-
-_SEEDING = threading.Lock()
 
 
 @dataclass
@@ -54,10 +54,12 @@ class TaskRole:
     """The task's server strategy, on every node that takes part (it steps where an upload ends)."""
     pairs: dict[str, transport.Pair] = field(default_factory=dict)
     """Connection key -> this node's end of it, while connected."""
-    global_model: torch.nn.Module | None = None
-    test: tuple[torch.Tensor, torch.Tensor] | None = None
-    local: dict[int, tuple[torch.nn.Module, torch.Tensor, torch.Tensor]] = field(default_factory=dict)
-    """Original local-model index -> (model, training inputs, labels)."""
+    global_weights: torch.Tensor | None = None
+    """At G: the global model (flat), the one the last upload ended with."""
+    judge: learners.Judge | None = None
+    """At G: the accuracy of a global model."""
+    local: dict[int, learners.Learner] = field(default_factory=dict)
+    """Original local-model index -> what trains it here (fedmst's model on its shard, or a Flower client)."""
     trained: dict[int, torch.Tensor] = field(default_factory=dict)
     """Original local-model index -> weights after this round's training (absent when late)."""
     base: torch.Tensor | None = None
@@ -134,27 +136,19 @@ class Agent:
                                "from this checkout (docker build -t fedmst-worker .)")
         for role in self.roles:
             task = role.spec
-            dataset = data.load_dataset(self._kind(task)[1])
-            xtr, ytr = dataset.x_train, dataset.y_train
-            shards = data.dirichlet_shards(ytr, len(task.local_nodes), spec.alpha, seed=task.seed)
+            if self.node != task.global_node and self.node not in task.local_nodes:
+                continue  # a relay: it holds no model
+            holding = learners.hold(spec, task, self.node)
+            role.local, role.judge, role.base = holding.local, holding.judge, holding.initial
             if self.node == task.global_node:
-                role.global_model = self._build(task, seed=task.seed)
-                role.test = (dataset.x_test, dataset.y_test)
-            for i, node in enumerate(task.local_nodes):
-                if node == self.node:
-                    idx = torch.as_tensor(shards[i])
-                    # G's initial weights: a plan may broadcast nothing (ring all-reduce)
-                    role.local[i] = (self._build(task, seed=task.seed), xtr[idx], ytr[idx])
-            seeded = role.global_model if role.global_model is not None else next(
-                (m for m, _, _ in role.local.values()), None)
-            if seeded is not None:  # every model of a task starts from the same seeded weights
-                role.base = aggregation.flatten(seeded)
-            if role.local:
-                model, dataset_ = self._kind(task)
-                warm_up(model=model, dataset=dataset_, optimizer=spec.optimizer, batch_size=spec.batch_size,
+                role.global_weights = holding.initial.clone()
+            if role.local and not spec.client:
+                model, dataset = learners.kind(spec, task)
+                warm_up(model=model, dataset=dataset, optimizer=spec.optimizer, batch_size=spec.batch_size,
                         lr=spec.lr)
         self._connect(Path(spec.store_dir))
-        return SetupDone(samples={r.name: {i: len(v[2]) for i, v in r.local.items()} for r in self.roles},
+        return SetupDone(samples={r.name: {i: n for i, learner in r.local.items() if (n := learner.samples)}
+                                  for r in self.roles},
                          runs_in=replace(runs_in(coordinator_root=spec.coordinator_root),
                                          congestion_control=transport.congestion_controls(),
                                          slow_start_after_idle=transport.slow_start_after_idle()))
@@ -210,25 +204,12 @@ class Agent:
         self._connect(Path(cmd.store_dir))
         return Done()
 
-    def _kind(self, task: TaskSpec) -> tuple[str, str]:
-        """``task``'s model and dataset: its own, or the run's."""
-        return task.model or self.spec.model, task.dataset or self.spec.dataset
-
-    def _build(self, task: TaskSpec, seed: int | None = None) -> torch.nn.Module:
-        """A fresh model of ``task``'s; with ``seed``, initialised from it (under a lock: the seed is
-        the process's)."""
-        model, name = self._kind(task)
-        dataset = data.load_dataset(name)
-        with _SEEDING:
-            if seed is not None:
-                torch.manual_seed(seed)
-            return models.build_model(model, num_classes=dataset.num_classes, input_shape=dataset.input_shape)
-
     def numel(self, task: TaskSpec) -> int:
         """Weights in ``task``'s model (its flat vector's length), worked out once per kind of model."""
-        kind = self._kind(task)
+        kind = ("flower", self.spec.client) if self.spec.client else learners.kind(self.spec, task)
         if kind not in self._numel:
-            self._numel[kind] = aggregation.flatten(self._build(task)).numel()
+            self._numel[kind] = (learners.flower_start(self.spec, task)[0].numel if self.spec.client
+                                 else aggregation.flatten(learners.build_model(self.spec, task)).numel())
         return self._numel[kind]
 
     def broadcast(self, cmd: Broadcast) -> PhaseDone:
@@ -273,8 +254,8 @@ class Agent:
     def _phase_role(self, role: TaskRole, phase: str, arrived: Callable[[str], None],
                     weights: Mapping[int, float] | None = None, round_: int = 0) -> None:
         """Play this node's part of ``role``'s plan in ``phase`` (:func:`dataflow.run_phase`), then
-        put the global model it ends with where it belongs: G's model after the upload, and every
-        local model here (they start the next round from it).
+        keep the global model it ends with: G's model after the upload, and the base every local
+        model here starts the next round from.
 
         An upload carries updates (trained weights minus :attr:`TaskRole.base`), weighted; where it
         ends holding their sum (G, or every member of a ring) the task's strategy steps from the
@@ -283,8 +264,8 @@ class Agent:
         whole = not role.strategy.decomposable  # each update reaches G on its own, unweighted
         own = partial(_weighted_updates, role, {i: 1.0 for i in weights or {}} if whole else weights or {}, numel)
         at_g = self.node == role.spec.global_node
-        starts = at_g and phase == "broadcast" and role.global_model is not None
-        model = aggregation.flatten(role.global_model) if starts else None
+        starts = at_g and phase == "broadcast" and role.global_weights is not None
+        model = role.global_weights.clone() if starts else None  # type: ignore[union-attr]
         active = frozenset(role.spec.active)
         held = dataflow.run_phase(phase, dataflow.PhaseInputs(
             node=self.node, global_node=role.spec.global_node, transfers=role.transfers, pairs=role.pairs,
@@ -300,12 +281,9 @@ class Agent:
         elif phase == "upload":
             assert role.base is not None
             held = role.strategy.step(round_, role.base, held)
-        role.base = held.clone()
+        role.base = held.clone()  # every local model here starts the next round from it
         if at_g and phase == "upload":
-            assert role.global_model is not None
-            aggregation.load_flat(role.global_model, held)
-        for local_model, _, _ in role.local.values():
-            aggregation.load_flat(local_model, held)
+            role.global_weights = held
 
     def train(self, cmd: Train) -> Trained:
         """Train every active local model on this node, one after another; a task's training here
@@ -316,27 +294,30 @@ class Agent:
         clock (each model N times its CPU time, see :meth:`_train_role`) instead of waiting it out.
         """
         losses: dict[str, float] = {}
+        examples: dict[str, int] = {}
         done: dict[str, float] = {}
         late: dict[str, list[int]] = {}
         start, elapsed = time.perf_counter(), 0.0
         wait = self.spec.time_scale == 1.0
         for role in self.roles:
-            role_losses, role_late, elapsed = self._train_role(role, cmd.round, start, elapsed, cmd.deadline_s,
-                                                               wait=wait)
-            losses.update(role_losses)
+            fitted, role_late, elapsed = self._train_role(role, cmd.round, start, elapsed, cmd.deadline_s, wait=wait)
+            for i, fit in fitted.items():
+                examples[f"{role.name}/{i}"] = fit.examples
+                if fit.loss is not None:
+                    losses[f"{role.name}/{i}"] = fit.loss
             if role_late:
                 late[role.name] = role_late
-            trains_here = bool(role_losses or role_late)
-            done[role.name] = max(elapsed, role.spec.compute_s if trains_here else 0.0)
+            done[role.name] = max(elapsed, role.spec.compute_s if fitted else 0.0)
         if wait:
             time.sleep(max(0.0, start + max(done.values(), default=0.0) - time.perf_counter()))
-        return Trained(task_seconds=done, losses=losses, late={name: tuple(v) for name, v in late.items()})
+        return Trained(task_seconds=done, losses=losses, late={name: tuple(v) for name, v in late.items()},
+                       examples=examples)
 
     def _train_role(self, role: TaskRole, round_: int, start: float, elapsed: float, deadline: float | None, *,
-                    wait: bool = True) -> tuple[dict[str, float], list[int], float]:
+                    wait: bool = True) -> tuple[dict[int, Fitted], list[int], float]:
         """Train ``role``'s active local models here, one after another, from ``elapsed`` seconds
-        after ``start``; return their losses, the models that were late, and when this training
-        ended (seconds after ``start``).
+        after ``start``; return what each training gave (late ones too), the models that were
+        late, and when this training ended (seconds after ``start``).
 
         A model's training lasts its real time or, in a slowed run, ``time_scale`` times the CPU
         time it took, whichever is longer: the slowed network sees compute as a dedicated core
@@ -349,31 +330,30 @@ class Agent:
         """
         spec = self.spec
         slow = float(spec.slow.get(self.node, 1.0))
-        losses: dict[str, float] = {}
+        fitted: dict[int, Fitted] = {}
         late: list[int] = []
         active = set(role.spec.active)
         for i in set(role.trained) - active:  # sat this round out (not selected, or dropped): nothing to send
             del role.trained[i]
-        for i, (model, x, y) in sorted(role.local.items()):
+        assert role.base is not None, "a node holding local models starts from the task's global model"
+        for i, learner in sorted(role.local.items()):
             if i not in active:
                 continue
             role.trained.pop(i, None)
             began, cpu = time.perf_counter(), time.thread_time()
-            losses[f"{role.name}/{i}"] = training.train_local(
-                model, x, y, epochs=spec.epochs, batch_size=spec.batch_size, lr=spec.lr, optimizer=spec.optimizer,
-                seed=training.local_seed(role.spec.seed, round_, i), proximal_mu=role.strategy.proximal_mu,
-            )
+            fitted[i] = learner.fit(role.base, round_, training.local_seed(role.spec.seed, round_, i),
+                                    role.strategy.proximal_mu)
             took = max(time.perf_counter() - began, spec.time_scale * (time.thread_time() - cpu))
             finish = (began - start if wait else elapsed) + took * slow
             if deadline is not None and max(finish, role.spec.compute_s) > deadline:
                 late.append(i)
                 elapsed = deadline
             else:
-                role.trained[i] = aggregation.flatten(model)
+                role.trained[i] = fitted[i].weights
                 elapsed = finish
             if wait:
                 time.sleep(max(0.0, start + elapsed - time.perf_counter()))
-        return losses, late, elapsed
+        return fitted, late, elapsed
 
     def run_rounds(self, cmd: RunRounds) -> RoundsDone:
         """Every task's rounds on its own clock (one thread per task): from its start offset, each
@@ -404,14 +384,10 @@ class Agent:
                 began = time.monotonic()
                 self._phase_role(role, "upload", _nowhere, cmd.weights[name], r)
                 mark(role, r, "upload", began)
-                if role.global_model is not None and self.node == role.spec.global_node:
-                    history.append(aggregation.flatten(role.global_model))
-            if history and role.test is not None:
-                scratch, scores = self._build(role.spec), []
-                for flat in history:
-                    aggregation.load_flat(scratch, flat)
-                    scores.append(training.accuracy(scratch, *role.test))
-                accuracy[name] = tuple(scores)
+                if role.global_weights is not None and self.node == role.spec.global_node:
+                    history.append(role.global_weights.clone())
+            if history and role.judge is not None:
+                accuracy[name] = tuple(role.judge(flat, r) for r, flat in enumerate(history, 1))
 
         dataflow.run_all([partial(clock, role) for role in self.roles])
         return RoundsDone(spans=tuple(spans), accuracy=accuracy)
@@ -425,8 +401,8 @@ class Agent:
     def evaluate(self, cmd: Evaluate) -> Evaluated:
         acc = {}
         for role in self.roles:
-            if role.global_model is not None and role.test is not None:
-                acc[role.name] = training.accuracy(role.global_model, *role.test)
+            if role.global_weights is not None and role.judge is not None:
+                acc[role.name] = role.judge(role.global_weights, cmd.round)
         return Evaluated(accuracy=acc)
 
     def save(self, cmd: Save) -> Done:
@@ -435,8 +411,8 @@ class Agent:
         for role in self.roles:
             for i, flat in role.trained.items():
                 torch.save(flat, out / f"{role.name}-local{i}.pt")
-            if role.global_model is not None:
-                torch.save(aggregation.flatten(role.global_model), out / f"{role.name}-global.pt")
+            if role.global_weights is not None:
+                torch.save(role.global_weights, out / f"{role.name}-global.pt")
         return Done()
 
 
