@@ -134,7 +134,7 @@ class _Run:
             rto_min_s=scale.rto_min_s(), congestion_control=config.congestion_control, netns=netns,
             capabilities=capabilities,
             preload=backend.preload(model=config.model, dataset=config.dataset, optimizer=config.optimizer,
-                                    batch_size=config.batch_size, lr=config.lr),
+                                    batch_size=config.batch_size, lr=config.lr, client=config.client),
             changing=[c.link for c in resolved.link_changes if c.delay_ms is not None or c.loss is not None],
             run=state)
         with emu:

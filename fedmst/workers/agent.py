@@ -30,7 +30,7 @@ from fedmst.fl import aggregation
 from fedmst.fl import data
 from fedmst.fl import models
 from fedmst.fl import training
-from fedmst.fl.flower import Fitted
+from fedmst.fl.flower import Fitted, load_client_fn
 from fedmst.fl.strategies import Strategy, build_strategy
 from fedmst.protocol import (ABORT_FILE, AgentSpec, Broadcast, Command, Done, Evaluate, Evaluated, Failed, PhaseDone,
                              PhaseSpan, ProtocolError, Replan, Reply, RoundsDone, RunRounds, RunsIn, Save, Setup,
@@ -142,10 +142,10 @@ class Agent:
             role.local, role.judge, role.base = holding.local, holding.judge, holding.initial
             if self.node == task.global_node:
                 role.global_weights = holding.initial.clone()
-            if role.local and not spec.client:
+            if role.local:
                 model, dataset = learners.kind(spec, task)
                 warm_up(model=model, dataset=dataset, optimizer=spec.optimizer, batch_size=spec.batch_size,
-                        lr=spec.lr)
+                        lr=spec.lr, client=spec.client)
         self._connect(Path(spec.store_dir))
         return SetupDone(samples={r.name: {i: n for i, learner in r.local.items() if (n := learner.samples)}
                                   for r in self.roles},
@@ -477,12 +477,22 @@ def runs_in(root: Path = Path("/"), coordinator_root: str = "") -> RunsIn:
 
 
 @cache
-def warm_up(*, model: str, dataset: str, optimizer: str, batch_size: int, lr: float) -> None:
+def warm_up(*, model: str, dataset: str, optimizer: str, batch_size: int, lr: float, client: str = "") -> None:
     """Train a throw-away model briefly, so that torch's lazy imports, allocator and kernels are
     ready: round 1's training time is then as representative as the later rounds'. Once per process:
     a fork server runs it once for every agent it forks (:meth:`fedmst.workers.backends.ProcessBackend.preload`),
-    and their own call at set-up finds it done."""
+    and their own call at set-up finds it done.
+
+    For a Flower ``client``: import it (flwr and whatever it imports) and take one ``torch.optim``
+    step, whose first use imports ``torch._dynamo`` (2 s of CPU that every agent's first ``fit``
+    would otherwise pay in round 1)."""
     torch.set_num_threads(1)
+    if client:
+        load_client_fn(client)
+        weight = torch.zeros(1, requires_grad=True)
+        weight.grad = torch.ones(1)
+        torch.optim.SGD([weight], lr=lr).step()
+        return
     d = data.load_dataset(dataset)
     scratch = models.build_model(model, num_classes=d.num_classes, input_shape=d.input_shape)
     training.train_local(scratch, d.x_train[:64], d.y_train[:64], epochs=1, batch_size=batch_size, lr=lr, seed=0,
