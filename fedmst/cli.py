@@ -76,13 +76,13 @@ def _click_option(name: str, changed: Mapping[str, Any]) -> Callable[..., Any]:
     return click.option(*opt.flags, name, **how)
 
 
-RUN_OPTIONS = ("topology", "local_models", "tasks", "wavelengths", "rounds", "model", "dataset", "client", "run_config",
-               "seed", "global_node",
-               "local_nodes", "epochs", "lr", "batch_size", "optimizer", "strategy", "strategy_args", "target_accuracy",
-               "chunk_bytes", "mtu", "delay_mode", "queue", "congestion_control", "loss", "jitter_ms", "time_scale",
-               "save_models", "fail_links", "kill_workers", "stall_s", "slow_nodes", "deadline_s", "workload", "clock",
-               "compute_s", "interleave", "traffic", "order", "link_state", "clients_per_round", "selection",
-               "selection_pool", "link_trace", "traffic_file")
+RUN_OPTIONS = ("topology", "local_models", "tasks", "wavelengths", "rounds", "model", "dataset", "client",
+               "run_config", "seed", "global_node", "local_nodes", "epochs", "lr", "batch_size", "optimizer",
+               "strategy", "strategy_args", "target_accuracy", "pcap", "pcap_snaplen", "chunk_bytes", "mtu",
+               "delay_mode", "queue", "congestion_control", "loss", "jitter_ms", "time_scale", "save_models",
+               "fail_links", "kill_workers", "stall_s", "slow_nodes", "deadline_s", "workload", "clock", "compute_s",
+               "interleave", "traffic", "order", "link_state", "clients_per_round", "selection", "selection_pool",
+               "link_trace", "traffic_file")
 """The run options of ``run`` and ``compare``, in the order ``--help`` lists them."""
 WORKER_OPTIONS = ("workers", "image", "cpus", "memory")
 COMPARED = "spff,mst"
@@ -342,6 +342,9 @@ def links(run_dir: Path, sort: str, round_: int | None, against: str | None) -> 
         return render(link_table(run_dir, sort=sort, round_=round_), title=f"{run_dir}: links")
 
     console.print(_guard(table))
+    if (run_dir / "pcap" / "index.json").exists():
+        console.print(f"captures (--pcap): {run_dir / 'pcap'}/SRC-DST.pcap, one per link direction; "
+                      f"{run_dir / 'pcap' / 'index.json'} names each one's node and interface")
 
 
 @main.command()

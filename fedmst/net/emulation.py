@@ -405,6 +405,13 @@ class Emulation:
         shells = sum(cpu_seconds(shell.pid, children=True) for shell in self._shells.values())
         return {**self._processes.cpu_seconds(), "coordinator": cpu_seconds(os.getpid()) + shells}
 
+    def sender_interface(self, u: str, v: str) -> str:
+        """The interface link direction ``u``->``v`` is sent on (in ``u``'s host)."""
+        for link in self._links:
+            if {u, v} == set(link.ends):
+                return link.sender(u, v)
+        raise EmulationError(f"{u}-{v} is not a link of this emulation")
+
     def interfaces(self, node: str) -> list[str]:
         """``node``'s link interfaces, in the order its links were made."""
         return list(self._ports[node])

@@ -160,6 +160,13 @@ class RunConfig:
     strategy_args: tuple[str, ...] = option(
         (), "--strategy-arg", metavar="KNOB=VALUE", check=(lambda v: all(_knob_ok(a) for a in v), "give KNOB=NUMBER"),
         help="Set one of the strategy's knobs, e.g. eta=0.01 or proximal_mu=0.1; repeatable.")
+    pcap: str | None = option(
+        None, "--pcap", metavar="LINKS|all",
+        help="Capture these links (comma-separated as links.csv names them, both directions each; or all) "
+             "from round 1 to the last round into DIR/pcap/SRC-DST.pcap, one file per direction (needs tcpdump).")
+    pcap_snaplen: int = option(
+        128, "--pcap-snaplen", metavar="BYTES", check=_at_least(0, "a byte count"),
+        help="Bytes kept of each captured frame (headers only by default; 0 keeps whole frames).")
     target_accuracy: float = option(
         0.8, "--target-accuracy", check=(lambda v: 0 < v <= 1, "give an accuracy in (0, 1]"),
         help="Report the time and link bytes of the rounds until the global model first reaches this.")

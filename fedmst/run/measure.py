@@ -270,7 +270,7 @@ def _phase_starts(res: RoundResult) -> list[float]:
 
 def _shared(run: Any, rows: list[LinkRow], *, reached: tuple[int, float] | None, status: str,
             workers: BackendDescription, wall_s: float, times: dict[str, float],
-            background: list[dict[str, Any]]) -> dict[str, Any]:
+            background: list[dict[str, Any]], pcap: dict[str, Any] | None = None) -> dict[str, Any]:
     """The summary fields that lockstep and independent runs work out alike: what ran, and the
     link bytes of its ``rows`` (links.csv) against the plans."""
     config, workload = run.config, run.workload
@@ -290,14 +290,14 @@ def _shared(run: Any, rows: list[LinkRow], *, reached: tuple[int, float] | None,
         max_link_bytes_error=max((abs(r.error_pct) / 100 for r in rows if r.predicted_bytes), default=0.0),
         workers=workers, wall_s=wall_s, time_breakdown_s=times, target_accuracy=config.target_accuracy,
         rounds_to_accuracy=reached[0] if reached else None, time_to_accuracy_s=reached[1] if reached else None,
-        background=background, strategy=config.strategy,
+        background=background, pcap=pcap, strategy=config.strategy,
         strategy_knobs=knobs(build_strategy(config.strategy, strategy_knobs(config.strategy_args))),
     )
 
 
 def summarise(run: Any, rounds: list[RoundResult], *, emulated: dict[str, Any],
               workers: BackendDescription, wall_s: float, status: str, times: dict[str, float],
-              background: list[dict[str, Any]]) -> Summary:
+              background: list[dict[str, Any]], pcap: dict[str, Any] | None = None) -> Summary:
     """summary.json of ``run`` (a :class:`~fedmst.run.config.ResolvedRun`): means over the
     finished rounds; ``status`` says whether all of them ran (``completed``), or the run was
     ``interrupted`` or ``failed: REASON`` after ``rounds``."""
@@ -312,7 +312,7 @@ def summarise(run: Any, rounds: list[RoundResult], *, emulated: dict[str, Any],
             by_task.setdefault(name, []).append(sum(r.task_seconds[p][name] for p in r.task_seconds))
     return Summary(
         **_shared(run, rows, reached=reached, status=status, workers=workers, wall_s=wall_s, times=times,
-                  background=background),
+                  background=background, pcap=pcap),
         rounds_planned=config.rounds,
         local_models=config.local_models,
         rounds=len(rounds),
@@ -443,7 +443,7 @@ def write_clock_tables(out: Path, run: ClockRun, graph: nx.Graph, mtu: int) -> N
 
 def summarise_clock(run: Any, clock: ClockRun, *, emulated: dict[str, Any],
                     workers: BackendDescription, wall_s: float, status: str, times: dict[str, float],
-                    background: list[dict[str, Any]]) -> Summary:
+                    background: list[dict[str, Any]], pcap: dict[str, Any] | None = None) -> Summary:
     """summary.json of a run on independent clocks: means over every task's finished rounds."""
     config, workload = run.config, run.workload
     windows = clock.windows()
@@ -459,7 +459,7 @@ def summarise_clock(run: Any, clock: ClockRun, *, emulated: dict[str, Any],
     return Summary(
         **_shared(run, clock_link_rows(clock, run.graph, config.mtu),
                   reached=time_to_accuracy(round_means, per_round, config.target_accuracy), status=status,
-                  workers=workers, wall_s=wall_s, times=times, background=background),
+                  workers=workers, wall_s=wall_s, times=times, background=background, pcap=pcap),
         rounds_planned=max(clock.rounds.values()), local_models=workload.plans[0].task.k,
         rounds=clock.rounds_done, tcp_retransmitted_segments=clock.retransmits,
         queue_drops=sum(clock.queue_drops.values()),

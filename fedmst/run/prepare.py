@@ -29,6 +29,7 @@ from fedmst.core.traffic import BackgroundFlow, parse_flow, read_traffic_file
 from fedmst.core.workload import TaskEntry, WorkloadPlan, make_tasks, read_workload, schedule_workload
 from fedmst.errors import FedmstError
 from fedmst.fl.strategies import build_strategy, strategy_knobs
+from fedmst.net.capture import parse_links, require_tcpdump
 from fedmst.run.config import RunConfig, validate
 from fedmst.workers.backends import WorkerLimits, backend_for, check_backend, worker_limits
 
@@ -131,6 +132,9 @@ def _one_clock(runs: list[ResolvedRun]) -> list[ResolvedRun]:
 def _inputs(config: RunConfig, host: Host, schedulers: Sequence[str]) -> _Inputs:
     """The topology, faults, background traffic, link changes and sized tasks, each checked."""
     graph = load_topology(config.topology)
+    if config.pcap is not None:
+        parse_links(config.pcap, graph)
+        require_tcpdump()
     link_failures = tuple(faults.parse_link_failure(f, graph, config.rounds) for f in config.fail_links)
     kills = tuple(faults.parse_worker_kill(k, graph, config.rounds) for k in config.kill_workers)
     slow = dict(faults.parse_slow_node(spec, graph) for spec in config.slow_nodes)

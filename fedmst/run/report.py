@@ -92,6 +92,10 @@ class Summary:
     """Independent clock: the mean round latency :func:`fedmst.core.contention.simulate` predicts."""
     background: list[dict[str, Any]] = field(default_factory=list)
     """The background flows that ran: as asked, what the sender sent, and what the first link carried."""
+    pcap: dict[str, Any] | None = None
+    """``--pcap``: the captures' folder, link directions, snap length and the frames the kernel
+    dropped before tcpdump read them (None: nothing captured). Capturing costs CPU: a run that
+    captured says so here."""
     strategy: str = "fedavg"
     """The server strategy (``--strategy``); summaries written before it existed ran FedAvg."""
     strategy_knobs: dict[str, float] = field(default_factory=dict)

@@ -13,9 +13,10 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import fedmst
 from fedmst.core.linktrace import LinkChange
@@ -25,6 +26,7 @@ from fedmst.core.timescale import TimeScale
 from fedmst.core.traffic import as_json
 from fedmst.fl.strategies import strategy_knobs
 from fedmst.errors import FedmstError
+from fedmst.net.capture import Captures, parse_links
 from fedmst.net.emulation import Emulation
 from fedmst.protocol import ABORT_FILE, AgentSpec, Setup, TaskSpec, TransferSpec, root_id
 from fedmst.run.prepare import ResolvedRun
@@ -174,6 +176,8 @@ class Session:
         """When the first round began (monotonic clock)."""
         self.background: list[dict[str, Any]] = []
         """The background flows as asked, with what each sender sent (summary.json's ``background``)."""
+        self.pcap: dict[str, Any] | None = None
+        """``--pcap``: what was captured (summary.json's ``pcap``), once the captures are closed."""
         self.trace: LinkTrace | None = None
         self.times: dict[str, float] = {}
         """Seconds spent starting the agents (``agents``) and in the rounds (``rounds``)."""
@@ -234,13 +238,38 @@ class Session:
             self.trace = LinkTrace(self.emu, resolved.link_changes, self.started_at, self.out / "link_changes.json",
                                    lambda line: self.report(f"{self.tag} {line}"), self.scale)
             try:
-                with self.trace:
+                with self.trace, self._captures():
                     rounds()
             finally:
                 if resolved.background:
                     self._stop_background()
         finally:
             self.server.close()
+
+    @contextmanager
+    def _captures(self) -> Iterator[None]:
+        """``--pcap``: the links' captures, running while the rounds do; ``pcap/index.json`` says
+        what each file holds (written even when the rounds fail: what was captured stays)."""
+        config = self.config
+        if config.pcap is None:
+            yield
+            return
+        hops = parse_links(config.pcap, self.resolved.graph)
+        captures = Captures(self.emu, hops, self.out / "pcap", snaplen=config.pcap_snaplen,
+                            log_dir=self.scratch / "pcap", run_id=self.emu.run_id, time_scale=self.scale.factor)
+        try:
+            with captures:
+                self.report(f"{self.tag} capturing {len(hops)} link directions into {self.out / 'pcap'}/ "
+                            f"(first {config.pcap_snaplen or 'all'} bytes of each frame)")
+                yield
+        finally:
+            write_json(self.out / "pcap" / "index.json", captures.index())
+            dropped = sum(f.dropped_by_kernel for f in captures.files)
+            self.pcap = {"folder": "pcap", "link_directions": len(captures.files), "snaplen": config.pcap_snaplen,
+                         "kernel_drops": dropped}
+            if dropped:
+                self.report(f"{self.tag} warning: the kernel dropped {dropped} frames before tcpdump read them: "
+                            "the captures miss them (pcap/index.json)")
 
     def _write_specs(self) -> Path:
         """plan.json, and the agents' spec file (returned) with every task's routes installed."""

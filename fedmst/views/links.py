@@ -143,7 +143,10 @@ def link_table(run_dir: Path, *, sort: str = "measured", round_: int | None = No
                            ("weight_bytes", r.measured_weight_bytes), ("other_bytes", r.measured_other_bytes),
                            ("queue_drops", r.queue_drops)):
             row[key] += value
+    captured = _captures(run_dir) if round_ is None else {}  # a capture spans every round
     for hop, row in rows.items():
+        if captured:
+            row["capture_bytes"] = captured.get(hop)
         capacity_bps = row["capacity_mbps"] * 1e6
         row["error_pct"] = _error_pct(row["weight_bytes"], row["predicted_bytes"])
         row["mean_utilisation"] = (row["measured_bytes"] * 8 / (capacity_bps * transfer_s)
@@ -229,10 +232,20 @@ Column = tuple[str, Callable[[Row], Any], Callable[[Any], str]]
 
 
 def _link_columns(rows: list[Row]) -> tuple[list[Column], list[str]]:
-    totals = {key: sum(r[key] for r in rows) for _, key, _ in _LINK_RENDER if key in _SUMMED}
+    shown = _LINK_RENDER + (_CAPTURE_RENDER if rows and "capture_bytes" in rows[0] else ())
+    totals = {key: sum(r[key] or 0 for r in rows) for _, key, _ in shown if key in _SUMMED}
     totals["error_pct"] = _error_pct(totals["weight_bytes"], totals["predicted_bytes"])
-    columns: list[Column] = [(header, lambda r, key=key: r[key], fmt) for header, key, fmt in _LINK_RENDER]
-    return columns, [fmt(totals[key]) if key in totals else "" for _, key, fmt in _LINK_RENDER]
+    columns: list[Column] = [(header, lambda r, key=key: r[key], fmt) for header, key, fmt in shown]
+    return columns, [fmt(totals[key]) if key in totals else "" for _, key, fmt in shown]
+
+
+def _captures(run_dir: Path) -> dict[tuple[str, str], int]:
+    """Bytes each captured link direction's file holds (``--pcap``), from ``pcap/index.json``."""
+    try:
+        index = json.loads((run_dir / "pcap" / "index.json").read_text())
+        return {(c["src"], c["dst"]): int(c["bytes"]) for c in index["captures"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
 
 
 def _diff_columns(rows: list[Row]) -> tuple[list[Column], list[str]]:
@@ -266,7 +279,7 @@ def _ratio(r: float | None) -> str:
     return "-" if r is None else f"{r:.2f}"
 
 
-_SUMMED = {"measured_bytes", "predicted_bytes", "weight_bytes", "other_bytes", "queue_drops"}
+_SUMMED = {"measured_bytes", "predicted_bytes", "weight_bytes", "other_bytes", "queue_drops", "capture_bytes"}
 _LINK_RENDER: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("measured MB", "measured_bytes", _mb),
     ("predicted MB", "predicted_bytes", _mb),
@@ -278,6 +291,10 @@ _LINK_RENDER: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("peak util", "peak_utilisation", _pct),
     ("drops", "queue_drops", str),
 )
+_CAPTURE_RENDER: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("pcap MB", "capture_bytes", lambda n: "" if n is None else _mb(n)),
+)
+"""With ``--pcap``: the bytes of each direction's capture (pcap/SRC-DST.pcap), beside what the counters measured."""
 def _check_sort(sort: str, choices: tuple[str, ...]) -> None:
     if sort not in choices:
         raise FedmstError(f"unknown sort key {sort!r}: choose one of {', '.join(choices)}")
