@@ -42,10 +42,12 @@ RUN_ID_LETTERS = 3
 """A run id's length: 17,576 ids, and the longest name (``fmabc9999-eth99``) within Linux's 15
 characters for an interface."""
 _RUN = f"[a-z]{{{RUN_ID_LETTERS}}}"
-OURS = re.compile(rf"mininet:{HOST_PREFIX}{_RUN}\d+|fedmst\.(workers\.agent|net\.delayline|net\.forkserver)")
+OURS = re.compile(rf"mininet:{HOST_PREFIX}{_RUN}\d+|fedmst\.(workers\.agent|net\.delayline|net\.forkserver)"
+                  rf"|tcpdump -i {HOST_PREFIX}{_RUN}\d+-eth")
 """Command lines of the processes fedmst starts: Mininet host shells, agents in containers (the
-docker clients that run them), a fresh fork server before it names itself; agents and delay lines
-forked by a fork server carry its names."""
+docker clients that run them), a fresh fork server before it names itself, the captures of
+``--pcap`` (tcpdump on a run's interface); agents and delay lines forked by a fork server carry
+its names."""
 POINT_PREFIX = "fedmst-ray-point-"
 """A Ray sweep point's scratch folder: ``fedmst-ray-point-PID-...``, PID the worker running it."""
 _POINT = re.compile(rf"^{POINT_PREFIX}(\d+)-")
@@ -68,6 +70,8 @@ def is_ours(name: str, cmdline: list[str]) -> bool:
     >>> is_ours("fedmst-agent", ["/usr/bin/python3", "/usr/local/bin/fedmst", "run"])
     True
     >>> is_ours("bash", ["bash", "--norc", "-is", "mininet:fmabc3"])
+    True
+    >>> is_ours("tcpdump", ["/usr/bin/tcpdump", "-i", "fmabc3-eth0", "-Q", "out", "-w", "0-1.pcap"])
     True
     >>> is_ours("python3", ["python3", "-m", "http.server"])
     False
