@@ -133,9 +133,8 @@ class Captures:
                 intf = self.emu.sender_interface(*hop)
                 log = self.log_dir / f"tcpdump-{file_name(hop)}.log"
                 # -Z root: Debian's tcpdump would otherwise write as user tcpdump, into a root-owned folder
-                argv = [tcpdump, "-i", intf, "-Q", "out", "-s", str(self.snaplen or 262144), "-U", "--immediate-mode", "-n",
-                        "-Z", "root",
-                        "-w", str(self.folder / file_name(hop))]
+                argv = [tcpdump, "-i", intf, "-Q", "out", "-s", str(self.snaplen or 262144), "-U", "--immediate-mode",
+                        "-n", "-Z", "root", "-w", str(self.folder / file_name(hop))]
                 with open(log, "w") as log_file:
                     proc = self.emu.popen(hop[0], argv, env=env, log_file=log_file)
                 self._running.append((hop, intf, proc, log))
