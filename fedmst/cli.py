@@ -14,8 +14,9 @@ import os
 import signal
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 import click
 from rich.console import Console
@@ -172,19 +173,43 @@ def main() -> None:
     atexit.register(gc.freeze)
 
 
+_live_option = click.option(
+    "--live", is_flag=True,
+    help="Show the run's links live in this terminal (busiest link directions, rate against capacity, bytes "
+         "against the plan, quiet links, CPU); plain lines when the output is not a terminal.")
+
+
+@contextmanager
+def _live(enabled: bool, out: Path) -> Iterator[None]:
+    """``--live``: the live view of the run(s) this process writes into ``out`` while the block runs."""
+    if not enabled:
+        yield
+        return
+    if not console.is_terminal:
+        _report("--live: the output is not a terminal, so progress comes as plain lines")
+        yield
+        return
+    from fedmst.views.live import live_view
+
+    with live_view(out, console, os.getpid()):
+        yield
+
+
 @main.command()
 @_schema_options("scheduler")
 @click.option("--out", default="runs/run", show_default=True, help="Run folder to write.")
+@_live_option
 @_options
 @click.pass_context
-def run(ctx: click.Context, **kw: Any) -> None:
+def run(ctx: click.Context, live: bool, **kw: Any) -> None:
     """Run one FL task for real in Mininet with one scheduler."""
     def go() -> Any:
         from fedmst.run.engine import run as run_
         from fedmst.run.prepare import resolve
 
         config, _ = _config(ctx, kw)
-        return config, run_(resolve(config)[0], report=_report, command_started=_started())
+        with _live(live, Path(config.out)):
+            return config, run_(resolve(config)[0], report=_report, command_started=_started())
 
     config, summary = _guard(go)
     from fedmst.run.report import summary_table
@@ -199,16 +224,19 @@ def run(ctx: click.Context, **kw: Any) -> None:
                    "registered names or package.module:Class.")
 @click.option("--out", default="runs/compare", show_default=True,
               help="Folder for one run folder per scheduler and comparison.json.")
+@_live_option
 @_options
 @click.pass_context
-def compare(ctx: click.Context, **kw: Any) -> None:
+def compare(ctx: click.Context, live: bool, **kw: Any) -> None:
     """Run the same tasks with every scheduler and compare them side by side."""
     def go() -> Any:
         from fedmst.run.experiments import compare as compare_
 
         config, extra = _config(ctx, kw)
         schedulers = list(split_list(extra["schedulers"], "--schedulers"))
-        return config, compare_(config, schedulers, Path(config.out), report=_report, command_started=_started())
+        with _live(live, Path(config.out)):
+            return config, compare_(config, schedulers, Path(config.out), report=_report,
+                                    command_started=_started())
 
     config, summaries = _guard(go)
     from fedmst.run.report import summary_table
@@ -345,6 +373,17 @@ def links(run_dir: Path, sort: str, round_: int | None, against: str | None) -> 
     if (run_dir / "pcap" / "index.json").exists():
         console.print(f"captures (--pcap): {run_dir / 'pcap'}/SRC-DST.pcap, one per link direction; "
                       f"{run_dir / 'pcap' / 'index.json'} names each one's node and interface")
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--wait", "wait_s", type=float, default=60.0, show_default=True,
+              help="Seconds to wait for a run that has not begun writing its live state.")
+def watch(run_dir: Path, wait_s: float) -> None:
+    """Watch a run (or compare) folder's links live, from another terminal, until the run ends."""
+    from fedmst.views.live import watch as watch_
+
+    _guard(lambda: watch_(run_dir, console, wait_s=wait_s))
 
 
 @main.command()

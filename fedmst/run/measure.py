@@ -120,6 +120,8 @@ class CounterSampler:
         self.read = read
         self.interval_s, self.scale = interval_s, scale
         self.rows: list[dict[str, Any]] = []
+        self.listener: Callable[[float, int, str, dict[LinkDir, int]], None] | None = None
+        """Told of every reading, as ``(t_s, round, phase, counters)`` (``live.json``'s publisher)."""
         self.t0: float | None = None
         """The monotonic time ``t_s`` counts from (default: the first sample's)."""
 
@@ -135,6 +137,8 @@ class CounterSampler:
             t_s = self.scale.network_s(now - self.t0)
             self.rows += [{"t_s": t_s, "round": round_, "phase": phase, "src": u, "dst": v, "bytes": n}
                           for (u, v), n in sorted(counters.items())]
+            if self.listener is not None:
+                self.listener(t_s, round_, phase, counters)
 
         def loop() -> None:
             while not stop.wait(self.scale.real_s(self.interval_s)):

@@ -20,7 +20,8 @@ from typing import Any, Callable, Iterator, Mapping
 
 import fedmst
 from fedmst.core.linktrace import LinkChange
-from fedmst.core.plan import Transfer, plan_summary
+from fedmst.core.plan import TRANSFER_PHASES, Transfer, plan_summary
+from fedmst.core.workload import link_state
 from fedmst.core.route import LinkDir, window_bytes
 from fedmst.core.timescale import TimeScale
 from fedmst.core.traffic import as_json
@@ -30,6 +31,7 @@ from fedmst.net.capture import Captures, parse_links
 from fedmst.net.emulation import Emulation
 from fedmst.protocol import ABORT_FILE, AgentSpec, Setup, TaskSpec, TransferSpec, root_id
 from fedmst.run.prepare import ResolvedRun
+from fedmst.run.livestate import LivePublisher, base_status
 from fedmst.run.measure import CounterSampler
 from fedmst.run.recovery import Live
 from fedmst.run.report import Report
@@ -170,6 +172,13 @@ class Session:
         self.samples: dict[str, dict[int, int]] = {}
         """Task -> local model -> its training samples (the aggregation weights)."""
         self.sampler = CounterSampler(emu.counters, scale=self.scale)
+        self.publisher = LivePublisher(
+            out, base_status(out, scheduler=self.config.scheduler, topology=self.graph.graph["name"],
+                             rounds=self.config.rounds, time_scale=self.scale.factor),
+            capacity_bps={hop: d["capacity_mbps"] * 1e6 for u, v, d in self.graph.edges(data=True)
+                          for hop in ((u, v), (v, u))},
+            planned=self._planned)
+        self.sampler.listener = self.publisher.observe
         self.specs: tuple[TaskSpec, ...] = ()
         self.phase_watch = PhaseWatch(self.clock)
         self.started_at = 0.0
@@ -183,6 +192,16 @@ class Session:
         """Seconds spent starting the agents (``agents``) and in the rounds (``rounds``)."""
         self.server: ControlServer
         self.agents: Agents
+
+    def _planned(self, round_: int, phase: str) -> dict[LinkDir, int]:
+        """The bytes the live plans put on each link direction in ``phase`` (``rounds``: every
+        round of tasks on their own clocks)."""
+        mtu = self.config.mtu
+        if phase in TRANSFER_PHASES:
+            return link_state(self.live.plans, phase=phase, mtu=mtu)  # type: ignore[arg-type]
+        if phase == "rounds":
+            return {hop: b * self.config.rounds for hop, b in link_state(self.live.plans, mtu=mtu).items()}
+        return {}
 
     def clock(self) -> float:
         """Now on a monotonic clock in the network's seconds: what fault times and stalls are measured on."""
@@ -241,6 +260,7 @@ class Session:
                 with self.trace, self._captures():
                     rounds()
             finally:
+                self.publisher.finish()
                 if resolved.background:
                     self._stop_background()
         finally:

@@ -1,0 +1,166 @@
+"""The live view of a run: what ``--live`` shows in the run's own terminal and ``fedmst watch``
+in another, both read from the run folder's ``live.json`` (:mod:`fedmst.run.livestate`).
+
+A run folder has one ``live.json``; a compare folder has one per scheduler, and the view follows
+the one that runs now. Without a terminal the view is plain lines: one a phase, once it is over,
+with the link directions that were busiest at its busiest moment.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+import psutil
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from fedmst.errors import FedmstError
+from fedmst.run.livestate import LIVE_FILE, LiveStatus, as_rows, read_status
+
+POLL_S = 0.25
+BAR = 20
+
+
+def render(status: LiveStatus) -> RenderableType:
+    """The round and phase, the busiest link directions (rate against capacity as a bar, bytes in
+    this phase against the plan's), the quiet ones, and the host's CPU busy."""
+    scale = f", time scale {status.time_scale:g} (rates are the network's)" if status.time_scale != 1 else ""
+    where = (f"round {status.round}/{status.rounds}, {status.phase}" if status.round else status.phase)
+    head = Text.assemble((f"{status.scheduler} on {status.topology}", "bold"), f": {where}; ",
+                         f"t = {status.t_s:.1f} s; host CPU busy {status.cpu_busy:.0%}{scale}")
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for name, justify in (("link direction", "left"), ("Mbit/s", "right"), ("of capacity", "left"),
+                          ("MB this phase", "right"), ("planned MB", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for row in as_rows(status):
+        filled = round(min(row["share"], 1.0) * BAR)
+        bar = Text("█" * filled + "░" * (BAR - filled) + f" {row['share']:4.0%}",
+                   style="red" if row["quiet"] else "green" if row["share"] < 0.9 else "yellow")
+        table.add_row(row["direction"], f"{row['mbps']:.1f}", bar, f"{row['phase_mb']:.2f}",
+                      f"{row['planned_mb']:.2f}" if row["planned_mb"] else "")
+    parts: list[RenderableType] = [head, table]
+    if status.quiet:
+        parts.append(Text(f"quiet while their transfers are unfinished: {', '.join(status.quiet)}", style="red"))
+    if status.finished:
+        parts.append(Text(f"run {status.phase}", style="bold"))
+    return Group(*parts)
+
+
+def plain(status: LiveStatus, most: int = 3) -> str:
+    """One line: the round and phase, the busiest link directions and the host's CPU busy."""
+    busiest = ", ".join(f"{r['direction']} {r['mbps']:.1f} Mbit/s ({r['share']:.0%})" for r in as_rows(status, most)
+                        if r["mbps"] > 0)
+    where = f"round {status.round}/{status.rounds} {status.phase}" if status.round else status.phase
+    quiet = f"; quiet: {', '.join(status.quiet)}" if status.quiet else ""
+    return f"[{status.scheduler}] {where}: {busiest or 'no link busy'}; host CPU {status.cpu_busy:.0%}{quiet}"
+
+
+def follow(folder: Path, coordinator: int | None = None, poll_s: float = POLL_S,
+           stop: Callable[[], bool] = lambda: False) -> Iterator[LiveStatus]:
+    """Each new state of the run in ``folder`` (or of the compare in it, run after run) until it
+    ends (its last run finished, or its process is gone) or ``stop()``. ``coordinator``: only
+    states written by that process (a new run in a folder an old one left ``live.json`` in)."""
+    seen: tuple[str, float] | None = None
+    while True:
+        stopping = stop()  # asked before the last look, so that the last state is shown
+        path, status = _current(folder, coordinator)
+        if status is not None and path is not None:
+            stamp = (str(path), path.stat().st_mtime)
+            if stamp != seen:
+                seen = stamp
+                yield status
+            alive = psutil.pid_exists(status.coordinator)
+            compare = not (folder / LIVE_FILE).exists()
+            if not alive or (status.finished and not compare):
+                return
+        if stopping:
+            return
+        time.sleep(poll_s)
+
+
+def _current(folder: Path, coordinator: int | None) -> tuple[Path | None, LiveStatus | None]:
+    """The live state to show: the folder's own, or in a compare folder the newest of its runs'."""
+    paths = [folder / LIVE_FILE] if (folder / LIVE_FILE).exists() else sorted(
+        folder.glob(f"*/{LIVE_FILE}"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for path in paths:
+        try:
+            status = read_status(path.parent)
+        except (FileNotFoundError, FedmstError):
+            continue
+        if status is not None and (coordinator is None or status.coordinator == coordinator):
+            return path, status
+    return None, None
+
+
+def check_watchable(folder: Path) -> None:
+    """Refuse, in one line, a folder that holds no run."""
+    if not folder.is_dir():
+        raise FedmstError(f"{folder}: no such folder")
+    if not (folder / LIVE_FILE).exists() and not any(folder.glob(f"*/{LIVE_FILE}")) \
+            and not (folder / "config.json").exists():
+        raise FedmstError(f"{folder}: not a fedmst run or compare folder (no {LIVE_FILE}); "
+                          "give the --out of a run started with this version")
+
+
+def watch(folder: Path, console: Console, wait_s: float = 60.0) -> None:
+    """Show the run in ``folder`` live until it ends (plain lines when ``console`` is no terminal);
+    a run folder not yet written (the run is preparing) is waited for up to ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    if not folder.exists():  # started beside the run, before the run made its folder
+        err = Console(stderr=True)
+        err.print(f"fedmst watch: waiting up to {wait_s:g} s for {folder} to appear", markup=False, soft_wrap=True)
+        while not folder.exists() and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+    check_watchable(folder)
+    while _current(folder, None)[1] is None:
+        if time.monotonic() > deadline:
+            raise FedmstError(f"{folder}: no run started writing {LIVE_FILE} within {wait_s:g} s")
+        time.sleep(POLL_S)
+    show(follow(folder), console)
+
+
+def show(states: Iterator[LiveStatus], console: Console) -> None:
+    """Render ``states`` as they come: a full-terminal view, or plain lines on a non-terminal."""
+    if not console.is_terminal:  # a line a phase, at its busiest moment, once the phase is over
+        busiest: LiveStatus | None = None
+        for status in states:
+            if busiest is not None and _key(status) != _key(busiest):
+                console.print(plain(busiest), markup=False, soft_wrap=True)
+                busiest = None
+            if busiest is None or _load(status) > _load(busiest) or status.quiet:
+                busiest = status
+        if busiest is not None:
+            console.print(plain(busiest), markup=False, soft_wrap=True)
+        return
+    with Live(console=console, refresh_per_second=4, transient=False) as live:
+        for status in states:
+            live.update(render(status))
+
+
+def _key(status: LiveStatus) -> tuple[str, int, str]:
+    return status.scheduler, status.round, status.phase
+
+
+def _load(status: LiveStatus) -> float:
+    return sum(link.rate_bps for link in status.links)
+
+
+@contextmanager
+def live_view(folder: Path, console: Console, coordinator: int) -> Iterator[None]:
+    """``--live``: while the block runs, the view of the run this process writes into ``folder``,
+    in a thread of its own; the block's own lines print above it."""
+    done = threading.Event()
+    thread = threading.Thread(target=show, args=(follow(folder, coordinator, stop=done.is_set), console),
+                              name="live-view", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=5)

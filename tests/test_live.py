@@ -1,0 +1,91 @@
+"""The live state (fedmst.run.livestate) and its view (fedmst.views.live), without a network:
+counter readings in, live.json and what the view shows out."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from fedmst.errors import FedmstError
+from fedmst.run import livestate
+from fedmst.run.livestate import LiveStatus, LivePublisher, base_status, read_status
+from fedmst.views.live import check_watchable, follow, plain, render, show
+
+A, B, C = ("a", "b"), ("b", "a"), ("b", "c")
+
+
+def _publisher(tmp_path: Path, planned: dict) -> LivePublisher:
+    base = base_status(tmp_path, scheduler="mst", topology="line3", rounds=2, time_scale=4.0)
+    return LivePublisher(tmp_path, base, capacity_bps={A: 1e8, B: 1e8, C: 5e7},
+                         planned=lambda r, phase: planned if phase == "upload" else {})
+
+
+def test_rates_are_bytes_per_second_of_the_networks_time_and_bytes_count_from_the_phases_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(livestate, "PUBLISH_S", 0.0)
+    pub = _publisher(tmp_path, {A: 2_000_000, C: 1_000_000})
+    assert read_status(tmp_path).phase == "setting up"
+    pub.observe(10.0, 1, "upload", {A: 500, B: 0, C: 100})
+    pub.observe(10.1, 1, "upload", {A: 1_000_500, B: 40, C: 100})
+    status = read_status(tmp_path)
+    assert (status.round, status.phase, status.time_scale) == (1, "upload", 4.0)
+    assert status.links[0].src == "a" and status.links[0].rate_bps == pytest.approx(1e7)  # busiest first
+    assert status.links[0].phase_bytes == 1_000_000 and status.links[0].planned_bytes == 2_000_000
+    assert status.quiet == ()  # b->c has carried nothing for only 0.1 s
+    pub.observe(11.2, 1, "upload", {A: 1_900_500, B: 80, C: 100})
+    assert read_status(tmp_path).quiet == ("b->c",)  # planned, unfinished, nothing for 1.2 s
+    pub.observe(11.3, 1, "train", {A: 1_900_500, B: 80, C: 100})
+    assert read_status(tmp_path).quiet == () and read_status(tmp_path).links[0].phase_bytes == 0
+    pub.finish()
+    last = read_status(tmp_path)
+    assert last.finished and last.phase == "finished" and all(link.rate_bps == 0 for link in last.links)
+
+
+def test_the_view_shows_the_phase_and_the_busiest_links_rate_against_capacity(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(livestate, "PUBLISH_S", 0.0)
+    pub = _publisher(tmp_path, {A: 2_000_000, C: 1_000_000})
+    pub.observe(0.0, 2, "upload", {A: 0, B: 0, C: 0})
+    pub.observe(0.5, 2, "upload", {A: 3_125_000, B: 1_000, C: 0})
+    pub.observe(1.6, 2, "upload", {A: 6_250_000, B: 2_000, C: 0})
+    status = read_status(tmp_path)
+    console = Console(record=True, width=120)
+    console.print(render(status))
+    text = console.export_text()
+    assert "mst on line3: round 2/2, upload" in text and "time scale 4" in text
+    assert "a->b" in text and "22.7" in text and "23%" in text  # 3.125 MB in 1.1 s of 100 Mbit/s
+    assert "quiet while their transfers are unfinished: b->c" in text
+    assert plain(status).startswith("[mst] round 2/2 upload: a->b 22.7 Mbit/s (23%)")
+
+
+def test_a_live_file_round_trips_and_a_broken_one_is_refused(tmp_path: Path) -> None:
+    status = LiveStatus(run_dir="x", scheduler="spff", topology="t", coordinator=1, rounds=3, round=2, phase="upload",
+                        links=(livestate.LinkNow("a", "b", 1.0, 2.0, 3, 4),), quiet=("a->b",))
+    assert LiveStatus.from_json(status.to_json()) == status
+    (tmp_path / "live.json").write_text('{"run_dir": 3}')
+    with pytest.raises(FedmstError, match="not a fedmst live state"):
+        read_status(tmp_path)
+
+
+def test_following_ends_with_a_finished_run_and_plain_lines_say_each_phase_once(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(livestate, "PUBLISH_S", 0.0)
+    pub = _publisher(tmp_path, {A: 10})
+    pub.observe(0.0, 1, "upload", {A: 0, B: 0, C: 0})
+    pub.finish()
+    console = Console(record=True, width=200, force_terminal=False)
+    show(follow(tmp_path, poll_s=0.01), console)
+    lines = console.export_text().splitlines()
+    assert lines == ["[mst] round 1/2 finished: no link busy; host CPU " + lines[0].rsplit(" ", 1)[1]]
+    assert [s.coordinator for s in follow(tmp_path, coordinator=os.getpid() + 1, poll_s=0.01,
+                                          stop=lambda: True)] == []  # another run's file is not this run's
+
+
+def test_a_folder_with_no_run_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(FedmstError, match="not a fedmst run or compare folder"):
+        check_watchable(tmp_path)
+    with pytest.raises(FedmstError, match="no such folder"):
+        check_watchable(tmp_path / "nope")
