@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FEDMST, assert_fedavg, run_past_round_one
+from conftest import FEDMST, assert_fedavg, assert_strategy, run_past_round_one
 from fedmst.core.wire import DEFAULT_MTU
 from fedmst.workers import DEFAULT_IMAGE, docker as containers
 from fedmst.run.results import read_csv
@@ -83,6 +83,29 @@ def test_docker_workers_match_the_plan_processes_and_aggregate_exactly(tmp_path:
         for rnd in (1, 2):  # in-path aggregation inside containers is exact
             assert_fedavg(run / "models" / f"round{rnd}")
     assert docker["mst"]["link_bytes_measured"] < docker["spff"]["link_bytes_measured"]
+
+
+def test_containers_run_a_median_over_the_selected_models_exactly(tmp_path: Path, clean_host: None) -> None:
+    """A robust strategy and client selection with Docker workers: three of the four local models
+    take part in each round, relays forward their updates whole, and G's model is their median."""
+    import torch
+
+    from fedmst.fl import aggregation, data, models
+
+    out = tmp_path / "run"
+    proc = subprocess.run([FEDMST, "run", *TASK, "--scheduler", "mst", "--workers", "docker", "--strategy", "fedmedian",
+                           "--clients-per-round", "3", "--out", str(out)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["workers"]["backend"] == "docker" and summary["local_models_per_round"] == [3, 3]
+    digits = data.load_dataset("digits")
+    torch.manual_seed(1)
+    initial = aggregation.flatten(models.build_model("mlp", num_classes=digits.num_classes,
+                                                     input_shape=digits.input_shape))
+    assert_strategy(out, "fedmedian", initial, tolerance=1e-5)
+    predicted = {(r["round"], r["src"], r["dst"]): int(r["predicted_bytes"]) for r in read_csv(out / "links.csv")}
+    for hop, measured in _weight_bytes(out).items():
+        assert abs(measured - predicted[hop]) <= max(0.02 * predicted[hop], FRAME), (hop, measured, predicted[hop])
 
 
 def test_missing_image_is_one_line_and_leaves_nothing(tmp_path: Path, clean_host: None) -> None:

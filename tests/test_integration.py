@@ -181,6 +181,27 @@ def test_a_median_gets_every_update_whole_and_the_links_carry_what_the_plan_says
     assert "ring cannot carry each update to G whole" in ring.stderr
 
 
+def test_a_median_on_tasks_own_clocks_is_the_lockstep_median(tmp_path: Path, clean_host: None) -> None:
+    """``--strategy fedmedian --clock independent``: each round's global model is the same as in
+    lockstep (the same updates, forwarded whole, whoever's clock runs them), and over the run the
+    links carry the plan's bytes."""
+    accuracy = {}
+    for clock in ("lockstep", "independent"):
+        out = tmp_path / clock
+        proc = subprocess.run(
+            [FEDMST, "run", "--topology", "small", "--scheduler", "mst", "--local-models", "4", "--rounds", "2",
+             "--epochs", "1", "--model", "mlp", "--global-node", "0", "--local-nodes", "2,3,3,4",
+             "--strategy", "fedmedian", "--clock", clock, "--out", str(out)], capture_output=True, text=True,
+            timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["strategy"] == "fedmedian" and summary["clock"] == clock
+        assert abs(summary["weight_bytes_measured"] - summary["link_bytes_predicted"]) <= 0.05 * summary[
+            "link_bytes_predicted"]
+        accuracy[clock] = summary["accuracy_per_round"]
+    assert accuracy["independent"] == pytest.approx(accuracy["lockstep"], abs=1e-6)
+
+
 def test_a_dying_global_model_worker_stops_the_run_cleanly(tmp_path: Path, clean_host: None) -> None:
     """Any other worker's death is survived (tests/test_fault_runs.py); the one holding G's
     model ends the run with one line, keeping the rounds already finished."""
