@@ -92,6 +92,7 @@ def test_a_client_fn_without_flower_installed_is_one_line(tmp_path: Path) -> Non
     (["--client", "quickstart"], "give package.module:client_fn"),
     (["--client", "quickstart:client_fn", "--model", "cnn"], "--client brings its own model and data"),
     (["--client", "quickstart:client_fn", "--clock", "independent"], "use --clock lockstep"),
+    (["--client", "quickstart:client_fn", "--workers", "docker"], "leave out --workers docker"),
     (["--client", "quickstart:client_fn", "--run-config", "local-epochs"], "--run-config"),
 ])
 def test_flower_options_that_cannot_run_are_one_line(tmp_path: Path, extra: list[str], fragment: str) -> None:

@@ -367,6 +367,9 @@ def _check_together(config: RunConfig) -> None:
         if config.clock == "independent":
             raise FedmstError("--client: a Flower client reports its examples (its update's weight) with each fit, "
                               "which the independent clock fixes before round 1; use --clock lockstep")
+        if config.workers == "docker":
+            raise FedmstError("--client runs in process workers: the worker image has neither flwr nor your client's "
+                              "module; leave out --workers docker")
         given = [o for o, v, d in (("--model", config.model, DEFAULT_MODEL), ("--dataset", config.dataset,
                                                                               DEFAULT_DATASET)) if v != d]
         if given:
