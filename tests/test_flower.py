@@ -115,3 +115,38 @@ def test_run_config_values_are_read_as_flower_reads_them() -> None:
 def test_an_unknown_client_module_is_one_clear_error() -> None:
     with pytest.raises(ClientError, match="cannot import module 'no_such_pkg.mod'"):
         initial_layout("no_such_pkg.mod:client_fn", 2, {}, seed=1)
+
+
+def test_what_a_client_returns_is_checked_not_trusted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    words = _module(tmp_path, monkeypatch, "words", "class C(NumPyClient):\n"
+                    "    def get_parameters(self, config):\n        return [np.array(['a', 'b'])]\n"
+                    "def client_fn(context):\n    return C().to_client()\n")
+    with pytest.raises(ClientError, match=r"get_parameters returned arrays of str\d*, not numbers"):
+        initial_layout(words, 2, {}, seed=1)
+    odd = _module(tmp_path, monkeypatch, "oddmetrics", "class C(NumPyClient):\n"
+                  "    def get_parameters(self, config):\n        return [np.zeros(3, np.float32)]\n"
+                  "    def fit(self, parameters, config):\n        return parameters, 5, {'loss': 'n/a'}\n"
+                  "    def evaluate(self, parameters, config):\n        return 0.0, 5, {'accuracy': 'high'}\n"
+                  "def client_fn(context):\n    return C().to_client()\n")
+    layout, start = initial_layout(odd, 2, {}, seed=1)
+    with pytest.raises(ClientError, match=r"\(partition 1\): fit returned loss = 'n/a', not a number"):
+        FlowerNode(odd, 1, 2, {}).fit(layout, start, 1)
+    with pytest.raises(ClientError, match="evaluate returned accuracy = 'high', not a number"):
+        FlowerNode(odd, 1, 2, {}).evaluate(layout, start, 1)
+    raw = _module(tmp_path, monkeypatch, "rawclient", "from flwr.client import Client\n"
+                  "class C(Client):\n    def get_parameters(self, ins):\n        return [1, 2]\n"
+                  "def client_fn(context):\n    return C()\n")
+    with pytest.raises(ClientError, match="get_parameters returned list, not a Flower GetParametersRes"):
+        initial_layout(raw, 2, {}, seed=1)
+
+
+def test_seeding_a_clients_model_leaves_the_processs_random_state_as_it_was() -> None:
+    import random
+
+    torch.manual_seed(123)
+    random.seed(9)
+    expected = (torch.rand(3), random.random())
+    torch.manual_seed(123)
+    random.seed(9)
+    initial_layout(CLIENT, 2, {}, seed=5)
+    assert torch.equal(torch.rand(3), expected[0]) and random.random() == expected[1]

@@ -6,6 +6,7 @@ Each test checks, through ``clean_host``, that no namespace, interface or proces
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import signal
 import subprocess
@@ -222,6 +223,16 @@ def test_a_dying_global_model_worker_stops_the_run_cleanly(tmp_path: Path, clean
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"].startswith("failed: ") and f"node {g}" in summary["status"], summary["status"]
     assert summary["rounds"] == finished and summary["rounds_planned"] == 20
+
+
+def test_an_output_folder_removed_mid_run_stops_it_in_one_line(tmp_path: Path, clean_host: None) -> None:
+    out = tmp_path / "run"
+    with run_past_round_one(out) as proc:
+        shutil.rmtree(out)
+        _, err = proc.communicate(timeout=120)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert proc.returncode == 1 and len(lines) == 1, err
+    assert f"output folder {out} was removed while the run wrote into it" in lines[0]
 
 
 def test_ctrl_c_tears_everything_down(tmp_path: Path, clean_host: None) -> None:

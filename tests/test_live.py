@@ -11,14 +11,15 @@ from rich.console import Console
 
 from fedmst.errors import FedmstError
 from fedmst.run import livestate
-from fedmst.run.livestate import LiveStatus, LivePublisher, base_status, read_status
+from fedmst.run.livestate import LiveStatus, LivePublisher, read_status
 from fedmst.views.live import check_watchable, follow, plain, render, show
 
 A, B, C = ("a", "b"), ("b", "a"), ("b", "c")
 
 
 def _publisher(tmp_path: Path, planned: dict) -> LivePublisher:
-    base = base_status(tmp_path, scheduler="mst", topology="line3", rounds=2, time_scale=4.0)
+    base = LiveStatus(run_dir=str(tmp_path), scheduler="mst", topology="line3", coordinator=os.getpid(), rounds=2,
+                      time_scale=4.0)
     return LivePublisher(tmp_path, base, capacity_bps={A: 1e8, B: 1e8, C: 5e7},
                          planned=lambda r, phase: planned if phase == "upload" else {})
 

@@ -16,7 +16,8 @@ node starts from the same weights even where a plan broadcasts nothing.
 Flower evaluates on the clients; so does fedmst: G evaluates each round's global model with every
 partition's client (Flower's ``fraction_evaluate=1``) and reports the ``accuracy`` metric averaged
 over their examples. That evaluation happens at G, off the links and off the clock, as fedmst's own
-test-set accuracy does.
+test-set accuracy does, with a ``Context`` per partition of G's own: what a client keeps in
+``context.state`` during ``fit`` (on its training node) is not there when it evaluates.
 
 ``flwr`` is imported only when a client is named (``pip install 'fedmst[flower]'``).
 """
@@ -145,13 +146,16 @@ class FlowerNode:
         return client
 
     def _call(self, method: str, ins: Any) -> Any:
-        from flwr.common import Code
+        from flwr.common import Code, EvaluateRes, FitRes, GetParametersRes
 
         client = self._client()
         try:
             res = getattr(client, method)(ins)
         except Exception as exc:  # noqa: BLE001 - the user's client failing is the client's fault
             raise ClientError(f"{self.what}: {method} raised {one_line(exc)}") from exc
+        expected = {"get_parameters": GetParametersRes, "fit": FitRes, "evaluate": EvaluateRes}[method]
+        if not isinstance(res, expected):
+            raise ClientError(f"{self.what}: {method} returned {type(res).__name__}, not a Flower {expected.__name__}")
         if res.status.code == Code.GET_PARAMETERS_NOT_IMPLEMENTED:
             raise ClientError(f"{self.what}: implement get_parameters: the run's initial global model and its "
                               "size are partition 0's, as Flower's server asks a client when its strategy has no "
@@ -161,31 +165,52 @@ class FlowerNode:
         return res
 
     def parameters(self, seed: int) -> list[np.ndarray]:
-        """The client's initial weights, its model built with every RNG seeded by ``seed`` (one
-        partition at a time: the seed is the process's)."""
-        from flwr.common import GetParametersIns, parameters_to_ndarrays
+        """The client's initial weights, its model built with Python's, NumPy's and torch's RNGs
+        seeded by ``seed`` (one at a time: they are the process's) and put back as they were after."""
+        from flwr.common import GetParametersIns
 
         with SEEDING:
-            random.seed(seed)
-            np.random.seed(seed % 2**32)
-            torch.manual_seed(seed)
-            return parameters_to_ndarrays(self._call("get_parameters", GetParametersIns(config={})).parameters)
+            saved = random.getstate(), np.random.get_state(), torch.get_rng_state()
+            try:
+                random.seed(seed)
+                np.random.seed(seed % 2**32)
+                torch.manual_seed(seed)
+                return self._arrays(self._call("get_parameters", GetParametersIns(config={})), "get_parameters")
+            finally:
+                random.setstate(saved[0])
+                np.random.set_state(saved[1])
+                torch.set_rng_state(saved[2])
+
+    def _arrays(self, res: Any, method: str) -> list[np.ndarray]:
+        """The numeric arrays a result carries; a clear error for anything else."""
+        from flwr.common import parameters_to_ndarrays
+
+        try:
+            arrays = parameters_to_ndarrays(res.parameters)
+        except Exception as exc:  # noqa: BLE001 - whatever the client put there is the client's fault
+            raise ClientError(f"{self.what}: {method} returned parameters that are no arrays "
+                              f"({one_line(exc)})") from exc
+        odd = [a.dtype.name for a in arrays if not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_)]
+        if odd:
+            raise ClientError(f"{self.what}: {method} returned arrays of {', '.join(sorted(set(odd)))}, not numbers")
+        return arrays
 
     def fit(self, layout: Layout, weights: torch.Tensor, round_: int, proximal_mu: float = 0.0) -> Fitted:
         """Train from ``weights`` (the round's global model) as Flower's FedAvg asks a client to
         (FedProx's also sends its ``proximal_mu``)."""
-        from flwr.common import FitIns, ndarrays_to_parameters, parameters_to_ndarrays
+        from flwr.common import FitIns, ndarrays_to_parameters
 
         config: dict[str, ConfigValue] = {"server-round": round_}
         if proximal_mu > 0:
             config["proximal_mu"] = proximal_mu
         res = self._call("fit", FitIns(ndarrays_to_parameters(layout.arrays(weights)), config))
-        trained = layout.flatten(parameters_to_ndarrays(res.parameters), f"{self.what}: fit")
-        if res.num_examples <= 0:
-            raise ClientError(f"{self.what}: fit returned {res.num_examples} examples; its update needs a "
+        trained = layout.flatten(self._arrays(res, "fit"), f"{self.what}: fit")
+        examples = _count(res.num_examples)
+        if examples is None or examples <= 0:
+            raise ClientError(f"{self.what}: fit returned {res.num_examples!r} examples; its update needs a "
                               "positive count to be weighted by")
-        loss = next((float(res.metrics[k]) for k in ("train_loss", "loss") if k in res.metrics), None)
-        return Fitted(trained, int(res.num_examples), loss)
+        loss = next((self._metric(res.metrics, k, "fit") for k in ("train_loss", "loss") if k in res.metrics), None)
+        return Fitted(trained, examples, loss)
 
     def evaluate(self, layout: Layout, weights: torch.Tensor, round_: int) -> tuple[float, int]:
         """The client's ``accuracy`` metric on ``weights`` and the examples it was measured on."""
@@ -196,7 +221,23 @@ class FlowerNode:
         if "accuracy" not in res.metrics:
             raise ClientError(f"{self.what}: evaluate returned no 'accuracy' metric (it returned "
                               f"{sorted(res.metrics) or 'none'}); fedmst reports the global model's accuracy")
-        return float(res.metrics["accuracy"]), int(res.num_examples)
+        examples = _count(res.num_examples)
+        if examples is None or examples < 0:
+            raise ClientError(f"{self.what}: evaluate returned {res.num_examples!r} examples, not a count")
+        return self._metric(res.metrics, "accuracy", "evaluate"), examples
+
+    def _metric(self, metrics: Mapping[str, Any], key: str, method: str) -> float:
+        value = metrics[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ClientError(f"{self.what}: {method} returned {key} = {value!r}, not a number")
+        return float(value)
+
+
+def _count(value: Any) -> int | None:
+    """``value`` as an example count, or None when it is none (a bool is not one)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        return None
+    return int(value)
 
 
 def initial_layout(spec: str, partitions: int, run_config: Mapping[str, ConfigValue],

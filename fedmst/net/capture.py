@@ -99,7 +99,8 @@ class CaptureFile:
     packets: int
     """Frames tcpdump captured."""
     bytes: int
-    """Their original lengths summed: what ``links.csv`` counts for the same window."""
+    """Their original lengths summed. Over the rounds' phases that is what ``links.csv`` counts; the
+    capture also holds what crossed between them (a re-plan's connections) and background flows."""
     dropped_by_kernel: int
     """Frames the kernel dropped before tcpdump read them: a capture with any is incomplete."""
 
@@ -121,7 +122,11 @@ class Captures:
         self.snaplen, self.log_dir, self.run_id, self.time_scale = snaplen, log_dir, run_id, time_scale
         self._running: list[tuple[LinkDir, str, subprocess.Popen, Path]] = []
         self.started_at = 0.0
+        """When every tcpdump listened (the host's clock, as the captures' own timestamps): the
+        anchor a slowed run's timestamps are rescaled from."""
         self.files: list[CaptureFile] = []
+        self.failed: list[str] = []
+        """Captures that could not be read back, and why."""
 
     def __enter__(self) -> Captures:
         tcpdump = require_tcpdump()
@@ -177,16 +182,20 @@ class Captures:
         for hop, intf, _, log in running:
             stats = {kind: int(n) for n, kind in _STATS.findall(log.read_text())}
             path = self.folder / file_name(hop)
-            if not path.exists():
+            try:
+                if self.time_scale != 1.0 and self.started_at:
+                    rescale_times(path, self.started_at, self.time_scale)
+                captured = sum(orig for _, orig, _ in records(path))
+            except (OSError, FedmstError) as exc:  # a tcpdump killed before it wrote a header: say so, go on
+                self.failed.append(f"{file_name(hop)}: {' '.join(str(exc).split())}")
                 continue
-            if self.time_scale != 1.0 and self.started_at:
-                rescale_times(path, self.started_at, self.time_scale)
             self.files.append(CaptureFile(hop[0], hop[1], path.name, hop[0], intf, stats.get("captured", 0),
-                                          sum(orig for _, orig, _ in records(path)), stats.get("dropped by kernel", 0)))
+                                          captured, stats.get("dropped by kernel", 0)))
 
     def index(self) -> dict[str, object]:
         """``pcap/index.json``: what was captured where, and how."""
         return {"run": self.run_id, "snaplen": self.snaplen, "time_scale": self.time_scale,
+                "started_at": self.started_at, "unreadable": self.failed,
                 "window": "from just before round 1 to just after the last round (set-up and warm-up excluded)",
                 "direction": "each file holds one link direction: the frames its sender's interface sent",
                 "captures": [asdict(f) for f in self.files]}

@@ -22,6 +22,7 @@ from fedmst.errors import FedmstError
 from fedmst.net.calibrate import cpu_bound_links, link_ceiling_mbps
 from fedmst.net.cleanup import RunState
 from fedmst.net.emulation import Capabilities, Emulation
+from fedmst.run import livestate
 from fedmst.run.prepare import ResolvedRun
 from fedmst.run.independent import IndependentRun
 from fedmst.run.lockstep import LockstepRun
@@ -50,6 +51,7 @@ def run(resolved: ResolvedRun, report: Report = print, command_started: float | 
 def _run(resolved: ResolvedRun, report: Report, started: float, times: dict[str, float]) -> Summary:
     config = resolved.config
     write_json(Path(config.out) / "config.json", asdict(config))
+    livestate.begin(Path(config.out), resolved)
     _report_workload(resolved, report)
     summary = _Run(resolved, report, started, times).go()
     report(f"[{config.scheduler}] time: {breakdown_line(times)}")
@@ -104,6 +106,8 @@ class _Run:
             self.status = f"failed: {' '.join(str(exc).splitlines())}"
             raise
         except Exception as exc:  # a bug, not bad input: record it, keep the traceback, say it in one line
+            if not out.is_dir():
+                raise FedmstError(_gone(out)) from None
             self.status = f"failed: {type(exc).__name__}: {' '.join(str(exc).split())}"
             (out / "error.log").write_text(traceback.format_exc())
             raise FedmstError(f"{type(exc).__name__}: {' '.join(str(exc).split())} "
@@ -113,9 +117,12 @@ class _Run:
                 self.backend.down()
             finally:  # the run's record and scratch go even when its containers would not
                 state.remove()
-            if self.emu is not None and self.emu.delay_stats:
+            gone = not out.is_dir()
+            if self.emu is not None and self.emu.delay_stats and not gone:
                 write_json(out / "delay_lines.json", self.emu.delay_stats)
-            summary = self.summarise()
+            summary = None if gone else self.summarise()
+        if gone:
+            raise FedmstError(_gone(out))
         if summary is None:
             raise FedmstError("the run finished no round")
         return summary
@@ -183,6 +190,11 @@ class _Run:
         """summary.json's ``emulated`` in the network's terms: the time scale, and the jitter
         asked for (the emulation was handed it slowed)."""
         return {"time_scale": self.resolved.time_scale, "jitter_s": self.resolved.config.jitter_ms / 1e3}
+
+
+def _gone(out: Path) -> str:
+    return (f"output folder {out} was removed while the run wrote into it; the run stopped and left nothing "
+            "behind (give it a folder that stays)")
 
 
 def _link_ceiling(resolved: ResolvedRun, capabilities: Capabilities, report: Report) -> dict[str, object]:

@@ -105,11 +105,13 @@ class LivePublisher:
     _last: tuple[float, dict[LinkDir, int]] | None = None
     _moved: dict[LinkDir, float] = field(default_factory=dict)
     _written: float = 0.0
+    _broken: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         psutil.cpu_percent(None)  # the first call only starts the count
-        self._write(self.base)
+        with self._lock:
+            self._write(self.base)
 
     def observe(self, t_s: float, round_: int, phase: str, counters: Mapping[LinkDir, int]) -> None:
         """One sample: ``counters`` read at ``t_s`` (the network's seconds) in ``round_``'s ``phase``."""
@@ -146,16 +148,38 @@ class LivePublisher:
                 replace(link, rate_bps=0.0) for link in last.links), quiet=()))
 
     def _write(self, status: LiveStatus) -> None:
-        path = self.out / LIVE_FILE
-        tmp = path.with_name(f".{LIVE_FILE}.{os.getpid()}")
-        tmp.write_text(status.to_json())
-        os.replace(tmp, path)
+        """Replace ``live.json`` (the caller holds the lock, so one temporary name serves). The live
+        view is a window on the run, never a reason to stop it: a folder that cannot be written
+        ends the publishing, and the run finds out for itself when it next writes its results."""
+        if self._broken:
+            return
+        try:
+            _replace(self.out / LIVE_FILE, status.to_json())
+        except OSError:
+            self._broken = True
 
 
-def base_status(out: Path, *, scheduler: str, topology: str, rounds: int, time_scale: float) -> LiveStatus:
-    """A run's live state before its first round."""
-    return LiveStatus(run_dir=str(out), scheduler=scheduler, topology=topology, coordinator=os.getpid(),
-                      rounds=rounds, time_scale=time_scale)
+def base_status(out: Path, resolved: Any) -> LiveStatus:
+    """The live state of ``resolved`` (a :class:`~fedmst.run.prepare.ResolvedRun`) before its
+    first round, written by this process."""
+    config = resolved.config
+    return LiveStatus(run_dir=str(out), scheduler=config.scheduler, topology=resolved.graph.graph["name"],
+                      coordinator=os.getpid(), rounds=config.rounds, time_scale=resolved.time_scale)
+
+
+def begin(out: Path, resolved: Any) -> None:
+    """Say in ``out`` that this process runs ``resolved`` and is setting up: a watcher started now
+    follows this run, not the one an earlier ``live.json`` there was left by."""
+    try:
+        _replace(out / LIVE_FILE, base_status(out, resolved).to_json())
+    except OSError:
+        pass  # the run reports its folder itself
+
+
+def _replace(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def as_rows(status: LiveStatus, most: int = 10) -> list[dict[str, Any]]:

@@ -173,8 +173,7 @@ class Session:
         """Task -> local model -> its training samples (the aggregation weights)."""
         self.sampler = CounterSampler(emu.counters, scale=self.scale)
         self.publisher = LivePublisher(
-            out, base_status(out, scheduler=self.config.scheduler, topology=self.graph.graph["name"],
-                             rounds=self.config.rounds, time_scale=self.scale.factor),
+            out, base_status(out, resolved),
             capacity_bps={hop: d["capacity_mbps"] * 1e6 for u, v, d in self.graph.edges(data=True)
                           for hop in ((u, v), (v, u))},
             planned=self._planned)
@@ -199,8 +198,12 @@ class Session:
         mtu = self.config.mtu
         if phase in TRANSFER_PHASES:
             return link_state(self.live.plans, phase=phase, mtu=mtu)  # type: ignore[arg-type]
-        if phase == "rounds":
-            return {hop: b * self.config.rounds for hop, b in link_state(self.live.plans, mtu=mtu).items()}
+        if phase == "rounds":  # each task's plan as many times as it has rounds
+            total: dict[LinkDir, int] = {}
+            for plan in self.live.plans:
+                for hop, b in link_state([plan], mtu=mtu).items():
+                    total[hop] = total.get(hop, 0) + b * plan.task.rounds
+            return total
         return {}
 
     def clock(self) -> float:
@@ -241,30 +244,41 @@ class Session:
         return self.specs
 
     def run(self, rounds: Callable[[], None]) -> None:
-        """Start the agents, then run ``rounds`` with the background flows and the link trace going."""
+        """Start the agents, then run ``rounds`` with the background flows and the link trace going
+        (and the captures, which are listening before the run's clock starts)."""
         spec_file = self._write_specs()
         self.server = ControlServer(Path(self.scratch / "control.sock"), token=secrets.token_hex(16))
+        outcome = "failed"
         try:
             self._start_agents(spec_file)
-            resolved = self.resolved
-            self.started_at = time.monotonic() + (0.3 if resolved.background else 0.0)
-            self.sampler.t0 = self.started_at
-            if resolved.background:
-                self.emu.start_background([self.scale.flow(f) for f in resolved.background], self.started_at,
-                                          self.out / "background")
-                self.report(f"{self.tag} background: {', '.join(f.label for f in resolved.background)}")
-                time.sleep(max(0.0, self.started_at - time.monotonic()))
-            self.trace = LinkTrace(self.emu, resolved.link_changes, self.started_at, self.out / "link_changes.json",
-                                   lambda line: self.report(f"{self.tag} {line}"), self.scale)
-            try:
-                with self.trace, self._captures():
-                    rounds()
-            finally:
-                self.publisher.finish()
-                if resolved.background:
-                    self._stop_background()
+            with self._captures():
+                self._rounds(rounds)
+            outcome = "finished"
+        except KeyboardInterrupt:
+            outcome = "interrupted"
+            raise
         finally:
+            self.publisher.finish(outcome)
             self.server.close()
+
+    def _rounds(self, rounds: Callable[[], None]) -> None:
+        """``rounds`` from ``started_at``, which the background flows and the link trace count from."""
+        resolved = self.resolved
+        self.started_at = time.monotonic() + (0.3 if resolved.background else 0.0)
+        self.sampler.t0 = self.started_at
+        if resolved.background:
+            self.emu.start_background([self.scale.flow(f) for f in resolved.background], self.started_at,
+                                      self.out / "background")
+            self.report(f"{self.tag} background: {', '.join(f.label for f in resolved.background)}")
+            time.sleep(max(0.0, self.started_at - time.monotonic()))
+        self.trace = LinkTrace(self.emu, resolved.link_changes, self.started_at, self.out / "link_changes.json",
+                               lambda line: self.report(f"{self.tag} {line}"), self.scale)
+        try:
+            with self.trace:
+                rounds()
+        finally:
+            if resolved.background:
+                self._stop_background()
 
     @contextmanager
     def _captures(self) -> Iterator[None]:

@@ -103,7 +103,7 @@ def check_watchable(folder: Path) -> None:
     if not folder.is_dir():
         raise FedmstError(f"{folder}: no such folder")
     if not (folder / LIVE_FILE).exists() and not any(folder.glob(f"*/{LIVE_FILE}")) \
-            and not (folder / "config.json").exists():
+            and not (folder / "config.json").exists() and not any(folder.glob("*/config.json")):
         raise FedmstError(f"{folder}: not a fedmst run or compare folder (no {LIVE_FILE}); "
                           "give the --out of a run started with this version")
 

@@ -335,10 +335,10 @@ class Agent:
         active = set(role.spec.active)
         for i in set(role.trained) - active:  # sat this round out (not selected, or dropped): nothing to send
             del role.trained[i]
-        assert role.base is not None, "a node holding local models starts from the task's global model"
         for i, learner in sorted(role.local.items()):
             if i not in active:
                 continue
+            assert role.base is not None, "a node holding local models starts from the task's global model"
             role.trained.pop(i, None)
             began, cpu = time.perf_counter(), time.thread_time()
             fitted[i] = learner.fit(role.base, round_, training.local_seed(role.spec.seed, round_, i),
