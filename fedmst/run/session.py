@@ -297,7 +297,8 @@ class Session:
                             f"(first {config.pcap_snaplen or 'all'} bytes of each frame)")
                 yield
         finally:
-            write_json(self.out / "pcap" / "index.json", captures.index())
+            if captures.folder.is_dir():  # not made when the captures could not start, or the run's folder went
+                write_json(captures.folder / "index.json", captures.index())
             dropped = sum(f.dropped_by_kernel for f in captures.files)
             self.pcap = {"folder": "pcap", "link_directions": len(captures.files), "snaplen": config.pcap_snaplen,
                          "kernel_drops": dropped}
