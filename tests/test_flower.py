@@ -28,6 +28,16 @@ def _module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, body: st
     return f"{name}:client_fn"
 
 
+def _numpy_client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, *methods: str) -> str:
+    """A module whose client_fn returns a NumPyClient with ``methods`` (each ``def ...:\n    return ...``)."""
+    body = "".join("    " + "\n    ".join(m.splitlines()) + "\n" for m in methods) or "    pass\n"
+    return _module(tmp_path, monkeypatch, name,
+                   f"class C(NumPyClient):\n{body}def client_fn(context):\n    return C().to_client()\n")
+
+
+ZEROS = "def get_parameters(self, config):\n    return [np.zeros(3, np.float32)]"
+
+
 def test_the_initial_model_is_partition_zeros_parameters_under_the_seed() -> None:
     layout, first = initial_layout(CLIENT, 4, {}, seed=3)
     again = initial_layout(CLIENT, 4, {}, seed=3)[1]
@@ -88,17 +98,14 @@ def test_a_client_fn_returning_no_client_is_refused(tmp_path: Path, monkeypatch:
 
 def test_a_client_without_get_parameters_is_told_why_it_needs_one(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = _module(tmp_path, monkeypatch, "noparams", "class C(NumPyClient):\n    pass\n"
-                   "def client_fn(context):\n    return C().to_client()\n")
+    spec = _numpy_client(tmp_path, monkeypatch, "noparams")
     with pytest.raises(ClientError, match="implement get_parameters"):
         initial_layout(spec, 2, {}, seed=1)
 
 
 def test_a_failing_fit_names_the_partition_and_the_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = _module(tmp_path, monkeypatch, "badfit", "class C(NumPyClient):\n"
-                   "    def get_parameters(self, config):\n        return [np.zeros(3, np.float32)]\n"
-                   "    def fit(self, parameters, config):\n        raise ValueError('no data\\nhere')\n"
-                   "def client_fn(context):\n    return C().to_client()\n")
+    spec = _numpy_client(tmp_path, monkeypatch, "badfit", ZEROS,
+                         "def fit(self, parameters, config):\n    raise ValueError('no data\\nhere')")
     layout, start = initial_layout(spec, 2, {}, seed=1)
     with pytest.raises(ClientError, match=r"\(partition 1\): fit raised ValueError: no data here"):
         FlowerNode(spec, 1, 2, {}).fit(layout, start, 1)
@@ -118,16 +125,13 @@ def test_an_unknown_client_module_is_one_clear_error() -> None:
 
 
 def test_what_a_client_returns_is_checked_not_trusted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    words = _module(tmp_path, monkeypatch, "words", "class C(NumPyClient):\n"
-                    "    def get_parameters(self, config):\n        return [np.array(['a', 'b'])]\n"
-                    "def client_fn(context):\n    return C().to_client()\n")
+    words = _numpy_client(tmp_path, monkeypatch, "words",
+                          "def get_parameters(self, config):\n    return [np.array(['a', 'b'])]")
     with pytest.raises(ClientError, match=r"get_parameters returned arrays of str\d*, not numbers"):
         initial_layout(words, 2, {}, seed=1)
-    odd = _module(tmp_path, monkeypatch, "oddmetrics", "class C(NumPyClient):\n"
-                  "    def get_parameters(self, config):\n        return [np.zeros(3, np.float32)]\n"
-                  "    def fit(self, parameters, config):\n        return parameters, 5, {'loss': 'n/a'}\n"
-                  "    def evaluate(self, parameters, config):\n        return 0.0, 5, {'accuracy': 'high'}\n"
-                  "def client_fn(context):\n    return C().to_client()\n")
+    odd = _numpy_client(tmp_path, monkeypatch, "oddmetrics", ZEROS,
+                        "def fit(self, parameters, config):\n    return parameters, 5, {'loss': 'n/a'}",
+                        "def evaluate(self, parameters, config):\n    return 0.0, 5, {'accuracy': 'high'}")
     layout, start = initial_layout(odd, 2, {}, seed=1)
     with pytest.raises(ClientError, match=r"\(partition 1\): fit returned loss = 'n/a', not a number"):
         FlowerNode(odd, 1, 2, {}).fit(layout, start, 1)
