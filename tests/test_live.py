@@ -12,6 +12,7 @@ from rich.console import Console
 from fedmst.errors import FedmstError
 from fedmst.run import livestate
 from fedmst.run.livestate import LiveStatus, LivePublisher, read_status
+from fedmst.run.measure import CounterSampler
 from fedmst.views.live import check_watchable, follow, plain, render, show
 
 A, B, C = ("a", "b"), ("b", "a"), ("b", "c")
@@ -43,6 +44,45 @@ def test_rates_are_bytes_per_second_of_the_networks_time_and_bytes_count_from_th
     pub.finish()
     last = read_status(tmp_path)
     assert last.finished and last.phase == "finished" and all(link.rate_bps == 0 for link in last.links)
+
+
+def _bytes(status: LiveStatus) -> dict[tuple[str, str], int]:
+    return {(link.src, link.dst): link.phase_bytes for link in status.links}
+
+
+def test_the_frame_a_phase_and_the_run_end_on_holds_the_last_reading_whatever_the_throttle(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(livestate, "PUBLISH_S", 60.0)  # readings far faster than writes, however slow the host
+    pub = _publisher(tmp_path, {A: 2_000_000})
+    for i in range(5):  # only the first is written
+        pub.observe(0.1 * i, 1, "upload", {A: 400_000 * i, B: 10 * i, C: 0})
+    assert _bytes(read_status(tmp_path))[A] == 0
+    pub.finish()  # the latest reading, not the latest written
+    assert read_status(tmp_path).finished and _bytes(read_status(tmp_path)) == {A: 1_600_000, B: 40, C: 0}
+
+    pub = _publisher(tmp_path, {A: 2_000_000})
+    for i in range(4):
+        pub.observe(0.1 * i, 2, "upload", {A: 500_000 * i, B: 0, C: 0}, final=i == 3)
+    status = read_status(tmp_path)  # the phase's last reading is written at once
+    assert (status.phase, status.finished, _bytes(status)[A]) == ("upload", False, 1_500_000)
+    assert status.links[0].rate_bps == pytest.approx(5e6)
+    pub.observe(0.35, 2, "train", {A: 1_500_000, B: 0, C: 0})  # throttled again
+    assert read_status(tmp_path).phase == "upload"
+
+
+def test_a_sampled_phase_ends_on_a_frame_with_the_bytes_it_carried_to_its_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(livestate, "PUBLISH_S", 60.0)
+    sent = 0
+    sampler = CounterSampler(lambda: {A: sent, B: 0, C: 0}, interval_s=0.01)
+    pub = _publisher(tmp_path, {A: 3_000_000})
+    sampler.listener = pub.observe
+    with sampler.sampling(1, "upload"):
+        for _ in range(3):  # the last transfer ends just before the phase does, within PUBLISH_S
+            sent += 1_000_000
+    assert _bytes(read_status(tmp_path))[A] == 3_000_000
+    pub.finish()
+    assert _bytes(read_status(tmp_path))[A] == 3_000_000
 
 
 def test_the_view_shows_the_phase_and_the_busiest_links_rate_against_capacity(tmp_path: Path,
@@ -83,6 +123,17 @@ def test_following_ends_with_a_finished_run_and_plain_lines_say_each_phase_once(
     assert lines == ["[mst] round 1/2 finished: no link busy; host CPU " + lines[0].rsplit(" ", 1)[1]]
     assert [s.coordinator for s in follow(tmp_path, coordinator=os.getpid() + 1, poll_s=0.01,
                                           stop=lambda: True)] == []  # another run's file is not this run's
+
+
+def test_following_shows_a_state_written_within_the_files_timestamp_granularity(tmp_path: Path) -> None:
+    pub = _publisher(tmp_path, {A: 10})
+    pub.observe(0.0, 1, "upload", {A: 0, B: 0, C: 0}, final=True)
+    stamp = (tmp_path / "live.json").stat().st_mtime_ns
+    states = follow(tmp_path, poll_s=0.01)
+    assert next(states).phase == "upload"
+    pub.finish()
+    os.utime(tmp_path / "live.json", ns=(stamp, stamp))  # as if both were written in one tick
+    assert [s.phase for s in states] == ["finished"]
 
 
 def test_a_folder_with_no_run_is_refused(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ links with their rates and the phase; without one they fall back to plain lines.
 
 from __future__ import annotations
 
+import csv
 import re
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ from typing import Callable, Iterator
 import pytest
 
 from conftest import FEDMST
+from fedmst.run.livestate import read_status
 from test_bad_input import error_line, fedmst
 
 pytestmark = pytest.mark.integration
@@ -64,6 +66,19 @@ def _busy(text: str) -> bool:
     return bool(PHASE.search(text)) and any(float(rate) > 1 for rate in LINK_ROW.findall(text))
 
 
+def _ends_on_the_last_upload(run_dir: Path) -> None:
+    """live.json's last frame holds every link direction's bytes of the last upload as links.csv
+    counted them (both from the phase's own counter readings, a few ACK bytes apart at most)."""
+    status = read_status(run_dir)
+    assert status is not None and status.finished and status.round == status.rounds, status
+    with open(run_dir / "links.csv", newline="") as f:
+        rows = [row for row in csv.DictReader(f) if int(row["round"]) == status.rounds]
+    counted = {(row["src"], row["dst"]): int(row["upload_bytes"]) for row in rows}
+    shown = {(link.src, link.dst): link.phase_bytes for link in status.links}
+    assert shown.keys() == counted.keys()
+    assert all(abs(shown[hop] - n) <= max(0.001 * n, 3000) for hop, n in counted.items()), (shown, counted)
+
+
 def test_a_live_compare_shows_links_with_rates_and_the_phase_then_the_table(
         tmp_path: Path, clean_host: None, terminal: Callable[[str], Terminal]) -> None:
     out = tmp_path / "cmp"
@@ -72,6 +87,10 @@ def test_a_live_compare_shows_links_with_rates_and_the_phase_then_the_table(
     t.wait_for(_busy, timeout_s=240)
     text = t.wait_for(lambda s: "COMMAND-EXIT" in s, timeout_s=240)
     assert "COMMAND-EXIT 0" in text and "per round (mean)" in text and "MST/SPFF" in text
+    runs = sorted(path.parent for path in out.glob("*/live.json"))
+    assert len(runs) == 2, runs
+    for run_dir in runs:
+        _ends_on_the_last_upload(run_dir)
 
 
 def test_watch_from_a_second_terminal_follows_a_run_and_exits_when_it_ends(
@@ -86,6 +105,7 @@ def test_watch_from_a_second_terminal_follows_a_run_and_exits_when_it_ends(
         text = t.wait_for(lambda s: "WATCH-EXIT" in s, timeout_s=240)
         assert "WATCH-EXIT 0" in text and "run finished" in text
         assert run.wait(timeout=120) == 0, run.stderr.read() if run.stderr else ""
+        _ends_on_the_last_upload(out)
     finally:
         if run.poll() is None:
             run.terminate()
@@ -101,6 +121,7 @@ def test_live_without_a_terminal_writes_the_plain_lines(tmp_path: Path, clean_ho
     assert "of capacity" not in proc.stdout and "█" not in proc.stdout
     watched = subprocess.run([FEDMST, "watch", str(tmp_path / "run")], capture_output=True, text=True, timeout=60)
     assert watched.returncode == 0 and "[mst] round 1/1 finished" in watched.stdout, watched.stdout
+    _ends_on_the_last_upload(tmp_path / "run")
 
 
 @pytest.mark.host

@@ -35,3 +35,16 @@ def test_samples_at_start_every_interval_and_end() -> None:
     ticks = times[:len(broadcast) - 1]
     assert all(b - a >= INTERVAL_S - 1e-3 for a, b in zip(ticks, ticks[1:])), ticks
     assert [r["phase"] for r in sampler.rows][-2:] == ["upload", "upload"]
+
+
+def test_the_listener_hears_every_reading_and_the_last_one_after_the_phases_work() -> None:
+    sent = 0
+    heard: list[tuple[str, int, bool]] = []
+    sampler = CounterSampler(lambda: {("a", "b"): sent}, interval_s=INTERVAL_S)
+    sampler.listener = lambda t_s, round_, phase, counters, final: heard.append((phase, counters["a", "b"], final))
+    for phase in ("broadcast", "upload"):
+        with sampler.sampling(1, phase):
+            sent += 100  # the phase's last transfer, done as its block ends
+    assert len(heard) == len(sampler.rows)
+    assert [h for h in heard if h[2]] == [("broadcast", 100, True), ("upload", 200, True)]
+    assert heard[-1] == ("upload", 200, True) and heard[0] == ("broadcast", 0, False)

@@ -2,11 +2,12 @@
 
 The counter sampler reads every link direction's byte counter every 100 ms of the network's time
 while a phase runs; :class:`LivePublisher` listens to it and, at most four times a second of the
-host's time, replaces ``live.json`` (atomically: a reader never sees half a file) with the round
-and phase, each link direction's rate now and its bytes in this phase against the plan's, the link
-directions that carry nothing while their transfers are unfinished, and the host's CPU busy. The
-viewer (:mod:`fedmst.views.live`) only reads that file, so a run shows the same in its own terminal
-and in another one.
+host's time and at each phase's end (with that phase's last counters), replaces ``live.json``
+(atomically: a reader never sees half a file) with the round and phase, each link direction's
+rate now and its bytes in this phase against the plan's, the link directions that carry nothing
+while their transfers are unfinished, and the host's CPU busy. The viewer
+(:mod:`fedmst.views.live`) only reads that file, so a run shows the same in its own terminal and
+in another one.
 """
 
 from __future__ import annotations
@@ -103,7 +104,10 @@ class LivePublisher:
     _key: tuple[int, str] | None = None
     _start: dict[LinkDir, int] = field(default_factory=dict)
     _last: tuple[float, dict[LinkDir, int]] | None = None
+    """The latest reading (the network's seconds, counters), written or not."""
+    _rates: dict[LinkDir, float] = field(default_factory=dict)
     _moved: dict[LinkDir, float] = field(default_factory=dict)
+    _cpu: float = 0.0
     _written: float = 0.0
     _broken: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -113,39 +117,50 @@ class LivePublisher:
         with self._lock:
             self._write(self.base)
 
-    def observe(self, t_s: float, round_: int, phase: str, counters: Mapping[LinkDir, int]) -> None:
-        """One sample: ``counters`` read at ``t_s`` (the network's seconds) in ``round_``'s ``phase``."""
+    def observe(self, t_s: float, round_: int, phase: str, counters: Mapping[LinkDir, int],
+                final: bool = False) -> None:
+        """One sample: ``counters`` read at ``t_s`` (the network's seconds) in ``round_``'s ``phase``.
+        Written at most every ``PUBLISH_S``, except ``final``, the reading that ends the phase: it
+        is always written, so the frame a phase (and the run) ends on holds the phase's last counters."""
         with self._lock:
             if (round_, phase) != self._key:
                 self._key, self._start, self._last = (round_, phase), dict(counters), None
                 self._moved = {hop: t_s for hop in counters}
-            rates = {hop: 0.0 for hop in counters}
+            self._rates = {hop: 0.0 for hop in counters}
             if self._last is not None and t_s > self._last[0]:
                 then, before = self._last
-                rates = {hop: (n - before.get(hop, n)) / (t_s - then) for hop, n in counters.items()}
+                self._rates = {hop: (n - before.get(hop, n)) / (t_s - then) for hop, n in counters.items()}
                 self._moved.update({hop: t_s for hop, n in counters.items() if n != before.get(hop, n)})
             self._last = (t_s, dict(counters))
             now = time.monotonic()
-            if now - self._written < PUBLISH_S and self._written:
+            if not final and self._written and now - self._written < PUBLISH_S:
                 return
-            planned = self.planned(round_, phase)
-            links = tuple(sorted((LinkNow(u, v, rates[u, v], self.capacity_bps.get((u, v), 0.0),
-                                          n - self._start.get((u, v), n), int(planned.get((u, v), 0)))
-                                  for (u, v), n in counters.items()),
-                                 key=lambda link: (-link.rate_bps, -link.phase_bytes)))
-            quiet = tuple(f"{link.src}->{link.dst}" for link in links
-                          if link.planned_bytes and link.phase_bytes < 0.99 * link.planned_bytes
-                          and t_s - self._moved.get((link.src, link.dst), t_s) >= QUIET_S)
-            self._write(replace(self.base, round=round_, phase=phase, t_s=t_s, cpu_busy=psutil.cpu_percent(None) / 100,
-                                links=links, quiet=quiet))
+            self._cpu = psutil.cpu_percent(None) / 100
+            self._write(self._status())
             self._written = now
 
     def finish(self, outcome: str = "finished") -> None:
-        """The run is over: say so (a watcher exits), keeping the last links shown."""
+        """The run is over: say so (a watcher exits), keeping the links of the latest reading (not
+        the latest written: a reading the throttle skipped is still the run's last word)."""
         with self._lock:
-            last = read_status(self.out) or self.base
+            last = self._status()
             self._write(replace(last, phase=outcome, finished=True, links=tuple(
                 replace(link, rate_bps=0.0) for link in last.links), quiet=()))
+
+    def _status(self) -> LiveStatus:
+        """The live state of the latest reading (the base one before any; the caller holds the lock)."""
+        if self._key is None or self._last is None:
+            return self.base
+        (round_, phase), (t_s, counters) = self._key, self._last
+        planned = self.planned(round_, phase)
+        links = tuple(sorted((LinkNow(u, v, self._rates[u, v], self.capacity_bps.get((u, v), 0.0),
+                                      n - self._start.get((u, v), n), int(planned.get((u, v), 0)))
+                              for (u, v), n in counters.items()),
+                             key=lambda link: (-link.rate_bps, -link.phase_bytes)))
+        quiet = tuple(f"{link.src}->{link.dst}" for link in links
+                      if link.planned_bytes and link.phase_bytes < 0.99 * link.planned_bytes
+                      and t_s - self._moved.get((link.src, link.dst), t_s) >= QUIET_S)
+        return replace(self.base, round=round_, phase=phase, t_s=t_s, cpu_busy=self._cpu, links=links, quiet=quiet)
 
     def _write(self, status: LiveStatus) -> None:
         """Replace ``live.json`` (the caller holds the lock, so one temporary name serves). The live

@@ -22,6 +22,7 @@ from fedmst.core.contention import ROUND_PHASES, Profile, iteration_times
 from fedmst.core.linktrace import LinkChange, graph_at
 from fedmst.core.plan import TRANSFER_PHASES, Plan, predicted_phase_seconds
 from fedmst.core.route import LinkDir
+from fedmst.core.schedulers import get_scheduler
 from fedmst.core.span import PhaseSpan
 from fedmst.core.timescale import REAL_TIME, TimeScale
 from fedmst.core.topology import node_order
@@ -120,8 +121,10 @@ class CounterSampler:
         self.read = read
         self.interval_s, self.scale = interval_s, scale
         self.rows: list[dict[str, Any]] = []
-        self.listener: Callable[[float, int, str, dict[LinkDir, int]], None] | None = None
-        """Told of every reading, as ``(t_s, round, phase, counters)`` (``live.json``'s publisher)."""
+        self.listener: Callable[[float, int, str, dict[LinkDir, int], bool], None] | None = None
+        """Told of every reading, as ``(t_s, round, phase, counters, final)`` (``live.json``'s
+        publisher); ``final`` marks the reading that ends the phase, taken once its block is over, so
+        that the listener can show the phase's last counters even where it skips others."""
         self.t0: float | None = None
         """The monotonic time ``t_s`` counts from (default: the first sample's)."""
 
@@ -129,7 +132,7 @@ class CounterSampler:
     def sampling(self, round_: int, phase: str) -> Iterator[None]:
         stop = threading.Event()
 
-        def sample() -> None:
+        def sample(final: bool = False) -> None:
             before = time.monotonic()
             counters = self.read()
             now = (before + time.monotonic()) / 2  # the read takes a few ms: stamp its middle
@@ -138,7 +141,7 @@ class CounterSampler:
             self.rows += [{"t_s": t_s, "round": round_, "phase": phase, "src": u, "dst": v, "bytes": n}
                           for (u, v), n in sorted(counters.items())]
             if self.listener is not None:
-                self.listener(t_s, round_, phase, counters)
+                self.listener(t_s, round_, phase, counters, final)
 
         def loop() -> None:
             while not stop.wait(self.scale.real_s(self.interval_s)):
@@ -152,7 +155,7 @@ class CounterSampler:
         finally:
             stop.set()
             thread.join()
-            sample()
+            sample(final=True)
 
 
 @dataclass(frozen=True)
@@ -280,7 +283,8 @@ def _shared(run: Any, rows: list[LinkRow], *, reached: tuple[int, float] | None,
     config, workload = run.config, run.workload
     first = workload.plans[0]
     return dict(
-        status=status, scheduler=config.scheduler, topology=run.graph.graph["name"],
+        status=status, scheduler=config.scheduler, scheduler_name=_declared_name(config.scheduler),
+        topology=run.graph.graph["name"],
         tasks=len(workload.plans) + len(workload.blocked), tasks_blocked=len(workload.blocked),
         model=config.trains, model_bytes=first.task.model_bytes, global_node=first.task.global_node,
         local_nodes=list(first.task.local_nodes), aggregation_nodes=sorted(first.aggregation_nodes),
@@ -297,6 +301,13 @@ def _shared(run: Any, rows: list[LinkRow], *, reached: tuple[int, float] | None,
         background=background, pcap=pcap, strategy=config.strategy,
         strategy_knobs=knobs(build_strategy(config.strategy, strategy_knobs(config.strategy_args))),
     )
+
+
+def _declared_name(scheduler: str) -> str | None:
+    """The ``name`` the scheduler's class declares, its label in tables and figures; None where a
+    plugin declares no name."""
+    name = getattr(get_scheduler(scheduler), "name", None)
+    return name if isinstance(name, str) and name else None
 
 
 def summarise(run: Any, rounds: list[RoundResult], *, emulated: dict[str, Any],

@@ -65,13 +65,15 @@ def follow(folder: Path, coordinator: int | None = None, poll_s: float = POLL_S,
            stop: Callable[[], bool] = lambda: False) -> Iterator[LiveStatus]:
     """Each new state of the run in ``folder`` (or of the compare in it, run after run) until it
     ends (its last run finished, or its process is gone) or ``stop()``. ``coordinator``: only
-    states written by that process (a new run in a folder an old one left ``live.json`` in)."""
-    seen: tuple[str, float] | None = None
+    states written by that process (a new run in a folder an old one left ``live.json`` in).
+    A state is new when it differs, not when the file's time does: two writes can share a
+    timestamp (its granularity is the kernel's tick), and the run's last frame must not be missed."""
+    seen: tuple[Path, LiveStatus] | None = None
     while True:
         stopping = stop()  # asked before the last look, so that the last state is shown
         path, status = _current(folder, coordinator)
         if status is not None and path is not None:
-            stamp = (str(path), path.stat().st_mtime)
+            stamp = (path, status)
             if stamp != seen:
                 seen = stamp
                 yield status
