@@ -115,7 +115,7 @@ def test_compare_measures_plan_and_aggregates_exactly(tmp_path: Path, clean_host
     summaries = comparison["summaries"]
     assert summaries["mst"]["link_bytes_measured"] < summaries["spff"]["link_bytes_measured"]
     assert comparison["bytes_ratio"] < 1
-    assert "MST/SPFF" in proc.stdout and "BFSTREE/SPFF" in proc.stdout
+    assert "MST/SPFF" in proc.stdout and "BFS-TREE/SPFF" in proc.stdout  # the name BfsTree declares
 
 
 def test_a_server_optimizer_steps_from_the_same_mean_under_every_scheduler(tmp_path: Path,

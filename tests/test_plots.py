@@ -17,9 +17,9 @@ from fedmst.core.topology import load_topology
 from fedmst.errors import FedmstError
 from fedmst.run.layout import run_folder_name
 from fedmst.run.report import Summary
-from fedmst.run.results import LINK_FIELDS, SAMPLE_FIELDS, write_csv, write_json
+from fedmst.run.results import LINK_FIELDS, SAMPLE_FIELDS, TIMELINE_FIELDS, write_csv, write_json
 from fedmst.views import plots
-from fedmst.views.plots import plot_link_utilisation, plot_run, plot_sweep
+from fedmst.views.plots import plot_link_utilisation, plot_run, plot_sweep, plot_timeline
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 MODEL = 1_000_000
@@ -33,8 +33,11 @@ CHAIN = [(["0", "4"], [0, 1, 2, 3]), (["4", "3"], [0, 1, 2]), (["3", "2"], [0])]
 LATENCY = {"spff": 1.5, "mst": 1.0, PLUGIN: 1.25}
 
 
-def write_run(folder: Path, scheduler: str, broadcasts: list[tuple[list[str], list[int]]]) -> Path:
-    """A run folder as `fedmst run` writes it, with measured bytes equal to the plan's."""
+def write_run(folder: Path, scheduler: str, broadcasts: list[tuple[list[str], list[int]]],
+              declared: str | None = None) -> Path:
+    """A run folder as `fedmst run` writes it, with measured bytes equal to the plan's; ``declared``
+    is the name the scheduler's class declares, as summary.json records it (None: a run from before
+    it was recorded)."""
     folder.mkdir(parents=True)
     transfers = [{"phase": "broadcast", "path": p, "models": m} for p, m in broadcasts]
     transfers += [{"phase": "upload", "path": p[::-1], "models": m} for p, m in broadcasts]
@@ -63,7 +66,8 @@ def write_run(folder: Path, scheduler: str, broadcasts: list[tuple[list[str], li
     write_csv(folder / "links.csv", LINK_FIELDS, rows)
     write_json(folder / "summary.json", {
         **{f.name: 0 for f in fields(Summary) if f.name != "extra"},  # a complete summary; these matter:
-        "scheduler": scheduler, "topology": "small", "round_latency_s": LATENCY.get(scheduler, 2.0),
+        "status": "completed", "rounds": 2, "rounds_planned": 2, "scheduler": scheduler, "scheduler_name": declared,
+        "topology": "small", "round_latency_s": LATENCY.get(scheduler, 2.0),
         "link_bytes_measured": sum(r["measured_bytes"] for r in rows), "workers": {"backend": "process"},
     })
     return folder
@@ -91,7 +95,7 @@ def panels(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     draw = plots._draw_panel
 
     def spy(ax: Any, panel: dict[str, Any], pos: dict[str, Any], cmap: Any, norm: Any, unit: tuple[str, float]) -> None:
-        drawn.append({"scheduler": panel["scheduler"], "latency_s": panel["latency_s"], "pos": pos, "norm": norm,
+        drawn.append({"label": panel["label"], "latency_s": panel["latency_s"], "pos": pos, "norm": norm,
                       "unit": unit})
         draw(ax, panel, pos, cmap, norm, unit)
 
@@ -122,7 +126,7 @@ def test_compare_folder_is_two_panels_wide(compare_dir: Path, tmp_path: Path) ->
 def test_only_one_scheduler_in_compare_folder(compare_dir: Path, tmp_path: Path, panels: list[dict]) -> None:
     (compare_dir / "spff" / "plan.json").unlink()  # an interrupted compare: only mst finished
     assert aspect(plot_run(compare_dir, tmp_path / "mst-only.png")) < 1.8
-    assert [p["scheduler"] for p in panels] == ["mst"]
+    assert [p["label"] for p in panels] == ["MST"]
 
 
 def test_three_schedulers_in_compare_order(tmp_path: Path, panels: list[dict]) -> None:
@@ -132,7 +136,7 @@ def test_three_schedulers_in_compare_order(tmp_path: Path, panels: list[dict]) -
     three = write_compare(tmp_path / "three", {"mst": MST, PLUGIN: CHAIN, "spff": SPFF})
     assert (three / "mypkg.mod_MySched" / "links.csv").is_file()
     assert aspect(plot_run(three, tmp_path / "three.png")) > 1.3 * aspect(two)
-    assert [p["scheduler"] for p in panels] == ["mst", PLUGIN, "spff"]
+    assert [p["label"] for p in panels] == ["MST", "MYSCHED", "SPFF"]
     assert [p["latency_s"] for p in panels] == [1.0, 1.25, 1.5]  # each run's summary.json
     assert all(p["pos"] is panels[0]["pos"] and p["norm"] is panels[0]["norm"] for p in panels)
     # one colour scale, up to SPFF's busiest link: 0-1, 3 copies each way in each of 2 rounds
@@ -143,7 +147,7 @@ def test_many_schedulers_wrap_onto_rows(tmp_path: Path, panels: list[dict]) -> N
     three = plot_run(write_compare(tmp_path / "three", {"spff": SPFF, "mst": MST, PLUGIN: CHAIN}))
     five = write_compare(tmp_path / "five", {"spff": SPFF, "mst": MST, PLUGIN: CHAIN, "a": MST, "b": CHAIN})
     assert aspect(plot_run(five)) < 0.7 * aspect(three)  # 2 rows of 3, the last panel empty
-    assert [p["scheduler"] for p in panels][3:] == ["spff", "mst", PLUGIN, "a", "b"]
+    assert [p["label"] for p in panels][3:] == ["SPFF", "MST", "MYSCHED", "A", "B"]
 
 
 def test_compare_folder_without_comparison_json(tmp_path: Path, panels: list[dict]) -> None:
@@ -153,7 +157,7 @@ def test_compare_folder_without_comparison_json(tmp_path: Path, panels: list[dic
                            comparison=False)
     (folder / "zz" / "summary.json").unlink()
     plot_run(folder)
-    assert [p["scheduler"] for p in panels] == ["spff", "mst", PLUGIN, "zz"]
+    assert [p["label"] for p in panels] == ["SPFF", "MST", "MYSCHED", "ZZ"]
     assert panels[-1]["latency_s"] is None
 
 
@@ -193,12 +197,17 @@ def test_bad_folders_raise_one_line_fedmst_errors(compare_dir: Path, tmp_path: P
         plot_run(compare_dir)
 
 
-def test_link_utilisation_over_time(compare_dir: Path) -> None:
-    run = compare_dir / "mst"
+def write_samples(run: Path) -> None:
+    """samples.csv of a run whose link 0->1 runs at 50 Mbit/s (full) for a second, 1->0 idle."""
     rows = [{"t_s": t / 10, "round": 1, "phase": "broadcast" if t < 5 else "upload", "src": u, "dst": v,
              "bytes": t * 625_000 if (u, v) == ("0", "1") else 0}
             for t in range(10) for u, v in (("0", "1"), ("1", "0"))]
     write_csv(run / "samples.csv", SAMPLE_FIELDS, rows)
+
+
+def test_link_utilisation_over_time(compare_dir: Path) -> None:
+    run = compare_dir / "mst"
+    write_samples(run)
     png = plot_link_utilisation(run, "0-1")
     assert png == run / "link-0-1.png" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(FedmstError, match="no link '0-9'"):
@@ -208,6 +217,77 @@ def test_link_utilisation_over_time(compare_dir: Path) -> None:
         plot_link_utilisation(run, "0-1")
     with pytest.raises(FedmstError, match="is a compare folder: --link draws one run"):
         plot_link_utilisation(compare_dir, "0-1")
+
+
+def write_timeline(run: Path, *, predicted: bool) -> None:
+    """timeline.csv of two tasks' round: measured phases, and with ``predicted`` (an independent
+    clock) the predicted ones too; a lockstep run has measured rows only."""
+    rows = []
+    for task, start in (("task0", 0.0), ("task1", 0.3)):
+        for kind in ("measured", "predicted") if predicted else ("measured",):
+            t = start
+            for phase, seconds in (("broadcast", 0.1), ("train", 0.4), ("upload", 0.1)):
+                rows.append({"kind": kind, "task": task, "round": 1, "phase": phase, "start_s": t,
+                             "end_s": t + seconds})
+                t += seconds
+    write_csv(run / "timeline.csv", TIMELINE_FIELDS, rows)
+
+
+@pytest.fixture
+def saved(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Each axes of every figure saved: its title, and where it and its legend were drawn."""
+    axes: list[dict[str, Any]] = []
+    save = Figure.savefig
+
+    def spy(fig: Figure, *args: Any, **kw: Any) -> None:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            legend = ax.get_legend()
+            axes.append({"title": ax.get_title(), "box": ax.get_window_extent(renderer),
+                         "legend": legend.get_window_extent(renderer) if legend else None})
+        save(fig, *args, **kw)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    return axes
+
+
+@pytest.mark.parametrize("predicted", [False, True])
+def test_timeline_promises_predicted_bars_only_where_it_draws_them(compare_dir: Path, saved: list[dict[str, Any]],
+                                                                   predicted: bool) -> None:
+    """A lockstep run's timeline has no predicted phases, and its title says none; the legends of
+    phases and links stand outside every axes, so they hide no bar and no line."""
+    run = compare_dir / "mst"
+    write_timeline(run, predicted=predicted)
+    write_samples(run)
+    png = plot_timeline(run)
+    assert png == run / "timeline.png" and png.read_bytes()[:8] == PNG_MAGIC
+    phases, links = saved
+    assert phases["title"] == "phases of each task" + (" (thin bars beneath: predicted)" if predicted else "")
+    assert phases["legend"] is not None and links["legend"] is not None
+    assert not any(ax["legend"].overlaps(other["box"]) for ax in saved for other in saved)
+
+
+def test_timeline_of_a_compare_folder_names_its_runs(compare_dir: Path) -> None:
+    for run in ("spff", "mst"):
+        write_timeline(compare_dir / run, predicted=False)
+    runs = f"{compare_dir / 'spff'}, {compare_dir / 'mst'}"
+    with pytest.raises(FedmstError) as err:
+        plot_timeline(compare_dir)
+    assert str(err.value) == f"{compare_dir} is a compare folder: --timeline draws one run, give one of {runs}"
+
+
+def test_a_plugin_is_drawn_under_the_name_its_class_declares(tmp_path: Path, panels: list[dict]) -> None:
+    """summary.json records the name a scheduler's class declares: ``mypkg.trees:BfsTree`` named
+    ``bfs-tree`` is BFS-TREE in a compare and alone, without importing mypkg."""
+    bfs = "mypkg.trees:BfsTree"
+    folder = tmp_path / "cmp"
+    for name, broadcasts, declared in (("spff", SPFF, "spff"), ("mst", MST, "mst"), (bfs, CHAIN, "bfs-tree")):
+        write_run(folder / run_folder_name(name), name, broadcasts, declared)
+    write_json(folder / "comparison.json", {"schedulers": ["spff", "mst", bfs], "baseline": "spff"})
+    plot_run(folder)
+    plot_run(folder / run_folder_name(bfs))
+    assert [p["label"] for p in panels] == ["SPFF", "MST", "BFS-TREE", "BFS-TREE"]
 
 
 def sweep_rows(scheduler: str, scale: float) -> list[dict[str, Any]]:

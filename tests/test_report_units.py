@@ -51,3 +51,29 @@ def test_the_unit_follows_the_value() -> None:
     assert [size_unit(n)[0] for n in (0, 999, 1_000, 999_999, 1e6, 2.5e9)] == ["B", "B", "KB", "KB", "MB", "GB"]
     assert [size_label(n) for n in (0, 4_505, 19_240, 173_710_000, 2.5e9)] == \
         ["0 B", "4.5 KB", "19 KB", "174 MB", "2.5 GB"]
+
+
+def test_counts_of_one_read_in_the_singular() -> None:
+    """The caption of a one-round compare says ``1 round``, of one local model ``1 local model``."""
+    one = _text(summary_table({"spff": _summary(model="mlp", local_models=1, rounds=1)}))
+    assert "1 local model, model mlp" in one and "1 round;" in one and "1 rounds" not in one
+    two = _text(summary_table({"spff": _summary(model="mlp", local_models=4, rounds=2)}))
+    assert "4 local models, model mlp" in two and "2 rounds;" in two
+
+
+def test_a_plugin_is_headed_by_the_name_its_class_declares() -> None:
+    """``mypkg.trees:BfsTree`` whose ``name`` is ``bfs-tree`` heads its columns BFS-TREE, as a registered
+    ``bfs-tree`` would be; a summary from before the name was recorded keeps the class name; two that
+    would read alike keep the names they were given."""
+    plugin = "mypkg.trees:BfsTree"
+
+    def headers(declared: dict[str, str | None]) -> list[str]:
+        table = summary_table({n: _summary(scheduler=n, scheduler_name=d) for n, d in declared.items()},
+                              ratios_to_first=True)
+        return [str(column.header) for column in table.columns][1:]
+
+    assert headers({"spff": "spff", "mst": "mst", plugin: "bfs-tree"}) == \
+        ["SPFF", "MST", "BFS-TREE", "MST/SPFF", "BFS-TREE/SPFF"]
+    assert headers({"spff": None, plugin: None}) == ["SPFF", "BFSTREE", "BFSTREE/SPFF"]
+    assert headers({"spff": "spff", "mst": "mst", "mypkg.mine:MyMst": "mst"}) == \
+        ["SPFF", "MST", "MYMST", "MST/SPFF", "MYMST/SPFF"]

@@ -23,6 +23,7 @@ from fedmst.core.plan import Plan, predicted_link_bytes
 from fedmst.core.tasks import Task
 from fedmst.errors import FedmstError
 from fedmst.plugins import Registry
+from fedmst.wording import counted
 
 
 class SelectionError(FedmstError):
@@ -137,7 +138,8 @@ def participants(given: str, local_models: int) -> int:
     """
     count = max(1, round(float(given) * local_models)) if "." in given else int(given)
     if count > local_models:
-        raise SelectionError(f"--clients-per-round {given}: the task has only {local_models} local models")
+        raise SelectionError(f"--clients-per-round {given}: the task has only "
+                             f"{counted(local_models, 'local model')}")
     return count
 
 

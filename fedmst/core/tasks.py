@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from fedmst.errors import TaskError
+from fedmst.wording import counted
 
 if TYPE_CHECKING:  # the option schema reads this module's defaults before networkx is loaded
     import networkx as nx
@@ -94,7 +95,8 @@ def place_task(
     if local_nodes is not None:
         if len(local_nodes) != local_models:
             raise TaskError(
-                f"task {name}: {len(local_nodes)} local nodes given for {local_models} local models"
+                f"task {name}: {counted(len(local_nodes), 'local node')} given for "
+                f"{counted(local_models, 'local model')}"
             )
         placed = tuple(local_nodes)
     else:

@@ -18,6 +18,7 @@ from fedmst.run.measure import ClockRun, cpu_busy, write_clock_tables
 from fedmst.run.recovery import aggregation_weights
 from fedmst.run.results import SAMPLE_FIELDS, write_csv
 from fedmst.run.session import Session, overrun
+from fedmst.wording import counted
 
 
 class IndependentRun:
@@ -78,7 +79,7 @@ class IndependentRun:
             rounds_s.setdefault(name, []).append(seconds)
         session = self.session
         for name, seconds in rounds_s.items():
-            session.report(f"{session.tag} {name}: {len(seconds)} rounds, mean round "
+            session.report(f"{session.tag} {name}: {counted(len(seconds), 'round')}, mean round "
                            f"{sum(seconds) / len(seconds):.2f} s, "
                            f"accuracy {clock.accuracy.get(name, [float('nan')])[-1]:.3f}"
                            + overrun(session.live.tasks[name].compute_s, trained.get(name, [])))

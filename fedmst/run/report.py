@@ -9,12 +9,14 @@ means a renamed or missing key fails in one place, with the file named, instead 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from fedmst.errors import FedmstError
 from fedmst.run.results import write_json
+from fedmst.wording import counted
 from fedmst.workers.description import BackendDescription
 
 Report = Callable[[str], None]
@@ -100,6 +102,10 @@ class Summary:
     """The server strategy (``--strategy``); summaries written before it existed ran FedAvg."""
     strategy_knobs: dict[str, float] = field(default_factory=dict)
     """Its knobs as the run set them, defaults included."""
+    scheduler_name: str | None = None
+    """The ``name`` the scheduler's class declares (``bfs-tree`` for ``mypkg.trees:BfsTree``): its
+    label in tables and figures (:func:`scheduler_labels`), recorded here so that views need not
+    import the user's module. None in summaries written before it was recorded."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Keys this version does not know (a newer fedmst wrote the file); kept, not dropped."""
 
@@ -228,7 +234,8 @@ def summary_table(summaries: Mapping[str, Summary], ratios_to_first: bool = Fals
     from rich.table import Table
 
     names = list(summaries)
-    labels = [scheduler_label(n) for n in names]
+    label = scheduler_labels({n: s.scheduler_name for n, s in summaries.items()})
+    labels = [label[n] for n in names]
     first = summaries[names[0]]
     table = Table(title=f"fedmst on {first.topology}")
     table.add_column("per round (mean)")
@@ -272,8 +279,8 @@ def summary_table(summaries: Mapping[str, Summary], ratios_to_first: bool = Fals
     row(f"time to accuracy {first.target_accuracy:g} (s)", lambda s: s.time_to_accuracy_s, "{:.2f}")
     row(f"link MB to accuracy {first.target_accuracy:g}",
         lambda s: None if s.bytes_to_accuracy is None else s.bytes_to_accuracy / 1e6, "{:.1f}")
-    table.caption = (f"{first.local_models} local models, model {first.model} "
-                     f"({size_label(first.model_bytes)}), {first.rounds} rounds; "
+    table.caption = (f"{counted(first.local_models, 'local model')}, model {first.model} "
+                     f"({size_label(first.model_bytes)}), {counted(first.rounds, 'round')}; "
                      f"delay: {first.emulated['delay_mechanism']}; workers: {first.workers.label}"
                      + (f"; strategy {first.strategy}" if first.strategy != "fedavg" else "")
                      + (f"; time scale {first.emulated['time_scale']:g}, times the network's"
@@ -326,7 +333,21 @@ def regime_table(points: Sequence[Mapping[str, Any]]) -> Any:
     return table
 
 
-def scheduler_label(name: str) -> str:
-    """A scheduler's name in column headers and titles: ``SPFF``, ``MST``, and the class name for
-    ``package.module:Class`` (``MYSCHED`` for ``mypkg.mod:MySched``)."""
-    return name.rpartition(":")[2].upper()
+def scheduler_label(name: str, declared: str | None = None) -> str:
+    """A scheduler in column headers and titles, in capitals as ``SPFF`` and ``MST``: the name its
+    class declares where the run recorded it (``BFS-TREE`` for ``mypkg.trees:BfsTree`` named
+    ``bfs-tree``), else the name it was given, less any module (``MYSCHED`` for ``mypkg.mod:MySched``)."""
+    return (declared or name.rpartition(":")[2]).upper()
+
+
+def scheduler_labels(declared: Mapping[str, str | None]) -> dict[str, str]:
+    """Each scheduler's label (:func:`scheduler_label`), from the name each declares (None: not
+    recorded). Where two would read alike (a subclass of MST's class that keeps its ``mst``), those
+    keep the labels of the names they were given, so no two columns share a header.
+
+    >>> scheduler_labels({"spff": "spff", "mst": "mst", "a.trees:BfsTree": "bfs-tree", "a.m:MyMst": "mst"})
+    {'spff': 'SPFF', 'mst': 'MST', 'a.trees:BfsTree': 'BFS-TREE', 'a.m:MyMst': 'MYMST'}
+    """
+    labels = {name: scheduler_label(name, d) for name, d in declared.items()}
+    shown = Counter(labels.values())
+    return {name: scheduler_label(name) if shown[label] > 1 else label for name, label in labels.items()}

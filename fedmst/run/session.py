@@ -37,6 +37,7 @@ from fedmst.run.recovery import Live
 from fedmst.run.report import Report
 from fedmst.run.results import write_atomic, write_json
 from fedmst.run.stall import Stall, StallWatch
+from fedmst.wording import counted
 from fedmst.workers.backends import Agents, WorkerBackend
 from fedmst.workers.control import ControlServer
 
@@ -293,7 +294,7 @@ class Session:
                             log_dir=self.scratch / "pcap", run_id=self.emu.run_id, time_scale=self.scale.factor)
         try:
             with captures:
-                self.report(f"{self.tag} capturing {len(hops)} link directions into {self.out / 'pcap'}/ "
+                self.report(f"{self.tag} capturing {counted(len(hops), 'link direction')} into {self.out / 'pcap'}/ "
                             f"(first {config.pcap_snaplen or 'all'} bytes of each frame)")
                 yield
         finally:
@@ -303,8 +304,8 @@ class Session:
             self.pcap = {"folder": "pcap", "link_directions": len(captures.files), "snaplen": config.pcap_snaplen,
                          "kernel_drops": dropped}
             if dropped:
-                self.report(f"{self.tag} warning: the kernel dropped {dropped} frames before tcpdump read them: "
-                            "the captures miss them (pcap/index.json)")
+                self.report(f"{self.tag} warning: the kernel dropped {counted(dropped, 'frame')} before tcpdump "
+                            "read them: the captures miss them (pcap/index.json)")
 
     def _write_specs(self) -> Path:
         """plan.json, and the agents' spec file (returned) with every task's routes installed."""
@@ -342,7 +343,7 @@ class Session:
                                 check=self.check)
         self.samples = {name: {i: n for r in setup.values() for i, n in r.samples.get(name, {}).items()}
                         for name in self.live.tasks}
-        self.report(f"{self.tag} {len(nodes)} agents ({self.backend.where}) ready in "
+        self.report(f"{self.tag} {counted(len(nodes), 'agent')} ({self.backend.where}) ready in "
                     f"{max(r.seconds for r in setup.values()):.1f} s")
         write_json(self.out / "workers.json", {node: asdict(r.runs_in) for node, r in sorted(setup.items())})
         self.times["agents"] = time.monotonic() - begun

@@ -19,7 +19,7 @@ from rich.table import Table
 from fedmst.core.topology import node_order
 from fedmst.errors import FedmstError
 from fedmst.run.layout import run_folder_name
-from fedmst.run.report import scheduler_label
+from fedmst.run.report import scheduler_label, scheduler_labels
 from fedmst.run.results import read_csv, read_links
 
 LINK_SORTS = ("measured", "predicted", "error", "utilisation", "peak", "link")
@@ -100,12 +100,30 @@ def _scheduler_of(run: Path) -> str:
     return name if isinstance(name, str) and run_folder_name(name) == run.name else run.name
 
 
-def _resolve(name: str, schedulers: list[str]) -> str | None:
-    """``name`` as one of ``schedulers``: the scheduler itself, or, if only one fits, its run folder's
-    name or its label in any case (``mypkg.mod_MySched``, ``MySched`` for ``mypkg.mod:MySched``)."""
-    if name in schedulers:
+def run_labels(runs: list[tuple[str, Path]]) -> dict[str, str]:
+    """Each run's scheduler as tables and figures show it (:func:`fedmst.run.report.scheduler_labels`),
+    from the name its summary.json records the scheduler's class declaring."""
+    return scheduler_labels({name: _declared_name(run) for name, run in runs})
+
+
+def _declared_name(run: Path) -> str | None:
+    """The scheduler's own name from summary.json; None for a run still going, or one from before
+    summaries recorded it."""
+    try:
+        name = json.loads((run / "summary.json").read_text()).get("scheduler_name")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) and name else None
+
+
+def _resolve(name: str, labels: dict[str, str]) -> str | None:
+    """``name`` as one of the schedulers of ``labels`` (scheduler: its label): the scheduler itself, or,
+    if only one fits, its run folder's name, or in any case its label or the class name it was given
+    (``mypkg.trees_BfsTree``, ``bfs-tree`` or ``BfsTree`` for ``mypkg.trees:BfsTree`` named ``bfs-tree``)."""
+    if name in labels:
         return name
-    matches = [s for s in schedulers if name == run_folder_name(s) or name.upper() == scheduler_label(s)]
+    matches = [s for s, label in labels.items()
+               if name == run_folder_name(s) or name.upper() in (label, scheduler_label(s))]
     return matches[0] if len(matches) == 1 else None
 
 
@@ -169,6 +187,7 @@ def diff_table(compare_dir: Path, *, sort: str = "measured", against: str | None
     scheduler against ``against`` (default: the baseline), over all rounds or round ``round_`` of each run.
 
     Rows hold ``link``, ``direction``, ``src``, ``dst``, ``against`` (the scheduler compared against),
+    ``labels`` ({scheduler: its label in headers}, :func:`run_labels`),
     ``bytes`` ({scheduler: measured bytes}, in compare order), and for every other scheduler
     ``difference_bytes`` ({scheduler: its bytes - against's}, negative where it saved traffic) and
     ``ratio`` ({scheduler: its bytes / against's}, ``None`` where against sent nothing). ``sort`` is
@@ -180,10 +199,11 @@ def diff_table(compare_dir: Path, *, sort: str = "measured", against: str | None
         raise FedmstError(f"{compare_dir} is not a compare folder: no {COMPARISON} and fewer than two run folders "
                           f"(subfolders with links.csv) inside")
     names = [name for name, _ in runs]
-    by_name = None if sort in DIFF_SORTS else _resolve(sort, names)
+    labels = run_labels(runs)
+    by_name = None if sort in DIFF_SORTS else _resolve(sort, labels)
     if by_name is None:
         _check_sort(sort, (DIFF_SORTS[0], *names, *DIFF_SORTS[1:]))
-    base = names[0] if against is None else _resolve(against, names)
+    base = names[0] if against is None else _resolve(against, labels)
     if base is None:
         raise FedmstError(f"{compare_dir}: no scheduler {against!r} to compare against "
                           f"(schedulers: {', '.join(names)})")
@@ -195,7 +215,7 @@ def diff_table(compare_dir: Path, *, sort: str = "measured", against: str | None
         measured = {n: per_run[n][direction]["measured_bytes"] if direction in per_run[n] else 0 for n in names}
         rows.append({
             "link": any_run["link"], "direction": direction, "src": any_run["src"], "dst": any_run["dst"],
-            "against": base, "bytes": measured,
+            "against": base, "labels": labels, "bytes": measured,
             "difference_bytes": {n: measured[n] - measured[base] for n in others},
             "ratio": {n: measured[n] / measured[base] if measured[base] else None for n in others},
         })

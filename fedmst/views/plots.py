@@ -23,7 +23,7 @@ from fedmst.core.topology import load_topology, node_order
 from fedmst.errors import FedmstError
 from fedmst.run.report import Summary, size_label, size_unit
 from fedmst.run.results import read_csv, read_links
-from fedmst.views.links import COMPARISON, compare_runs, rate_series, scheduler_label
+from fedmst.views.links import COMPARISON, compare_runs, rate_series, run_labels, scheduler_label
 
 SCHEDULER_COLOURS = {"spff": "tab:red", "mst": "tab:blue"}
 """Fixed colours of the two built-in schedulers in every figure; the others take ``COLOUR_CYCLE`` in turn."""
@@ -50,7 +50,9 @@ def plot_run(run_dir: Path, out: Path | None = None, *, task: str | None = None)
     compare folder (see :func:`fedmst.views.links.compare_runs`) raises :class:`FedmstError`.
     """
     run_dir = Path(run_dir)
-    panels = [_load_run(run, task, name) for name, run in _find_runs(run_dir)]
+    runs = _find_runs(run_dir)
+    labels = run_labels(runs)
+    panels = [_load_run(run, task, labels[name]) for name, run in runs]
     names = {p["topology_name"] for p in panels}
     if len(names) > 1:
         raise FedmstError(f"{run_dir}: runs use different topologies ({', '.join(sorted(names))}); cannot compare")
@@ -95,12 +97,12 @@ def _save(fig: Any, out: Path, **options: Any) -> None:
         raise FedmstError(f"{out}: cannot write: {exc.strerror or exc}") from exc
 
 
-def _find_runs(run_dir: Path) -> list[tuple[str | None, Path]]:
-    """The runs to draw as (scheduler, folder): ``run_dir`` itself (its scheduler read from its files),
-    or a compare folder's runs in its order, less those with nothing to draw yet (a compare still
-    running or interrupted)."""
+def _find_runs(run_dir: Path) -> list[tuple[str, Path]]:
+    """The runs to draw as (scheduler, folder): ``run_dir`` itself (its scheduler as config.json
+    names it), or a compare folder's runs in its order, less those with nothing to draw yet (a
+    compare still running or interrupted)."""
     if _is_run(run_dir):
-        return [(None, run_dir)]
+        return [(str(_read_json(run_dir / "config.json").get("scheduler") or run_dir.name), run_dir)]
     runs = compare_runs(run_dir)
     drawable = [(name, run) for name, run in runs if _is_run(run)]
     if not drawable:
@@ -126,11 +128,10 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _load_run(run: Path, task: str | None, name: str | None = None) -> dict[str, Any]:
+def _load_run(run: Path, task: str | None, label: str) -> dict[str, Any]:
     """Everything one panel needs, checked against the topology so a stale file fails loudly;
-    ``task`` None draws the first task of the plan.
+    ``task`` None draws the first task of the plan; ``label`` titles the panel (:func:`run_labels`).
 
-    ``name`` is the scheduler as the compare folder knows it; a lone run folder names its own.
     summary.json is optional (a run still going has none): the title then says latency n/a.
     """
     config, workload = _read_json(run / "config.json"), _read_json(run / "plan.json")
@@ -155,7 +156,7 @@ def _load_run(run: Path, task: str | None, name: str | None = None) -> dict[str,
         if t.get("phase") not in PHASE_STYLE or any(not graph.has_edge(a, b) for a, b in zip(path, path[1:])):
             raise FedmstError(f"{run / 'plan.json'}: transfer {t} is not a broadcast/upload along topology links")
     return {
-        "scheduler": name or str(workload.get("scheduler") or (summary and summary.scheduler) or run.name),
+        "label": label,
         "topology_name": graph.graph.get("name", str(config["topology"])),
         "graph": graph,
         "global_node": plan.get("global_node"),
@@ -239,7 +240,7 @@ def _draw_panel(ax: Any, panel: dict[str, Any], pos: dict[str, tuple[float, floa
     latency = panel["latency_s"]
     total = sum(link_bytes[frozenset(e)] for e in edges)
     total_unit, total_scale = size_unit(total)
-    ax.set_title(f"{scheduler_label(panel['scheduler'])}: {total / total_scale:.1f} {total_unit} on links, round "
+    ax.set_title(f"{panel['label']}: {total / total_scale:.1f} {total_unit} on links, round "
                  + (f"{latency:.2f} s" if isinstance(latency, (int, float)) else "latency n/a"), fontsize=12)
 
 
@@ -435,20 +436,21 @@ def plot_accuracy(run_dir: Path, out: Path | None = None) -> Path:
     """The global model's test accuracy after each round, against the round, the time of the
     rounds and the link bytes they moved, for the run or for every scheduler of a compare folder,
     with the target accuracy of ``summary.json`` (time and bytes to accuracy) dashed across."""
+    found = _find_runs(run_dir)
+    labels = run_labels(found)
     runs = []
-    for name, run in _find_runs(run_dir):
+    for name, run in found:
         rows = read_csv(run / "rounds.csv") if (run / "rounds.csv").is_file() else []
         if not rows:
             raise FedmstError(f"{run}: no rounds.csv with a finished round to draw")
-        label = name or _read_json(run / "config.json").get("scheduler", run.name)
         summary = Summary.read(run / "summary.json") if (run / "summary.json").is_file() else None
-        runs.append((label, rows, summary))
+        runs.append((name, rows, summary))
     plt = _pyplot()
     from matplotlib.ticker import MaxNLocator
 
-    colours = scheduler_colours([label for label, _, _ in runs])
+    colours = scheduler_colours([name for name, _, _ in runs])
     fig, (by_round, by_time, by_bytes) = plt.subplots(1, 3, figsize=(15, 4.2), sharey=True)
-    for label, rows, summary in runs:
+    for name, rows, summary in runs:
         rounds = [int(r["round"]) for r in rows]
         acc = [float(r["accuracy"]) for r in rows]
         elapsed = list(itertools.accumulate(float(r["round_s"]) for r in rows))
@@ -457,10 +459,10 @@ def plot_accuracy(run_dir: Path, out: Path | None = None) -> Path:
                    if summary is not None and summary.time_to_accuracy_s is not None else "")
         spent = (f", {summary.target_accuracy:g} after {summary.bytes_to_accuracy / 1e6:.0f} MB"
                  if summary is not None and summary.bytes_to_accuracy is not None else "")
-        style = {"color": colours[label], "marker": "o"}
-        by_round.plot(rounds, acc, label=scheduler_label(label), **style)
-        by_time.plot(elapsed, acc, label=f"{scheduler_label(label)}{reached}", **style)
-        by_bytes.plot(moved, acc, label=f"{scheduler_label(label)}{spent}", **style)
+        style = {"color": colours[name], "marker": "o"}
+        by_round.plot(rounds, acc, label=labels[name], **style)
+        by_time.plot(elapsed, acc, label=f"{labels[name]}{reached}", **style)
+        by_bytes.plot(moved, acc, label=f"{labels[name]}{spent}", **style)
     targets = {s.target_accuracy for _, _, s in runs if s is not None}
     for ax in (by_round, by_time, by_bytes):
         for target in targets:
@@ -486,10 +488,7 @@ def plot_accuracy(run_dir: Path, out: Path | None = None) -> Path:
 def plot_link_utilisation(run_dir: Path, link: str, out: Path | None = None) -> Path:
     """One link's utilisation over the run, both directions, from the counters sampled every
     100 ms (``samples.csv``), with the broadcast/train/upload phases shaded."""
-    runs = compare_runs(run_dir)
-    if runs:
-        raise FedmstError(f"{run_dir} is a compare folder: --link draws one run, give one of "
-                          f"{', '.join(str(run) for _, run in runs)}")
+    _refuse_compare(run_dir, "--link")
     u, sep, v = link.partition("-")
     caps = {(r.src, r.dst): r.capacity_mbps for r in read_links(run_dir / "links.csv")} \
         if (run_dir / "links.csv").is_file() else {}
@@ -518,20 +517,35 @@ def plot_link_utilisation(run_dir: Path, link: str, out: Path | None = None) -> 
     ax.legend()
     fig.tight_layout()
     target = out or run_dir / f"link-{u}-{v}.png"
-    fig.savefig(target, dpi=130)
-    plt.close(fig)
+    try:
+        _save(fig, target, dpi=130)
+    finally:
+        plt.close(fig)
     return target
+
+
+def _refuse_compare(run_dir: Path, option: str) -> None:
+    """``option`` draws one run: a compare folder is refused in one line that names its runs."""
+    runs = compare_runs(run_dir)
+    if runs:
+        raise FedmstError(f"{run_dir} is a compare folder: {option} draws one run, give one of "
+                          f"{', '.join(str(run) for _, run in runs)}")
 
 
 TIMELINE_COLOURS = {"broadcast": "tab:blue", "train": "tab:green", "upload": "tab:red"}
 TIMELINE_LINKS = 4
 """Link directions drawn under a timeline: the busiest ones."""
+_BESIDE = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "fontsize": "small", "frameon": False}
+"""Where a timeline's legends stand: right of their axes, since over a timeline they would hide a
+phase or a peak."""
 
 
 def plot_timeline(run_dir: Path, out: Path | None = None) -> Path:
     """Each task's phases against time (``timeline.csv``): a bar per phase coloured by phase, the
-    measured timeline with the predicted one as a thin bar beneath it, and the most utilised link
-    directions' utilisation below (``samples.csv``), on the same time axis."""
+    measured timeline with the predicted one (an independent clock's) as a thin bar beneath it, and
+    the most utilised link directions' utilisation below (``samples.csv``), on the same time axis.
+    The legends stand right of the axes, where they hide no bar and no line."""
+    _refuse_compare(run_dir, "--timeline")
     path = run_dir / "timeline.csv"
     if not path.is_file():
         raise FedmstError(f"{run_dir}: no timeline.csv (a run folder from before timelines were written?)")
@@ -545,20 +559,18 @@ def plot_timeline(run_dir: Path, out: Path | None = None) -> Path:
     plt = _pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 1.2 + 0.7 * len(tasks) + 2.6), sharex=True,
                                       gridspec_kw={"height_ratios": [max(1.0, 0.6 * len(tasks)), 1.6]})
-    for i, task in enumerate(tasks):
-        for r in rows:
-            if r["task"] != task:
-                continue
-            start, end = float(r["start_s"]), float(r["end_s"])
-            measured = r["kind"] == "measured"
-            top.barh(i + (0.0 if measured else 0.32), end - start, left=start, height=0.5 if measured else 0.12,
-                     color=TIMELINE_COLOURS[r["phase"]], alpha=0.9 if measured else 0.55,
-                     edgecolor="white" if measured else "none", linewidth=0.4)
+    for r in rows:
+        i, measured = tasks.index(r["task"]), r["kind"] == "measured"
+        start, end = float(r["start_s"]), float(r["end_s"])
+        top.barh(i + (0.0 if measured else 0.32), end - start, left=start, height=0.5 if measured else 0.12,
+                 color=TIMELINE_COLOURS[r["phase"]], alpha=0.9 if measured else 0.55,
+                 edgecolor="white" if measured else "none", linewidth=0.4)
     top.set_yticks(range(len(tasks)), tasks)
     top.invert_yaxis()
-    top.set_title("phases of each task (thin bars beneath: predicted)")
+    predicted = any(r["kind"] != "measured" for r in rows)  # only an independent clock predicts a timeline
+    top.set_title("phases of each task" + (" (thin bars beneath: predicted)" if predicted else ""))
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in TIMELINE_COLOURS.values()]
-    top.legend(handles, list(TIMELINE_COLOURS), loc="upper right", ncols=3, fontsize="small")
+    top.legend(handles, list(TIMELINE_COLOURS), **_BESIDE)
     for hop in busiest:
         points = series[hop]
         bottom.plot([t for t, _ in points], [100 * b * 8 / (caps[hop] * 1e6) for _, b in points],
@@ -567,9 +579,11 @@ def plot_timeline(run_dir: Path, out: Path | None = None) -> Path:
     bottom.set_ylim(bottom=0)
     bottom.grid(alpha=0.3)
     if busiest:
-        bottom.legend(fontsize="small", loc="upper right")
+        bottom.legend(**_BESIDE)
     fig.tight_layout()
     target = out or run_dir / "timeline.png"
-    fig.savefig(target, dpi=130)
-    plt.close(fig)
+    try:
+        _save(fig, target, dpi=130, bbox_inches="tight")
+    finally:
+        plt.close(fig)
     return target
