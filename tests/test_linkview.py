@@ -8,20 +8,24 @@ times add up to 0.8 s + 1.2 s = 2 s. Compare folders hold two or three such runs
 
 from __future__ import annotations
 
+import io
+import math
 import signal
 from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
 from click.testing import CliRunner, Result
-from rich.console import Console
+from rich.cells import cell_len
+from rich.console import Console, RenderableType
 from rich.table import Table
 
 from fedmst import cli
+from fedmst.core.topology import node_order
 from fedmst.errors import FedmstError
 from fedmst.run.layout import run_folder_name
 from fedmst.run.results import LINK_FIELDS, ROUND_FIELDS, LinkRow, read_links, write_csv, write_json, write_links
-from fedmst.views.links import compare_runs, diff_table, is_compare_dir, link_table, render
+from fedmst.views.links import compare_runs, diff_table, is_compare_dir, link_table, rate_series, render
 
 CAPACITY = {"2-10": 100, "9-10": 200}
 # (round, src, dst): (predicted, measured, weight, other, drops), in kB
@@ -42,10 +46,10 @@ TIMES = {1: (0.5, 5.0, 0.3), 2: (0.4, 7.0, 0.8)}
 def _link_row(rnd: int, src: str, dst: str, values: tuple[int, ...]) -> dict[str, object]:
     predicted, measured, weight, other = (v * 1000 for v in values[:4])
     drops = values[4]
-    link = "-".join(sorted((src, dst), key=int))
+    link = "-".join(sorted((src, dst), key=node_order))
     return {
         **dict.fromkeys(LINK_FIELDS, 0),  # columns these views do not read
-        "round": rnd, "link": link, "src": src, "dst": dst, "capacity_mbps": CAPACITY[link],
+        "round": rnd, "link": link, "src": src, "dst": dst, "capacity_mbps": CAPACITY.get(link, 100),
         "predicted_bytes": predicted, "measured_bytes": measured, "measured_weight_bytes": weight,
         "measured_other_bytes": other, "error_pct": 0.0, "broadcast_bytes": 0, "upload_bytes": 0,
         "queue_drops": drops,
@@ -154,6 +158,19 @@ def test_peak_utilisation_from_samples(tmp_path: Path) -> None:
     assert directions(link_table(run, sort="peak")) == ["2->10", "10->9", "10->2", "9->10"]
 
 
+def test_peak_is_at_most_the_capacity(tmp_path: Path) -> None:
+    """A saturated link's reading can hold htb's 15 KiB burst on top of capacity x interval: that
+    is the link at its capacity, so the peak stops there (the readings themselves are kept)."""
+    burst = [(0.0, 1, "upload", "2", "10", 0), (0.1, 1, "upload", "2", "10", 1_250_000 + 15_360),
+             (0.2, 1, "upload", "2", "10", 2_500_000)]
+    run = write_run(tmp_path / "run", samples=burst)
+    rates = rate_series(run / "samples.csv")
+    assert rates is not None and rates[("2", "10")][0][1] * 8 / 100e6 == pytest.approx(1.0123, abs=1e-4)
+    assert by_direction(link_table(run))["2->10"]["peak_utilisation"] == 1.0
+    cells = {c.header: c.cells for c in render(link_table(run, sort="link"), "links").columns}
+    assert cells["peak util %"][0] == "100.0"
+
+
 def test_no_samples_means_no_peak(tmp_path: Path) -> None:
     rows = link_table(write_run(tmp_path / "run"))
     assert [r["peak_utilisation"] for r in rows] == [None] * 4
@@ -193,8 +210,8 @@ def test_diff_of_a_compare_folder(tmp_path: Path) -> None:
     assert r["2->10"]["difference_bytes"] == {"mst": -2_000_000}
     assert r["2->10"]["ratio"]["mst"] == pytest.approx(1 / 3)
     assert r["9->10"]["difference_bytes"]["mst"] == 500_000 and r["9->10"]["ratio"]["mst"] == pytest.approx(1.5)
-    assert r["10->9"]["ratio"] == {"mst": None}  # SPFF sent nothing there
-    assert directions(diff_table(folder, sort="ratio")) == ["9->10", "10->2", "2->10", "10->9"]
+    assert r["10->9"]["ratio"] == {"mst": math.inf}  # SPFF sent nothing there, MST did
+    assert directions(diff_table(folder, sort="ratio")) == ["10->9", "9->10", "10->2", "2->10"]
     assert directions(diff_table(folder, sort="link")) == ["2->10", "10->2", "9->10", "10->9"]
     assert directions(diff_table(folder, sort="spff")) == ["2->10", "9->10", "10->2", "10->9"]
     assert directions(diff_table(folder, sort="mst")) == ["9->10", "2->10", "10->2", "10->9"]
@@ -211,8 +228,9 @@ def test_three_schedulers(tmp_path: Path) -> None:
     assert r["10->2"]["ratio"] == {"mst": 0.5, PLUGIN: 1.0}
     # the largest change of any scheduler first: MySched's +3 MB on 9->10 beats MST's -2 MB on 2->10
     assert directions(diff_table(folder)) == ["9->10", "2->10", "10->2", "10->9"]
-    # the largest ratio of any scheduler; none known (SPFF sent nothing) goes last
-    assert directions(diff_table(folder, sort="ratio")) == ["9->10", "10->2", "2->10", "10->9"]
+    assert r["10->9"]["ratio"] == {"mst": math.inf, PLUGIN: None}  # SPFF sent nothing there, MySched too
+    # the largest ratio of any scheduler: traffic where SPFF sent nothing first
+    assert directions(diff_table(folder, sort="ratio")) == ["10->9", "9->10", "10->2", "2->10"]
     # a scheduler's name sorts by its bytes; its run folder's name or label does the same
     for key in (PLUGIN, "mypkg.mod_MySched", "MySched"):
         assert directions(diff_table(folder, sort=key)) == ["9->10", "2->10", "10->2", "10->9"]
@@ -228,7 +246,8 @@ def test_render_three_schedulers(tmp_path: Path) -> None:
                            "MYSCHED - SPFF MB", "MYSCHED / SPFF"]
     assert cells["MYSCHED MB"] == ["0.50", "0.10", "4.00", "0.00", "4.60"]
     assert cells["MYSCHED - SPFF MB"] == ["-2.50", "+0.00", "+3.00", "+0.00", "+0.50"]
-    assert cells["MYSCHED / SPFF"] == ["0.17", "1.00", "4.00", "-", f"{4.6 / 4.1:.2f}"]
+    assert cells["MYSCHED / SPFF"] == ["0.17", "1.00", "4.00", "-", f"{4.6 / 4.1:.2f}"]  # 10->9: 0 / 0
+    assert cells["MST / SPFF"][3] == "new"  # 10->9: 40 kB / 0
     assert cells["MST - SPFF MB"][-1] == "-1.51"
 
 
@@ -322,15 +341,15 @@ def test_compare_folder_given_as_run_folder(tmp_path: Path) -> None:
 
 def test_render_links_with_totals(tmp_path: Path) -> None:
     rows = link_table(write_run(tmp_path / "run", samples=SAMPLES))
-    table = render(rows, "links")
-    assert isinstance(table, Table) and table.title == "links"
+    table = render(rows, "links").fit()
+    assert isinstance(table, Table) and table.title == "links" and table.caption is None
     assert table.row_count == len(rows) + 1
     cells = {str(col.header): list(col.cells) for col in table.columns}
     assert cells["link direction"] == directions(rows) + ["total"]
     assert cells["measured MB"] == ["4.30", "2.00", "0.20", "0.09", "6.59"]
-    assert cells["error"][-1] == "+0.00 %"  # 6.0 MB of weights for 6.0 MB predicted
-    assert cells["mean util"][1] == "8.0 %"
-    assert cells["peak util"][:2] == ["-", "80.0 %"]
+    assert cells["error %"][-1] == "+0.00"  # 6.0 MB of weights for 6.0 MB predicted
+    assert cells["mean util %"][1] == "8.0"
+    assert cells["peak util %"][:2] == ["-", "80.0"]
     assert cells["drops"][-1] == "3"
 
 
@@ -342,7 +361,55 @@ def test_render_diff_with_totals(tmp_path: Path) -> None:
     assert cells["link direction"][-1] == "total"
     assert cells["SPFF MB"][-1] == "4.10" and cells["MST MB"][-1] == "2.59"
     assert cells["MST - SPFF MB"] == ["-2.00", "+0.50", "-0.05", "+0.04", "-1.51"]
-    assert cells["MST / SPFF"][-2:] == ["-", f"{2.59 / 4.10:.2f}"]
+    assert cells["MST / SPFF"][-2:] == ["new", f"{2.59 / 4.10:.2f}"]  # 10->9: SPFF sent nothing, MST 40 kB
+
+
+def printed(renderable: RenderableType, width: int) -> list[str]:
+    """The lines a console ``width`` characters wide prints."""
+    console = Console(width=width, record=True, file=io.StringIO())
+    console.print(renderable)
+    return console.export_text().splitlines()
+
+
+# a topology's own node names, longer than NSFNET's numbers
+NAMED = {(1, "Seattle", "Denver"): (1000, 1100, 1000, 100, 0), (1, "Denver", "Seattle"): (0, 50, 0, 50, 0),
+         (1, "Sunnyvale", "Houston"): (2000, 2300, 2200, 100, 3), (1, "Houston", "Sunnyvale"): (0, 80, 0, 80, 0)}
+
+
+def test_run_table_fits_80_columns(tmp_path: Path) -> None:
+    """At 80 columns (a default terminal, or any output piped) every row stays on one line with its
+    link direction whole: the least needed columns are left out, and the caption says which and
+    how wide a terminal shows them all."""
+    samples = [(0.0, 1, "broadcast", "Seattle", "Denver", 0), (0.1, 1, "broadcast", "Seattle", "Denver", 900_000)]
+    table = render(link_table(write_run(tmp_path / "run", NAMED, samples=samples)), "links")
+    lines = printed(table, 80)
+    assert max(map(cell_len, lines)) <= 80 and "…" not in "".join(lines)
+    rows = [line for line in lines if "->" in line]
+    assert [line.split()[1] for line in rows] == ["Sunnyvale->Houston", "Seattle->Denver", "Houston->Sunnyvale",
+                                                  "Denver->Seattle"]
+    assert [cell.strip() for cell in rows[1].split("│")][-3] == "72.0"  # peak: 0.9 MB in 0.1 s of 100 Mbit/s
+    text = words("\n".join(lines))
+    assert words("not shown at 80 columns: weights MB, other MB, Mbit/s") in text
+    full = int(text.split("COLUMNS=")[1].split(",")[0])
+    wide = printed(table, full)
+    assert max(map(cell_len, wide)) <= full and "notshown" not in words("\n".join(wide))
+    assert "weights" in wide[2] and "Mbit/s" in wide[3]  # headers sit at the bottom of their row
+    assert "measured MB" in printed(table, 200)[2]  # room for every header on one line
+
+
+def test_compare_table_fits_80_columns(tmp_path: Path) -> None:
+    """Three schedulers at 80 columns: every column, headers on two lines; narrower, the differences
+    (one MB column less another) go first, then the ratios."""
+    table = render(diff_table(write_compare(tmp_path / "cmp", {"spff": SPFF, "mst": MST, PLUGIN: MINE})), "diff")
+    lines = printed(table, 80)
+    assert max(map(cell_len, lines)) <= 80 and "…" not in "".join(lines)
+    # headers on two lines, each wrapped at its best space ("MST /" over "SPFF", not "MST", "/", "SPFF")
+    assert lines[4].startswith("┡") and "MST /" in lines[2] and "/ SPFF" in lines[3]
+    assert [line.split()[1] for line in lines if "->" in line] == ["9->10", "2->10", "10->2", "10->9"]
+    narrow = printed(table, 60)
+    assert max(map(cell_len, narrow)) <= 60
+    assert words("not shown at 60 columns: MST - SPFF MB, MYSCHED - SPFF MB") in words("\n".join(narrow))
+    assert words("not shown at 40 columns: MST - SPFF MB, MST / SPFF") in words("\n".join(printed(table, 40)))
 
 
 @pytest.fixture

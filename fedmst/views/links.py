@@ -10,10 +10,14 @@ Everything here only reads CSV/JSON, so it works on any machine, with no network
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 
 from fedmst.core.topology import node_order
@@ -134,6 +138,13 @@ def link_table(run_dir: Path, *, sort: str = "measured", round_: int | None = No
     ``measured_bytes``, ``predicted_bytes``, ``weight_bytes``, ``other_bytes``, ``error_pct``
     (weight bytes against predicted, as in links.csv), ``mean_utilisation`` and
     ``peak_utilisation`` (fractions of capacity; ``None`` when unknown) and ``queue_drops``.
+
+    The peak is the busiest interval between two counter readings (about 100 ms of the network's
+    time), at most the capacity: htb lets a link that was less than full send its 15 KiB burst at
+    once, so a saturated link's reading can hold up to that much more than capacity times the
+    interval (1.2 % of 100 ms at 100 Mbit/s, 12 % at 10 Mbit/s; on NSFNET at 100 Mbit/s, 20
+    readings came out above capacity, by at most 15.9 kB: 101.2 %). That is the link at its
+    capacity, not above it.
     """
     _check_sort(sort, LINK_SORTS)
     _check_run_dir(run_dir)
@@ -170,7 +181,7 @@ def link_table(run_dir: Path, *, sort: str = "measured", round_: int | None = No
         row["mean_utilisation"] = (row["measured_bytes"] * 8 / (capacity_bps * transfer_s)
                                    if capacity_bps and transfer_s else None)
         rate = peaks.get(hop) if peaks is not None else None
-        row["peak_utilisation"] = rate * 8 / capacity_bps if rate is not None and capacity_bps else None
+        row["peak_utilisation"] = min(rate * 8 / capacity_bps, 1.0) if rate is not None and capacity_bps else None
     return _sorted(list(rows.values()), {
         "measured": lambda r: r["measured_bytes"],
         "predicted": lambda r: r["predicted_bytes"],
@@ -190,7 +201,8 @@ def diff_table(compare_dir: Path, *, sort: str = "measured", against: str | None
     ``labels`` ({scheduler: its label in headers}, :func:`run_labels`),
     ``bytes`` ({scheduler: measured bytes}, in compare order), and for every other scheduler
     ``difference_bytes`` ({scheduler: its bytes - against's}, negative where it saved traffic) and
-    ``ratio`` ({scheduler: its bytes / against's}, ``None`` where against sent nothing). ``sort`` is
+    ``ratio`` ({scheduler: its bytes / against's}; ``math.inf`` where only it sent anything there, ``None``
+    where neither did, shown as ``new`` and ``-``). ``sort`` is
     ``measured`` (the default: the largest absolute difference of any scheduler first, since that is
     where the schedulers part), ``ratio`` (the largest ratio), ``link``, or a scheduler's name (its bytes).
     """
@@ -217,7 +229,7 @@ def diff_table(compare_dir: Path, *, sort: str = "measured", against: str | None
             "link": any_run["link"], "direction": direction, "src": any_run["src"], "dst": any_run["dst"],
             "against": base, "labels": labels, "bytes": measured,
             "difference_bytes": {n: measured[n] - measured[base] for n in others},
-            "ratio": {n: measured[n] / measured[base] if measured[base] else None for n in others},
+            "ratio": {n: _quotient(measured[n], measured[base]) for n in others},
         })
     keys: dict[str, Callable[[Row], float | None]] = {
         "measured": lambda r: max(map(abs, r["difference_bytes"].values()), default=0),
@@ -228,35 +240,101 @@ def diff_table(compare_dir: Path, *, sort: str = "measured", against: str | None
     return _sorted(rows, keys, sort)
 
 
-def render(rows: list[Row], title: str) -> Table:
-    """A rich Table of ``link_table`` or ``diff_table`` rows in human units, with a totals row.
+def render(rows: list[Row], title: str) -> FittedTable:
+    """``link_table`` or ``diff_table`` rows in human units, with a totals row, as a table that fits
+    the console it is printed on (:class:`FittedTable`).
 
     Totals are given only where adding up means something: bytes and drops, the overall error
     of weight against predicted bytes, and each scheduler's overall ratio; utilisations and
     capacities are per link and left blank.
     """
-    columns, totals = _diff_columns(rows) if rows and "bytes" in rows[0] else _link_columns(rows)
-    table = Table(title=title)
-    table.add_column("link direction")
-    for header, _, _ in columns:
-        table.add_column(header, justify="right")
-    for i, row in enumerate(rows):
-        table.add_row(row["direction"], *(fmt(get(row)) for _, get, fmt in columns),
-                      end_section=i == len(rows) - 1)
-    table.add_row("total", *totals, style="bold")
-    return table
+    columns = _diff_columns(rows) if rows and "bytes" in rows[0] else _link_columns(rows)
+    return FittedTable(title, [Column("link direction", [r["direction"] for r in rows] + ["total"]), *columns])
 
 
-Column = tuple[str, Callable[[Row], Any], Callable[[Any], str]]
-"""A rendered column: header, the row's value, its format."""
+@dataclass(frozen=True)
+class Column:
+    """A rendered column: its header, its cells (each row's, then the total's), and ``drop``: the
+    columns with the highest are the first a narrow console leaves out, together (0: never)."""
+
+    header: str
+    cells: list[str]
+    drop: int = 0
 
 
-def _link_columns(rows: list[Row]) -> tuple[list[Column], list[str]]:
-    shown = _LINK_RENDER + (_CAPTURE_RENDER if rows and "capture_bytes" in rows[0] else ())
-    totals = {key: sum(r[key] or 0 for r in rows) for _, key, _ in shown if key in _SUMMED}
+class FittedTable:
+    """A table laid out for the width it is printed at (rich passes the console's): at 80 columns,
+    a default terminal's and what rich takes when the output is piped, every column at once would
+    cut link names short and wrap every row. So headers wrap at their spaces first, then whole
+    groups of columns are left out, the least needed first (:attr:`Column.drop`), and the caption
+    names them and the width that shows them all. No cell is ever cut."""
+
+    def __init__(self, title: str, columns: list[Column]) -> None:
+        self.title, self.columns = title, columns
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.fit(options.max_width)
+
+    def fit(self, width: int | None = None) -> Table:
+        """The table within ``width`` characters; every column, each header on one line, for ``None``."""
+        shown, widths, dropped = self.columns, _widths(self.columns, width), set()
+        for drop in sorted({c.drop for c in self.columns if c.drop}, reverse=True):
+            if widths is not None:
+                break
+            dropped.add(drop)
+            shown = [c for c in self.columns if c.drop not in dropped]
+            widths = _widths(shown, width)
+        left_out = [c for c in self.columns if c.drop in dropped]
+        caption = None
+        if left_out:
+            full = _table_width(_wrapped_widths(self.columns))
+            caption = (f"not shown at {width} columns: {', '.join(c.header for c in left_out)} "
+                       f"(a terminal {full} wide, or COLUMNS={full}, shows every column)")
+        table = Table(title=self.title, caption=caption)
+        # nothing left to leave out: rich squeezes what remains
+        for i, (column, w) in enumerate(zip(shown, widths or [None] * len(shown))):
+            table.add_column(column.header, justify="right" if i else "left", width=w)
+        last = len(self.columns[0].cells) - 1
+        for i in range(last + 1):
+            table.add_row(*(c.cells[i] for c in shown), end_section=i == last - 1, style="bold" if i == last else None)
+        return table
+
+
+def _widths(columns: list[Column], width: int | None) -> list[int] | None:
+    """Each column's width: its header on one line where every header fits so in ``width``, else
+    on two; ``None`` if the columns do not fit even so."""
+    one_line = [max(cell_len(c.header), *map(cell_len, c.cells)) for c in columns]
+    if width is None or _table_width(one_line) <= width:
+        return one_line
+    wrapped = _wrapped_widths(columns)
+    return wrapped if _table_width(wrapped) <= width else None
+
+
+def _wrapped_widths(columns: list[Column]) -> list[int]:
+    """The narrowest each column gets without cutting a cell or wrapping its header onto a third line."""
+    return [max(_two_lines(c.header), *map(cell_len, c.cells)) for c in columns]
+
+
+def _two_lines(header: str) -> int:
+    """The narrowest width that wraps ``header`` at a space onto two lines ("MST /" over "SPFF", not
+    "MST", "/", "SPFF"): rich wraps greedily, so the best split's longer half is enough."""
+    words = header.split()
+    return min((max(cell_len(" ".join(words[:i])), cell_len(" ".join(words[i:]))) for i in range(1, len(words))),
+               default=cell_len(header))
+
+
+def _table_width(widths: list[int]) -> int:
+    """Characters a rich Table of these column widths takes: a space either side of each cell, and a
+    border before each column and after the last."""
+    return sum(widths) + 3 * len(widths) + 1
+
+
+def _link_columns(rows: list[Row]) -> list[Column]:
+    shown = _LINK_COLUMNS + (_CAPTURE_COLUMN if rows and "capture_bytes" in rows[0] else ())
+    totals = {c.key: sum(r[c.key] or 0 for r in rows) for c in shown if c.summed}
     totals["error_pct"] = _error_pct(totals["weight_bytes"], totals["predicted_bytes"])
-    columns: list[Column] = [(header, lambda r, key=key: r[key], fmt) for header, key, fmt in shown]
-    return columns, [fmt(totals[key]) if key in totals else "" for _, key, fmt in shown]
+    return [Column(c.header, [c.fmt(r[c.key]) for r in rows] + [c.fmt(totals[c.key]) if c.key in totals else ""],
+                   c.drop) for c in shown]
 
 
 def _captures(run_dir: Path) -> dict[tuple[str, str], int]:
@@ -268,19 +346,30 @@ def _captures(run_dir: Path) -> dict[tuple[str, str], int]:
         return {}
 
 
-def _diff_columns(rows: list[Row]) -> tuple[list[Column], list[str]]:
+def _diff_columns(rows: list[Row]) -> list[Column]:
     """Each scheduler's MB in compare order, then per other scheduler its difference and ratio, so two
-    schedulers read SPFF MB, MST MB, MST - SPFF MB, MST / SPFF."""
+    schedulers read SPFF MB, MST MB, MST - SPFF MB, MST / SPFF. A narrow console leaves out the
+    differences first (each is one MB column less another), then the ratios."""
     base, names, others = rows[0]["against"], list(rows[0]["bytes"]), list(rows[0]["ratio"])
     total = {n: sum(r["bytes"][n] for r in rows) for n in names}
-    columns: list[Column] = [(f"{scheduler_label(n)} MB", lambda r, n=n: r["bytes"][n], _mb) for n in names]
-    totals = [_mb(total[n]) for n in names]
+    columns = [Column(f"{scheduler_label(n)} MB", [_mb(r["bytes"][n]) for r in rows] + [_mb(total[n])])
+               for n in names]
     for n in others:
         vs = f"{scheduler_label(n)} {{}} {scheduler_label(base)}"
-        columns += [(vs.format("-") + " MB", lambda r, n=n: r["difference_bytes"][n], _signed_mb),
-                    (vs.format("/"), lambda r, n=n: r["ratio"][n], _ratio)]
-        totals += [_signed_mb(total[n] - total[base]), _ratio(total[n] / total[base] if total[base] else None)]
-    return columns, totals
+        columns += [
+            Column(vs.format("-") + " MB", [_signed_mb(r["difference_bytes"][n]) for r in rows]
+                   + [_signed_mb(total[n] - total[base])], drop=2),
+            Column(vs.format("/"), [_ratio(r["ratio"][n]) for r in rows] + [_ratio(_quotient(total[n], total[base]))],
+                   drop=1),
+        ]
+    return columns
+
+
+def _quotient(bytes_: int, against: int) -> float | None:
+    """``bytes_ / against``: ``inf`` where only ``bytes_`` is traffic, ``None`` where neither is."""
+    if against:
+        return bytes_ / against
+    return math.inf if bytes_ else None
 
 
 def _mb(n: int) -> str:
@@ -292,29 +381,46 @@ def _signed_mb(n: int) -> str:
 
 
 def _pct(fraction: float | None) -> str:
-    return "-" if fraction is None else f"{100 * fraction:.1f} %"
+    return "-" if fraction is None else f"{100 * fraction:.1f}"
 
 
 def _ratio(r: float | None) -> str:
-    return "-" if r is None else f"{r:.2f}"
+    """``new`` where only the scheduler carried anything (x/0), ``-`` where neither did (0/0)."""
+    return "-" if r is None else "new" if math.isinf(r) else f"{r:.2f}"
 
 
-_SUMMED = {"measured_bytes", "predicted_bytes", "weight_bytes", "other_bytes", "queue_drops", "capture_bytes"}
-_LINK_RENDER: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
-    ("measured MB", "measured_bytes", _mb),
-    ("predicted MB", "predicted_bytes", _mb),
-    ("weights MB", "weight_bytes", _mb),
-    ("other MB", "other_bytes", _mb),
-    ("error", "error_pct", lambda e: f"{e:+.2f} %"),
-    ("Mbit/s", "capacity_mbps", lambda c: f"{c:g}"),
-    ("mean util", "mean_utilisation", _pct),
-    ("peak util", "peak_utilisation", _pct),
-    ("drops", "queue_drops", str),
+@dataclass(frozen=True)
+class _LinkColumn:
+    """A column of a run folder's table: header, ``link_table`` key, format; ``drop`` as :attr:`Column.drop`;
+    ``summed`` where the totals row adds it up."""
+
+    header: str
+    key: str
+    fmt: Callable[[Any], str]
+    drop: int
+    summed: bool = False
+
+
+_LINK_COLUMNS = (
+    _LinkColumn("measured MB", "measured_bytes", _mb, 0, summed=True),
+    _LinkColumn("predicted MB", "predicted_bytes", _mb, 3, summed=True),
+    _LinkColumn("weights MB", "weight_bytes", _mb, 7, summed=True),
+    _LinkColumn("other MB", "other_bytes", _mb, 7, summed=True),
+    _LinkColumn("error %", "error_pct", lambda e: f"{e:+.2f}", 2),
+    _LinkColumn("Mbit/s", "capacity_mbps", lambda c: f"{c:g}", 6),
+    _LinkColumn("mean util %", "mean_utilisation", _pct, 1),
+    _LinkColumn("peak util %", "peak_utilisation", _pct, 1),
+    _LinkColumn("drops", "queue_drops", str, 4, summed=True),
 )
-_CAPTURE_RENDER: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
-    ("pcap MB", "capture_bytes", lambda n: "" if n is None else _mb(n)),
+"""The run folder's columns; a narrow console leaves out weights and other MB (they add up to
+measured, and the error is weights against predicted) first, then capacity, pcap MB, drops,
+predicted MB, error and last the utilisations."""
+_CAPTURE_COLUMN = (
+    _LinkColumn("pcap MB", "capture_bytes", lambda n: "" if n is None else _mb(n), 5, summed=True),
 )
 """With ``--pcap``: the bytes of each direction's capture (pcap/SRC-DST.pcap), beside what the counters measured."""
+
+
 def _check_sort(sort: str, choices: tuple[str, ...]) -> None:
     if sort not in choices:
         raise FedmstError(f"unknown sort key {sort!r}: choose one of {', '.join(choices)}")
