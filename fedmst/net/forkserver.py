@@ -61,7 +61,12 @@ class ForkServer:
         sys.stdout.flush()
         sys.stderr.flush()
         coordinator = os.getpid()
+        # Ctrl-C or SIGTERM during fork() would raise inside the interpreter's at-fork hooks,
+        # which swallow the exception, and the command would go on as if never stopped: hold
+        # them over the fork, so that they arrive right after it, in this code
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         pid = os.fork()
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         if pid == 0:  # the server: never returns
             ours.close()
             if fresh:
