@@ -23,4 +23,14 @@ echo "== virtual environment in .venv"
 # torch first and pinned: the CPU build (set TORCH_SPEC to pick another build or index)
 .venv/bin/pip install -q ${TORCH_SPEC:-torch==2.13.0}
 .venv/bin/pip install -q -e '.[test,ray,flower]'
-echo "== ready: .venv/bin/fedmst"
+
+# `fedmst` on the PATH, as every command in README.md and docs/ is written: a link to this
+# checkout's .venv/bin/fedmst (a link of another checkout is moved here; a file that is no link is left)
+link=/usr/local/bin/fedmst
+if [[ -e $link && ! -L $link ]]; then
+    echo "setup.sh: $link exists and is not a link, so it was left alone: run .venv/bin/fedmst, or" \
+         "'source .venv/bin/activate' first" >&2
+else
+    ln -sfn "$PWD/.venv/bin/fedmst" "$link"
+fi
+echo "== ready: fedmst ($link -> $PWD/.venv/bin/fedmst)"

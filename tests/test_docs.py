@@ -111,44 +111,74 @@ def test_page_has_title_and_way_back(page: Path) -> None:
 
 
 def _invocations(command: str) -> Iterator[tuple[str, list[str]]]:
-    """(subcommand, its --options) for every `fedmst SUB ...` in one shell line."""
+    """(subcommand, its arguments) for every `fedmst SUB ...` in one shell line."""
     try:
         words = shlex.split(command, comments=True)
     except ValueError:
         words = command.split("#")[0].split()
     for i, word in enumerate(words):
         if (word == "fedmst" or word.endswith("/fedmst")) and i + 1 < len(words):
-            options = []
+            args = []
             for arg in words[i + 2:]:
-                if arg in {"&&", "||", "|", ";", "&"} or arg.endswith(("&", ";")):
+                if arg in {"&&", "||", "|", ";", "&"}:
                     break
-                if arg.startswith("--") and len(arg) > 2:
-                    options.append(arg.split("=")[0])
-            yield words[i + 1], options
+                if arg.endswith(("&", ";")):
+                    args.append(arg[:-1])
+                    break
+                args.append(arg)
+            yield words[i + 1], args
 
 
-def shown_invocations() -> Iterator[tuple[str, str, list[str]]]:
+COMMANDS = {"sh", "bash"}
+"""Blocks of commands to paste into a shell: each must run as written."""
+SYNOPSES = {"", "text"}
+"""Blocks that sum commands up (``fedmst run ... --clock independent``): each names real options."""
+
+
+def shown_invocations(langs: set[str] = COMMANDS) -> Iterator[tuple[str, str, list[str]]]:
     for page in PAGES:
-        for block in _blocks(page.read_text(), {"sh", "bash"}):
+        for block in _blocks(page.read_text(), langs):
             for line in block.replace("\\\n", " ").splitlines():
-                for sub, options in _invocations(line):
-                    yield page.name, sub, options
+                if langs is COMMANDS or line.startswith("fedmst "):  # not a table's "fedmst on nsfnet"
+                    for sub, args in _invocations(line):
+                        yield page.name, sub, args
 
 
 def test_shell_blocks_show_fedmst_commands() -> None:
     subs = {sub for _, sub, _ in shown_invocations()}
-    assert {"compare", "run", "sweep"} <= subs
+    assert {"compare", "run", "sweep", "links", "watch"} <= subs
 
 
-def test_shown_options_exist() -> None:
+def test_every_shown_command_parses_as_written() -> None:
+    """Every `fedmst` line of a sh block, parsed by the real command line (its options, their
+    values and choices, the arguments it needs) without running it."""
+    import click
+
     from fedmst.cli import main
 
     wrong = []
-    for page, sub, options in shown_invocations():
+    for page, sub, args in shown_invocations():
         command = main.commands.get(sub)
         if command is None:
             wrong.append(f"{page}: fedmst {sub}: no such command")
             continue
+        try:
+            command.make_context(sub, list(args))
+        except click.ClickException as exc:
+            wrong.append(f"{page}: fedmst {sub} {' '.join(args)}: {exc.format_message()}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_summed_up_commands_name_real_options() -> None:
+    from fedmst.cli import main
+
+    wrong = []
+    for page, sub, args in shown_invocations(SYNOPSES):
+        command = main.commands.get(sub.split("/")[0])  # "run/compare ... --live": run's
+        if command is None:
+            wrong.append(f"{page}: fedmst {sub}: no such command")
+            continue
         known = {"--help"} | {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
+        options = [a.split("=")[0] for a in args if a.startswith("--") and len(a) > 2]
         wrong += [f"{page}: fedmst {sub} {o}: no such option" for o in options if o not in known]
     assert not wrong, "\n".join(wrong)
