@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
@@ -25,7 +26,7 @@ from fedmst.errors import FedmstError
 from fedmst.run.config import SWEEP, RunConfig, options, read_config_file, split_list
 
 if TYPE_CHECKING:
-    from rich.table import Table
+    from fedmst.run.folders import OutputFolder
 
 
 console = Console(highlight=False)
@@ -106,6 +107,7 @@ def _config(ctx: click.Context, kw: dict[str, Any],
     ``--config FILE``, then what the command line gives explicitly; and the command's other options
     (e.g. ``schedulers``) merged the same way."""
     path = kw.pop("config_file", None)
+    kw.pop("overwrite", None)
     schema = options()
     values = {name: how["default"] for name, how in (changed or {}).items() if "default" in how}
     for param, value in kw.items():
@@ -127,7 +129,28 @@ def _config(ctx: click.Context, kw: dict[str, Any],
                                                        click.core.ParameterSource.ENVIRONMENT)}
         values.update({k: v for k, v in from_file.items() if k not in explicit})
     config = RunConfig(**{k: v for k, v in values.items() if k in schema})
-    return config, {k: v for k, v in values.items() if k not in schema}
+    extra = {k: v for k, v in values.items() if k not in schema}
+    extra["out_given"] = (ctx.get_parameter_source("out") == click.core.ParameterSource.COMMANDLINE
+                          or (path is not None and "out" in from_file))
+    return config, extra
+
+
+_overwrite_option = click.option(
+    "--overwrite", is_flag=True,
+    help="Replace an --out folder that already holds fedmst's results, whole (it is emptied once the inputs "
+         "are checked). Without it such a folder is refused, and without --out each command takes a fresh "
+         "folder: DIR, DIR-2, DIR-3 ...")
+
+
+def _output(config: RunConfig, extra: Mapping[str, Any], overwrite: bool) -> tuple[RunConfig, OutputFolder]:
+    """The folder this command writes (:mod:`fedmst.run.folders`), checked before anything runs,
+    and the configuration pointing at it."""
+    from fedmst.run.folders import choose
+
+    folder = choose(Path(config.out), given=extra["out_given"], overwrite=overwrite)
+    if folder.path != Path(config.out):
+        _report(f"{config.out} holds earlier results: this one goes to {folder.path}/")
+    return replace(config, out=str(folder.path)), folder
 
 
 def _report(line: str) -> None:
@@ -143,8 +166,9 @@ def _started() -> float:
     return time.monotonic() - age
 
 
-def _guard(fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` turning fedmst errors into one line and signals into a clean exit.
+def _guard(fn: Callable[[], Any], emulates: bool = False) -> Any:
+    """Run ``fn`` turning fedmst errors into one line and signals into a clean exit; a command
+    that ``emulates`` says its network was torn down (the ``with`` blocks did it).
 
     SIGINT is handled even when the parent ignored it (a background job of a non-interactive
     shell inherits SIGINT ignored): Ctrl-C must always tear the emulation down.
@@ -159,7 +183,7 @@ def _guard(fn: Callable[[], Any]) -> Any:
         err_console.print(f"fedmst: error: {message}", markup=False, soft_wrap=True)
         sys.exit(1)
     except KeyboardInterrupt:
-        err_console.print("fedmst: interrupted; the emulated network was torn down")
+        err_console.print("fedmst: interrupted" + ("; the emulated network was torn down" if emulates else ""))
         sys.exit(130)
 
 
@@ -197,21 +221,24 @@ def _live(enabled: bool, out: Path) -> Iterator[None]:
 
 @main.command()
 @_schema_options("scheduler")
-@click.option("--out", default="runs/run", show_default=True, help="Run folder to write.")
+@click.option("--out", default="runs/run", show_default=True,
+              help="Run folder to write: a new or empty one (default: runs/run, or runs/run-2 ... if taken).")
+@_overwrite_option
 @_live_option
 @_options
 @click.pass_context
-def run(ctx: click.Context, live: bool, **kw: Any) -> None:
+def run(ctx: click.Context, live: bool, overwrite: bool, **kw: Any) -> None:
     """Run one FL task for real in Mininet with one scheduler."""
     def go() -> Any:
         from fedmst.run.engine import run as run_
         from fedmst.run.prepare import resolve
 
-        config, _ = _config(ctx, kw)
-        with _live(live, Path(config.out)):
-            return config, run_(resolve(config)[0], report=_report, command_started=_started())
+        config, folder = _output(*_config(ctx, kw), overwrite)
+        with _live(live, folder.path):
+            return config, run_(resolve(config)[0], report=_report, command_started=_started(),
+                                overwrite=folder.overwrite)
 
-    config, summary = _guard(go)
+    config, summary = _guard(go, emulates=True)
     from fedmst.run.report import summary_table
 
     console.print(summary_table({config.scheduler: summary}))
@@ -223,22 +250,24 @@ def run(ctx: click.Context, live: bool, **kw: Any) -> None:
               help="Comma-separated schedulers to run on identical tasks, the first being the baseline: "
                    "registered names or package.module:Class.")
 @click.option("--out", default="runs/compare", show_default=True,
-              help="Folder for one run folder per scheduler and comparison.json.")
+              help="Folder for one run folder per scheduler and comparison.json: a new or empty one (default: "
+                   "runs/compare, or runs/compare-2 ... if taken).")
+@_overwrite_option
 @_live_option
 @_options
 @click.pass_context
-def compare(ctx: click.Context, live: bool, **kw: Any) -> None:
+def compare(ctx: click.Context, live: bool, overwrite: bool, **kw: Any) -> None:
     """Run the same tasks with every scheduler and compare them side by side."""
     def go() -> Any:
         from fedmst.run.experiments import compare as compare_
 
         config, extra = _config(ctx, kw)
+        config, folder = _output(config, extra, overwrite)
         schedulers = list(split_list(extra["schedulers"], "--schedulers"))
-        with _live(live, Path(config.out)):
-            return config, compare_(config, schedulers, Path(config.out), report=_report,
-                                    command_started=_started())
+        with _live(live, folder.path):
+            return config, compare_(config, schedulers, folder, report=_report, command_started=_started())
 
-    config, summaries = _guard(go)
+    config, summaries = _guard(go, emulates=True)
     from fedmst.run.report import summary_table
 
     console.print(summary_table(summaries, ratios_to_first=True))
@@ -281,8 +310,9 @@ def _int_list(_ctx: object, _param: object, value: str) -> list[int]:
                    "host), one per emulation slot its nodes offer (scripts/ray-local.sh start N makes one here).")
 @_schema_options(*WORKER_OPTIONS)
 @_config_file
+@_overwrite_option
 @click.pass_context
-def sweep(ctx: click.Context, ks: list[int], seeds: list[int], **kw: Any) -> None:
+def sweep(ctx: click.Context, ks: list[int], seeds: list[int], overwrite: bool, **kw: Any) -> None:
     """Reproduce the poster's Figure 3: every scheduler, many concurrent tasks, for real, with figures;
     over several models, a map of where each schedule wins. (Stall timeout 60 s unless given.)"""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
@@ -290,13 +320,15 @@ def sweep(ctx: click.Context, ks: list[int], seeds: list[int], **kw: Any) -> Non
 
     from fedmst.run.experiments import points, sweep as sweep_
 
-    def lists() -> tuple[RunConfig, list[str], list[str], str | None]:
+    def lists() -> tuple[RunConfig, OutputFolder, list[str], list[str], str | None]:
         config, extra = _config(ctx, kw, SWEEP)
+        config, out = _output(config, extra, overwrite)
         models = split_list(extra["models"] or config.model, "--models")
-        return config, list(split_list(extra["schedulers"], "--schedulers")), list(models), extra["ray_address"]
+        return (config, out, list(split_list(extra["schedulers"], "--schedulers")), list(models),
+                extra["ray_address"])
 
-    config, schedulers, models, ray_address = _guard(lists)
-    folder = Path(config.out)
+    config, out, schedulers, models, ray_address = _guard(lists)
+    folder = out.path
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("left"), TimeRemainingColumn())
     with Progress(*columns, console=console) as bar:
@@ -317,7 +349,8 @@ def sweep(ctx: click.Context, ks: list[int], seeds: list[int], **kw: Any) -> Non
                         nodes[node] = bar.add_task(f"  ray node {node}", total=None)
                     bar.advance(nodes[node])
 
-        rows = _guard(lambda: sweep_(config, ks, seeds, folder, Shown(), schedulers, models, ray_address))
+        rows = _guard(lambda: sweep_(config, ks, seeds, out, Shown(), schedulers, models, ray_address),
+                      emulates=True)
     _draw_sweep(rows, folder)
 
 
@@ -355,14 +388,20 @@ def _draw_sweep(rows: list[dict[str, Any]], folder: Path) -> None:
               help="Compare folders: the scheduler the others are measured against (default: the baseline, "
                    "the compare's first).")
 def links(run_dir: Path, sort: str, round_: int | None, against: str | None) -> None:
-    """Per-link traffic of a run folder, or of every scheduler of a compare folder against one of them."""
-    from fedmst.views.links import diff_table, is_compare_dir, link_table, render, scheduler_label
+    """Per-link traffic of a run folder, or of every scheduler of a compare folder against one of them.
 
-    def table() -> Table:
+    The table fits the terminal: at 80 columns (or piped) it leaves out weights and other MB first
+    (then Mbit/s, pcap MB, drops, predicted MB, error), in a compare folder the differences, then the
+    ratios, and names them under the table; a wider terminal or COLUMNS=200 shows every column. Peak
+    util is at most 100 % (a 100 ms reading can hold htb's 15 KiB burst above capacity). A ratio reads
+    new where only that scheduler carried traffic, - where neither did."""
+    from fedmst.views.links import FittedTable, diff_table, is_compare_dir, link_table, render
+
+    def table() -> FittedTable:
         if is_compare_dir(run_dir):
             rows = diff_table(run_dir, sort=sort, against=against, round_=round_)
-            labels = [scheduler_label(n) for n in rows[0]["ratio"]] if rows else []
-            vs = " - ".join([", ".join(labels), scheduler_label(rows[0]["against"])] if labels else ["measured"])
+            labels = [rows[0]["labels"][n] for n in rows[0]["ratio"]] if rows else []
+            vs = " - ".join([", ".join(labels), rows[0]["labels"][rows[0]["against"]]] if labels else ["measured"])
             when = f", round {round_}" if round_ is not None else ""
             return render(rows, title=f"{run_dir}: {vs} per link direction{when}")
         if against is not None:

@@ -32,6 +32,7 @@ from pathlib import Path
 from fedmst.run.config import RunConfig
 from fedmst.run.prepare import resolve
 from fedmst.run.experiments import compare
+from fedmst.run.folders import OutputFolder
 from fedmst.run.results import read_csv
 
 
@@ -65,7 +66,8 @@ def main() -> int:
           f"round 2's broadcast and back at 3, worker on node {node} killed in round 2's training, "
           f"stall timeout {args.stall:g} s\n")
     started = time.monotonic()
-    summaries = compare(base, ["spff", "mst"], Path(args.out), report=lambda line: print(line, file=sys.stderr))
+    summaries = compare(base, ["spff", "mst"], OutputFolder(Path(args.out)),
+                        report=lambda line: print(line, file=sys.stderr))
     print(f"both schedulers done in {time.monotonic() - started:.0f} s", file=sys.stderr)
 
     print("| scheduler | round | event | scheduling (s) | routes (s) | reconnect (s) | re-plan (s) | warm-up (MB) "

@@ -132,8 +132,9 @@ def test_no_option_declares_its_choices_or_default_twice() -> None:
     """The command line declares no run option of its own: each comes from the schema."""
     from fedmst import cli
 
-    # --live says how the run is shown, not what it does: it is no run option (not in config.json)
-    own = {p.name for p in cli.run.params} - set(_schema_params(cli.run)) - {"config_file", "out", "live"}
+    # --live says how the run is shown and --overwrite what happens to an earlier run's folder, not
+    # what the run does: neither is a run option (not in config.json, so a re-run never overwrites)
+    own = {p.name for p in cli.run.params} - set(_schema_params(cli.run)) - {"config_file", "out", "live", "overwrite"}
     assert own == set()
     source = (PACKAGE / "cli.py").read_text()
     for literal in ('"momentum"', '"sjf-bco"', '"lockstep"', '"cassini"', '"userspace"', '"fedmst-worker"',

@@ -4,6 +4,10 @@ counter readings in, live.json and what the view shows out."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -141,3 +145,21 @@ def test_a_folder_with_no_run_is_refused(tmp_path: Path) -> None:
         check_watchable(tmp_path)
     with pytest.raises(FedmstError, match="no such folder"):
         check_watchable(tmp_path / "nope")
+
+
+def test_watch_stopped_by_sigterm_says_so_without_a_network_it_never_built(tmp_path: Path) -> None:
+    """``fedmst watch`` builds nothing: stopped, it says it was interrupted and no more."""
+    (tmp_path / "live.json").write_text(LiveStatus(run_dir=str(tmp_path), scheduler="mst", topology="t",
+                                                   coordinator=os.getpid(), rounds=2).to_json())
+    watch = subprocess.Popen([str(Path(sys.executable).with_name("fedmst")), "watch", str(tmp_path)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2.0)  # following this process's "run", which never ends
+        assert watch.poll() is None, watch.communicate()
+        watch.send_signal(signal.SIGTERM)
+        _, err = watch.communicate(timeout=30)
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.wait()
+    assert watch.returncode == 130 and err.strip() == "fedmst: interrupted", err

@@ -9,7 +9,6 @@ tears everything down, and writes the summary of the rounds that finished whatev
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
 import traceback
@@ -22,26 +21,27 @@ from fedmst.errors import FedmstError
 from fedmst.net.calibrate import cpu_bound_links, link_ceiling_mbps
 from fedmst.net.cleanup import RunState
 from fedmst.net.emulation import Capabilities, Emulation
-from fedmst.run import livestate
+from fedmst.run import folders, livestate
 from fedmst.run.prepare import ResolvedRun
 from fedmst.run.independent import IndependentRun
 from fedmst.run.lockstep import LockstepRun
 from fedmst.run.measure import Prediction, RoundResult, summarise, summarise_clock
-from fedmst.run.report import Report, Summary, breakdown_line
+from fedmst.run.report import Report, RunStatus, Summary, breakdown_line
 from fedmst.run.results import write_json
 from fedmst.run.session import Session
 from fedmst.workers.backends import backend_for
+from fedmst.wording import counted
 
 
-def run(resolved: ResolvedRun, report: Report = print, command_started: float | None = None) -> Summary:
+def run(resolved: ResolvedRun, report: Report = print, command_started: float | None = None,
+        overwrite: bool = False) -> Summary:
     """Run ``resolved`` for real into ``config.out`` and return its summary; the run folder is
     written as it goes, and what finished stays there whatever ends the run. ``command_started``
-    (monotonic clock) is when the command began, for the time breakdown's ``prepare``."""
+    (monotonic clock) is when the command began, for the time breakdown's ``prepare``;
+    ``overwrite``: replace a folder of earlier results there (see :mod:`fedmst.run.folders`)."""
     started = time.monotonic()
     times = {} if command_started is None else {"prepare": started - command_started}
-    config = resolved.config
-    out = Path(config.out)
-    claim = _claim_run_dir(out)
+    claim = folders.claim(folders.OutputFolder(Path(resolved.config.out), overwrite))
     try:
         return _run(resolved, report, started, times)
     finally:
@@ -49,12 +49,8 @@ def run(resolved: ResolvedRun, report: Report = print, command_started: float | 
 
 
 def _run(resolved: ResolvedRun, report: Report, started: float, times: dict[str, float]) -> Summary:
-    config = resolved.config
-    write_json(Path(config.out) / "config.json", asdict(config))
-    livestate.begin(Path(config.out), resolved)
-    _report_workload(resolved, report)
     summary = _Run(resolved, report, started, times).go()
-    report(f"[{config.scheduler}] time: {breakdown_line(times)}")
+    report(f"[{resolved.config.scheduler}] time: {breakdown_line(times)}")
     return summary
 
 
@@ -71,7 +67,7 @@ def _report_workload(resolved: ResolvedRun, report: Report) -> None:
             f"aggregation at {', '.join(sorted(plan.aggregation_nodes))}"
         )
         return
-    report(f"{tag} {len(workload.plans)} tasks scheduled, {len(workload.blocked)} blocked "
+    report(f"{tag} {counted(len(workload.plans), 'task')} scheduled, {len(workload.blocked)} blocked "
            f"(W={workload.wavelengths}); {workload.reserved_wavelength_links} wavelength-links reserved"
            + (f"; admitted in {config.order} order: {', '.join(p.task.name for p in workload.plans)}"
               if config.order != "fifo" else ""))
@@ -99,7 +95,10 @@ class _Run:
         """Build the network, run the rounds, tear down; failures end in one line (a bug's
         traceback kept in error.log)."""
         out, state = self.out, RunState()
-        try:
+        try:  # from its first file on, the folder says how the run ended (summary.json), whatever ends it
+            write_json(out / "config.json", asdict(self.resolved.config))
+            livestate.begin(out, self.resolved)
+            _report_workload(self.resolved, self.report)
             self.emulate(state, state.scratch)
             self.status = "completed"
         except FedmstError as exc:
@@ -118,6 +117,8 @@ class _Run:
             finally:  # the run's record and scratch go even when its containers would not
                 state.remove()
             gone = not out.is_dir()
+            if self.session is None and not gone:  # else the session's publisher said it
+                livestate.end(out, self.resolved, self.status.partition(":")[0])
             if self.emu is not None and self.emu.delay_stats and not gone:
                 write_json(out / "delay_lines.json", self.emu.delay_stats)
             summary = None if gone else self.summarise()
@@ -167,12 +168,19 @@ class _Run:
                 self.times.update(session.times)
 
     def summarise(self) -> Summary | None:
-        """Write summary.json if any round finished (rounds already finished keep their summary)."""
+        """Write summary.json: the means of the rounds that finished, or, if none did, only how
+        the run ended (so the folder still says what became of it)."""
         clock = self.independent.clock if self.independent is not None else None
-        if not self.rounds and not (clock is not None and clock.rounds_done):
-            return None
         times, emu = self.times, self.emu
         wall_s = time.monotonic() - self.started
+        if not self.rounds and not (clock is not None and clock.rounds_done):
+            config = self.resolved.config
+            planned = config.rounds if config.clock == "lockstep" else \
+                max((p.task.rounds for p in self.resolved.workload.plans), default=config.rounds)
+            write_json(self.out / "summary.json", asdict(RunStatus(
+                status=self.status, rounds_planned=planned, scheduler=config.scheduler,
+                topology=self.resolved.graph.graph["name"], rounds=0, wall_s=wall_s)))
+            return None
         times["teardown"] = wall_s - sum(s for name, s in times.items() if name != "prepare")
         common: dict[str, Any] = dict(
             emulated={**emu.emulated(), **self.ceiling, **self.network_terms()} if emu else {},
@@ -214,22 +222,3 @@ def _link_ceiling(resolved: ResolvedRun, capabilities: Capabilities, report: Rep
                + ": their bandwidth is bound by the CPU, not emulated, and their predictions cannot hold "
                "(a larger --time-scale slows them below it)")
     return {"link_ceiling_mbps": ceiling, "bandwidth_cpu_bound": above}
-
-
-def _claim_run_dir(out: Path) -> int:
-    """Make the run folder and lock it for this run (two runs writing one folder would mix their
-    results); return the open folder whose lock the run holds until it closes it."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-        folder = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError as exc:
-        raise FedmstError(f"output folder {out}: cannot write there ({exc.strerror})") from None
-    try:
-        fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(folder)
-        raise FedmstError(f"output folder {out} is in use by another run: give this one its own --out") from None
-    return folder

@@ -9,6 +9,7 @@ plan is never made twice.
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
@@ -18,8 +19,10 @@ from fedmst.errors import FedmstError
 from fedmst.run.config import RunConfig
 from fedmst.run.prepare import ResolvedRun, check_host, resolve
 from fedmst.run.layout import run_folder_name
-from fedmst.run.report import Report, Summary, comparison
+from fedmst.run.folders import OutputFolder, claim
+from fedmst.run.report import Report, RunStatus, Summary, comparison
 from fedmst.run.results import read_csv, write_csv, write_json
+from fedmst.wording import counted
 
 
 
@@ -56,6 +59,8 @@ class SweepRow:
 
 
 SWEEP_FIELDS = tuple(f.name for f in fields(SweepRow))
+SWEEP_RECORD = "sweep.json"
+"""How a sweep ended: ``status`` (as a run's), and ``points_done`` of its ``points``."""
 _PARSE: dict[str, Callable[[str], Any]] = {"str": str, "int": int, "float": float}
 DEFAULT_SCHEDULERS = ("spff", "mst")
 
@@ -72,20 +77,46 @@ def check_schedulers(schedulers: Sequence[str]) -> None:
         raise FedmstError(f"--schedulers: {', '.join(twice)} given twice")
 
 
-def compare(config: RunConfig, schedulers: Sequence[str], out: Path, report: Report,
+def compare(config: RunConfig, schedulers: Sequence[str], out: OutputFolder, report: Report,
             command_started: float | None = None) -> dict[str, Summary]:
     """Run ``config`` with every scheduler on identical tasks into ``out/NAME/`` and write
     ``out/comparison.json``: every summary and its ratios to the first scheduler (the baseline).
-    The first run's time breakdown counts the preparation since ``command_started``."""
+    The first run's time breakdown counts the preparation since ``command_started``.
+
+    However the compare ends, comparison.json says so: ``status`` (``completed``,
+    ``interrupted`` or ``failed: REASON``) and each scheduler's under ``runs`` (``not run`` for
+    those it never started), with the summaries of the runs that finished a round."""
     from fedmst.run.engine import run
 
     check_schedulers(schedulers)
     runs = resolve(config, schedulers)
-    summaries = {r.config.scheduler: run(_into(r, out / run_folder_name(r.config.scheduler)), report=report,
-                                         command_started=command_started if i == 0 else None)
-                 for i, r in enumerate(runs)}
-    write_json(out / "comparison.json", comparison(summaries))
+    folder = claim(out)
+    summaries: dict[str, Summary] = {}
+    status = "interrupted"
+    try:
+        for i, r in enumerate(runs):
+            name = r.config.scheduler
+            summaries[name] = run(_into(r, out.path / run_folder_name(name)), report=report,
+                                  command_started=command_started if i == 0 else None)
+        status = "completed"
+    except FedmstError as exc:
+        status = f"failed: {' '.join(str(exc).splitlines())}"
+        raise
+    finally:
+        names = [r.config.scheduler for r in runs]
+        write_json(out.path / "comparison.json", {
+            "status": status, "runs": {n: _run_status(out.path / run_folder_name(n)) for n in names},
+            **comparison(summaries, names)})
+        os.close(folder)
     return summaries
+
+
+def _run_status(folder: Path) -> str:
+    """How one run of a compare ended, as its summary.json says (``not run`` without one)."""
+    try:
+        return RunStatus.read(folder / "summary.json").status
+    except FedmstError:
+        return "not run"
 
 
 def _into(run: ResolvedRun, folder: Path) -> ResolvedRun:
@@ -119,13 +150,14 @@ class Progress(Protocol):
         """A point is done, on Ray node ``node`` ('' without Ray)."""
 
 
-def sweep(base: RunConfig, local_models: Sequence[int], seeds: Sequence[int], out: Path, progress: Progress,
-          schedulers: Sequence[str] = DEFAULT_SCHEDULERS, models: Sequence[str] | None = None,
+def sweep(base: RunConfig, local_models: Sequence[int], seeds: Sequence[int], output: OutputFolder,
+          progress: Progress, schedulers: Sequence[str] = DEFAULT_SCHEDULERS, models: Sequence[str] | None = None,
           ray_address: str | None = None) -> list[dict[str, Any]]:
     """Run every point for real, writing ``out/sweep.csv`` after each one; return its rows.
     ``models`` (default: the configuration's) adds a dimension: each point runs with each model.
     With ``ray_address`` the points run as tasks of that Ray cluster (:mod:`fedmst.run.distributed`),
-    as many at once as it has emulation slots; the table is the same, in the same order."""
+    as many at once as it has emulation slots; the table is the same, in the same order.
+    However the sweep ends, ``out/sweep.json`` says so: ``status`` and the points done of all."""
     from fedmst.run.engine import run
 
     check_schedulers(schedulers)
@@ -137,9 +169,10 @@ def sweep(base: RunConfig, local_models: Sequence[int], seeds: Sequence[int], ou
                 for r in resolve(replace(base, model=model, local_models=k, seed=seed), schedulers, host):
                     resolved[(model, k, seed, r.config.scheduler)] = r
     order = points(local_models, seeds, schedulers, models)
+    out = output.path
     folders = {p: point_folder(out, *p, len(models) > 1) for p in order}
-    described = {(m, k, seed, s): f"{s}, {k} local models, seed {seed}" + (f", {m}" if len(models) > 1 else "")
-                 for m, k, seed, s in order}
+    described = {(m, k, seed, s): f"{s}, {counted(k, 'local model')}, seed {seed}"
+                 + (f", {m}" if len(models) > 1 else "") for m, k, seed, s in order}
     done: dict[tuple[str, int, int, str], list[SweepRow]] = {}
 
     def record(point: tuple[str, int, int, str], summary: Summary, node: str) -> None:
@@ -147,23 +180,32 @@ def sweep(base: RunConfig, local_models: Sequence[int], seeds: Sequence[int], ou
         write_sweep(out / "sweep.csv", [row for p in order if p in done for row in done[p]])
         progress.finished(described[point], node)
 
-    if ray_address is None:
-        for point in order:
-            progress.started(described[point])
-            record(point, run(_into(resolved[point], folders[point]), report=lambda _: None), "")
-    else:
-        from fedmst.run.distributed import Finished, connect, run_points, unpack
+    claimed, status = claim(output), "interrupted"
+    try:
+        if ray_address is None:
+            for point in order:
+                progress.started(described[point])
+                record(point, run(_into(resolved[point], folders[point]), report=lambda _: None), "")
+        else:
+            from fedmst.run.distributed import Finished, connect, run_points, unpack
 
-        connect(ray_address)
+            connect(ray_address)
 
-        def arrived(point: Any, result: Finished) -> None:
-            unpack(result.files, folders[point])
-            if result.summary is None:
-                raise FedmstError(f"{described[point]}, on ray node {result.node}: {result.error} "
-                                  f"(its run folder: {folders[point]})")
-            record(point, result.summary, result.node)
+            def arrived(point: Any, result: Finished) -> None:
+                unpack(result.files, folders[point])
+                if result.summary is None:
+                    raise FedmstError(f"{described[point]}, on ray node {result.node}: {result.error} "
+                                      f"(its run folder: {folders[point]})")
+                record(point, result.summary, result.node)
 
-        run_points({p: resolved[p] for p in order}, arrived)
+            run_points({p: resolved[p] for p in order}, arrived)
+        status = "completed"
+    except FedmstError as exc:
+        status = f"failed: {' '.join(str(exc).splitlines())}"
+        raise
+    finally:
+        write_json(out / SWEEP_RECORD, {"status": status, "points": len(order), "points_done": len(done)})
+        os.close(claimed)
     return [asdict(row) for p in order for row in done[p]]
 
 

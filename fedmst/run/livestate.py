@@ -191,6 +191,15 @@ def begin(out: Path, resolved: Any) -> None:
         pass  # the run reports its folder itself
 
 
+def end(out: Path, resolved: Any, outcome: str) -> None:
+    """Say in ``out`` that a run that ended before its session began (``failed`` or ``interrupted``
+    while its network was built) is over, so that a watcher stops."""
+    try:
+        _replace(out / LIVE_FILE, replace(base_status(out, resolved), phase=outcome, finished=True).to_json())
+    except OSError:
+        pass  # as in begin
+
+
 def _replace(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     tmp.write_text(text)

@@ -24,8 +24,9 @@ Report = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-class Summary:
-    """``summary.json``: the means over the finished rounds of one run, and what it ran with.
+class RunStatus:
+    """What became of a run: the part of ``summary.json`` every run writes, however it ended. A
+    run stopped before its first round finished writes only this, having measured nothing.
 
     ``status`` is ``completed``, ``interrupted`` or ``failed: REASON``; an interrupted or failed
     run still reports the ``rounds`` it finished out of ``rounds_planned``.
@@ -35,10 +36,32 @@ class Summary:
     rounds_planned: int
     scheduler: str
     topology: str
+    rounds: int
+    wall_s: float
+
+    @classmethod
+    def read(cls, path: Path) -> RunStatus:
+        """The status part of any ``summary.json`` (a whole summary's too)."""
+        obj = _read_object(path)
+        try:
+            return RunStatus(**{f.name: obj[f.name] for f in fields(RunStatus)})
+        except KeyError as exc:
+            raise FedmstError(f"{path}: not a fedmst summary (missing {exc.args[0]})") from None
+
+    def ended(self) -> str:
+        """How the run ended, in words: ``interrupted after 0 of 5 rounds``, ``failed after 1 of 2 rounds (REASON)``."""
+        how, _, reason = self.status.partition(": ")
+        rounds = f"{self.rounds} of {counted(self.rounds_planned, 'round')}"
+        return f"{how} after {rounds}" + (f" ({reason})" if reason else "")
+
+
+@dataclass(frozen=True)
+class Summary(RunStatus):
+    """``summary.json``: the means over the finished rounds of one run, and what it ran with."""
+
     local_models: int
     tasks: int
     tasks_blocked: int
-    rounds: int
     model: str
     model_bytes: int
     global_node: str
@@ -68,7 +91,6 @@ class Summary:
     accuracy_per_round: list[float]
     emulated: dict[str, Any]
     workers: BackendDescription
-    wall_s: float
     aborted_link_bytes: int = 0
     """Bytes that phases given up after a fault put on the links (not in ``link_bytes_measured``);
     a default, so summaries written before it existed still read."""
@@ -134,12 +156,11 @@ class Summary:
 
     @classmethod
     def read(cls, path: Path) -> Summary:
-        try:
-            obj = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
-            raise FedmstError(f"{path}: cannot read the summary: {' '.join(str(exc).split())}") from exc
-        if not isinstance(obj, dict):
-            raise FedmstError(f"{path}: expected a JSON object")
+        """The summary of a run that finished a round at least; a run that finished none is
+        refused saying how it ended (see :func:`unmeasured`)."""
+        obj = _read_object(path)
+        if obj and set(obj) <= {f.name for f in fields(RunStatus)}:  # what a run that finished no round writes
+            raise FedmstError(unmeasured(Path(path).parent, RunStatus.read(path)))
         return cls.from_json(obj, str(path))
 
     @property
@@ -185,9 +206,27 @@ def time_to_accuracy(round_seconds: Sequence[float], accuracies: Sequence[float]
     return None
 
 
-def comparison(summaries: Mapping[str, Summary]) -> dict[str, Any]:
+def _read_object(path: Path) -> dict[str, Any]:
+    try:
+        obj = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise FedmstError(f"{path}: cannot read the summary: {' '.join(str(exc).split())}") from exc
+    if not isinstance(obj, dict):
+        raise FedmstError(f"{path}: expected a JSON object")
+    return obj
+
+
+def unmeasured(run_dir: Path, status: RunStatus) -> str:
+    """Why a run folder has nothing to show: its run ended before its first round finished."""
+    return (f"{run_dir}: the {status.scheduler} run was {status.ended()} (summary.json), so it measured "
+            "nothing to show")
+
+
+def comparison(summaries: Mapping[str, Summary], schedulers: Sequence[str] | None = None) -> dict[str, Any]:
     """``comparison.json``: every scheduler's summary and its ratios to the first (the baseline),
-    and each one's time and link bytes to the target accuracy.
+    and each one's time and link bytes to the target accuracy. ``schedulers``: every scheduler
+    the compare ran, baseline first, where some have no summary (a compare that stopped early):
+    ratios then only if the baseline has one.
 
     ``bytes_ratio`` and ``latency_ratio`` at the top level are MST over SPFF, kept for readers of
     the two-scheduler format, when both ran.
@@ -197,14 +236,16 @@ def comparison(summaries: Mapping[str, Summary]) -> dict[str, Any]:
     >>> c = comparison({"spff": s("spff", 100, 2.0), "mst": s("mst", 50, 1.0)})
     >>> c["baseline"], c["ratios"]["mst"], c["bytes_ratio"]
     ('spff', {'bytes_ratio': 0.5, 'latency_ratio': 0.5, 'time_to_accuracy_ratio': None}, 0.5)
+    >>> comparison({"mst": s("mst", 50, 1.0)}, ["spff", "mst"])["ratios"]
+    {}
     """
-    names = list(summaries)
-    base = summaries[names[0]]
+    names = list(schedulers or summaries)
+    base = summaries.get(names[0])
     out: dict[str, Any] = {
         "schedulers": names, "baseline": names[0],
         "summaries": {n: s.to_json() for n, s in summaries.items()},
-        "ratios": {n: ratios(s, base) for n, s in summaries.items() if n != names[0]},
-        "target_accuracy": base.target_accuracy,
+        "ratios": {n: ratios(s, base) for n, s in summaries.items() if n != names[0]} if base else {},
+        "target_accuracy": next(iter(summaries.values())).target_accuracy if summaries else None,
         "time_to_accuracy_s": {n: s.time_to_accuracy_s for n, s in summaries.items()},
         "bytes_to_accuracy": {n: s.bytes_to_accuracy for n, s in summaries.items()},
     }

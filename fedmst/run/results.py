@@ -73,10 +73,23 @@ class LinkRow:
 LINK_FIELDS = tuple(f.name for f in fields(LinkRow))
 
 
+def _umask() -> int:
+    """The process's umask (read by setting it, so once, at import, before any thread starts)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+FILE_MODE = 0o666 & ~_umask()
+"""Result files get the mode any new file gets here (as the figures do): a temporary file is
+made private, and renaming it into place would keep that, hiding the numbers from other users."""
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to a temporary file beside ``path`` and rename it into place."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)

@@ -23,7 +23,7 @@ from rich.table import Table
 from fedmst.core.topology import node_order
 from fedmst.errors import FedmstError
 from fedmst.run.layout import run_folder_name
-from fedmst.run.report import scheduler_label, scheduler_labels
+from fedmst.run.report import RunStatus, scheduler_label, scheduler_labels, unmeasured
 from fedmst.run.results import read_csv, read_links
 
 LINK_SORTS = ("measured", "predicted", "error", "utilisation", "peak", "link")
@@ -55,9 +55,26 @@ def compare_runs(path: Path) -> list[tuple[str, Path]]:
     """
     names = _comparison_schedulers(path / COMPARISON)
     if names is not None:
-        return [(name, path / run_folder_name(name)) for name in names]
+        runs = [(name, path / run_folder_name(name)) for name in names]
+        measured = [(name, run) for name, run in runs if (run / "links.csv").is_file()]
+        if len(measured) < len(runs) and len(measured) < 2:
+            raise FedmstError(_stopped_early(path, runs, measured))
+        return measured
     runs = _scan(path)
     return runs if len(runs) >= 2 else []
+
+
+def _stopped_early(path: Path, runs: list[tuple[str, Path]], measured: list[tuple[str, Path]]) -> str:
+    """Why a compare that stopped early has no two runs to set side by side: how each ended."""
+    def ended(run: Path) -> str:
+        try:
+            return RunStatus.read(run / "summary.json").ended()
+        except FedmstError:
+            return "not run"
+
+    how = "; ".join(f"{scheduler_label(name)} {ended(run)}" for name, run in runs)
+    hint = f": give {measured[0][1]} for the one run that measured something" if measured else ""
+    return f"{path}: the compare stopped before two runs finished a round ({how}){hint}"
 
 
 def is_compare_dir(path: Path) -> bool:
@@ -351,11 +368,11 @@ def _diff_columns(rows: list[Row]) -> list[Column]:
     schedulers read SPFF MB, MST MB, MST - SPFF MB, MST / SPFF. A narrow console leaves out the
     differences first (each is one MB column less another), then the ratios."""
     base, names, others = rows[0]["against"], list(rows[0]["bytes"]), list(rows[0]["ratio"])
+    label = rows[0]["labels"]
     total = {n: sum(r["bytes"][n] for r in rows) for n in names}
-    columns = [Column(f"{scheduler_label(n)} MB", [_mb(r["bytes"][n]) for r in rows] + [_mb(total[n])])
-               for n in names]
+    columns = [Column(f"{label[n]} MB", [_mb(r["bytes"][n]) for r in rows] + [_mb(total[n])]) for n in names]
     for n in others:
-        vs = f"{scheduler_label(n)} {{}} {scheduler_label(base)}"
+        vs = f"{label[n]} {{}} {label[base]}"
         columns += [
             Column(vs.format("-") + " MB", [_signed_mb(r["difference_bytes"][n]) for r in rows]
                    + [_signed_mb(total[n] - total[base])], drop=2),
@@ -426,6 +443,13 @@ def _check_sort(sort: str, choices: tuple[str, ...]) -> None:
         raise FedmstError(f"unknown sort key {sort!r}: choose one of {', '.join(choices)}")
 
 
+def check_measured(run_dir: Path) -> None:
+    """Refuse a run folder whose run finished no round, saying how it ended (its summary.json),
+    rather than calling it no run folder."""
+    if not (run_dir / "links.csv").is_file() and (run_dir / "summary.json").is_file():
+        raise FedmstError(unmeasured(run_dir, RunStatus.read(run_dir / "summary.json")))
+
+
 def _check_run_dir(run_dir: Path) -> None:
     """Refuse anything but a run folder with a one-line message saying what is missing."""
     if not run_dir.is_dir():
@@ -435,6 +459,7 @@ def _check_run_dir(run_dir: Path) -> None:
         # callers show a compare folder with diff_table; this guards the ones that did not check
         raise FedmstError(f"{run_dir} is a compare folder: give one of its run folders "
                           f"({', '.join(str(path) for _, path in runs)}) for one scheduler's links")
+    check_measured(run_dir)
     missing = [name for name in ("links.csv", "rounds.csv") if not (run_dir / name).is_file()]
     if missing:
         inside = _scan(run_dir)

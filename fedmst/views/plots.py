@@ -23,7 +23,7 @@ from fedmst.core.topology import load_topology, node_order
 from fedmst.errors import FedmstError
 from fedmst.run.report import Summary, size_label, size_unit
 from fedmst.run.results import read_csv, read_links
-from fedmst.views.links import COMPARISON, compare_runs, rate_series, run_labels, scheduler_label
+from fedmst.views.links import COMPARISON, check_measured, compare_runs, rate_series, run_labels, scheduler_label
 
 SCHEDULER_COLOURS = {"spff": "tab:red", "mst": "tab:blue"}
 """Fixed colours of the two built-in schedulers in every figure; the others take ``COLOUR_CYCLE`` in turn."""
@@ -101,6 +101,7 @@ def _find_runs(run_dir: Path) -> list[tuple[str, Path]]:
     """The runs to draw as (scheduler, folder): ``run_dir`` itself (its scheduler as config.json
     names it), or a compare folder's runs in its order, less those with nothing to draw yet (a
     compare still running or interrupted)."""
+    check_measured(run_dir)
     if _is_run(run_dir):
         return [(str(_read_json(run_dir / "config.json").get("scheduler") or run_dir.name), run_dir)]
     runs = compare_runs(run_dir)
@@ -525,7 +526,9 @@ def plot_link_utilisation(run_dir: Path, link: str, out: Path | None = None) -> 
 
 
 def _refuse_compare(run_dir: Path, option: str) -> None:
-    """``option`` draws one run: a compare folder is refused in one line that names its runs."""
+    """``option`` draws one run: a compare folder is refused in one line that names its runs, and
+    so is a run that measured nothing, saying how it ended."""
+    check_measured(run_dir)
     runs = compare_runs(run_dir)
     if runs:
         raise FedmstError(f"{run_dir} is a compare folder: {option} draws one run, give one of "
