@@ -24,6 +24,7 @@ from rich.console import Console
 
 from fedmst.errors import FedmstError
 from fedmst.run.config import SWEEP, RunConfig, options, read_config_file, split_list
+from fedmst.run.layout import SWEEP_RECORD
 
 if TYPE_CHECKING:
     from fedmst.run.folders import OutputFolder
@@ -293,7 +294,9 @@ def _int_list(_ctx: object, _param: object, value: str) -> list[int]:
 
 
 @main.command()
-@click.option("--out", default="runs/sweep", show_default=True, help="Folder for every run, sweep.csv and the figures.")
+@click.option("--out", default="runs/sweep", show_default=True,
+              help="Folder for every run, sweep.csv and the figures: a new or empty one (default: runs/sweep, or "
+                   "runs/sweep-2 ... if taken).")
 @click.option("--schedulers", default=COMPARED, show_default=True,
               help="Comma-separated schedulers: registered names or package.module:Class.")
 @click.option("--local-models", "ks", default="2,4,6,8,10,12,14,15", show_default=True,
@@ -445,10 +448,19 @@ def plot(run_dir: Path, out: Path | None, task: str | None, link: str | None, ac
         raise click.UsageError("give one of --link, --accuracy and --timeline")
     if timeline:
         console.print(f"wrote {_guard(lambda: plot_timeline(run_dir, out))}")
-    elif (run_dir / "sweep.csv").is_file() and link is None and not accuracy:
-        from fedmst.run.experiments import read_sweep
+    elif link is None and not accuracy and ((run_dir / "sweep.csv").is_file() or (run_dir / SWEEP_RECORD).is_file()):
+        from fedmst.run.experiments import read_sweep, sweep_ended
 
-        _draw_sweep(_guard(lambda: read_sweep(run_dir / "sweep.csv")), run_dir)
+        def rows() -> list[dict[str, Any]]:
+            """The sweep's rows, said to be those of the points it finished where it stopped early."""
+            ended = sweep_ended(run_dir)
+            if ended and not (run_dir / "sweep.csv").is_file():
+                raise FedmstError(f"{run_dir}: {ended}, so it has nothing to draw")
+            if ended:
+                _report(f"{ended}: drawing those")
+            return read_sweep(run_dir / "sweep.csv")
+
+        _draw_sweep(_guard(rows), run_dir)
     elif accuracy:
         console.print(f"wrote {_guard(lambda: plot_accuracy(run_dir, out))}")
     elif link is not None:

@@ -40,6 +40,7 @@ from fedmst.run.config import SWEEP, RunConfig
 from fedmst.run.engine import run
 from fedmst.run.prepare import resolve
 from fedmst.run.results import read_csv
+from fedmst.run.folders import choose
 
 SCENARIOS = {
     "one-task": dict(topology="nsfnet", local_models=4, model="mlp-large", rounds=2),
@@ -117,6 +118,8 @@ def main() -> int:
     parser.add_argument("--time-scale", default="1", help="a factor, or auto")
     parser.add_argument("--out", default="runs/bench-dataplane")
     args = parser.parse_args()
+    args.out = choose(Path(args.out), given=False).path  # a fresh folder: runs/bench-x, then runs/bench-x-2 ...
+    print(f"results in {args.out}/", file=sys.stderr)
 
     rows = []
     # the bare transfers first: their ends fork from this process, which must not have started

@@ -32,7 +32,7 @@ from pathlib import Path
 from fedmst.run.config import RunConfig
 from fedmst.run.prepare import resolve
 from fedmst.run.experiments import compare
-from fedmst.run.folders import OutputFolder
+from fedmst.run.folders import OutputFolder, choose
 from fedmst.run.results import read_csv
 
 
@@ -57,6 +57,8 @@ def main() -> int:
     parser.add_argument("--stall", type=float, default=3.0, help="stall timeout of the transfers (s)")
     parser.add_argument("--out", default="runs/bench-faults")
     args = parser.parse_args()
+    args.out = choose(Path(args.out), given=False).path  # a fresh folder: runs/bench-x, then runs/bench-x-2 ...
+    print(f"results in {args.out}/", file=sys.stderr)
 
     base = RunConfig(topology=args.topology, local_models=args.local_models, rounds=args.rounds, model=args.model,
                      seed=args.seed, save_models=False)

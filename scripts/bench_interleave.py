@@ -29,6 +29,7 @@ from statistics import mean, stdev
 from fedmst.run.config import RunConfig
 from fedmst.run.prepare import resolve
 from fedmst.run.engine import run
+from fedmst.run.folders import choose
 
 WORKLOADS = Path(__file__).resolve().parents[1] / "topologies" / "workloads"
 SCENARIOS = {"contended": WORKLOADS / "dumbbell-2tasks.json", "uncontended": WORKLOADS / "dumbbell-apart.json"}
@@ -46,6 +47,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default="runs/bench-interleave")
     args = parser.parse_args()
+    args.out = choose(Path(args.out), given=False).path  # a fresh folder: runs/bench-x, then runs/bench-x-2 ...
+    print(f"results in {args.out}/", file=sys.stderr)
 
     rows = []
     for queue, (scenario, workload) in ((q, item) for q in args.queues.split(",") for item in SCENARIOS.items()):

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from fedmst.run.report import TIME_PARTS
 from fedmst.run.results import read_csv
+from fedmst.run.folders import choose
 
 FEDMST = str(Path(sys.executable).with_name("fedmst"))
 GOAL_FIXED_S = {("nsfnet", 8): 6.0}
@@ -49,6 +50,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("runs/bench-overhead"))
     args = parser.parse_args()
+    args.out = choose(Path(args.out), given=False).path  # a fresh folder: runs/bench-x, then runs/bench-x-2 ...
+    print(f"results in {args.out}/", file=sys.stderr)
     cases = [(t, int(k)) for t, _, k in (c.rpartition(":") for c in args.case or ["nsfnet:8", "topozoo/Geant2012:16"])]
     breakdown, phases = [], []
     for topology, k in cases:

@@ -24,6 +24,7 @@ from fedmst.run.config import RunConfig
 from fedmst.run.engine import run
 from fedmst.run.prepare import resolve
 from fedmst.run.results import read_csv
+from fedmst.run.folders import choose
 
 PHASES = ("broadcast", "train", "upload")
 
@@ -52,6 +53,8 @@ def main() -> int:
     parser.add_argument("--scheduler", default="mst")
     parser.add_argument("--out", default="runs/bench-timescale")
     args = parser.parse_args()
+    args.out = choose(Path(args.out), given=False).path  # a fresh folder: runs/bench-x, then runs/bench-x-2 ...
+    print(f"results in {args.out}/", file=sys.stderr)
 
     scales = [float(s) for s in args.scales.split(",")]
     results = {}

@@ -25,8 +25,8 @@ from fedmst.run import folders, livestate
 from fedmst.run.prepare import ResolvedRun
 from fedmst.run.independent import IndependentRun
 from fedmst.run.lockstep import LockstepRun
-from fedmst.run.measure import Prediction, RoundResult, summarise, summarise_clock
-from fedmst.run.report import Report, RunStatus, Summary, breakdown_line
+from fedmst.run.measure import Prediction, RoundResult, rounds_planned, summarise, summarise_clock
+from fedmst.run.report import Report, RunStatus, Summary, breakdown_line, failed
 from fedmst.run.results import write_json
 from fedmst.run.session import Session
 from fedmst.workers.backends import backend_for
@@ -41,7 +41,7 @@ def run(resolved: ResolvedRun, report: Report = print, command_started: float | 
     ``overwrite``: replace a folder of earlier results there (see :mod:`fedmst.run.folders`)."""
     started = time.monotonic()
     times = {} if command_started is None else {"prepare": started - command_started}
-    claim = folders.claim(folders.OutputFolder(Path(resolved.config.out), overwrite))
+    claim = folders.claim(folders.OutputFolder(Path(resolved.config.out), overwrite), "run")
     try:
         return _run(resolved, report, started, times)
     finally:
@@ -102,7 +102,7 @@ class _Run:
             self.emulate(state, state.scratch)
             self.status = "completed"
         except FedmstError as exc:
-            self.status = f"failed: {' '.join(str(exc).splitlines())}"
+            self.status = failed(exc)
             raise
         except Exception as exc:  # a bug, not bad input: record it, keep the traceback, say it in one line
             if not out.is_dir():
@@ -174,12 +174,10 @@ class _Run:
         times, emu = self.times, self.emu
         wall_s = time.monotonic() - self.started
         if not self.rounds and not (clock is not None and clock.rounds_done):
-            config = self.resolved.config
-            planned = config.rounds if config.clock == "lockstep" else \
-                max((p.task.rounds for p in self.resolved.workload.plans), default=config.rounds)
             write_json(self.out / "summary.json", asdict(RunStatus(
-                status=self.status, rounds_planned=planned, scheduler=config.scheduler,
-                topology=self.resolved.graph.graph["name"], rounds=0, wall_s=wall_s)))
+                status=self.status, rounds_planned=rounds_planned(self.resolved),
+                scheduler=self.resolved.config.scheduler, topology=self.resolved.graph.graph["name"], rounds=0,
+                wall_s=wall_s)))
             return None
         times["teardown"] = wall_s - sum(s for name, s in times.items() if name != "prepare")
         common: dict[str, Any] = dict(

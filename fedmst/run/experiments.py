@@ -9,18 +9,20 @@ plan is never made twice.
 
 from __future__ import annotations
 
+import json
 import os
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 from fedmst.core.plan import TRANSFER_PHASES
 from fedmst.errors import FedmstError
 from fedmst.run.config import RunConfig
 from fedmst.run.prepare import ResolvedRun, check_host, resolve
-from fedmst.run.layout import run_folder_name
-from fedmst.run.folders import OutputFolder, claim
-from fedmst.run.report import Report, RunStatus, Summary, comparison
+from fedmst.run.layout import COMPARISON, SWEEP_RECORD, run_folder_name
+from fedmst.run.folders import Kind, OutputFolder, claim
+from fedmst.run.report import Report, RunStatus, Summary, comparison, failed
 from fedmst.run.results import read_csv, write_csv, write_json
 from fedmst.wording import counted
 
@@ -59,8 +61,6 @@ class SweepRow:
 
 
 SWEEP_FIELDS = tuple(f.name for f in fields(SweepRow))
-SWEEP_RECORD = "sweep.json"
-"""How a sweep ended: ``status`` (as a run's), and ``points_done`` of its ``points``."""
 _PARSE: dict[str, Callable[[str], Any]] = {"str": str, "int": int, "float": float}
 DEFAULT_SCHEDULERS = ("spff", "mst")
 
@@ -90,33 +90,38 @@ def compare(config: RunConfig, schedulers: Sequence[str], out: OutputFolder, rep
 
     check_schedulers(schedulers)
     runs = resolve(config, schedulers)
-    folder = claim(out)
+    names = [r.config.scheduler for r in runs]
     summaries: dict[str, Summary] = {}
-    status = "interrupted"
-    try:
+
+    def record(status: str) -> None:
+        ended = {n: RunStatus.of(out.path / run_folder_name(n)) for n in names}
+        write_json(out.path / COMPARISON, {"status": status, "runs": {
+            n: "not run" if e is None else e.status for n, e in ended.items()}, **comparison(summaries, names)})
+
+    with _claimed(out, "compare", record):
         for i, r in enumerate(runs):
-            name = r.config.scheduler
-            summaries[name] = run(_into(r, out.path / run_folder_name(name)), report=report,
-                                  command_started=command_started if i == 0 else None)
-        status = "completed"
-    except FedmstError as exc:
-        status = f"failed: {' '.join(str(exc).splitlines())}"
-        raise
-    finally:
-        names = [r.config.scheduler for r in runs]
-        write_json(out.path / "comparison.json", {
-            "status": status, "runs": {n: _run_status(out.path / run_folder_name(n)) for n in names},
-            **comparison(summaries, names)})
-        os.close(folder)
+            summaries[r.config.scheduler] = run(_into(r, out.path / run_folder_name(r.config.scheduler)),
+                                                report=report, command_started=command_started if i == 0 else None)
     return summaries
 
 
-def _run_status(folder: Path) -> str:
-    """How one run of a compare ended, as its summary.json says (``not run`` without one)."""
+@contextmanager
+def _claimed(out: OutputFolder, kind: Kind, record: Callable[[str], None]) -> Iterator[None]:
+    """The block writing into ``out``, claimed for ``kind``; then ``record(status)`` says how it
+    ended (``completed``, ``interrupted``, ``failed: REASON``), unless the folder is gone."""
+    handle, status = claim(out, kind), "interrupted"
     try:
-        return RunStatus.read(folder / "summary.json").status
-    except FedmstError:
-        return "not run"
+        yield
+        status = "completed"
+    except Exception as exc:
+        status = failed(exc)
+        raise
+    finally:
+        try:
+            if out.path.is_dir():
+                record(status)
+        finally:
+            os.close(handle)
 
 
 def _into(run: ResolvedRun, folder: Path) -> ResolvedRun:
@@ -180,33 +185,45 @@ def sweep(base: RunConfig, local_models: Sequence[int], seeds: Sequence[int], ou
         write_sweep(out / "sweep.csv", [row for p in order if p in done for row in done[p]])
         progress.finished(described[point], node)
 
-    claimed, status = claim(output), "interrupted"
-    try:
-        if ray_address is None:
+    def ended(status: str) -> None:
+        write_json(out / SWEEP_RECORD, {"status": status, "points": len(order), "points_done": len(done)})
+
+    if ray_address is None:
+        with _claimed(output, "sweep", ended):
             for point in order:
                 progress.started(described[point])
                 record(point, run(_into(resolved[point], folders[point]), report=lambda _: None), "")
-        else:
-            from fedmst.run.distributed import Finished, connect, run_points, unpack
+    else:
+        from fedmst.run.distributed import Finished, connect, run_points, unpack
 
-            connect(ray_address)
+        connect(ray_address)  # a cluster that cannot be reached leaves no folder behind
 
-            def arrived(point: Any, result: Finished) -> None:
-                unpack(result.files, folders[point])
-                if result.summary is None:
-                    raise FedmstError(f"{described[point]}, on ray node {result.node}: {result.error} "
-                                      f"(its run folder: {folders[point]})")
-                record(point, result.summary, result.node)
+        def arrived(point: Any, result: Finished) -> None:
+            unpack(result.files, folders[point])
+            if result.summary is None:
+                raise FedmstError(f"{described[point]}, on ray node {result.node}: {result.error} "
+                                  f"(its run folder: {folders[point]})")
+            record(point, result.summary, result.node)
 
+        with _claimed(output, "sweep", ended):
             run_points({p: resolved[p] for p in order}, arrived)
-        status = "completed"
-    except FedmstError as exc:
-        status = f"failed: {' '.join(str(exc).splitlines())}"
-        raise
-    finally:
-        write_json(out / SWEEP_RECORD, {"status": status, "points": len(order), "points_done": len(done)})
-        os.close(claimed)
     return [asdict(row) for p in order for row in done[p]]
+
+
+def sweep_ended(folder: Path) -> str | None:
+    """How a sweep that did not finish every point ended, from its ``sweep.json`` (``the sweep
+    was interrupted after 3 of 8 points``); None for a finished one, or one from before the record."""
+    try:
+        record = json.loads((folder / SWEEP_RECORD).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise FedmstError(f"{folder / SWEEP_RECORD}: cannot read JSON: {' '.join(str(exc).split())}") from None
+    if not isinstance(record, dict) or record.get("status") == "completed":
+        return None
+    how, _, reason = str(record.get("status")).partition(": ")
+    return (f"the sweep was {how} after {record.get('points_done')} of {counted(record.get('points', 0), 'point')} "
+            f"({SWEEP_RECORD}{': ' + reason if reason else ''})")
 
 
 def _rows(point: tuple[str, int, int, str], summary: Summary, folder: Path, node: str) -> list[SweepRow]:

@@ -310,6 +310,15 @@ def _declared_name(scheduler: str) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
+def rounds_planned(run: Any) -> int:
+    """The rounds ``run`` (a :class:`~fedmst.run.prepare.ResolvedRun`) set out to run: ``--rounds``
+    in lockstep; on independent clocks the most any task has (a workload gives each its own)."""
+    config = run.config
+    if config.clock == "lockstep":
+        return config.rounds
+    return max((p.task.rounds for p in run.workload.plans), default=config.rounds)
+
+
 def summarise(run: Any, rounds: list[RoundResult], *, emulated: dict[str, Any],
               workers: BackendDescription, wall_s: float, status: str, times: dict[str, float],
               background: list[dict[str, Any]], pcap: dict[str, Any] | None = None) -> Summary:
@@ -328,7 +337,7 @@ def summarise(run: Any, rounds: list[RoundResult], *, emulated: dict[str, Any],
     return Summary(
         **_shared(run, rows, reached=reached, status=status, workers=workers, wall_s=wall_s, times=times,
                   background=background, pcap=pcap),
-        rounds_planned=config.rounds,
+        rounds_planned=rounds_planned(run),
         local_models=config.local_models,
         rounds=len(rounds),
         tcp_retransmitted_segments=sum(r.retransmits for r in rounds),
@@ -475,7 +484,7 @@ def summarise_clock(run: Any, clock: ClockRun, *, emulated: dict[str, Any],
         **_shared(run, clock_link_rows(clock, run.graph, config.mtu),
                   reached=time_to_accuracy(round_means, per_round, config.target_accuracy), status=status,
                   workers=workers, wall_s=wall_s, times=times, background=background, pcap=pcap),
-        rounds_planned=max(clock.rounds.values()), local_models=workload.plans[0].task.k,
+        rounds_planned=rounds_planned(run), local_models=workload.plans[0].task.k,
         rounds=clock.rounds_done, tcp_retransmitted_segments=clock.retransmits,
         queue_drops=sum(clock.queue_drops.values()),
         round_latency_s=mean_s, task_round_latency_s=mean_s,

@@ -42,7 +42,24 @@ class RunStatus:
     @classmethod
     def read(cls, path: Path) -> RunStatus:
         """The status part of any ``summary.json`` (a whole summary's too)."""
+        return cls._from(_read_object(path), path)
+
+    @classmethod
+    def of(cls, run_dir: Path) -> RunStatus | None:
+        """How the run in ``run_dir`` ended; None where it wrote no readable summary (never ran)."""
+        try:
+            return cls.read(run_dir / "summary.json")
+        except FedmstError:
+            return None
+
+    @classmethod
+    def unmeasured(cls, path: Path) -> RunStatus | None:
+        """The status in ``path`` if that ``summary.json`` holds nothing else: its run finished no round."""
         obj = _read_object(path)
+        return cls._from(obj, path) if obj and set(obj) <= {f.name for f in fields(RunStatus)} else None
+
+    @classmethod
+    def _from(cls, obj: Mapping[str, Any], path: Path) -> RunStatus:
         try:
             return RunStatus(**{f.name: obj[f.name] for f in fields(RunStatus)})
         except KeyError as exc:
@@ -158,10 +175,10 @@ class Summary(RunStatus):
     def read(cls, path: Path) -> Summary:
         """The summary of a run that finished a round at least; a run that finished none is
         refused saying how it ended (see :func:`unmeasured`)."""
-        obj = _read_object(path)
-        if obj and set(obj) <= {f.name for f in fields(RunStatus)}:  # what a run that finished no round writes
-            raise FedmstError(unmeasured(Path(path).parent, RunStatus.read(path)))
-        return cls.from_json(obj, str(path))
+        status = RunStatus.unmeasured(path)
+        if status is not None:
+            raise FedmstError(unmeasured(Path(path).parent, status))
+        return cls.from_json(_read_object(path), str(path))
 
     @property
     def per_round_bytes(self) -> float:
@@ -214,6 +231,11 @@ def _read_object(path: Path) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise FedmstError(f"{path}: expected a JSON object")
     return obj
+
+
+def failed(exc: BaseException) -> str:
+    """The status of a run (or compare, or sweep) that ``exc`` ended, on one line."""
+    return f"failed: {' '.join(str(exc).splitlines())}"
 
 
 def unmeasured(run_dir: Path, status: RunStatus) -> str:

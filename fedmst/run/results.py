@@ -13,7 +13,7 @@ import csv
 import io
 import json
 import os
-import tempfile
+import secrets
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -73,28 +73,18 @@ class LinkRow:
 LINK_FIELDS = tuple(f.name for f in fields(LinkRow))
 
 
-def _umask() -> int:
-    """The process's umask (read by setting it, so once, at import, before any thread starts)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-FILE_MODE = 0o666 & ~_umask()
-"""Result files get the mode any new file gets here (as the figures do): a temporary file is
-made private, and renaming it into place would keep that, hiding the numbers from other users."""
-
-
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path`` and rename it into place."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    """Write ``text`` to a temporary file beside ``path`` and rename it into place. The file is
+    created with the mode any new file gets here (the umask's, as the figures get): a private
+    temporary file renamed into place would hide the numbers from the users who see the pictures."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 

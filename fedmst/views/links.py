@@ -22,14 +22,13 @@ from rich.table import Table
 
 from fedmst.core.topology import node_order
 from fedmst.errors import FedmstError
-from fedmst.run.layout import run_folder_name
+from fedmst.run.layout import COMPARISON, run_folder_name
 from fedmst.run.report import RunStatus, scheduler_label, scheduler_labels, unmeasured
 from fedmst.run.results import read_csv, read_links
 
 LINK_SORTS = ("measured", "predicted", "error", "utilisation", "peak", "link")
 DIFF_SORTS = ("measured", "ratio", "link")
 """Sort keys of a compare folder's table besides the schedulers' own names."""
-COMPARISON = "comparison.json"
 FIRST_SCHEDULERS = ("spff", "mst")
 """Without comparison.json these come first, in this order (the usual baseline, then the tree)."""
 
@@ -67,12 +66,11 @@ def compare_runs(path: Path) -> list[tuple[str, Path]]:
 def _stopped_early(path: Path, runs: list[tuple[str, Path]], measured: list[tuple[str, Path]]) -> str:
     """Why a compare that stopped early has no two runs to set side by side: how each ended."""
     def ended(run: Path) -> str:
-        try:
-            return RunStatus.read(run / "summary.json").ended()
-        except FedmstError:
-            return "not run"
+        status = RunStatus.of(run)
+        return "not run" if status is None else status.ended()
 
-    how = "; ".join(f"{scheduler_label(name)} {ended(run)}" for name, run in runs)
+    label = run_labels(runs)
+    how = "; ".join(f"{label[name]} {ended(run)}" for name, run in runs)
     hint = f": give {measured[0][1]} for the one run that measured something" if measured else ""
     return f"{path}: the compare stopped before two runs finished a round ({how}){hint}"
 
@@ -124,10 +122,10 @@ def _scheduler_of(run: Path) -> str:
 def run_labels(runs: list[tuple[str, Path]]) -> dict[str, str]:
     """Each run's scheduler as tables and figures show it (:func:`fedmst.run.report.scheduler_labels`),
     from the name its summary.json records the scheduler's class declaring."""
-    return scheduler_labels({name: _declared_name(run) for name, run in runs})
+    return scheduler_labels({name: _recorded_name(run) for name, run in runs})
 
 
-def _declared_name(run: Path) -> str | None:
+def _recorded_name(run: Path) -> str | None:
     """The scheduler's own name from summary.json; None for a run still going, or one from before
     summaries recorded it."""
     try:
@@ -446,8 +444,9 @@ def _check_sort(sort: str, choices: tuple[str, ...]) -> None:
 def check_measured(run_dir: Path) -> None:
     """Refuse a run folder whose run finished no round, saying how it ended (its summary.json),
     rather than calling it no run folder."""
-    if not (run_dir / "links.csv").is_file() and (run_dir / "summary.json").is_file():
-        raise FedmstError(unmeasured(run_dir, RunStatus.read(run_dir / "summary.json")))
+    status = RunStatus.unmeasured(run_dir / "summary.json") if (run_dir / "summary.json").is_file() else None
+    if status is not None:
+        raise FedmstError(unmeasured(run_dir, status))
 
 
 def _check_run_dir(run_dir: Path) -> None:
