@@ -189,9 +189,11 @@ def test_a_usage_error_is_one_line_too(tmp_path: Path, command: str) -> None:
     ("compare", "out", ["-k", "200"]),
 ])
 def test_failing_run_keeps_existing_results(tmp_path: Path, command: str, out: str, bad: list[str]) -> None:
+    """Even with --overwrite, bad input leaves the folder's earlier results as they were."""
     folder = tmp_path / out
     (folder / "spff").mkdir(parents=True)
     results = {
+        folder / ".fedmst": '{"command": "compare"}\n',  # an earlier command's: --overwrite may replace it
         folder / "summary.json": json.dumps({"scheduler": "mst", "final_accuracy": 0.875}) + "\n",
         folder / "comparison.json": '{"bytes_ratio": 0.5}\n',
         folder / "spff" / "summary.json": '{"scheduler": "spff"}\n',
@@ -200,7 +202,7 @@ def test_failing_run_keeps_existing_results(tmp_path: Path, command: str, out: s
         path.write_text(text)
     before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in results}
 
-    line = error_line(fedmst(tmp_path, *_command(command, bad, out)))
+    line = error_line(fedmst(tmp_path, *_command(command, bad, out), "--overwrite"))
     assert bad[1] in line
 
     assert sorted(p.relative_to(folder) for p in folder.rglob("*")) == sorted(

@@ -70,7 +70,9 @@ def test_a_killed_relay_worker_leaves_the_round_to_the_survivors(tmp_path: Path,
     """Node 4 holds local model 3 and, in MST's tree, relays for node 3: it dies in round 2's
     training; round 2 uploads the other three local models over a re-planned tree."""
     out = tmp_path / "run"
-    summary = _run(out, "mst", "--model", "mlp", "--kill-worker", "4@2")
+    # in real time: a slowed run reports its training without sitting through it, so the kill
+    # would come after a training that was over on the run's clock
+    summary = _run(out, "mst", "--model", "mlp", "--kill-worker", "4@2", "--time-scale", "1")
     assert summary["local_models_per_round"] == [4, 3, 3]
     (event,) = json.loads((out / "faults.json").read_text())
     assert event["event"].startswith("worker on node 4 killed") and event["event"].endswith("into the training")
