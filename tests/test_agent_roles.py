@@ -34,9 +34,16 @@ DIGEST = "test-digest"
 def _task(local_nodes: tuple[str, ...], edges: list[tuple[str, str, tuple[int, ...]]], epoch: str = "") -> TaskSpec:
     """Task ``task0`` with G on node ``g``: each edge (parent, child, models served) is a broadcast
     transfer down and an upload transfer back up."""
+    return _along(local_nodes, [((parent, child), served) for parent, child, served in edges], epoch)
+
+
+def _along(local_nodes: tuple[str, ...], paths: list[tuple[tuple[str, ...], tuple[int, ...]]],
+           epoch: str = "") -> TaskSpec:
+    """Task ``task0`` with G on node ``g``: each (path down, models served) is a broadcast transfer
+    along the path and an upload transfer back along it (a node inside a path only forwards)."""
     transfers = []
-    for i, (parent, child, served) in enumerate(edges):
-        for phase, path in (("broadcast", (parent, child)), ("upload", (child, parent))):
+    for i, (down, served) in enumerate(paths):
+        for phase, path in (("broadcast", down), ("upload", down[::-1])):
             transfers.append(TransferSpec(key=f"task0-{epoch}{i:03d}-{phase}", phase=phase, path=path, models=served,
                                           src_addr="127.0.0.1", dst_addr="127.0.0.1", segment=None, step=0,
                                           carries="global" if phase == "broadcast" else "sum",
@@ -176,6 +183,37 @@ def test_broadcast_hands_out_g_and_upload_sums_to_fedavg(agents: dict[str, Agent
     accuracy = _everywhere(agents, Evaluate(round=2))
     assert {n for n, r in accuracy.items() if isinstance(r, Evaluated) and r.accuracy} == {"g"}
     assert 0 <= accuracy["g"].accuracy["task0"] <= 1
+
+
+DETOUR = _along(("r", "a", "b"), [(("g", "r"), (0, 1, 2)), (("r", "a"), (1,)), (("r", "x", "b"), (2,))])
+"""As :data:`TREE`, but r reaches b through x, which only forwards: x has no part in the task."""
+
+
+@pytest.mark.parametrize("agents", [DETOUR], ids=["detour"], indirect=True)
+def test_a_relay_a_replan_adds_after_the_broadcast_sums_what_reaches_it(agents: dict[str, Agent],
+                                                                        tmp_path: Path) -> None:
+    """A re-plan between training and upload (a worker died in training) that makes x a relay:
+    x joins after the broadcast, with no model of its own and no round's base, and must still
+    forward b's update for G to end with the exact FedAvg."""
+    setup = _everywhere(agents, Setup(source_digest=DIGEST))
+    samples = {i: n for r in setup.values() for i, n in r.samples.get("task0", {}).items()}
+    initial = agents["g"].roles[0].global_weights.clone()
+    with _progress(tmp_path, DETOUR, "broadcast", 1) as folder:
+        _everywhere(agents, Broadcast(1, folder))
+    _everywhere(agents, Train(round=1))
+    assert agents["x"].roles == []
+    vectors = {i: v for a in agents.values() for r in a.roles for i, v in r.trained.items()}
+    rerouted = _along(("r", "a", "b"), [(("g", "r"), (0, 1, 2)), (("r", "a"), (1,)), (("r", "x"), (2,)),
+                                        (("x", "b"), (2,))], epoch="e1-")
+    (tmp_path / "store1").mkdir()
+    _everywhere(agents, Replan(tasks=(rerouted,), store_dir=str(tmp_path / "store1")))
+    assert agents["x"].roles[0].base is None
+    weights = dict(zip(range(3), aggregation.sample_weights([samples[i] for i in range(3)])))
+    with _progress(tmp_path, rerouted, "upload", 1) as folder:
+        _everywhere(agents, Upload(1, folder, weights={"task0": weights}))
+    expected = aggregation.fedavg([vectors[i] for i in range(3)], [samples[i] for i in range(3)])
+    got = agents["g"].roles[0].global_weights
+    assert (got - expected).abs().max().item() <= 1e-5 and not torch.equal(got, initial)
 
 
 @pytest.mark.parametrize("agents", [TREE], ids=["tree"], indirect=True)

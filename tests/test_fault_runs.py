@@ -194,3 +194,29 @@ def test_a_round_with_fewer_clients_replans_for_them_and_averages_them_alone(tmp
         assert event["replan_s"] > 0 and event["setup_link_bytes"] > 0 and event["before_phase"] == "broadcast"
     changes = 1 + sum(a != b for a, b in zip(chosen, chosen[1:]))
     assert len(events) == changes  # re-planned exactly when the set changed
+
+
+@pytest.mark.parametrize("with_link_cut", [False, True], ids=["alone", "with-a-link-cut"])
+def test_a_dead_worker_under_many_tasks_leaves_each_round_to_the_survivors(tmp_path: Path, clean_host: None,
+                                                                           with_link_cut: bool) -> None:
+    """Ten tasks of eight local models on NSFNET; node 3's worker, which holds a local model of
+    nine of them, dies in round 2's training. The re-planned trees route some tasks through
+    nodes that had no part in them (a relay that joins mid-round, after the broadcast), which
+    stalled the upload until such a relay could add its (empty) share; with a link cut under the
+    same round's broadcast too. Every task finishes its rounds, each aggregating exactly the
+    local models that survived."""
+    out = tmp_path / "run"
+    cut = ["--fail-link", "8-12@2+0.05", "--stall-timeout", "1"] if with_link_cut else []
+    summary = _run(out, "mst", "--tasks", "10", "--local-models", "8", "--seed", "6", "--model", "mlp",
+                   "--kill-worker", "3@2", *cut, task=["--topology", "nsfnet", "--save-models", "--epochs", "1"])
+    events = json.loads((out / "faults.json").read_text())
+    (death,) = [e for e in events if e["event"].startswith("worker on node 3 killed")]
+    dropped = death["dropped"]
+    assert len(dropped) >= 2 and all(set(d.values()) == {"its worker on node 3 died"} for d in dropped.values())
+    lost = sum(len(d) for d in dropped.values())
+    assert summary["local_models_per_round"] == [80, 80 - lost, 80 - lost]
+    for rnd in (1, 2, 3):
+        for task in (f"task{i}" for i in range(10)):
+            weights = assert_fedavg(out / "models" / f"round{rnd}", task)
+            gone = set(dropped.get(task, {})) if rnd > 1 else set()
+            assert not gone & set(weights) and len(weights) == 8 - len(gone), (rnd, task, weights)

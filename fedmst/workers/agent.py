@@ -434,9 +434,12 @@ def _weighted_updates(role: TaskRole, weights: Mapping[int, float], numel: int,
     """The sum of this node's trained ``models_`` (None: all) as updates, each its trained weights
     minus the round's base, weighted: what this node adds to an upload."""
     acc = torch.zeros(numel)
-    assert role.base is not None, "only a node that took part in the broadcast sums updates"
     counted = role.trained.keys() & weights.keys()  # the coordinator's weights say whose update counts
-    for i in sorted(counted if models_ is None else set(models_) & counted):
+    summed = sorted(counted if models_ is None else set(models_) & counted)
+    # a relay that a re-plan made mid-round (a dead worker's tree routed through it) joined after
+    # the broadcast: it has no base, and no update of its own to add
+    assert role.base is not None or not summed, "only a node that took part in the broadcast sums updates"
+    for i in summed:
         acc.add_(role.trained[i] - role.base, alpha=float(weights[i]))
     return acc
 
