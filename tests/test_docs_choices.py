@@ -14,7 +14,7 @@ network, no root, no subprocess.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import entry_points
@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_docs import _prose
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 """A choice as the docs write one: lowercase words joined by '-' (`mlp-xl`, `sjf-bco`)."""
 GROUP = re.compile(r"fedmst\.[a-z]+")
 """An entry-point group (`fedmst.schedulers`)."""
-FENCE = re.compile(r"^\s*```")
 
 Extract = Callable[[str], list[str] | None]
 """A page's text -> the names its listing shows, in order; None where the listing is not found."""
@@ -67,16 +67,6 @@ def code_choices() -> dict[str, tuple[str, ...]]:
     choices["links --sort"] = LINK_SORTS
     choices["entry-point groups"] = tuple(sorted(r.group for r in registries.values()))
     return choices
-
-
-def _prose(text: str) -> Iterator[str]:
-    """The lines outside fenced code blocks."""
-    fenced = False
-    for line in text.splitlines():
-        if FENCE.match(line):
-            fenced = not fenced
-        elif not fenced:
-            yield line
 
 
 def _cells(line: str) -> list[str]:
