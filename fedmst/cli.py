@@ -108,7 +108,6 @@ def _config(ctx: click.Context, kw: dict[str, Any],
     ``--config FILE``, then what the command line gives explicitly; and the command's other options
     (e.g. ``schedulers``) merged the same way."""
     path = kw.pop("config_file", None)
-    kw.pop("overwrite", None)
     schema = options()
     values = {name: how["default"] for name, how in (changed or {}).items() if "default" in how}
     for param, value in kw.items():

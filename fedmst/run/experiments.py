@@ -22,7 +22,7 @@ from fedmst.run.config import RunConfig
 from fedmst.run.prepare import ResolvedRun, check_host, resolve
 from fedmst.run.layout import COMPARISON, SWEEP_RECORD, run_folder_name
 from fedmst.run.folders import Kind, OutputFolder, claim
-from fedmst.run.report import Report, RunStatus, Summary, comparison, failed
+from fedmst.run.report import Report, RunStatus, Summary, comparison, failed, how_it_ended
 from fedmst.run.results import read_csv, write_csv, write_json
 from fedmst.wording import counted
 
@@ -221,9 +221,8 @@ def sweep_ended(folder: Path) -> str | None:
         raise FedmstError(f"{folder / SWEEP_RECORD}: cannot read JSON: {' '.join(str(exc).split())}") from None
     if not isinstance(record, dict) or record.get("status") == "completed":
         return None
-    how, _, reason = str(record.get("status")).partition(": ")
-    return (f"the sweep was {how} after {record.get('points_done')} of {counted(record.get('points', 0), 'point')} "
-            f"({SWEEP_RECORD}{': ' + reason if reason else ''})")
+    ended = how_it_ended(str(record.get("status")), record.get("points_done", 0), record.get("points", 0), "point")
+    return f"the sweep ({SWEEP_RECORD}) was {ended}"
 
 
 def _rows(point: tuple[str, int, int, str], summary: Summary, folder: Path, node: str) -> list[SweepRow]:

@@ -21,7 +21,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Iterator, Literal, get_args
 
 from fedmst.errors import FedmstError
 
@@ -54,15 +54,25 @@ def choose(out: Path, *, given: bool, overwrite: bool = False) -> OutputFolder:
     try:
         _check_outside(out)
         if not given and not overwrite:
-            return OutputFolder(next(path for path in _names(out) if _is_empty(path)))
+            free = next((path for path in _names(out) if _is_empty(path)), None)
+            if free is None:
+                raise FedmstError(f"output folder {out}: {out.name}-2 to {out.name}-{MAX_NAMES} are taken too: "
+                                  "give --out")
+            return OutputFolder(free)
         _check(out, overwrite)
     except OSError as exc:
         raise FedmstError(f"output folder {out}: {exc.strerror or exc}") from None
     return OutputFolder(out, overwrite)
 
 
-def _names(out: Path) -> list[Path]:
-    return [out] + [out.with_name(f"{out.name}-{n}") for n in range(2, 10_000)]
+MAX_NAMES = 9999
+"""The last default folder tried: ``out-9999``."""
+
+
+def _names(out: Path) -> Iterator[Path]:
+    """``out``, ``out-2``, ``out-3`` ... ``out-9999``, the names a default folder may take."""
+    yield out
+    yield from (out.with_name(f"{out.name}-{n}") for n in range(2, MAX_NAMES + 1))
 
 
 def claim(folder: OutputFolder, kind: Kind) -> int:
@@ -97,7 +107,7 @@ def holds(path: Path) -> str | None:
         kind = json.loads((path / MARKER).read_text()).get("command")
     except (OSError, ValueError, AttributeError):
         return None
-    return f"a {kind}" if kind in ("run", "compare", "sweep") else None
+    return f"a {kind}" if kind in get_args(Kind) else None
 
 
 def _check(path: Path, overwrite: bool) -> None:
@@ -120,9 +130,9 @@ def _check(path: Path, overwrite: bool) -> None:
 def _check_outside(out: Path) -> None:
     """Refuse a folder inside another command's results: its files would mix with theirs."""
     for parent in out.absolute().parents:
-        if holds(parent) is not None:
-            raise FedmstError(f"output folder {out} is inside {parent}, which holds {holds(parent)}: give a "
-                              "folder outside it")
+        what = holds(parent)
+        if what is not None:
+            raise FedmstError(f"output folder {out} is inside {parent}, which holds {what}: give a folder outside it")
 
 
 def _lock(handle: int, path: Path) -> None:

@@ -55,7 +55,10 @@ class RunStatus:
     @classmethod
     def unmeasured(cls, path: Path) -> RunStatus | None:
         """The status in ``path`` if that ``summary.json`` holds nothing else: its run finished no round."""
-        obj = _read_object(path)
+        return cls._status_only(_read_object(path), path)
+
+    @classmethod
+    def _status_only(cls, obj: Mapping[str, Any], path: Path) -> RunStatus | None:
         return cls._from(obj, path) if obj and set(obj) <= {f.name for f in fields(RunStatus)} else None
 
     @classmethod
@@ -67,9 +70,7 @@ class RunStatus:
 
     def ended(self) -> str:
         """How the run ended, in words: ``interrupted after 0 of 5 rounds``, ``failed after 1 of 2 rounds (REASON)``."""
-        how, _, reason = self.status.partition(": ")
-        rounds = f"{self.rounds} of {counted(self.rounds_planned, 'round')}"
-        return f"{how} after {rounds}" + (f" ({reason})" if reason else "")
+        return how_it_ended(self.status, self.rounds, self.rounds_planned, "round")
 
 
 @dataclass(frozen=True)
@@ -175,10 +176,11 @@ class Summary(RunStatus):
     def read(cls, path: Path) -> Summary:
         """The summary of a run that finished a round at least; a run that finished none is
         refused saying how it ended (see :func:`unmeasured`)."""
-        status = RunStatus.unmeasured(path)
+        obj = _read_object(path)
+        status = RunStatus._status_only(obj, path)
         if status is not None:
             raise FedmstError(unmeasured(Path(path).parent, status))
-        return cls.from_json(_read_object(path), str(path))
+        return cls.from_json(obj, str(path))
 
     @property
     def per_round_bytes(self) -> float:
@@ -231,6 +233,17 @@ def _read_object(path: Path) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise FedmstError(f"{path}: expected a JSON object")
     return obj
+
+
+def how_it_ended(status: str, done: int, planned: int, noun: str) -> str:
+    """A run's (or sweep's) ``status`` in words, with how much of it was done:
+    ``failed after 1 of 2 rounds (REASON)``.
+
+    >>> how_it_ended("interrupted", 3, 8, "point")
+    'interrupted after 3 of 8 points'
+    """
+    how, _, reason = status.partition(": ")
+    return f"{how} after {done} of {counted(planned, noun)}" + (f" ({reason})" if reason else "")
 
 
 def failed(exc: BaseException) -> str:
