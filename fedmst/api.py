@@ -1,6 +1,6 @@
 """fedmst's public extension API: everything a plugin needs, in one stable module.
 
-Six kinds of plugin, each found the same way: by a name registered in the process that looks it
+Eight kinds of plugin, each found the same way: by a name registered in the process that looks it
 up, by a name in the kind's entry-point group (loaded on the first lookup; a broken plugin only
 warns), or directly as ``package.module:attribute`` wherever a name is accepted. A name taken
 twice is refused; an unknown one is refused with the choices.
@@ -11,6 +11,9 @@ twice is refused; an unknown one is refused with the choices.
 - worker backend: :func:`register_backend`, group ``fedmst.backends``, ``--workers pkg.mod:Class``
 - server strategy: :func:`register_strategy`, group ``fedmst.strategies``, ``--strategy pkg.mod:Class``
 - client selection: group ``fedmst.selections``, ``--selection pkg.mod:Class`` (a :class:`Selection`)
+- a cluster's queue order: group ``fedmst.orders``, ``fedmst cluster --order pkg.mod:Class`` (an :class:`Order`)
+- a cluster's placement: group ``fedmst.placements``, ``fedmst cluster --placement pkg.mod:Class``
+  (a :class:`Placement`)
 
 Agents run in processes (or containers) of their own, which import only what the run names: a
 model or dataset registered by ``register_*`` in your own process is not visible to them. For a
@@ -83,6 +86,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fedmst.core.cluster.jobs import Job
+from fedmst.core.cluster.policies import ClusterView, Order, Placed, Placement
 from fedmst.core.plan import Plan, Transfer, equal_segments
 from fedmst.core.schedulers import register_scheduler
 from fedmst.core.schedulers.base import LinkState, Scheduler
@@ -127,6 +132,7 @@ def register_strategy(name: str, cls: type[Strategy]) -> None:
     STRATEGIES.register(name, cls)
 
 
-__all__ = ["FedmstError", "LinkState", "Plan", "ProcessBackend", "Scheduler", "Selection", "SelectionContext",
-           "Strategy", "Task", "Transfer", "WorkerBackend", "equal_segments", "register_backend", "register_dataset",
-           "register_model", "register_scheduler", "register_strategy"]
+__all__ = ["ClusterView", "FedmstError", "Job", "LinkState", "Order", "Placed", "Placement", "Plan",
+           "ProcessBackend", "Scheduler", "Selection", "SelectionContext", "Strategy", "Task", "Transfer",
+           "WorkerBackend", "equal_segments", "register_backend", "register_dataset", "register_model",
+           "register_scheduler", "register_strategy"]

@@ -25,6 +25,7 @@ from rich.console import Console
 from fedmst.errors import FedmstError
 from fedmst.run.config import SWEEP, RunConfig, options, read_config_file, split_list
 from fedmst.run.layout import SWEEP_RECORD
+from fedmst.wording import counted
 
 if TYPE_CHECKING:
     from fedmst.run.folders import OutputFolder
@@ -379,6 +380,57 @@ def _draw_sweep(rows: list[dict[str, Any]], folder: Path) -> None:
     console.print(f"sweep.csv, regime.json, {figure.name} and each model's latency and bandwidth figures in {folder}/")
 
 
+CLUSTER_OPTIONS = ("topology", "slots", "jobs", "time_compress", "scheduler", "mode", "order", "placement", "rounds",
+                   "model", "dataset", "epochs", "compute_s", "seed", "lr", "batch_size", "optimizer", "strategy",
+                   "strategy_args", "chunk_bytes", "mtu", "delay_mode", "time_scale")
+"""The options of ``cluster``, in the order ``--help`` lists them."""
+CLUSTER = {"order": {"help": "The order waiting jobs are tried in: fifo (first come, first served; a later job "
+                             "that fits may start while an earlier one waits)."}}
+"""What ``fedmst cluster`` changes of the options it shares with ``run``."""
+
+
+@main.command()
+@click.option("--out", default="runs/cluster", show_default=True,
+              help="Folder for jobs.csv, slots.csv, tasks.csv and summary.json: a new or empty one (default: "
+                   "runs/cluster, or runs/cluster-2 ... if taken).")
+@_overwrite_option
+@_config_file
+@_schema_options(*CLUSTER_OPTIONS, changed=CLUSTER)
+@click.pass_context
+def cluster(ctx: click.Context, overwrite: bool, **kw: Any) -> None:
+    """Jobs arrive from a trace, wait for compute slots, are placed and run their rounds on the
+    shared network; measured per job (JCT, queueing) and over the trace (makespan, utilisation)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from fedmst.run import cluster as cluster_
+
+    def prepared() -> tuple[Any, OutputFolder]:
+        config, extra = _config(ctx, kw, CLUSTER)
+        config, folder = _output(config, extra, overwrite)
+        return cluster_.resolve(config), folder
+
+    resolved, folder = _guard(prepared)
+    _report(f"{counted(len(resolved.jobs), 'job')} on {resolved.graph.graph['name']}: "
+            f"{counted(sum(resolved.slots.values()), 'slot')} on "
+            f"{counted(sum(1 for s in resolved.slots.values() if s), 'node')}; "
+            f"{resolved.config.mode}, scheduler {resolved.config.scheduler}, order {resolved.config.order}, "
+            f"placement {resolved.config.placement}")
+    columns = (TextColumn("{task.description}"), BarColumn(bar_width=12), MofNCompleteColumn(), TextColumn("jobs"),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as bar:
+        shown = bar.add_task("starting", total=len(resolved.jobs))
+
+        def progress(p: Any, host_s: float) -> None:
+            bar.update(shown, completed=p.done, description=f"{p.waiting} waiting, {p.running} running; "
+                                                             f"network {p.now_s:.1f} s, host {host_s:.1f} s")
+
+        summary = _guard(lambda: cluster_.run(resolved, folder, _report, progress), emulates=True)
+    from fedmst.run.cluster_records import cluster_table
+
+    console.print(cluster_table(summary))
+    console.print(f"results in {folder.path}/ (jobs.csv, slots.csv, tasks.csv, summary.json)")
+
+
 @main.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--sort", default="measured", show_default=True,
@@ -437,15 +489,23 @@ def watch(run_dir: Path, wait_s: float) -> None:
 @click.option("--timeline", is_flag=True,
               help="Instead: each task's phases against time (measured, and predicted beneath), with the "
                    "links' utilisation below.")
-def plot(run_dir: Path, out: Path | None, task: str | None, link: str | None, accuracy: bool, timeline: bool) -> None:
+@click.option("--jobs", is_flag=True,
+              help="Instead, for a cluster folder: its jobs on the nodes' slots over time (a Gantt chart) and the "
+                   "distribution of their completion times.")
+def plot(run_dir: Path, out: Path | None, task: str | None, link: str | None, accuracy: bool, timeline: bool,
+         jobs: bool) -> None:
     """Draw the topology with each link coloured by the bytes it carried and the task's broadcast and
     upload trees overlaid; a compare folder gets one panel per scheduler, side by side; a sweep folder
     gets its figures drawn again from its sweep.csv."""
     from fedmst.views.plots import plot_accuracy, plot_link_utilisation, plot_run, plot_timeline
 
-    if (link is not None) + accuracy + timeline > 1:
-        raise click.UsageError("give one of --link, --accuracy and --timeline")
-    if timeline:
+    if (link is not None) + accuracy + timeline + jobs > 1:
+        raise click.UsageError("give one of --link, --accuracy, --timeline and --jobs")
+    if jobs:
+        from fedmst.views.gantt import plot_jobs
+
+        console.print(f"wrote {_guard(lambda: plot_jobs(run_dir, out))}")
+    elif timeline:
         console.print(f"wrote {_guard(lambda: plot_timeline(run_dir, out))}")
     elif link is None and not accuracy and ((run_dir / "sweep.csv").is_file() or (run_dir / SWEEP_RECORD).is_file()):
         from fedmst.run.experiments import read_sweep, sweep_ended

@@ -98,12 +98,12 @@ def _schema_params(command: click.Command) -> dict[str, click.Parameter]:
     return {p.name: p for p in command.params if p.name in flagged}
 
 
-@pytest.mark.parametrize("name", ["run", "compare", "sweep"])
+@pytest.mark.parametrize("name", ["run", "compare", "sweep", "cluster"])
 def test_the_click_options_are_built_from_the_schema(name: str) -> None:
     """Every option field has one click option per command that offers it, with the field's flags,
     default (or the command's own, declared in the schema too) and choices: they cannot drift."""
     from fedmst import cli
-    from fedmst.run.config import SWEEP, options
+    from fedmst.run.config import CLUSTER_ONLY, SWEEP, options
 
     command = cli.main.commands[name]
     params = _schema_params(command)
@@ -112,6 +112,8 @@ def test_the_click_options_are_built_from_the_schema(name: str) -> None:
         field, opt = options()[field_name]
         assert sorted(param.opts + param.secondary_opts) == sorted(opt.flags), field_name
         default = SWEEP.get(field_name, {}).get("default", field.default) if name == "sweep" else field.default
+        if name == "cluster":
+            default = cli.CLUSTER.get(field_name, {}).get("default", field.default)
         value = tuple(parsed[field_name]) if param.multiple else parsed[field_name]
         assert (value * opt.unit if opt.unit != 1 else value) == default, field_name
         if isinstance(param.type, click.Choice):
@@ -119,11 +121,13 @@ def test_the_click_options_are_built_from_the_schema(name: str) -> None:
         else:
             assert not isinstance(opt.choices, tuple), field_name
     flagged = {f for f, (_, opt) in options().items() if opt.flags}
-    if name == "run":
-        assert set(params) == flagged  # every option field is offered, and once (a dict keeps one per name)
-        assert len([p for p in command.params if p.name in flagged]) == len(flagged)
+    if name == "run":  # every option field but the cluster's is offered, and once (a dict keeps one per name)
+        assert set(params) == flagged - set(CLUSTER_ONLY)
+        assert len([p for p in command.params if p.name in flagged]) == len(flagged) - len(CLUSTER_ONLY)
     elif name == "compare":
-        assert set(params) == flagged - {"scheduler"}
+        assert set(params) == flagged - {"scheduler"} - set(CLUSTER_ONLY)
+    elif name == "cluster":
+        assert set(CLUSTER_ONLY) <= set(params)
     else:
         assert set(SWEEP) - {"stall_s"} <= set(params) and "stall_s" not in params
 

@@ -36,6 +36,7 @@ Extract = Callable[[str], list[str] | None]
 
 def _registries() -> dict[str, Any]:
     """Each registry by the option that names its plugins (imported here: models and datasets load torch)."""
+    from fedmst.core.cluster.policies import ORDERS, PLACEMENTS
     from fedmst.core.schedulers import SCHEDULERS
     from fedmst.core.selection import SELECTIONS
     from fedmst.fl.data import DATASETS
@@ -44,7 +45,7 @@ def _registries() -> dict[str, Any]:
     from fedmst.workers.backends import BACKENDS
 
     return {"--scheduler": SCHEDULERS, "--model": MODELS, "--dataset": DATASETS, "--strategy": STRATEGIES,
-            "--selection": SELECTIONS, "--workers": BACKENDS}
+            "--selection": SELECTIONS, "--workers": BACKENDS, "cluster --order": ORDERS, "--placement": PLACEMENTS}
 
 
 def built_in(registry: Any) -> tuple[str, ...]:
@@ -107,6 +108,15 @@ def option_row(flag: str) -> Extract:
                 return names_in(" ".join(cells[1:]), flag)
         return None
     return extract
+
+
+def after(heading: str, extract: Extract) -> Extract:
+    """``extract`` applied to what follows ``heading`` (a section's own table, where an option
+    of the same name has a row above)."""
+    def extract_after(text: str) -> list[str] | None:
+        at = text.find(heading)
+        return None if at < 0 else extract(text[at:])
+    return extract_after
 
 
 def error_row(given: str) -> Extract:
@@ -184,6 +194,9 @@ COMMANDS_OPTIONS = ("--scheduler", "--model", "--dataset", "--optimizer", "--str
 
 LISTINGS = [
     *(_table(option) for option in COMMANDS_OPTIONS),
+    *(Listing("docs/commands.md", f"fedmst cluster's table, {flag}", choices, after("## `fedmst cluster`",
+                                                                                   option_row(flag)))
+      for flag, choices in (("--mode", "--mode"), ("--order", "cluster --order"), ("--placement", "--placement"))),
     Listing("docs/commands.md", "bad input, --topology", "--topology", error_row("--topology no-such-topology")),
     Listing("docs/commands.md", "bad input, --scheduler", "--scheduler", error_row("--scheduler no-such-sched")),
     Listing("docs/commands.md", "bad input, --model", "--model", error_row("--model no-such-model")),

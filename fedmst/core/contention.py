@@ -97,59 +97,114 @@ def simulate(profiles: Sequence[Profile], offsets: Mapping[str, float], rounds: 
              capacity: Mapping[LinkDir, float]) -> list[PhaseSpan]:
     """The predicted timeline of ``profiles`` running ``rounds`` each, task T from ``offsets[T]``
     (plus its ``start_s``), sharing links as fluids (see the module's docstring)."""
-    tasks = [p for p in profiles if rounds.get(p.name, 0) > 0]
-    # per task: index of its current (round, phase), the phase's start, and the fraction left
-    at = {p.name: -1 for p in tasks}
-    begun = {p.name: 0.0 for p in tasks}
-    left = {p.name: 0.0 for p in tasks}
-    wake = {p.name: offsets.get(p.name, 0.0) + p.start_s for p in tasks}  # not started yet
+    fluid = Fluid(capacity)
+    for p in profiles:
+        fluid.add(p, rounds.get(p.name, 0), offsets.get(p.name, 0.0) + p.start_s)
     spans: list[PhaseSpan] = []
-    by_name = {p.name: p for p in tasks}
-    now = 0.0
+    while fluid.busy:
+        spans += fluid.advance()
+    return spans
 
-    def demand(p: Profile, step: int) -> Demand | None:
-        phase = ROUND_PHASES[step % 3]
-        return None if phase == "train" else getattr(p, phase)
 
-    def advance(name: str) -> None:
-        """Task ``name`` starts its next phase now (or ends)."""
-        p = by_name[name]
-        at[name] += 1
-        if at[name] >= 3 * rounds[name]:
+class Fluid:
+    """Tasks on their own clocks sharing links as fluids (see the module's docstring), advanced
+    from one event to the next, so that tasks can join while others run: :func:`simulate` adds
+    them all at once; a cluster (:mod:`fedmst.core.cluster.simulate`) adds each job as it starts.
+
+    >>> a = Profile("A", broadcast=Demand(1.0, {("x", "y"): 100}), compute_s=2.0, upload=Demand(1.0, {}))
+    >>> fluid = Fluid({("x", "y"): 100.0})
+    >>> fluid.add(a, rounds=1, at_s=0.0)
+    >>> [(s.phase, s.end_s) for s in fluid.advance(until_s=2.5)], fluid.now
+    ([('broadcast', 1.0)], 2.5)
+    >>> [(s.phase, s.end_s) for s in fluid.advance()], fluid.ended, fluid.busy
+    ([('train', 3.0), ('upload', 4.0)], ['A'], False)
+    """
+
+    def __init__(self, capacity: Mapping[LinkDir, float]) -> None:
+        self.capacity = capacity
+        self.now = 0.0
+        self.ended: list[str] = []
+        """The tasks that finished their last phase in the last :meth:`advance`."""
+        self._profile: dict[str, Profile] = {}
+        self._rounds: dict[str, int] = {}
+        self._at: dict[str, int] = {}  # index of the task's current (round, phase)
+        self._begun: dict[str, float] = {}
+        self._left: dict[str, float] = {}  # of the current phase, in seconds alone
+        self._wake: dict[str, float] = {}  # tasks not started yet
+
+    @property
+    def busy(self) -> bool:
+        """Whether any task is running or waiting to start."""
+        return bool(self._at)
+
+    def add(self, profile: Profile, rounds: int, at_s: float) -> None:
+        """``profile``'s task runs ``rounds`` rounds from ``at_s`` (not before now)."""
+        if rounds <= 0:
             return
-        begun[name] = now
-        d = demand(p, at[name])
-        left[name] = (d.seconds if d is not None else p.compute_s)
+        name = profile.name
+        self._profile[name], self._rounds[name], self._at[name] = profile, rounds, -1
+        self._wake[name] = max(at_s, self.now)
 
-    while True:
-        for name in [n for n, t in wake.items() if t <= now + 1e-12]:
-            del wake[name]
-            advance(name)
-        running = [n for n in at if 0 <= at[n] < 3 * rounds[n] and n not in wake]
-        if not running and not wake:
-            return spans
-        # the pace of each running phase: 1 for training; for a transfer, its most crowded link's share
-        asks: dict[LinkDir, float] = {}
-        for n in running:
-            d = demand(by_name[n], at[n])
-            if d is not None and d.seconds > 0:
-                for hop, b in d.link_bytes.items():
-                    asks[hop] = asks.get(hop, 0.0) + b / d.seconds
-        pace = {}
-        for n in running:
-            d = demand(by_name[n], at[n])
-            share = [min(1.0, capacity[hop] / asks[hop]) for hop in (d.link_bytes if d and d.seconds > 0 else ())
-                     if asks[hop] > 0]
-            pace[n] = min(share, default=1.0)
-        # phase "left" is in seconds alone: it shrinks at its pace
-        step = min([left[n] / pace[n] for n in running] + [t - now for t in wake.values()])
-        now += max(step, 0.0)
-        for n in running:
-            left[n] -= step * pace[n]
-            if left[n] <= 1e-9:
-                r, phase = divmod(at[n], 3)
-                spans.append(PhaseSpan(n, r + 1, ROUND_PHASES[phase], begun[n], now))
-                advance(n)
+    def _demand(self, name: str) -> Demand | None:
+        phase = ROUND_PHASES[self._at[name] % 3]
+        return None if phase == "train" else getattr(self._profile[name], phase)
+
+    def _next_phase(self, name: str) -> None:
+        """Task ``name`` starts its next phase now, or ends."""
+        self._at[name] += 1
+        if self._at[name] >= 3 * self._rounds[name]:
+            for table in (self._profile, self._rounds, self._at, self._begun, self._left):
+                table.pop(name, None)
+            self.ended.append(name)
+            return
+        self._begun[name] = self.now
+        d = self._demand(name)
+        self._left[name] = d.seconds if d is not None else self._profile[name].compute_s
+
+    def advance(self, until_s: float | None = None) -> list[PhaseSpan]:
+        """Run to the first moment a task ends, or to ``until_s`` if that comes first (None: no
+        limit); return the phases that finished on the way. :attr:`ended` names the tasks that ended."""
+        self.ended = []
+        spans: list[PhaseSpan] = []
+        while True:
+            for name in [n for n, t in self._wake.items() if t <= self.now + 1e-12]:
+                del self._wake[name]
+                self._next_phase(name)
+            running = [n for n in self._at if n not in self._wake]
+            if self.ended:
+                return spans
+            if not running and not self._wake:  # idle: time passes to ``until_s``
+                self.now = max(self.now, until_s if until_s is not None else self.now)
+                return spans
+            # the pace of each running phase: 1 for training; for a transfer, its most crowded link's share
+            demands = {n: self._demand(n) for n in running}
+            asks: dict[LinkDir, float] = {}
+            for d in demands.values():
+                if d is not None and d.seconds > 0:
+                    for hop, b in d.link_bytes.items():
+                        asks[hop] = asks.get(hop, 0.0) + b / d.seconds
+            pace = {}
+            for n, d in demands.items():
+                hops = d.link_bytes if d and d.seconds > 0 else ()
+                share = [min(1.0, self.capacity[hop] / asks[hop]) for hop in hops if asks[hop] > 0]
+                pace[n] = min(share, default=1.0)
+            # a phase's "left" is in seconds alone: it shrinks at its pace
+            step = min([self._left[n] / pace[n] for n in running] + [t - self.now for t in self._wake.values()])
+            if until_s is not None and self.now + step > until_s:
+                step = until_s - self.now
+                if step <= 0:
+                    return spans
+                self.now = until_s
+                for n in running:
+                    self._left[n] -= step * pace[n]
+                return spans
+            self.now += max(step, 0.0)
+            for n in running:
+                self._left[n] -= step * pace[n]
+                if self._left[n] <= 1e-9:
+                    r, phase = divmod(self._at[n], 3)
+                    spans.append(PhaseSpan(n, r + 1, ROUND_PHASES[phase], self._begun[n], self.now))
+                    self._next_phase(n)
 
 
 def iteration_times(spans: Sequence[PhaseSpan]) -> dict[tuple[str, int], float]:
@@ -221,5 +276,6 @@ def _middle_of_best(scores: Sequence[float], *, tolerance: float = 1e-6) -> int:
     return first + (length - 1) // 2
 
 
-__all__ = ["ROUND_PHASES", "Demand", "Profile", "capacities", "cassini_offsets", "iteration_times", "mean_iteration_s",
+__all__ = ["ROUND_PHASES", "Demand", "Fluid", "Profile", "capacities", "cassini_offsets", "iteration_times",
+           "mean_iteration_s",
            "profile_of", "sharing_groups", "simulate"]

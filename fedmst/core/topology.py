@@ -19,12 +19,14 @@ fedmst's own JSON format::
 - A link's delay is ``delay_ms`` if given, else ``km`` times :data:`PROPAGATION_S_PER_KM`,
   else 0. ``km`` is kept as ``length_km`` either way.
 - ``nodes`` is optional: without it the nodes are those the links name; with it, a link
-  naming any other node is an error. Node ids may be JSON strings or integers.
+  naming any other node is an error. Node ids may be JSON strings or integers, or objects
+  ``{"id": "0", "slots": 4}`` declaring the node's compute (:mod:`fedmst.core.cluster.slots`:
+  slots are what ``fedmst cluster`` places jobs' models on; 0 makes a pure network node).
 - Unknown keys are errors, so a misspelt ``capacity_mbps`` cannot silently fall back to
   the default.
 
 GraphML files are read with the same rules: edge attributes ``capacity_mbps`` (or
-``capacity``), ``km`` (or ``length_km``, ``dist``) and ``delay_ms``.
+``capacity``), ``km`` (or ``length_km``, ``dist``) and ``delay_ms``, node attribute ``slots``.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ TOPOLOGY_PATH_ENV = "FEDMST_TOPOLOGY_PATH"
 
 _TOP_KEYS = {"name", "description", "capacity_mbps", "nodes", "links"}
 _LINK_KEYS = {"a", "b", "km", "delay_ms", "capacity_mbps"}
+_NODE_KEYS = {"id", "slots"}
 
 
 def node_order(node: str) -> tuple[int, int | str]:
@@ -195,7 +198,8 @@ def _graphml_spec(g: nx.Graph, stem: str) -> dict[str, Any]:
         for a, b, data in g.edges(data=True)
     ]
     name = g.graph.get("name") or stem
-    return {"name": str(name), "nodes": list(g), "links": _drop_none(links)}
+    nodes = [{"id": n, "slots": g.nodes[n]["slots"]} if "slots" in g.nodes[n] else n for n in g]
+    return {"name": str(name), "nodes": nodes, "links": _drop_none(links)}
 
 
 def _topohub_spec(key: str) -> dict[str, Any] | None:
@@ -225,6 +229,25 @@ def _node_id(source: str, where: str, value: object) -> str:
     raise _error(source, f"{where}: node id {value!r} is not a string or integer")
 
 
+def _node(source: str, value: object) -> tuple[str, dict[str, int]]:
+    """A ``nodes`` entry: its id, and its ``slots`` where it declares them (a whole number, 0 or more)."""
+    if not isinstance(value, dict):
+        return _node_id(source, "nodes", value), {}
+    if unknown := sorted(set(value) - _NODE_KEYS):
+        raise _error(source, f"nodes: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_NODE_KEYS))}")
+    if "id" not in value:
+        raise _error(source, f"nodes: {value!r} has no 'id'")
+    node = _node_id(source, "nodes", value["id"])
+    if "slots" not in value:
+        return node, {}
+    slots = value["slots"]
+    if isinstance(slots, float) and slots.is_integer():
+        slots = int(slots)  # GraphML may type it as a double
+    if isinstance(slots, bool) or not isinstance(slots, int) or slots < 0:
+        raise _error(source, f"node {node}: slots {slots!r} is not a whole number of 0 or more")
+    return node, {"slots": slots}
+
+
 def _from_spec(spec: object, source: str, default_capacity_mbps: float | None) -> nx.Graph:
     """Build and validate a graph from the fedmst JSON format (already parsed)."""
     if not isinstance(spec, dict):
@@ -250,7 +273,7 @@ def _from_spec(spec: object, source: str, default_capacity_mbps: float | None) -
     if nodes is not None:
         if not isinstance(nodes, list):
             raise _error(source, "'nodes' must be a list")
-        graph.add_nodes_from(_node_id(source, "nodes", n) for n in nodes)
+        graph.add_nodes_from(_node(source, n) for n in nodes)
     for i, link in enumerate(spec["links"]):
         if not isinstance(link, dict):
             raise _error(source, f"links[{i}]: not an object")

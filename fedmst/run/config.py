@@ -303,12 +303,37 @@ class RunConfig:
         help="Candidates a pool-based selection (loss, network) draws each round before it picks M "
              "(power-of-choice's d; default 1.5 M, at most every local model).")
     """Client selection (:mod:`fedmst.core.selection`)."""
+    slots: int = option(
+        1, "--slots", metavar="N", check=_at_least(0, "a slot count"),
+        help="fedmst cluster: compute slots of every node that declares none in the topology (0: a pure network "
+             "node); a running job holds one per local model and one for its G.")
+    """A node's compute for the cluster (:mod:`fedmst.core.cluster.slots`)."""
+    jobs: str | None = option(
+        None, "--jobs", metavar="FILE|poisson:RATE,N|philly:FILE|helios:FILE",
+        help="fedmst cluster: the jobs and when they arrive: a .csv or .jsonl file (job, submit_s, local_models, "
+             "rounds; optionally model, dataset, epochs, compute_s, priority), N jobs of a Poisson process of RATE "
+             "a minute, or a Philly or Helios trace (docs/cluster.md).")
+    time_compress: float = option(
+        1.0, "--time-compress", metavar="F", check=(lambda v: v > 0, "give a positive factor"),
+        help="fedmst cluster: divide a trace file's submission times and durations by F, so a day of trace fits "
+             "a run (a round stands for one second of compressed trace).")
+    mode: str = option(
+        "emulate", "--mode", choices=("emulate", "simulate"),
+        help="fedmst cluster: run every job for real in the emulation, or on the fluid model of concurrent "
+             "transfers (no root, no network; thousands of jobs).")
+    placement: str = option(
+        "random", "--placement", metavar="random|package.module:Class",
+        help="fedmst cluster: where a job's G and local models go among the free slots (random: seeded).")
+    """The cluster's policy points (:mod:`fedmst.core.cluster.policies`); the queue's order is ``--order``."""
 
     @property
     def trains(self) -> str:
         """What trains the local models, as reports name it: the model, or ``flower:`` and the client."""
         return f"flower:{self.client}" if self.client else self.model
 
+
+CLUSTER_ONLY = ("slots", "jobs", "time_compress", "mode", "placement")
+"""The options only ``fedmst cluster`` takes (``run`` and ``compare`` run no cluster)."""
 
 SWEEP = {"tasks": {"default": 30, "help": None},
          "wavelengths": {"default": 120,
@@ -437,5 +462,5 @@ def _typed(path: Path, key: str, value: Any, hint: Any) -> Any:
     raise FedmstError(f"--config {path}: option {key!r} = {value!r} is not of type {name}")
 
 
-__all__ = ["OPTIMIZERS", "ORDERS", "SWEEP", "Option", "RunConfig", "options", "read_config_file", "split_list",
-           "validate"]
+__all__ = ["CLUSTER_ONLY", "OPTIMIZERS", "ORDERS", "SWEEP", "Option", "RunConfig", "options", "read_config_file",
+           "split_list", "validate"]

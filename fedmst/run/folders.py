@@ -25,7 +25,7 @@ from typing import Iterator, Literal, get_args
 
 from fedmst.errors import FedmstError
 
-Kind = Literal["run", "compare", "sweep"]
+Kind = Literal["run", "compare", "sweep", "cluster"]
 MARKER = ".fedmst"
 """The file that makes a folder fedmst's: ``{"command": KIND}``, written when the folder is claimed."""
 

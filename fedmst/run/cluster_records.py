@@ -1,0 +1,228 @@
+"""A cluster folder's records: ``jobs.csv`` (a row per job), ``slots.csv`` (a row per slot
+interval held), ``tasks.csv`` (every job's rounds, as an independent clock writes them) and
+``summary.json`` (:class:`ClusterSummary`). Rows are appended as jobs end, a whole line at a time,
+so a command stopped half-way leaves every job that had finished on record. No torch here: the
+views read these.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from statistics import mean, median
+from typing import IO, Any, Iterable, Mapping, Sequence
+
+from fedmst.core.cluster.slots import SlotInterval
+from fedmst.errors import FedmstError
+from fedmst.run.results import write_json
+
+JOBS, SLOTS, TASKS, SUMMARY = "jobs.csv", "slots.csv", "tasks.csv", "summary.json"
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One row of jobs.csv: one job's life in the cluster (the network's seconds from the trace's
+    start; empty where it never ran)."""
+
+    job: str
+    submit_s: float
+    start_s: float | None
+    end_s: float
+    queue_s: float | None
+    jct_s: float
+    """Job completion time: end minus submission (a rejected job's is 0: it ended as it came)."""
+    local_models: int
+    rounds: int
+    """Rounds it finished."""
+    nodes: str
+    """Where it ran: G's node first, then each local model's, separated by spaces."""
+    status: str
+    """finished, rejected or failed."""
+    reason: str
+    preemptions: int
+    mean_round_s: float | None
+    link_bytes: int
+    """Bytes its transfers put on the links, as its plan predicts them, every hop of every round it
+    finished (links are shared, so the links' own counters in links.csv measure all jobs together)."""
+    final_accuracy: float | None
+    comm_s: float
+    """Seconds of its rounds spent moving weights (broadcast and upload)."""
+
+
+JOB_FIELDS = tuple(f.name for f in fields(JobRow))
+SLOT_FIELDS = tuple(f.name for f in fields(SlotInterval))
+
+
+class Appender:
+    """A CSV file written a row at a time, each row flushed whole: what was written stays."""
+
+    def __init__(self, path: Path, columns: Sequence[str]) -> None:
+        self._file: IO[str] = path.open("w", newline="")
+        self._writer = csv.DictWriter(self._file, fieldnames=list(columns))
+        self._writer.writeheader()
+        self._file.flush()
+
+    def add(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        for row in rows:
+            self._writer.writerow({k: "" if v is None else f"{v:.6g}" if isinstance(v, float) else v
+                                   for k, v in row.items()})
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_jobs_csv(folder: Path) -> list[JobRow]:
+    """jobs.csv of a cluster folder; a folder without one, or a file of another format, is refused in one line."""
+    path = folder / JOBS
+    try:
+        with path.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError:
+        raise FedmstError(f"{folder} is not a cluster folder (no {JOBS})") from None
+    if rows and set(JOB_FIELDS) - set(rows[0]):
+        raise FedmstError(f"{path} lacks the columns {', '.join(sorted(set(JOB_FIELDS) - set(rows[0])))}")
+
+    def number(text: str, kind: type = float) -> Any:
+        return None if text == "" else kind(float(text)) if kind is int else kind(text)
+
+    try:
+        return [JobRow(job=r["job"], submit_s=float(r["submit_s"]), start_s=number(r["start_s"]),
+                       end_s=float(r["end_s"]), queue_s=number(r["queue_s"]), jct_s=float(r["jct_s"]),
+                       local_models=int(r["local_models"]), rounds=int(r["rounds"]), nodes=r["nodes"],
+                       status=r["status"], reason=r["reason"], preemptions=int(r["preemptions"]),
+                       mean_round_s=number(r["mean_round_s"]), link_bytes=int(float(r["link_bytes"])),
+                       final_accuracy=number(r["final_accuracy"]), comm_s=float(r["comm_s"])) for r in rows]
+    except (TypeError, ValueError) as exc:
+        raise FedmstError(f"{path}: malformed row ({exc})") from None
+
+
+def read_slots_csv(folder: Path) -> list[SlotInterval]:
+    """slots.csv of a cluster folder."""
+    path = folder / SLOTS
+    try:
+        with path.open(newline="") as f:
+            return [SlotInterval(r["node"], int(r["slot"]), r["job"], float(r["from_s"]), float(r["to_s"]))
+                    for r in csv.DictReader(f)]
+    except OSError:
+        raise FedmstError(f"{folder} is not a cluster folder (no {SLOTS})") from None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise FedmstError(f"{path}: malformed row ({exc})") from None
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) of ``values``, interpolated between the nearest ranks.
+
+    >>> percentile([1.0, 2.0, 3.0, 4.0], 50), percentile([1.0, 2.0, 3.0, 4.0], 99), percentile([5.0], 99)
+    (2.5, 3.97, 5.0)
+    """
+    ordered = sorted(values)
+    at = (len(ordered) - 1) * q / 100
+    lo, hi = math.floor(at), math.ceil(at)
+    return round(ordered[lo] + (ordered[hi] - ordered[lo]) * (at - lo), 12)
+
+
+@dataclass(frozen=True)
+class ClusterSummary:
+    """A cluster's summary.json: how it ended, what ran it, and its figures over the jobs (the
+    network's seconds; None where no job finished)."""
+
+    status: str
+    """completed, interrupted or failed: REASON."""
+    command: str
+    mode: str
+    scheduler: str
+    order: str
+    placement: str
+    topology: str
+    slots: int
+    jobs: int
+    jobs_finished: int
+    jobs_rejected: int
+    jobs_failed: int
+    makespan_s: float | None
+    """Last end minus first submission, over the jobs that finished."""
+    mean_jct_s: float | None
+    median_jct_s: float | None
+    p99_jct_s: float | None
+    mean_queue_s: float | None
+    slot_utilisation: float | None
+    """Slot-seconds held over slot-seconds offered during the makespan."""
+    comm_share: float | None
+    """Of the finished jobs' running time (start to end), the share spent moving weights."""
+    time_scale: float
+    wall_s: float
+    skipped: int = 0
+    """Rows of a public trace left out (jobs without GPUs, jobs that never ran)."""
+
+    def write(self, folder: Path) -> None:
+        write_json(folder / SUMMARY, asdict(self))
+
+    @classmethod
+    def read(cls, folder: Path) -> ClusterSummary:
+        try:
+            obj = json.loads((folder / SUMMARY).read_text())
+            return cls(**{f.name: obj[f.name] for f in fields(cls) if f.name in obj})
+        except (OSError, ValueError, TypeError) as exc:
+            raise FedmstError(f"{folder / SUMMARY}: not a cluster summary ({' '.join(str(exc).split())})") from None
+
+
+def figures(rows: Sequence[JobRow], slots: Sequence[SlotInterval], total_slots: int) -> dict[str, float | None]:
+    """The summary's figures over ``rows`` (jobs.csv) and ``slots`` (slots.csv).
+
+    >>> row = lambda j, sub, start, end: JobRow(j, sub, start, end, start - sub, end - sub, 1, 1, "a b", "finished",
+    ...     "", 0, end - start, 0, None, 0.25 * (end - start))
+    >>> rows = [row("a", 0.0, 0.0, 4.0), row("b", 1.0, 4.0, 6.0)]
+    >>> held = [SlotInterval("a", 0, "a", 0.0, 4.0), SlotInterval("b", 0, "b", 4.0, 6.0)]
+    >>> f = figures(rows, held, total_slots=2)
+    >>> f["makespan_s"], f["mean_jct_s"], f["mean_queue_s"], f["slot_utilisation"], f["comm_share"]
+    (6.0, 4.5, 1.5, 0.5, 0.25)
+    """
+    done = [r for r in rows if r.status == "finished"]
+    if not done:
+        return dict.fromkeys(("makespan_s", "mean_jct_s", "median_jct_s", "p99_jct_s", "mean_queue_s",
+                              "slot_utilisation", "comm_share"))
+    first, last = min(r.submit_s for r in done), max(r.end_s for r in done)
+    jct = [r.jct_s for r in done]
+    makespan = last - first
+    held = sum(s.to_s - s.from_s for s in slots)
+    ran = sum(r.end_s - r.start_s for r in done if r.start_s is not None)
+    return {"makespan_s": makespan, "mean_jct_s": mean(jct), "median_jct_s": median(jct),
+            "p99_jct_s": percentile(jct, 99), "mean_queue_s": mean(r.queue_s or 0.0 for r in done),
+            "slot_utilisation": held / (total_slots * makespan) if makespan > 0 else None,
+            "comm_share": sum(r.comm_s for r in done) / ran if ran > 0 else None}
+
+
+def cluster_table(summary: ClusterSummary) -> Any:
+    """The console's table of a cluster's figures (the network's seconds)."""
+    from rich.table import Table
+
+    def seconds(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}"
+
+    def share(v: float | None) -> str:
+        return "-" if v is None else f"{100 * v:.1f} %"
+
+    table = Table(title=f"fedmst cluster on {summary.topology} ({summary.mode})")
+    table.add_column("over the trace")
+    table.add_column("value", justify="right")
+    for label, value in (
+            ("jobs finished", f"{summary.jobs_finished} of {summary.jobs}"),
+            ("jobs rejected", str(summary.jobs_rejected)), ("jobs failed", str(summary.jobs_failed)),
+            ("makespan (s)", seconds(summary.makespan_s)), ("mean JCT (s)", seconds(summary.mean_jct_s)),
+            ("median JCT (s)", seconds(summary.median_jct_s)), ("p99 JCT (s)", seconds(summary.p99_jct_s)),
+            ("mean queueing (s)", seconds(summary.mean_queue_s)),
+            ("slot utilisation", share(summary.slot_utilisation)),
+            ("communication share", share(summary.comm_share))):
+        table.add_row(label, value)
+    table.caption = (f"{summary.slots} slots; scheduler {summary.scheduler}, order {summary.order}, placement "
+                     f"{summary.placement}; {summary.status}")
+    return table
+
+
+__all__ = ["JOBS", "JOB_FIELDS", "SLOTS", "SLOT_FIELDS", "SUMMARY", "TASKS", "Appender", "ClusterSummary", "JobRow",
+           "cluster_table",
+           "figures", "percentile", "read_jobs_csv", "read_slots_csv"]

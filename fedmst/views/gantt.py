@@ -1,0 +1,324 @@
+"""Draw a cluster folder (``fedmst cluster``): which job held which slot when, and how long jobs took.
+
+``jobs.csv`` and ``slots.csv`` (:mod:`fedmst.run.cluster_records`) say it in numbers; the picture
+says where the cluster was busy, where it idled and how long jobs waited. The top panel is a Gantt
+chart: a row per (node, slot) that any job ever held, time across, a bar per slot interval coloured
+by job (colours cycle: with many jobs they repeat), the job's name on the bars wide enough for it,
+and each job's submission marked on its G's row with a thin line running to its start, so that
+queueing shows. The bottom panel is the empirical distribution of the finished jobs' completion
+times (JCT, submission to end), with their queueing times (submission to start) dashed beside it
+and the mean and 99th percentile JCT marked. Everything is drawn as collections, a few artists in
+all (their gids: bars, queued, submitted, rejected), so a trace of thousands of jobs draws in seconds
+(then without names on the bars).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+from statistics import mean
+from typing import Any, Iterable, Sequence
+
+from fedmst.core.cluster.slots import SlotInterval
+from fedmst.core.topology import node_order
+from fedmst.errors import FedmstError
+from fedmst.run.cluster_records import (
+    SLOTS,
+    SUMMARY,
+    ClusterSummary,
+    JobRow,
+    percentile,
+    read_jobs_csv,
+    read_slots_csv,
+)
+from fedmst.run.report import scheduler_label
+from fedmst.views.plots import _pyplot, _save
+
+JOBS_PNG = "jobs.png"
+STATUSES = ("finished", "rejected", "failed")
+"""The statuses jobs.csv gives, in the order titles count them."""
+DPI = 130
+WIDTH_IN = 12.0
+CDF_IN = 3.4
+"""Height of the JCT panel."""
+TITLE_IN = 0.9
+"""Height left for the figure's title and the panels' own titles."""
+SUPTITLE_IN = 0.15
+"""Of which the figure's title's own band, which the layout leaves free."""
+ROW_IN = 0.2
+"""Height of a slot row, until the Gantt panel reaches ``GANTT_MAX_IN``."""
+GANTT_MIN_IN, GANTT_MAX_IN = 2.4, 14.0
+MAX_LABELS = 400
+"""Names written on bars at most (the widest bars get them); more would only blur into each other."""
+LABEL_PT = 7.0
+"""Font size of a name on a bar, in points."""
+EDGED = 600
+"""Up to this many intervals, bars get a thin white edge, so that two intervals of the same colour
+side by side still read as two; beyond it edges would paint the bars white."""
+CDF_STYLE = {
+    "jct": {"color": "tab:blue", "linestyle": "-", "label": "JCT (submission to end)"},
+    "queue": {"color": "tab:orange", "linestyle": "--", "label": "queueing (submission to start)"},
+}
+
+
+def slot_rows(intervals: Iterable[SlotInterval]) -> list[tuple[str, int]]:
+    """The Gantt chart's rows, top to bottom: every (node, slot) some job held, once each, in node
+    order (:func:`fedmst.core.topology.node_order`), then by slot. Slots no job ever held get no row.
+
+    >>> held = [SlotInterval("10", 0, "j1", 0.0, 1.0), SlotInterval("2", 1, "j1", 0.0, 1.0),
+    ...         SlotInterval("b", 0, "j2", 1.0, 2.0), SlotInterval("2", 0, "j2", 1.0, 2.0),
+    ...         SlotInterval("2", 1, "j3", 2.0, 3.0)]
+    >>> slot_rows(held)
+    [('2', 0), ('2', 1), ('10', 0), ('b', 0)]
+    """
+    return sorted({(i.node, i.slot) for i in intervals}, key=lambda row: (node_order(row[0]), row[1]))
+
+
+def ecdf(values: Iterable[float]) -> tuple[list[float], list[float]]:
+    """The empirical distribution of ``values`` as the corners of a step plot (``where="post"``):
+    it starts at 0 at the smallest value and climbs by 1/n at each value (ties in one step).
+
+    >>> ecdf([3.0, 1.0, 1.0, 2.0])
+    ([1.0, 1.0, 2.0, 3.0], [0.0, 0.5, 0.75, 1.0])
+    >>> ecdf([])
+    ([], [])
+    """
+    ordered = sorted(values)
+    if not ordered:
+        return [], []
+    xs, ys = [ordered[0]], [0.0]
+    for i, v in enumerate(ordered, 1):
+        if i < len(ordered) and ordered[i] == v:
+            continue  # a tie: one step for all of them
+        xs.append(v)
+        ys.append(i / len(ordered))
+    return xs, ys
+
+
+def tally(jobs: Sequence[JobRow]) -> str:
+    """How the jobs ended, in words, statuses with no job left out.
+
+    >>> row = lambda status: JobRow("j", 0.0, None, 0.0, None, 0.0, 1, 0, "a", status, "", 0, None, 0, None, 0.0)
+    >>> tally([row("rejected")] * 3), tally([row("finished"), row("failed"), row("failed")]), tally([])
+    ('3 rejected', '1 finished, 2 failed', 'no job on record')
+    """
+    counts = Counter(j.status for j in jobs)
+    order = [*STATUSES, *sorted(set(counts) - set(STATUSES))]
+    return ", ".join(f"{counts[s]} {s}" for s in order if counts[s]) or "no job on record"
+
+
+def gantt_height(rows: int) -> float:
+    """Height of the Gantt panel in inches for ``rows`` slot rows.
+
+    >>> gantt_height(0), gantt_height(20), gantt_height(10_000)
+    (2.4, 5.2, 14.0)
+    """
+    return round(min(GANTT_MAX_IN, max(GANTT_MIN_IN, ROW_IN * rows + 1.2)), 6)
+
+
+def figure_size(rows: int) -> tuple[float, float]:
+    """The whole figure's size in inches (width, height) for ``rows`` slot rows: the PNG is this
+    times ``DPI`` pixels.
+
+    >>> figure_size(20)
+    (12.0, 9.5)
+    """
+    return WIDTH_IN, round(gantt_height(rows) + CDF_IN + TITLE_IN, 6)
+
+
+def plot_jobs(folder: Path, out: Path | None = None) -> Path:
+    """Draw the cluster folder ``folder`` as one PNG and return its path (``out``, by default
+    ``folder / "jobs.png"``): the Gantt chart of slots held over time above, the finished jobs'
+    JCT distribution below (see the module's description).
+
+    A folder that is not a cluster folder, or whose jobs.csv holds no finished job, raises
+    :class:`FedmstError` in one line. summary.json is optional (a command stopped half-way wrote
+    none): the title then names less.
+    """
+    folder = Path(folder)
+    fig = jobs_figure(folder)
+    target = Path(out) if out is not None else folder / JOBS_PNG
+    try:
+        _save(fig, target, dpi=DPI)
+    finally:
+        _pyplot().close(fig)
+    return target
+
+
+def jobs_figure(folder: Path) -> Any:
+    """The matplotlib figure :func:`plot_jobs` writes, its axes the Gantt chart then the JCT panel;
+    the caller closes it."""
+    folder = Path(folder)
+    jobs = read_jobs_csv(folder)
+    finished = [j for j in jobs if j.status == "finished"]
+    if not finished:
+        raise FedmstError(f"{folder}: no job finished ({tally(jobs)}), so there is nothing to draw")
+    intervals = read_slots_csv(folder)
+    summary = ClusterSummary.read(folder) if (folder / SUMMARY).is_file() else None
+    rows = slot_rows(intervals)
+
+    plt = _pyplot()
+    fig, (gantt, cdf) = plt.subplots(2, 1, figsize=figure_size(len(rows)),
+                                     gridspec_kw={"height_ratios": [gantt_height(len(rows)), CDF_IN]})
+    try:
+        fig.suptitle(_title(folder, summary), fontsize=11)
+        labels = _draw_gantt(gantt, jobs, intervals, rows)
+        _draw_cdf(cdf, jobs)
+        fig.tight_layout(rect=(0.0, 0.0, 1.0, 1.0 - SUPTITLE_IN / fig.get_figheight()))  # the title clear of the legend
+        _label_bars(gantt, labels)
+    except BaseException:
+        plt.close(fig)
+        raise
+    return fig
+
+
+def _title(folder: Path, summary: ClusterSummary | None) -> str:
+    if summary is None:
+        return f"Jobs of {folder.name or folder} (no {SUMMARY}: the command did not end, or wrote none)"
+    ended = "" if summary.status == "completed" else f" ({summary.status})"
+    return (f"{Path(summary.topology).name}, {summary.slots} slots: {summary.mode} mode, "
+            f"{scheduler_label(summary.scheduler)} scheduler, {summary.order} order, "
+            f"{summary.placement} placement{ended}")
+
+
+def _colours(jobs: Sequence[JobRow], intervals: Sequence[SlotInterval]) -> dict[str, Any]:
+    """A colour per job, in submission order, cycling through tab20 reordered so that its ten hues
+    come first and their light shades after: jobs submitted one after the other differ."""
+    import matplotlib
+
+    palette = matplotlib.colormaps["tab20"].colors
+    palette = [*palette[0::2], *palette[1::2]]
+    names = [j.job for j in sorted(jobs, key=lambda j: j.submit_s)]  # sorted is stable: ties keep the file's order
+    names = list(dict.fromkeys([*names, *(i.job for i in intervals)]))
+    return {name: palette[k % len(palette)] for k, name in enumerate(names)}
+
+
+def _draw_gantt(ax: Any, jobs: Sequence[JobRow], intervals: Sequence[SlotInterval],
+                rows: Sequence[tuple[str, int]]) -> list[tuple[float, float, int, str]]:
+    """Bars, submission marks and row labels; returns the candidates for a name on a bar, as
+    (start, end, row, job)."""
+    from matplotlib.collections import LineCollection, PolyCollection
+    from matplotlib.lines import Line2D
+    from matplotlib.transforms import blended_transform_factory
+
+    index = {row: k for k, row in enumerate(rows)}
+    colours = _colours(jobs, intervals)
+    half = 0.4
+    verts = [[(i.from_s, y - half), (i.from_s, y + half), (i.to_s, y + half), (i.to_s, y - half)]
+             for i in intervals for y in (index[(i.node, i.slot)],)]
+    edged = len(intervals) <= EDGED
+    ax.add_collection(PolyCollection(verts, facecolors=[colours[i.job] for i in intervals],
+                                     edgecolors="white" if edged else "none", linewidths=0.5 if edged else 0.0,
+                                     zorder=2, gid="bars"))
+
+    # submission: a mark on the top edge of the job's G row, a line along it until the job started
+    held: dict[str, list[tuple[str, int]]] = {}
+    for i in intervals:
+        held.setdefault(i.job, []).append((i.node, i.slot))
+    g_rows: dict[str, int] = {}
+    for j in jobs:
+        if j.job in held:  # G takes its node's lowest free slot first; any row it held if G's is not on record
+            rows_held = [index[r] for r in held[j.job]]
+            on_g = [index[r] for r in held[j.job] if [r[0]] == j.nodes.split()[:1]]
+            g_rows[j.job] = min(on_g or rows_held)
+    marked = [j for j in jobs if j.job in g_rows]
+    top = [g_rows[j.job] - half - 0.05 for j in marked]
+    many = len(marked) > 100
+    waits = [[(j.submit_s, y), (j.start_s, y)] for j, y in zip(marked, top)
+             if j.start_s is not None and j.start_s > j.submit_s]
+    ax.add_collection(LineCollection(waits, colors=[colours[j.job] for j, y in zip(marked, top)
+                                                    if j.start_s is not None and j.start_s > j.submit_s],
+                                     linewidths=0.6 if many else 1.6, zorder=3, gid="queued"))
+    ax.scatter([j.submit_s for j in marked], top, marker="v", s=6 if many else 22,
+               c=[colours[j.job] for j in marked], edgecolors="black", linewidths=0.3 if many else 0.6, zorder=4,
+               clip_on=False, gid="submitted")  # the top row's marks stand on the axes' edge
+    handles = [Line2D([], [], marker="v", color="grey", markeredgecolor="black", linestyle="none",
+                      label="submitted (on its G's row)"),
+               Line2D([], [], color="grey", linewidth=1.6, label="queued until it started")]
+    rejected = [j.submit_s for j in jobs if j.status == "rejected"]
+    if rejected:
+        ax.scatter(rejected, [0.0] * len(rejected), marker="x", s=14, c="tab:red", linewidths=0.8, clip_on=False,
+                   transform=blended_transform_factory(ax.transData, ax.transAxes), zorder=5, gid="rejected")
+        handles.append(Line2D([], [], marker="x", color="tab:red", linestyle="none",
+                              label=f"rejected ({len(rejected)}, at submission)"))
+
+    times = [t for j in jobs for t in (j.submit_s, j.end_s)] + [t for i in intervals for t in (i.from_s, i.to_s)]
+    lo, hi = min(times), max(times)
+    pad = 0.01 * (hi - lo) if hi > lo else 1.0
+    ax.set_xlim(lo - pad, hi + pad)
+    ax.set_ylim(len(rows) - 0.5 if rows else 0.5, -0.5)  # first row on top
+    _row_ticks(ax, rows)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_xlabel("time (s of the emulated network)")
+    ax.set_title("Slots held by each job over time", loc="left", fontsize=10)
+    ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=len(handles), frameon=False,
+              fontsize="small", borderaxespad=0.2)
+    if not rows:
+        ax.text(0.5, 0.5, f"no slot interval on record (an empty {SLOTS})",
+                ha="center", va="center", transform=ax.transAxes, color="grey")
+    return [(i.from_s, i.to_s, index[(i.node, i.slot)], i.job) for i in intervals]
+
+
+def _row_ticks(ax: Any, rows: Sequence[tuple[str, int]]) -> None:
+    """A label per row (``3/0``) where rows are tall enough and few, else one per node in the middle
+    of its rows (every k-th node where even those would collide); thin lines between nodes."""
+    groups: list[tuple[str, int, int]] = []  # node, first row, rows
+    for k, (node, _) in enumerate(rows):
+        if groups and groups[-1][0] == node:
+            groups[-1] = (node, groups[-1][1], groups[-1][2] + 1)
+        else:
+            groups.append((node, k, 1))
+    row_pt = 72 * (gantt_height(len(rows)) - 1.2) / max(1, len(rows))
+    if rows and row_pt >= 8 and len(rows) <= 80:
+        ax.set_yticks(range(len(rows)), [f"{n}/{s}" for n, s in rows], fontsize=min(8.0, 0.8 * row_pt))
+        ax.set_ylabel("node/slot")
+    else:
+        step = max(1, math.ceil(9 / (row_pt * max(1.0, len(rows) / max(1, len(groups))))))
+        shown = groups[::step]
+        ax.set_yticks([first + (n - 1) / 2 for _, first, n in shown], [node for node, _, _ in shown], fontsize=7)
+        ax.set_ylabel("node" + ("" if step == 1 else f" (one in {step} named)"))
+    ax.tick_params(axis="y", length=0)
+    if len(groups) > 1:
+        ax.hlines([first - 0.5 for _, first, _ in groups[1:]], 0, 1, transform=ax.get_yaxis_transform(),
+                  colors="0.55", linewidths=0.5, zorder=1)
+
+
+def _label_bars(ax: Any, bars: Sequence[tuple[float, float, int, str]]) -> None:
+    """A job's name on each bar wide and tall enough to hold it, the widest ``MAX_LABELS`` at most;
+    run after the layout, since it measures the axes on the page."""
+    box = ax.get_window_extent()
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    px_per_s = box.width / (x1 - x0)
+    px_per_pt = ax.figure.dpi / 72
+    if box.height / abs(y0 - y1) * 0.8 < 1.1 * LABEL_PT * px_per_pt:
+        return  # rows too thin for any name
+    fits = [b for b in bars if (b[1] - b[0]) * px_per_s >= (0.62 * LABEL_PT * len(b[3]) + 3) * px_per_pt]
+    for start, end, row, job in sorted(fits, key=lambda b: b[0] - b[1])[:MAX_LABELS]:
+        ax.text((start + end) / 2, row, job, ha="center", va="center", fontsize=LABEL_PT, clip_on=True, zorder=6)
+
+
+def _draw_cdf(ax: Any, jobs: Sequence[JobRow]) -> None:
+    """The finished jobs' JCT and queueing distributions, mean and p99 JCT marked."""
+    done = [j for j in jobs if j.status == "finished"]
+    jct = [j.jct_s for j in done]
+    queue = [j.queue_s or 0.0 for j in done]
+    for key, values in (("jct", jct), ("queue", queue)):
+        xs, ys = ecdf(values)
+        ax.step([*xs, max(jct)], [*ys, 1.0], where="post", linewidth=1.6, **CDF_STYLE[key])
+    avg, p99 = mean(jct), percentile(jct, 99)
+    ax.axvline(avg, color="0.3", linestyle=":", linewidth=1.2, label=f"mean JCT {avg:.4g} s")
+    ax.axvline(p99, color="tab:red", linestyle="-.", linewidth=1.2, label=f"p99 JCT {p99:.4g} s")
+    ax.set_xlim(left=min(0.0, *queue))
+    ax.set_ylim(0, 1.03)
+    ax.set_xlabel("seconds (of the emulated network)")
+    ax.set_ylabel("share of finished jobs")
+    counts = Counter(j.status for j in jobs)
+    others = sorted(set(counts) - set(STATUSES))
+    ax.set_title("Job completion time: " + ", ".join(f"{counts[s]} {s}" for s in (*STATUSES, *others)),
+                 loc="left", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize="small")
+
+
+__all__ = ["JOBS_PNG", "ecdf", "figure_size", "jobs_figure", "plot_jobs", "slot_rows", "tally"]

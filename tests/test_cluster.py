@@ -1,0 +1,224 @@
+"""The cluster's pure half: slots on the topology, the policies, the event loop, the fluid model
+joined by jobs as they start, and the simulate back end, without any network."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+from fedmst.core.cluster.jobs import Job, JobError
+from fedmst.core.cluster.loop import Cluster, Ended, Outcome, planner, run_cluster
+from fedmst.core.cluster.policies import ORDERS, PLACEMENTS, ClusterView, Order, Placed, Placement, RandomSlots
+from fedmst.core.cluster.simulate import SimulatedRunner
+from fedmst.core.cluster.slots import Occupancy, SlotInterval, node_slots
+from fedmst.core.contention import Demand, Fluid, Profile, simulate
+from fedmst.core.topology import load_topology
+from fedmst.errors import TopologyError
+
+
+def _topology(tmp_path: Path, nodes: list[object], suffix: str = ".json") -> Path:
+    path = tmp_path / f"t{suffix}"
+    path.write_text(json.dumps({"capacity_mbps": 100, "nodes": nodes,
+                                "links": [{"a": "a", "b": "b"}, {"a": "b", "b": "c"}]}))
+    return path
+
+
+def test_a_topology_declares_slots_per_node(tmp_path: Path) -> None:
+    g = load_topology(str(_topology(tmp_path, [{"id": "a", "slots": 4}, {"id": "b", "slots": 0}, "c"])))
+    assert node_slots(g, default=2) == {"a": 4, "b": 0, "c": 2}
+
+
+def test_graphml_nodes_declare_slots(tmp_path: Path) -> None:
+    g = nx.Graph()
+    g.add_node("a", slots=3)
+    g.add_node("b")
+    g.add_edge("a", "b", capacity_mbps=10.0)
+    nx.write_graphml(g, tmp_path / "g.graphml")
+    assert node_slots(load_topology(str(tmp_path / "g.graphml")), default=1) == {"a": 3, "b": 1}
+
+
+@pytest.mark.parametrize("node,fragment", [
+    ({"id": "a", "slots": -1}, "node a: slots -1 is not a whole number of 0 or more"),
+    ({"id": "a", "slots": 1.5}, "node a: slots 1.5 is not a whole number"),
+    ({"id": "a", "slots": "2"}, "node a: slots '2' is not a whole number"),
+    ({"id": "a", "cores": 2}, "unknown key(s) cores"),
+    ({"slots": 2}, "has no 'id'"),
+])
+def test_bad_slots_in_a_topology_are_refused(tmp_path: Path, node: object, fragment: str) -> None:
+    with pytest.raises(TopologyError) as err:
+        load_topology(str(_topology(tmp_path, [node, "b", "c"])))
+    assert fragment in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_cluster_without_a_slot_is_refused() -> None:
+    g = nx.path_graph(["a", "b"])
+    with pytest.raises(JobError, match="no node has a slot"):
+        node_slots(g, default=0)
+    with pytest.raises(JobError, match="--slots -1"):
+        node_slots(g, default=-1)
+
+
+def test_occupancy_never_gives_a_slot_twice() -> None:
+    held = Occupancy({"a": 1, "b": 2})
+    held.take("j1", ("b", "a"), at_s=0.0)
+    with pytest.raises(JobError, match="node a has no free slot"):
+        held.take("j2", ("a",), at_s=1.0)
+    held.release("j1", at_s=2.0)
+    held.take("j2", ("a",), at_s=2.0)
+    assert held.free == {"b": 2}
+    assert sorted((s.node, s.slot, s.job) for s in held.intervals) == [("a", 0, "j1"), ("b", 0, "j1")]
+
+
+def test_random_placement_draws_only_free_slots_and_is_seeded() -> None:
+    g = nx.path_graph([str(i) for i in range(6)])
+    free = {"0": 1, "2": 3, "5": 1}
+    view = ClusterView(g, free=free, now_s=0.0, seed=4)
+    for k in range(1, 5):
+        placed = RandomSlots().place(Job(f"j{k}", 0.0, k), view)
+        assert placed is not None
+        used = list(placed.nodes)
+        assert all(used.count(n) <= free[n] for n in used) and len(used) == k + 1
+        assert placed == RandomSlots().place(Job(f"j{k}", 0.0, k), view)
+    assert RandomSlots().place(Job("j", 0.0, 5), view) is None
+    other = {RandomSlots().place(Job("j2", 0.0, 2), ClusterView(g, free, 0.0, seed)) for seed in range(20)}
+    assert len(other) > 1
+
+
+def _profile(name: str, rng: random.Random) -> Profile:
+    hops = [("x", "y"), ("y", "z"), ("y", "x")]
+    def demand() -> Demand:
+        return Demand(rng.uniform(0.1, 1.0), {h: rng.uniform(10, 200) for h in rng.sample(hops, rng.randint(1, 3))})
+    return Profile(name, broadcast=demand(), compute_s=rng.uniform(0, 2), upload=demand())
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_fluid_model_joined_job_by_job_gives_the_batch_timeline(seed: int) -> None:
+    """Adding each task when the clock reaches its start (as a cluster does) predicts the same
+    timeline as :func:`simulate` given every task at once."""
+    rng = random.Random(seed)
+    profiles = [_profile(f"t{i}", rng) for i in range(5)]
+    offsets = {p.name: rng.uniform(0, 3) for p in profiles}
+    rounds = {p.name: rng.randint(1, 3) for p in profiles}
+    capacity = {("x", "y"): 100.0, ("y", "z"): 150.0, ("y", "x"): 80.0}
+    batch = simulate(profiles, offsets, rounds, capacity)
+    fluid, joined = Fluid(capacity), []
+    for p in sorted(profiles, key=lambda p: offsets[p.name]):
+        joined += fluid.advance(until_s=offsets[p.name])
+        assert fluid.now == pytest.approx(offsets[p.name]) or fluid.now < offsets[p.name]
+        fluid.add(p, rounds[p.name], offsets[p.name])
+    while fluid.busy:
+        joined += fluid.advance()
+    key = lambda s: (s.task, s.round, s.phase)  # noqa: E731
+    assert len(joined) == len(batch) == sum(3 * r for r in rounds.values())
+    for a, b in zip(sorted(joined, key=key), sorted(batch, key=key)):
+        assert key(a) == key(b) and a.start_s == pytest.approx(b.start_s) and a.end_s == pytest.approx(b.end_s)
+
+
+def _ring(n: int, slots: int = 1) -> nx.Graph:
+    g = nx.cycle_graph([str(i) for i in range(n)])
+    nx.set_edge_attributes(g, 100.0, "capacity_mbps")
+    nx.set_edge_attributes(g, 0.001, "delay_s")
+    g.graph["name"] = f"ring{n}"
+    return g
+
+
+def _simulated(graph: nx.Graph, jobs: list[Job], train_s: float = 1.0, **cluster: object) -> list[Ended]:
+    runner = SimulatedRunner(graph, train_s=lambda job: train_s, chunk_bytes=1 << 18, with_delay=True)
+    history = run_cluster(jobs, Cluster(graph, node_slots(graph, 1), seed=3, **cluster),  # type: ignore[arg-type]
+                          runner, planner(graph, "mst", model_bytes=lambda job: 100_000))
+    _no_slot_twice(history.slots)
+    return history.ended
+
+
+def _no_slot_twice(intervals: list[SlotInterval]) -> None:
+    by: dict[tuple[str, int], list[SlotInterval]] = {}
+    for s in intervals:
+        by.setdefault((s.node, s.slot), []).append(s)
+    for held in by.values():
+        held.sort(key=lambda s: s.from_s)
+        for a, b in zip(held, held[1:]):
+            assert a.to_s <= b.from_s + 1e-9, (a, b)
+
+
+def test_jobs_wait_for_slots_and_each_life_adds_up() -> None:
+    g = _ring(6)
+    jobs = [Job(f"j{i}", 0.2 * i, local_models=2, rounds=2) for i in range(6)]
+    ended = _simulated(g, jobs)
+    assert sorted(e.job.name for e in ended) == [j.name for j in jobs]
+    assert all(e.status == "finished" and e.outcome is not None and e.outcome.rounds == 2 for e in ended)
+    assert any(e.queue_s and e.queue_s > 0.5 for e in ended), [e.queue_s for e in ended]
+    for e in ended:
+        assert e.start_s is not None and e.start_s >= e.job.submit_s
+        assert e.jct_s == pytest.approx(e.end_s - e.job.submit_s)
+        assert e.end_s - e.start_s >= 2 * 1.0  # two rounds of a second's training at least
+        assert len(e.slots) == e.job.slots and {s.job for s in e.slots} == {e.job.name}
+    # at most two jobs of three slots fit six slots at once
+    starts = sorted((e.start_s, e.end_s) for e in ended)
+    for t, _ in starts:
+        assert sum(1 for s, f in starts if s <= t < f) <= 2  # type: ignore[operator]
+
+
+def test_a_job_larger_than_the_cluster_is_rejected_and_the_others_run() -> None:
+    ended = _simulated(_ring(4), [Job("big", 0.0, local_models=4, rounds=1), Job("ok", 0.5, 1, rounds=1)])
+    big, ok = sorted(ended, key=lambda e: e.job.name)
+    assert big.status == "rejected" and big.start_s is None
+    assert "asks 5 slots" in big.reason and "cluster's 4" in big.reason
+    assert ok.status == "finished"
+
+
+def test_the_queue_is_tried_in_the_orders_order() -> None:
+    class Newest(Order):
+        def order(self, waiting, view):  # type: ignore[no-untyped-def]
+            return sorted(waiting, key=lambda j: -j.submit_s)
+
+    g = _ring(3)  # one job of two slots at a time
+    jobs = [Job("first", 0.0, 1, rounds=1), Job("a", 0.1, 1, rounds=1), Job("b", 0.2, 1, rounds=1)]
+    fifo = [e.job.name for e in _simulated(g, jobs)]
+    newest = [e.job.name for e in _simulated(g, jobs, order=Newest())]
+    assert fifo == ["first", "a", "b"] and newest == ["first", "b", "a"]
+
+
+def test_a_placement_that_never_places_leaves_its_jobs_rejected_not_stuck() -> None:
+    class Never(Placement):
+        def place(self, job, view):  # type: ignore[no-untyped-def]
+            return None
+
+    ended = _simulated(_ring(3), [Job("j", 0.0, 1, rounds=1)], placement=Never())
+    assert [(e.status, "did not place it" in e.reason) for e in ended] == [("rejected", True)]
+
+
+def test_a_jobs_plan_sees_the_running_jobs_links() -> None:
+    """Each placed job is planned with the running jobs' bytes as link state, as a workload's tasks are."""
+    seen: list[int] = []
+    g = _ring(6)
+    base = planner(g, "mst", model_bytes=lambda job: 1000)
+
+    def plan(job, placed, running):  # type: ignore[no-untyped-def]
+        seen.append(len(running))
+        return base(job, placed, running)
+
+    runner = SimulatedRunner(g, train_s=lambda job: 5.0, chunk_bytes=1 << 18, with_delay=False)
+    run_cluster([Job("a", 0.0, 1, rounds=1), Job("b", 1.0, 1, rounds=1)], Cluster(g, node_slots(g, 1), 1),
+                runner, plan)
+    assert seen == [0, 1]
+
+
+def test_the_registries_know_the_defaults_and_refuse_unknown_names() -> None:
+    assert ORDERS.names() == ("fifo",) and PLACEMENTS.names() == ("random",)
+    with pytest.raises(JobError, match="unknown placement 'nope'; choose one of: random"):
+        PLACEMENTS.lookup("nope")
+
+
+def test_simulated_jobs_report_rounds_bytes_and_communication() -> None:
+    g = _ring(5)
+    (e,) = _simulated(g, [Job("j", 0.0, 2, rounds=3)], train_s=0.5)
+    out = e.outcome
+    assert isinstance(out, Outcome) and out.rounds == 3 and len(out.spans) == 9
+    assert out.link_bytes > 3 * 2 * 100_000  # every round, broadcast and upload, on at least one hop each
+    assert 0 < out.comm_s < e.end_s - (e.start_s or 0.0) - 3 * 0.5 + 1e-9
+    assert out.mean_round_s == pytest.approx((e.end_s - (e.start_s or 0.0)) / 3)
+    assert isinstance(e.placed, Placed) and len(e.placed.local_nodes) == 2
