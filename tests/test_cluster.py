@@ -220,5 +220,6 @@ def test_simulated_jobs_report_rounds_bytes_and_communication() -> None:
     assert isinstance(out, Outcome) and out.rounds == 3 and len(out.spans) == 9
     assert out.link_bytes > 3 * 2 * 100_000  # every round, broadcast and upload, on at least one hop each
     assert 0 < out.comm_s < e.end_s - (e.start_s or 0.0) - 3 * 0.5 + 1e-9
-    assert out.mean_round_s == pytest.approx((e.end_s - (e.start_s or 0.0)) / 3)
+    assert out.setup_s == pytest.approx(5 * 2 * 0.002)  # five round trips of its longest path, two hops
+    assert out.mean_round_s == pytest.approx((e.end_s - (e.start_s or 0.0) - out.setup_s) / 3)
     assert isinstance(e.placed, Placed) and len(e.placed.local_nodes) == 2

@@ -8,6 +8,7 @@ retransmission-timeout floor (``rto_min``), which the kernel does not slow by it
 from __future__ import annotations
 
 import ipaddress
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
@@ -62,9 +63,14 @@ class FlowRoutes:
         self._ip_batch = ip_batch
         self._pools: dict[bool, Iterator[ipaddress.IPv4Address]] = {
             False: FLOW_NET.hosts(), True: BACKGROUND_NET.hosts()}  # type: ignore[dict-item]
+        self._lock = threading.Lock()  # a cluster's jobs install their routes while others run
 
     def install(self, paths: Mapping[str, Sequence[str]], *, background: bool = False) -> dict[str, Flow]:
         """Give each keyed path its two endpoint addresses and route it hop by hop."""
+        with self._lock:
+            return self._install(paths, background)
+
+    def _install(self, paths: Mapping[str, Sequence[str]], background: bool) -> dict[str, Flow]:
         pool = self._pools[background]
         flows: dict[str, Flow] = {}
         cmds: dict[str, list[str]] = {n: [] for n in self._nodes}

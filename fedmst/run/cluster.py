@@ -1,42 +1,47 @@
 """``fedmst cluster``: jobs from a trace arrive, wait for slots, run and end, on the emulated
-network (``--mode emulate``) or on the fluid model (``--mode simulate``), one event loop and one
-set of policies for both (:mod:`fedmst.core.cluster`).
+network (``--mode emulate``, :mod:`fedmst.run.cluster_emulate`) or on the fluid model (``--mode
+simulate``), one event loop and one set of policies for both (:mod:`fedmst.core.cluster`).
 
 :func:`resolve` checks everything before anything runs (the options, the topology's slots, the
-trace, each job's model, the policies and scheduler), sizes each job's model and gives each job
-its training time per round: ``compute_s`` where the trace or ``--compute-s`` asks for more, else
-what this host measured for its model, its largest data shard and its epochs. Both modes use that
-time: the fluid model as a phase's length, the emulation as a floor the agents train up to, so
-that training is the same in both and the modes differ only in the network.
+trace, each job's model, the policies and scheduler, and for emulation the host), sizes each job's
+model and gives each job its training time per round as its ``compute_s``: what the trace or
+``--compute-s`` asks for, or longer where this host takes longer to train the job's model on its
+largest data shard for its epochs. Both modes train for that time (the fluid model as a phase's
+length, the agents as a floor they train up to), so that they differ only in the network.
 :func:`run` claims the folder and writes each job's rows as it ends.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
-from dataclasses import asdict, dataclass
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
 from functools import cache
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import networkx as nx
 
 from fedmst.core.cluster.jobs import Job, JobError
-from fedmst.core.cluster.loop import Cluster, Ended, Progress, planner, run_cluster
-from fedmst.core.cluster.policies import ORDERS, PLACEMENTS
+from fedmst.core.cluster.loop import Cluster, Ended, Planner, Progress, Runner, planner, run_cluster
+from fedmst.core.cluster.policies import ORDERS, PLACEMENTS, ClusterView
 from fedmst.core.cluster.simulate import SimulatedRunner
-from fedmst.core.cluster.slots import node_slots
+from fedmst.core.cluster.slots import Occupancy, node_slots
 from fedmst.core.cluster.traces import Trace, read_jobs
 from fedmst.core.contention import ROUND_PHASES, iteration_times
+from fedmst.core.plan import Plan
 from fedmst.core.schedulers import get_scheduler
 from fedmst.core.topology import load_topology
+from fedmst.core.workload import WorkloadPlan
 from fedmst.errors import FedmstError
 from fedmst.fl.strategies import build_strategy, strategy_knobs
 from fedmst.run import folders
 from fedmst.run.cluster_records import (JOB_FIELDS, JOBS, SLOT_FIELDS, SLOTS, TASKS, Appender, ClusterSummary,
                                         JobRow, figures, read_jobs_csv, read_slots_csv)
 from fedmst.run.config import RunConfig, validate
+from fedmst.run.prepare import ResolvedRun
 from fedmst.run.report import Report, failed
 from fedmst.run.results import TASK_FIELDS, write_json
 from fedmst.wording import counted
@@ -54,9 +59,16 @@ class ResolvedCluster:
     """The trace's jobs with the command's options where it said nothing."""
     model_bytes: Mapping[str, int]
     """Job -> bytes of its model's weights."""
-    train_s: Mapping[str, float]
-    """Job -> seconds one round's training lasts (the network's)."""
+    seeds: Mapping[str, int]
+    """Job -> the seed of its data shards and initial weights: ``--seed`` plus its place in the trace."""
     with_delay: bool
+    base: ResolvedRun | None = None
+    """``--mode emulate``: the cluster as one run (its network, options, host and time scale)."""
+    scale_reason: str = ""
+
+    @property
+    def time_scale(self) -> float:
+        return self.base.time_scale if self.base is not None else 1.0
 
 
 def resolve(config: RunConfig) -> ResolvedCluster:
@@ -69,8 +81,6 @@ def resolve(config: RunConfig) -> ResolvedCluster:
     ORDERS.lookup(config.order)
     PLACEMENTS.lookup(config.placement)
     get_scheduler(config.scheduler)
-    if config.mode == "emulate":
-        raise FedmstError("--mode emulate: not built yet in this version; use --mode simulate")
     graph = load_topology(config.topology)
     slots = node_slots(graph, config.slots)
     trace = read_jobs(config.jobs, seed=config.seed, time_compress=config.time_compress,
@@ -78,12 +88,66 @@ def resolve(config: RunConfig) -> ResolvedCluster:
     jobs = tuple(j.filled(rounds=config.rounds, model=config.model, dataset=config.dataset, epochs=config.epochs,
                           compute_s=config.compute_s) for j in trace.jobs)
     sizes = _model_sizes(jobs)
-    index = {j.name: i for i, j in enumerate(jobs)}
-    return ResolvedCluster(
+    seeds = {j.name: config.seed + i for i, j in enumerate(jobs)}
+    # a job's training time, declared once: what both modes train for (module docstring)
+    jobs = tuple(replace(j, compute_s=_train_s(config, j, seeds[j.name])) for j in jobs)
+    resolved = ResolvedCluster(
         config=config, graph=graph, slots=slots, trace=trace, jobs=jobs,
-        model_bytes={j.name: sizes[(str(j.model), str(j.dataset))] for j in jobs},
-        train_s={j.name: _train_s(config, j, config.seed + index[j.name]) for j in jobs},
+        model_bytes={j.name: sizes[(str(j.model), str(j.dataset))] for j in jobs}, seeds=seeds,
         with_delay=config.delay_mode != "off")
+    if config.mode == "simulate":
+        return resolved
+    return _emulated(resolved)
+
+
+def _emulated(resolved: ResolvedCluster) -> ResolvedCluster:
+    """``resolved`` with the cluster as one run to emulate: the host checked, every node with a
+    slot a worker node, and the time scale ``auto`` picks for a full cluster (:func:`_full`)."""
+    from fedmst.run.prepare import check_host, pick_time_scale
+    from fedmst.workers.backends import backend_for, check_backend
+
+    config = resolved.config
+    check_backend(config.workers, limited=False)
+    host = check_host(config)
+    full = _full(resolved)
+    scale, reason = float(config.time_scale) if config.time_scale != "auto" else 1.0, ""
+    if config.time_scale == "auto":
+        scale, reason = pick_time_scale(config, host, resolved.graph, full)
+        trainers = sum(p.task.k for p in full.plans)
+        cores = os.cpu_count() or 1
+        if trainers / cores > scale:  # the full cluster's trainings must fit the cores, each in its time
+            scale = float(2 ** math.ceil(math.log2(trainers / cores)))
+            reason = f"{counted(trainers, 'local model')} of a full cluster training on {counted(cores, 'core')}"
+    base = ResolvedRun(
+        config=config, graph=resolved.graph, workload=full, link_failures=(), kills=(), slow={},
+        worker_nodes=tuple(n for n, k in resolved.slots.items() if k), limits={}, delay_mode=host.delay_mode,
+        netem_available=host.netem_available, time_scale=scale, scale_reason=reason)
+    backend_for(config.workers, config.image).check()
+    return replace(resolved, with_delay=host.delay_mode != "off", base=base, scale_reason=reason)
+
+
+def _full(resolved: ResolvedCluster) -> WorkloadPlan:
+    """The trace's first jobs placed on an empty cluster until it is full, planned: what the host
+    must keep up with when every slot is busy (``--time-scale auto``)."""
+    config = resolved.config
+    occupancy = Occupancy(resolved.slots)
+    placement = PLACEMENTS.lookup(config.placement)()
+    plan = _planner(resolved)
+    plans: list[Plan] = []
+    for job in resolved.jobs:
+        placed = placement.place(job, ClusterView(resolved.graph, occupancy.free, 0.0, config.seed))
+        if placed is None:
+            break
+        occupancy.take(job.name, placed.nodes, 0.0)
+        plans.append(plan(job, placed, plans))
+    return WorkloadPlan(scheduler=config.scheduler, plans=tuple(plans), blocked=(), wavelengths=0, lightpaths=())
+
+
+def _planner(resolved: ResolvedCluster) -> Planner:
+    config = resolved.config
+    strategy = build_strategy(config.strategy, strategy_knobs(config.strategy_args))
+    return planner(resolved.graph, config.scheduler, lambda job: resolved.model_bytes[job.name],
+                   sums_in_path=strategy.decomposable, mtu=config.mtu)
 
 
 def _model_sizes(jobs: tuple[Job, ...]) -> dict[tuple[str, str], int]:
@@ -147,7 +211,7 @@ def _row(life: Ended) -> JobRow:
         nodes=" ".join(placed.nodes) if placed else "", status=life.status, reason=life.reason,
         preemptions=life.preemptions, mean_round_s=out.mean_round_s if out else None,
         link_bytes=out.link_bytes if out else 0, final_accuracy=out.final_accuracy if out else None,
-        comm_s=out.comm_s if out else 0.0)
+        comm_s=out.comm_s if out else 0.0, setup_s=out.setup_s if out else 0.0)
 
 
 def _task_rows(life: Ended) -> list[dict[str, Any]]:
@@ -197,15 +261,11 @@ def run(resolved: ResolvedCluster, output: folders.OutputFolder, report: Report,
                    "(no GPU, or never ran)")
         files = _Files(out)
         try:
-            strategy = build_strategy(config.strategy, strategy_knobs(config.strategy_args))
-            runner = SimulatedRunner(resolved.graph, train_s=lambda job: resolved.train_s[job.name],
-                                     chunk_bytes=config.chunk_bytes, with_delay=resolved.with_delay, mtu=config.mtu)
-            cluster = Cluster(resolved.graph, resolved.slots, config.seed, ORDERS.lookup(config.order)(),
-                              PLACEMENTS.lookup(config.placement)())
-            plan = planner(resolved.graph, config.scheduler, lambda job: resolved.model_bytes[job.name],
-                           sums_in_path=strategy.decomposable, mtu=config.mtu)
-            run_cluster(resolved.jobs, cluster, runner, plan, ended=files.ended,
-                        progress=lambda p: progress(p, time.monotonic() - began))
+            with _runner(resolved, out, report) as runner:
+                cluster = Cluster(resolved.graph, resolved.slots, config.seed, ORDERS.lookup(config.order)(),
+                                  PLACEMENTS.lookup(config.placement)())
+                run_cluster(resolved.jobs, cluster, runner, _planner(resolved), ended=files.ended,
+                            progress=lambda p: progress(p, time.monotonic() - began))
         finally:
             files.close()
         status = "completed"
@@ -221,6 +281,37 @@ def run(resolved: ResolvedCluster, output: folders.OutputFolder, report: Report,
     return ClusterSummary.read(out)
 
 
+@contextmanager
+def _runner(resolved: ResolvedCluster, out: Path, report: Report) -> Iterator[Runner]:
+    """The back end of ``--mode``: the fluid model, or the emulated network (built here, torn down
+    whatever ends the block)."""
+    config = resolved.config
+    if resolved.base is None:
+        yield SimulatedRunner(resolved.graph, train_s=lambda job: job.compute_s or 0.0,
+                              chunk_bytes=config.chunk_bytes, with_delay=resolved.with_delay, mtu=config.mtu)
+        return
+    from fedmst.net.cleanup import RunState
+    from fedmst.run.cluster_emulate import EmulatedRunner
+    from fedmst.run.engine import emulation
+    from fedmst.workers.backends import backend_for
+
+    base, state = resolved.base, RunState()
+    backend = backend_for(config.workers, config.image, {})
+    try:
+        emu, _ = emulation(base, backend, state, out, report)
+        with emu:
+            report(f"run {state.id}'s links: htb bandwidth; {emu.emulated()['note']}; TCP congestion control "
+                   f"{config.congestion_control}"
+                   + (f"; {base.scale.describe(base.graph)} (auto: {resolved.scale_reason})" if base.scale.slowed
+                      else ""))
+            yield EmulatedRunner(base, emu, backend, out, state.scratch, resolved.seeds)
+    finally:
+        try:
+            backend.down()
+        finally:
+            state.remove()
+
+
 def _summarise(resolved: ResolvedCluster, out: Path, status: str, wall_s: float) -> None:
     """summary.json from the folder's tables (what they hold is what the command got to)."""
     config = resolved.config
@@ -233,7 +324,7 @@ def _summarise(resolved: ResolvedCluster, out: Path, status: str, wall_s: float)
         jobs_finished=sum(r.status == "finished" for r in rows),
         jobs_rejected=sum(r.status == "rejected" for r in rows),
         jobs_failed=sum(r.status == "failed" for r in rows), **figures(rows, held, total),  # type: ignore[arg-type]
-        time_scale=1.0, wall_s=wall_s, skipped=resolved.trace.skipped,
+        time_scale=resolved.time_scale, wall_s=wall_s, skipped=resolved.trace.skipped,
     ).write(out)
 
 

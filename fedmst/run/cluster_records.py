@@ -50,6 +50,8 @@ class JobRow:
     final_accuracy: float | None
     comm_s: float
     """Seconds of its rounds spent moving weights (broadcast and upload)."""
+    setup_s: float
+    """Seconds from its start to its first round: its agents started, its connections opened and warmed."""
 
 
 JOB_FIELDS = tuple(f.name for f in fields(JobRow))
@@ -95,7 +97,8 @@ def read_jobs_csv(folder: Path) -> list[JobRow]:
                        local_models=int(r["local_models"]), rounds=int(r["rounds"]), nodes=r["nodes"],
                        status=r["status"], reason=r["reason"], preemptions=int(r["preemptions"]),
                        mean_round_s=number(r["mean_round_s"]), link_bytes=int(float(r["link_bytes"])),
-                       final_accuracy=number(r["final_accuracy"]), comm_s=float(r["comm_s"])) for r in rows]
+                       final_accuracy=number(r["final_accuracy"]), comm_s=float(r["comm_s"]),
+                       setup_s=float(r["setup_s"])) for r in rows]
     except (TypeError, ValueError) as exc:
         raise FedmstError(f"{path}: malformed row ({exc})") from None
 
@@ -174,7 +177,7 @@ def figures(rows: Sequence[JobRow], slots: Sequence[SlotInterval], total_slots: 
     """The summary's figures over ``rows`` (jobs.csv) and ``slots`` (slots.csv).
 
     >>> row = lambda j, sub, start, end: JobRow(j, sub, start, end, start - sub, end - sub, 1, 1, "a b", "finished",
-    ...     "", 0, end - start, 0, None, 0.25 * (end - start))
+    ...     "", 0, end - start, 0, None, 0.25 * (end - start), 0.0)
     >>> rows = [row("a", 0.0, 0.0, 4.0), row("b", 1.0, 4.0, 6.0)]
     >>> held = [SlotInterval("a", 0, "a", 0.0, 4.0), SlotInterval("b", 0, "b", 4.0, 6.0)]
     >>> f = figures(rows, held, total_slots=2)

@@ -29,7 +29,7 @@ from fedmst.run.measure import Prediction, RoundResult, rounds_planned, summaris
 from fedmst.run.report import Report, RunStatus, Summary, breakdown_line, failed
 from fedmst.run.results import write_json
 from fedmst.run.session import Session
-from fedmst.workers.backends import backend_for
+from fedmst.workers.backends import WorkerBackend, backend_for
 from fedmst.wording import counted
 
 
@@ -130,21 +130,10 @@ class _Run:
 
     def emulate(self, state: RunState, scratch: Path) -> None:
         """Build the emulated network and run the rounds on the run's clock."""
-        resolved, config, backend = self.resolved, self.resolved.config, self.backend
-        capabilities = Capabilities(netem=resolved.netem_available)
-        self.ceiling = _link_ceiling(resolved, capabilities, lambda m: self.report(f"{self.tag} {m}"))
-        hosts = {node: state.host_name(i) for i, node in enumerate(sorted(resolved.graph.nodes, key=node_order))}
-        netns = backend.up(hosts, mounts=(str(scratch), str(self.out.resolve())))
-        scale = resolved.scale
-        self.emu = emu = Emulation(
-            scale.graph(resolved.graph), delay_mode=resolved.delay_mode, loss=config.loss,
-            jitter_s=scale.real_s(config.jitter_ms / 1e3), mtu=config.mtu, queue=config.queue,
-            rto_min_s=scale.rto_min_s(), congestion_control=config.congestion_control, netns=netns,
-            capabilities=capabilities,
-            preload=backend.preload(model=config.model, dataset=config.dataset, optimizer=config.optimizer,
-                                    batch_size=config.batch_size, lr=config.lr, client=config.client),
-            changing=[c.link for c in resolved.link_changes if c.delay_ms is not None or c.loss is not None],
-            run=state)
+        resolved, config = self.resolved, self.resolved.config
+        self.emu, self.ceiling = emulation(resolved, self.backend, state, self.out,
+                                           lambda m: self.report(f"{self.tag} {m}"))
+        emu, scale = self.emu, resolved.scale
         with emu:
             self.times["network"] = time.monotonic() - self.started
             self.report(f"{self.tag} run {state.id}'s links: htb bandwidth; {emu.emulated()['note']}; "
@@ -154,7 +143,7 @@ class _Run:
                 self.report(f"{self.tag} {scale.describe(resolved.graph)}{auto}")
             elif auto:
                 self.report(f"{self.tag} time scale 1{auto}")
-            self.session = session = Session(resolved, emu, backend, self.out, scratch, self.report)
+            self.session = session = Session(resolved, emu, self.backend, self.out, scratch, self.report)
             try:
                 if config.clock == "independent":
                     self.independent = IndependentRun(session)
@@ -196,6 +185,29 @@ class _Run:
         """summary.json's ``emulated`` in the network's terms: the time scale, and the jitter
         asked for (the emulation was handed it slowed)."""
         return {"time_scale": self.resolved.time_scale, "jitter_s": self.resolved.config.jitter_ms / 1e3}
+
+
+def emulation(resolved: ResolvedRun, backend: WorkerBackend, state: RunState, out: Path,
+              report: Report) -> tuple[Emulation, dict[str, object]]:
+    """The emulated network of ``resolved`` (to be entered with ``with``), its worker hosts up
+    (``backend``), and the ``emulated`` keys its link ceiling adds to summary.json (warnings said
+    through ``report``)."""
+    config = resolved.config
+    capabilities = Capabilities(netem=resolved.netem_available)
+    ceiling = _link_ceiling(resolved, capabilities, report)
+    hosts = {node: state.host_name(i) for i, node in enumerate(sorted(resolved.graph.nodes, key=node_order))}
+    netns = backend.up(hosts, mounts=(str(state.scratch), str(out.resolve())))
+    scale = resolved.scale
+    emu = Emulation(
+        scale.graph(resolved.graph), delay_mode=resolved.delay_mode, loss=config.loss,
+        jitter_s=scale.real_s(config.jitter_ms / 1e3), mtu=config.mtu, queue=config.queue,
+        rto_min_s=scale.rto_min_s(), congestion_control=config.congestion_control, netns=netns,
+        capabilities=capabilities,
+        preload=backend.preload(model=config.model, dataset=config.dataset, optimizer=config.optimizer,
+                                batch_size=config.batch_size, lr=config.lr, client=config.client),
+        changing=[c.link for c in resolved.link_changes if c.delay_ms is not None or c.loss is not None],
+        run=state)
+    return emu, ceiling
 
 
 def _gone(out: Path) -> str:

@@ -195,7 +195,7 @@ def _plan(config: RunConfig, host: Host, inputs: _Inputs, scheduler: str) -> Res
     profiles = tuple(profile_of(p, graph, compute_s=p.task.compute_s, start_s=p.task.start_s,
                                 chunk_bytes=config.chunk_bytes, with_delay=with_delay, mtu=config.mtu)
                      for p in workload.plans)
-    time_scale, reason = _time_scale(config, host, graph, workload)
+    time_scale, reason = pick_time_scale(config, host, graph, workload)
     offsets = {p.task.name: 0.0 for p in workload.plans}
     if config.interleave == "cassini":
         offsets = cassini_offsets(list(profiles), {p.task.name: p.task.rounds for p in workload.plans},
@@ -214,7 +214,7 @@ ACKS_PER_PACKET = 0.5
 """A receiver acknowledges every second full segment: half a packet back for every one sent."""
 
 
-def _time_scale(config: RunConfig, host: Host, graph: nx.Graph, workload: WorkloadPlan) -> tuple[float, str]:
+def pick_time_scale(config: RunConfig, host: Host, graph: nx.Graph, workload: WorkloadPlan) -> tuple[float, str]:
     """``--time-scale`` as a factor, and for ``auto`` why it is that one: from what the plans'
     transfer phases ask of this host (:func:`fedmst.core.timescale.pick_scale`) against its
     cores and the link ceiling it measured (once per boot)."""
@@ -277,4 +277,4 @@ def _worker_nodes(config: RunConfig, graph: nx.Graph, workload: WorkloadPlan) ->
     return tuple(sorted(set().union(*(p.nodes for p in workload.plans)), key=node_order))
 
 
-__all__ = ["Host", "ResolvedRun", "check_host", "resolve"]
+__all__ = ["Host", "ResolvedRun", "check_host", "pick_time_scale", "resolve"]

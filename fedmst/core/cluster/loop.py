@@ -59,6 +59,8 @@ class Outcome:
     final_accuracy: float | None = None
     comm_s: float = 0.0
     """Seconds of its rounds spent moving weights (broadcast and upload)."""
+    setup_s: float = 0.0
+    """Seconds from its start to its first round: its agents started and connected."""
     spans: tuple[PhaseSpan, ...] = ()
     """Its phases, round by round (tasks.csv)."""
 

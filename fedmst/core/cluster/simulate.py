@@ -2,6 +2,7 @@
 (:class:`fedmst.core.contention.Fluid`), its training lasting what ``train_s`` says. No root, no
 network, no process: the same event loop and policies as the emulation, thousands of jobs a minute.
 
+A job first sets up (:func:`set_up_s`: round trips of its longest path), then runs its rounds.
 What it leaves out is what the emulation measures: TCP's dynamics (slow start, losses, queueing
 beyond the fair share), the host's CPU, and accuracy (no model trains here). How far its job
 completion times are from the emulated ones is measured in ``docs/cluster.md``.
@@ -22,6 +23,29 @@ if TYPE_CHECKING:
     import networkx as nx
 
 
+SET_UP_RTTS = 5.0
+"""A job's set-up (its agents started, every connection opened and warmed) lasts this many round
+trips of its longest path: measured 4.7 to 5.5 on NSFNET's paths of 15 to 72 ms at time scale 8,
+where the host's part is an eighth of the network's (docs/cluster.md). A TCP handshake, gloo's
+exchange of its pair addresses, and the warming transfer's slow start are each round trips."""
+
+
+def set_up_s(plan: Plan, graph: nx.Graph) -> float:
+    """How long ``plan``'s job takes to set up before its first round (:data:`SET_UP_RTTS`).
+
+    >>> import networkx as nx
+    >>> from fedmst.core.plan import Transfer
+    >>> from fedmst.core.tasks import Task
+    >>> g = nx.path_graph(["a", "b", "c"])
+    >>> nx.set_edge_attributes(g, 0.01, "delay_s")
+    >>> plan = Plan("x", Task("t", "a", ("c",), 8), (Transfer("broadcast", ("a", "b", "c"), frozenset({0})),))
+    >>> round(set_up_s(plan, g), 3)
+    0.2
+    """
+    return SET_UP_RTTS * max((2 * sum(graph.edges[u, v]["delay_s"] for u, v in t.hops) for t in plan.transfers),
+                             default=0.0)
+
+
 class SimulatedRunner:
     """Runs jobs on the fluid model (a :class:`~fedmst.core.cluster.loop.Runner`)."""
 
@@ -33,6 +57,7 @@ class SimulatedRunner:
         self.plans: dict[str, Plan] = {}
         self.spans: dict[str, list[PhaseSpan]] = {}
         """The phases each running job ran so far."""
+        self.begun: dict[str, float] = {}
 
     def now(self) -> float:
         return self.fluid.now
@@ -41,7 +66,9 @@ class SimulatedRunner:
         profile = profile_of(plan, self.graph, compute_s=self.train_s(job), chunk_bytes=self.chunk_bytes,
                              with_delay=self.with_delay, mtu=self.mtu)
         self.plans[job.name], self.spans[job.name] = plan, []
-        self.fluid.add(profile, job.rounds or 1, self.fluid.now)
+        self.begun[job.name] = self.fluid.now
+        set_up = set_up_s(plan, self.graph) if self.with_delay else 0.0
+        self.fluid.add(profile, job.rounds or 1, self.fluid.now + set_up)
 
     def wait(self, until_s: float | None) -> Mapping[str, Outcome]:
         for span in self.fluid.advance(until_s):
@@ -55,8 +82,8 @@ class SimulatedRunner:
                                 mean_round_s=sum(rounds.values()) / len(rounds),
                                 link_bytes=sum(predicted_link_bytes(plan, mtu=self.mtu).values()) * len(rounds),
                                 comm_s=sum(s.end_s - s.start_s for s in spans if s.phase != "train"),
-                                spans=tuple(spans))
+                                setup_s=min(s.start_s for s in spans) - self.begun.pop(name), spans=tuple(spans))
         return out
 
 
-__all__ = ["SimulatedRunner"]
+__all__ = ["SET_UP_RTTS", "SimulatedRunner", "set_up_s"]

@@ -1,0 +1,139 @@
+"""The emulate back end of ``fedmst cluster``: one emulated network for the whole trace, and each
+job run for real on it from the moment it is placed, while the others run.
+
+A placed job gets a :class:`~fedmst.run.session.Session` of its own on the shared emulation: its
+routes installed, an agent started on each of its nodes (forked from the warm fork server), set up,
+then its rounds on its own clock (:class:`~fedmst.protocol.RunRounds`, as ``--clock independent``
+runs a task), in a thread of its own. Its agents end with it. Its folder ``DIR/jobs/NAME/`` keeps
+its plan and its agents' logs. The links' counters measure every job together (``links.csv``).
+Times are the network's: the host's clock divided by the time scale.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import traceback
+from dataclasses import replace
+from pathlib import Path
+from typing import Mapping
+
+from fedmst.core.cluster.jobs import Job
+from fedmst.core.cluster.loop import Outcome
+from fedmst.core.plan import Plan, predicted_link_bytes
+from fedmst.core.contention import iteration_times
+from fedmst.core.span import PhaseSpan
+from fedmst.core.timescale import TimeScale
+from fedmst.core.workload import WorkloadPlan
+from fedmst.errors import FedmstError
+from fedmst.net.emulation import Emulation
+from fedmst.protocol import RunRounds
+from fedmst.run.prepare import ResolvedRun
+from fedmst.run.measure import ClockRun
+from fedmst.run.recovery import aggregation_weights
+from fedmst.run.session import Session
+from fedmst.workers.backends import WorkerBackend
+
+
+class EmulatedRunner:
+    """Runs each job for real on ``emu`` (a :class:`~fedmst.core.cluster.loop.Runner`).
+    ``base`` is the cluster as one run (network, options, time scale); ``seeds`` gives each job
+    the seed of its data and initial weights."""
+
+    def __init__(self, base: ResolvedRun, emu: Emulation, backend: WorkerBackend, out: Path, scratch: Path,
+                 seeds: Mapping[str, int]) -> None:
+        self.base, self.emu, self.backend, self.out, self.scratch, self.seeds = base, emu, backend, out, scratch, seeds
+        self.scale: TimeScale = base.scale
+        self.t0 = time.monotonic()
+        self._ended: queue.Queue[tuple[str, Outcome]] = queue.Queue()
+        self.threads: dict[str, threading.Thread] = {}
+        self.begun: dict[str, float] = {}
+
+    def now(self) -> float:
+        return self.scale.network_s(time.monotonic() - self.t0)
+
+    def start(self, job: Job, plan: Plan) -> None:
+        self.begun[job.name] = self.now()
+        thread = threading.Thread(target=self._run, args=(job, plan), name=f"job-{job.name}", daemon=True)
+        self.threads[job.name] = thread
+        thread.start()
+
+    def wait(self, until_s: float | None) -> Mapping[str, Outcome]:
+        timeout = None if until_s is None else max(0.0, self.scale.real_s(until_s - self.now()))
+        try:
+            first = self._ended.get(timeout=timeout)
+        except queue.Empty:
+            return {}
+        out = dict([first])
+        while True:
+            try:
+                name, outcome = self._ended.get_nowait()
+            except queue.Empty:
+                break
+            out[name] = outcome
+        for name in out:
+            self.threads.pop(name).join()
+        return out
+
+    def _job_run(self, job: Job, plan: Plan, folder: Path) -> ResolvedRun:
+        """The job as a run of one task on the cluster's network."""
+        base = self.base
+        config = replace(base.config, out=str(folder), scheduler=plan.scheduler, seed=self.seeds[job.name],
+                         rounds=job.rounds or 1, model=str(job.model), dataset=str(job.dataset),
+                         epochs=job.epochs or base.config.epochs, compute_s=job.compute_s or 0.0)
+        workload = WorkloadPlan(scheduler=plan.scheduler, plans=(plan,), blocked=(), wavelengths=0, lightpaths=())
+        return replace(base, config=config, workload=workload, worker_nodes=tuple(sorted(plan.nodes)),
+                       listed=(job.name,), offsets={job.name: 0.0}, profiles=())
+
+    def _run(self, job: Job, plan: Plan) -> None:
+        """Run ``job``'s rounds and say how it ended (a failure is the job's, not the cluster's)."""
+        folder, scratch = self.out / "jobs" / job.name, self.scratch / "jobs" / job.name
+        outcome: Outcome | None = None
+        try:
+            folder.mkdir(parents=True)
+            scratch.mkdir(parents=True)
+            session = Session(self._job_run(job, plan, folder), self.emu, self.backend, folder, scratch,
+                              report=lambda line: None)
+            got: dict[str, object] = {}
+            session.run(lambda: got.update(self._rounds(session, job)))
+            spans = tuple(got["spans"])  # type: ignore[call-overload]
+            rounds = iteration_times(spans)
+            accuracy = got["accuracy"]
+            outcome = Outcome(
+                end_s=self.now(), rounds=len(rounds),
+                mean_round_s=sum(rounds.values()) / len(rounds) if rounds else None,
+                link_bytes=sum(predicted_link_bytes(plan, mtu=self.base.config.mtu).values()) * len(rounds),
+                final_accuracy=accuracy[-1] if accuracy else None,  # type: ignore[index]
+                comm_s=sum(s.end_s - s.start_s for s in spans if s.phase != "train"),
+                setup_s=min((s.start_s for s in spans), default=self.now()) - self.begun[job.name], spans=spans)
+        except FedmstError as exc:
+            outcome = Outcome(end_s=self.now(), status="failed", reason=" ".join(str(exc).split()))
+        except Exception as exc:  # noqa: BLE001 - a bug ends this job, said with its traceback, not the cluster
+            if folder.is_dir():
+                (folder / "error.log").write_text(traceback.format_exc())
+            outcome = Outcome(end_s=self.now(), status="failed",
+                              reason=f"{type(exc).__name__}: {' '.join(str(exc).split())} (traceback in "
+                                     f"{folder / 'error.log'})")
+        finally:
+            self._ended.put((job.name, outcome or Outcome(end_s=self.now(), status="failed", reason="interrupted")))
+
+    def _rounds(self, session: Session, job: Job) -> dict[str, object]:
+        """The job's rounds from now, as one task on its own clock: its phases (the network's
+        seconds from the cluster's start) and G's accuracy after each round."""
+        name, rounds = job.name, job.rounds or 1
+        started = time.monotonic()
+        replies = session.server.run(
+            RunRounds(start_at=started, rounds={name: rounds}, offsets={name: 0.0},
+                      weights=aggregation_weights(session.live, session.samples, {}, 1)),
+            timeout_s=session.timeout_s * 3 * rounds, check=session.check)
+        offset = started - self.t0
+        clock = ClockRun(plans=tuple(session.live.plans), rounds={name: rounds}, offsets={name: 0.0})
+        clock.spans = {node: tuple(PhaseSpan(s.task, s.round, s.phase, self.scale.network_s(offset + s.start_s),
+                                             self.scale.network_s(offset + s.end_s)) for s in reply.spans)
+                       for node, reply in replies.items()}
+        accuracy = [a for reply in replies.values() for a in reply.accuracy.get(name, ())]
+        return {"spans": clock.windows(), "accuracy": accuracy}
+
+
+__all__ = ["EmulatedRunner"]
