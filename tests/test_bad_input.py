@@ -164,6 +164,54 @@ def test_bad_input(tmp_path: Path, command: str, setup: Setup, fragments: tuple[
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+def _jobs(name: str, text: str) -> Setup:
+    return lambda p: (["--jobs", _write_topology(p, name, text)], {})
+
+
+CLUSTER_CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
+    ("negative-slots", _args("--slots", "-1"), ("--slots -1", "0 or more")),
+    ("no-slot", _args("--slots", "0"), ("line3", "no node has a slot")),
+    ("negative-node-slots", lambda p: (["--topology", _write_topology(p, "t.json", {
+        "capacity_mbps": 10, "nodes": [{"id": "a", "slots": -2}, "b"], "links": [{"a": "a", "b": "b"}]})], {}),
+     ("t.json", "node a: slots -2")),
+    ("fractional-node-slots", lambda p: (["--topology", _write_topology(p, "t.json", {
+        "capacity_mbps": 10, "nodes": [{"id": "a", "slots": 1.5}, "b"], "links": [{"a": "a", "b": "b"}]})], {}),
+     ("t.json", "node a: slots 1.5")),
+    ("no-jobs", lambda p: ([], {}), ("needs --jobs",)),
+    ("jobs-missing-column", _jobs("j.csv", "job,submit_s,local_models\na,0,1\n"), ("--jobs j.csv", "rounds")),
+    ("jobs-negative-submit", _jobs("j.csv", "job,submit_s,local_models,rounds\na,-1,1,1\n"),
+     ("--jobs j.csv", "submit_s")),
+    ("jobs-zero-local-models", _jobs("j.csv", "job,submit_s,local_models,rounds\na,0,0,1\n"),
+     ("--jobs j.csv", "local_models")),
+    ("jobs-zero-rounds", _jobs("j.jsonl", '{"job": "a", "submit_s": 0, "local_models": 1, "rounds": 0}\n'),
+     ("--jobs j.jsonl", "rounds")),
+    ("jobs-unknown-model", _jobs("j.csv", "job,submit_s,local_models,rounds,model\na,0,1,1,no-such-model\n"),
+     ("job a", "'no-such-model'")),
+    ("poisson-malformed", _args("--jobs", "poisson:60"), ("--jobs poisson:60", "poisson:RATE,N")),
+    ("philly-not-philly", _jobs("p.json", '{"jobs": []}'), ("--jobs philly:p.json", "Philly")),
+    ("helios-not-helios", _jobs("h.csv", "id,gpus\n1,2\n"), ("--jobs helios:h.csv", "Helios")),
+    ("time-compress-zero", _args("--jobs", "poisson:60,3", "--time-compress", "0"),
+     ("--time-compress 0", "positive")),
+    ("unknown-placement", _args("--jobs", "poisson:60,3", "--placement", "nope"), ("placement 'nope'", "random")),
+]
+
+
+@pytest.mark.parametrize("mode", ["emulate", "simulate"])
+@pytest.mark.parametrize("setup,fragments", [pytest.param(s, f, id=i) for i, s, f in CLUSTER_CASES])
+def test_bad_cluster_input(tmp_path: Path, mode: str, setup: Setup, fragments: tuple[str, ...]) -> None:
+    extra, env = setup(tmp_path)
+    if fragments[0].startswith("--jobs philly") or fragments[0].startswith("--jobs helios"):
+        extra[1] = f"{fragments[0].split()[1].partition(':')[0]}:{extra[1]}"
+    base = {"--topology": "line3", "--model": "mlp", "--rounds": "1", "--out": "out", "--mode": mode,
+            **({} if fragments == ("needs --jobs",) else {"--jobs": "poisson:60,3"})}
+    given = set(extra[::2])
+    line = error_line(fedmst(tmp_path, "cluster", *[x for k, v in base.items() if k not in given for x in (k, v)],
+                             *extra, env=env))
+    for fragment in fragments:
+        assert fragment in line, f"{fragment!r} missing from {line!r}"
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("schedulers,fragments", [
     ("spff,no-such-sched", ("'no-such-sched'", "choose one of")),
     ("spff,mst,spff", ("--schedulers", "spff given twice")),

@@ -1,0 +1,145 @@
+"""``fedmst cluster`` for real: jobs that queue, run on the emulated network and end, a job whose
+agent dies, and a command interrupted half-way; each leaves nothing behind."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import FEDMST, children_running
+
+pytestmark = pytest.mark.integration
+
+JOBS = """job,submit_s,local_models,rounds,compute_s
+a,0,2,2,
+b,0.05,2,2,
+c,0.1,1,2,
+huge,0.2,5,1,
+"""
+"""On ``small`` (five nodes of one slot): a holds 3 slots, b waits for them, c fits beside a at
+once, huge asks six and is rejected."""
+
+
+def _cluster(out: Path, jobs: Path, *extra: str) -> list[str]:
+    return [FEDMST, "cluster", "--topology", "small", "--slots", "1", "--jobs", str(jobs), "--model", "mlp",
+            "--epochs", "1", "--scheduler", "mst", "--time-scale", "2", "--out", str(out), *extra]
+
+
+def _rows(path: Path) -> dict[str, dict[str, str]]:
+    with path.open(newline="") as f:
+        return {r["job"]: r for r in csv.DictReader(f)}
+
+
+def _held_once(slots: Path) -> None:
+    """No slot is held by two jobs at once (slots.csv)."""
+    with slots.open(newline="") as f:
+        by: dict[tuple[str, str], list[tuple[float, float, str]]] = {}
+        for r in csv.DictReader(f):
+            by.setdefault((r["node"], r["slot"]), []).append((float(r["from_s"]), float(r["to_s"]), r["job"]))
+    for held in by.values():
+        held.sort()
+        for (_, end, a), (start, _, b) in zip(held, held[1:]):
+            assert end <= start + 1e-6, (a, b, held)
+
+
+def test_jobs_queue_run_for_real_and_end(tmp_path: Path, clean_host: None) -> None:
+    (tmp_path / "jobs.csv").write_text(JOBS)
+    proc = subprocess.run(_cluster(tmp_path / "out", tmp_path / "jobs.csv"), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "out"
+    jobs = _rows(out / "jobs.csv")
+    assert {n: r["status"] for n, r in jobs.items()} == {"a": "finished", "b": "finished", "c": "finished",
+                                                        "huge": "rejected"}
+    assert "asks 6 slots" in jobs["huge"]["reason"] and jobs["huge"]["start_s"] == ""
+    a, b, c = (jobs[n] for n in "abc")
+    assert float(b["queue_s"]) > 0 and float(b["start_s"]) >= float(a["end_s"]) - 1e-6  # b waited for a's slots
+    assert float(c["start_s"]) < float(a["end_s"])  # c fit beside a and did not wait for b
+    for r in (a, b, c):
+        assert float(r["jct_s"]) == pytest.approx(float(r["end_s"]) - float(r["submit_s"]), abs=1e-4)
+        assert int(r["rounds"]) == 2 and 0 < float(r["final_accuracy"]) <= 1
+        assert 0 < float(r["setup_s"]) < float(r["end_s"]) - float(r["start_s"])
+        assert len(r["nodes"].split()) == int(r["local_models"]) + 1
+        assert (out / "jobs" / r["job"] / "plan.json").is_file()
+    _held_once(out / "slots.csv")
+    with (out / "tasks.csv").open(newline="") as f:
+        rounds = sorted((r["task"], r["round"]) for r in csv.DictReader(f))
+    assert rounds == [(n, str(i)) for n in "abc" for i in (1, 2)]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["mode"] == "emulate" and summary["time_scale"] == 2
+    assert (summary["jobs_finished"], summary["jobs_rejected"], summary["jobs_failed"]) == (3, 1, 0)
+    assert summary["mean_queue_s"] > 0 and 0 < summary["slot_utilisation"] <= 1
+    assert summary["makespan_s"] == pytest.approx(max(float(r["end_s"]) for r in (a, b, c)), abs=1e-4)
+
+
+def _wait_for(condition, what: str, proc: subprocess.Popen[str], timeout_s: float = 180) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert proc.poll() is None, f"ended before {what}: {proc.communicate()}"
+        assert time.monotonic() < deadline, f"no {what} in time"
+        time.sleep(0.1)
+
+
+def _agents_of(proc: subprocess.Popen[str], job: str) -> list[psutil.Process]:
+    """The agents ``proc`` started for ``job``: those writing their log in its folder."""
+    found = []
+    for p in children_running(proc, "fedmst-agent"):
+        try:
+            if f"/jobs/{job}/agents/" in os.readlink(f"/proc/{p.pid}/fd/1"):
+                found.append(p)
+        except OSError:  # it ended meanwhile
+            continue
+    return found
+
+
+def test_a_job_whose_agent_dies_fails_and_the_others_finish(tmp_path: Path, clean_host: None) -> None:
+    (tmp_path / "jobs.csv").write_text("job,submit_s,local_models,rounds,compute_s\n"
+                                       "long,0,2,40,0.2\nshort,0.1,1,2,\nafter,1,1,2,\n")
+    proc = subprocess.Popen(_cluster(tmp_path / "out", tmp_path / "jobs.csv"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        tasks = tmp_path / "out" / "jobs" / "long" / "live.json"
+        _wait_for(lambda: tasks.exists() and len(_agents_of(proc, "long")) == 3, "agents of job long", proc)
+        time.sleep(1.0)  # into its rounds
+        _agents_of(proc, "long")[0].kill()
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    jobs = _rows(tmp_path / "out" / "jobs.csv")
+    assert jobs["long"]["status"] == "failed" and "agent on node" in jobs["long"]["reason"], jobs["long"]
+    assert jobs["short"]["status"] == jobs["after"]["status"] == "finished"
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert (summary["jobs_finished"], summary["jobs_failed"]) == (2, 1)
+
+
+def test_an_interrupted_cluster_keeps_what_finished(tmp_path: Path, clean_host: None) -> None:
+    (tmp_path / "jobs.csv").write_text("job,submit_s,local_models,rounds,compute_s\n"
+                                       "quick,0,1,1,\nlong,0.1,2,200,0.2\n")
+    proc = subprocess.Popen(_cluster(tmp_path / "out", tmp_path / "jobs.csv"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    jobs = tmp_path / "out" / "jobs.csv"
+    try:
+        _wait_for(lambda: jobs.exists() and "quick" in jobs.read_text(), "finished job", proc)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    rows = _rows(jobs)
+    assert list(rows) == ["quick"] and rows["quick"]["status"] == "finished"
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["jobs_finished"] == 1 and summary["jobs"] == 2
