@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from conftest import FEDMST, children_running
+from fedmst.run.results import read_links
 
 pytestmark = pytest.mark.integration
 
@@ -78,6 +79,12 @@ def test_jobs_queue_run_for_real_and_end(tmp_path: Path, clean_host: None) -> No
     assert (summary["jobs_finished"], summary["jobs_rejected"], summary["jobs_failed"]) == (3, 1, 0)
     assert summary["mean_queue_s"] > 0 and 0 < summary["slot_utilisation"] <= 1
     assert summary["makespan_s"] == pytest.approx(max(float(r["end_s"]) for r in (a, b, c)), abs=1e-4)
+    # the links over the whole trace: the jobs' rounds and set-ups as predicted, within the ACKs and handshakes
+    links = read_links(out / "links.csv")
+    predicted, weights = sum(r.predicted_bytes for r in links), sum(r.measured_weight_bytes for r in links)
+    assert predicted > 0 and abs(weights - predicted) / predicted < 0.15, (weights, predicted)
+    shown = subprocess.run([FEDMST, "links", str(out)], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and "total" in shown.stdout, shown.stderr
 
 
 def _wait_for(condition, what: str, proc: subprocess.Popen[str], timeout_s: float = 180) -> None:  # type: ignore[no-untyped-def]

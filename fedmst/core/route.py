@@ -55,6 +55,19 @@ def path_delay_ns(graph: nx.Graph, path: Sequence[str]) -> int:
     return sum(delay_ns(graph.edges[u, v]) for u, v in zip(path, path[1:]))
 
 
+def warm_elements(largest: int, chunk_elems: int, window: int) -> int:
+    """The weights a connection moves before round 1 to warm it: its path's bandwidth-delay product
+    ``window`` (bytes), at least one chunk, at most its ``largest`` transfer (elements). What agents
+    move, and what a cluster's links carry for each job's set-up.
+
+    >>> warm_elements(largest=4_000, chunk_elems=65_536, window=500_000)
+    4000
+    >>> warm_elements(largest=10**6, chunk_elems=1_000, window=500_000)
+    125000
+    """
+    return min(largest, max(chunk_elems, window // 4))
+
+
 def window_bytes(graph: nx.Graph, path: Sequence[str]) -> int:
     """The bytes a connection along ``path`` keeps in flight to fill it: its narrowest link's
     capacity times its round trip of propagation (the bandwidth-delay product). TCP's slow start

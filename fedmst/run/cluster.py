@@ -38,12 +38,13 @@ from fedmst.core.workload import WorkloadPlan
 from fedmst.errors import FedmstError
 from fedmst.fl.strategies import build_strategy, strategy_knobs
 from fedmst.run import folders
-from fedmst.run.cluster_records import (JOB_FIELDS, JOBS, SLOT_FIELDS, SLOTS, TASKS, Appender, ClusterSummary,
+from fedmst.run.cluster_records import (JOB_FIELDS, JOBS, ROUNDS, SLOT_FIELDS, SLOTS, TASKS, Appender, ClusterSummary,
                                         JobRow, figures, read_jobs_csv, read_slots_csv)
 from fedmst.run.config import RunConfig, validate
 from fedmst.run.prepare import ResolvedRun
 from fedmst.run.report import Report, failed
-from fedmst.run.results import TASK_FIELDS, write_json
+from fedmst.run.measure import round_means
+from fedmst.run.results import ROUND_FIELDS, TASK_FIELDS, write_csv, write_json
 from fedmst.wording import counted
 
 
@@ -235,15 +236,20 @@ class _Files:
     def __init__(self, out: Path) -> None:
         self.jobs, self.slots = Appender(out / JOBS, JOB_FIELDS), Appender(out / SLOTS, SLOT_FIELDS)
         self.tasks = Appender(out / TASKS, TASK_FIELDS)
+        self.out, self.task_rows = out, list[dict[str, Any]]()
 
     def ended(self, life: Ended) -> None:
         self.jobs.add([asdict(_row(life))])
         self.slots.add(asdict(s) for s in life.slots)
-        self.tasks.add(_task_rows(life))
+        rows = _task_rows(life)
+        self.tasks.add(rows)
+        self.task_rows += rows
 
     def close(self) -> None:
+        """Close the tables, and write rounds.csv: each round's means over the jobs that ran it."""
         for table in (self.jobs, self.slots, self.tasks):
             table.close()
+        write_csv(self.out / ROUNDS, ROUND_FIELDS, round_means(self.task_rows))
 
 
 def run(resolved: ResolvedCluster, output: folders.OutputFolder, report: Report,
@@ -304,7 +310,9 @@ def _runner(resolved: ResolvedCluster, out: Path, report: Report) -> Iterator[Ru
                    f"{config.congestion_control}"
                    + (f"; {base.scale.describe(base.graph)} (auto: {resolved.scale_reason})" if base.scale.slowed
                       else ""))
-            yield EmulatedRunner(base, emu, backend, out, state.scratch, resolved.seeds)
+            runner = EmulatedRunner(base, emu, backend, out, state.scratch, resolved.seeds)
+            with runner.measuring():
+                yield runner
     finally:
         try:
             backend.down()

@@ -15,23 +15,28 @@ import queue
 import threading
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping, Sequence
 
 from fedmst.core.cluster.jobs import Job
 from fedmst.core.cluster.loop import Outcome
 from fedmst.core.plan import Plan, predicted_link_bytes
+from fedmst.core.route import LinkDir, warm_elements
+from fedmst.core.wire import wire_bytes
 from fedmst.core.contention import iteration_times
 from fedmst.core.span import PhaseSpan
 from fedmst.core.timescale import TimeScale
 from fedmst.core.workload import WorkloadPlan
 from fedmst.errors import FedmstError
 from fedmst.net.emulation import Emulation
-from fedmst.protocol import RunRounds
+from fedmst.protocol import RunRounds, TaskSpec
+from fedmst.run.config import RunConfig
 from fedmst.run.prepare import ResolvedRun
-from fedmst.run.measure import ClockRun
+from fedmst.run.measure import ClockRun, CounterSampler, whole_run_link_rows
 from fedmst.run.recovery import aggregation_weights
+from fedmst.run.results import SAMPLE_FIELDS, write_csv, write_links
 from fedmst.run.session import Session
 from fedmst.workers.backends import WorkerBackend
 
@@ -49,6 +54,32 @@ class EmulatedRunner:
         self._ended: queue.Queue[tuple[str, Outcome]] = queue.Queue()
         self.threads: dict[str, threading.Thread] = {}
         self.begun: dict[str, float] = {}
+        self.done: list[tuple[Plan, int]] = []
+        """Each ended job's plan and the rounds it finished (what links.csv predicts)."""
+        self.set_up_bytes: dict[LinkDir, int] = {}
+        """What the finished jobs' set-ups put on each link direction (:func:`set_up_link_bytes`)."""
+
+    @contextmanager
+    def measuring(self) -> Iterator[None]:
+        """Measure the links over the block (the whole trace): links.csv (every link direction's
+        bytes beside what the finished jobs' plans predict for the rounds they ran) and samples.csv
+        (the counters every 100 ms of the network's time), written however the block ends."""
+        emu = self.emu
+        before, background = emu.counters_and_background()
+        drops = emu.queue_drops()
+        sampler = CounterSampler(emu.counters, scale=self.scale)
+        sampler.t0 = self.t0
+        try:
+            with sampler.sampling(0, "rounds"):
+                yield
+        finally:
+            after, counted = emu.counters_and_background()
+            other = {hop: counted[hop] - background[hop] for hop in after}
+            write_links(self.out / "links.csv", whole_run_link_rows(
+                self.done, {hop: after[hop] - before[hop] - other[hop] for hop in after},
+                {hop: n - drops[hop] for hop, n in emu.queue_drops().items()}, other, self.base.graph,
+                self.base.config.mtu, set_up=self.set_up_bytes))
+            write_csv(self.out / "samples.csv", SAMPLE_FIELDS, sampler.rows)
 
     def now(self) -> float:
         return self.scale.network_s(time.monotonic() - self.t0)
@@ -100,6 +131,9 @@ class EmulatedRunner:
             spans = tuple(got["spans"])  # type: ignore[call-overload]
             rounds = iteration_times(spans)
             accuracy = got["accuracy"]
+            self.done.append((plan, len(rounds)))
+            for hop, n in set_up_link_bytes(session.specs, plan.task.model_bytes // 4, self.base.config).items():
+                self.set_up_bytes[hop] = self.set_up_bytes.get(hop, 0) + n
             outcome = Outcome(
                 end_s=self.now(), rounds=len(rounds),
                 mean_round_s=sum(rounds.values()) / len(rounds) if rounds else None,
@@ -136,4 +170,23 @@ class EmulatedRunner:
         return {"spans": clock.windows(), "accuracy": accuracy}
 
 
-__all__ = ["EmulatedRunner"]
+def set_up_link_bytes(specs: Sequence[TaskSpec], numel: int, config: RunConfig) -> dict[LinkDir, int]:
+    """What a job's set-up puts on each link direction: every connection's warming
+    (:func:`fedmst.core.route.warm_elements` zeros one way, one weight back). A run's set-up comes
+    before its counters start; a cluster's jobs set up while others run, so its links carry both."""
+    chunk, mtu = max(1, config.chunk_bytes // 4), config.mtu
+    out: dict[LinkDir, int] = {}
+    for task in specs:
+        for name in dict.fromkeys(t.connection for t in task.transfers):
+            shared = [t for t in task.transfers if t.connection == name]
+            first = shared[0]
+            largest = max(hi - lo for lo, hi in ((0, numel) if t.segment is None else
+                                                  (t.segment[0] // 4, t.segment[1] // 4) for t in shared))
+            there = wire_bytes(4 * warm_elements(largest, chunk, first.window_bytes), mtu)
+            for u, v in zip(first.path, first.path[1:]):
+                out[(u, v)] = out.get((u, v), 0) + there
+                out[(v, u)] = out.get((v, u), 0) + wire_bytes(4, mtu)
+    return out
+
+
+__all__ = ["EmulatedRunner", "set_up_link_bytes"]

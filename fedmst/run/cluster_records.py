@@ -19,7 +19,7 @@ from fedmst.core.cluster.slots import SlotInterval
 from fedmst.errors import FedmstError
 from fedmst.run.results import write_json
 
-JOBS, SLOTS, TASKS, SUMMARY = "jobs.csv", "slots.csv", "tasks.csv", "summary.json"
+JOBS, SLOTS, TASKS, ROUNDS, SUMMARY = "jobs.csv", "slots.csv", "tasks.csv", "rounds.csv", "summary.json"
 
 
 @dataclass(frozen=True)
@@ -226,6 +226,5 @@ def cluster_table(summary: ClusterSummary) -> Any:
     return table
 
 
-__all__ = ["JOBS", "JOB_FIELDS", "SLOTS", "SLOT_FIELDS", "SUMMARY", "TASKS", "Appender", "ClusterSummary", "JobRow",
-           "cluster_table",
-           "figures", "percentile", "read_jobs_csv", "read_slots_csv"]
+__all__ = ["JOBS", "JOB_FIELDS", "ROUNDS", "SLOTS", "SLOT_FIELDS", "SUMMARY", "TASKS", "Appender", "ClusterSummary",
+           "JobRow", "cluster_table", "figures", "percentile", "read_jobs_csv", "read_slots_csv"]

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import networkx as nx
 
@@ -413,27 +413,52 @@ class ClockRun:
 
 
 def clock_link_rows(run: ClockRun, graph: nx.Graph, mtu: int) -> list[LinkRow]:
-    """links.csv on an independent clock: one row per link direction for the whole run (round 0).
-    A direction that carries planned weights of any task counts all its bytes as weights (the ACKs
-    of other tasks' transfers going the other way included), since phases overlap."""
+    """links.csv on an independent clock: one row per link direction for the whole run (round 0)."""
     done = {s.task: s.round for s in run.windows() if s.phase == "upload"}
-    predicted: dict[LinkDir, int] = {}
-    for plan in run.plans:
+    return whole_run_link_rows([(plan, done.get(plan.task.name, 0)) for plan in run.plans], run.link_bytes,
+                               run.queue_drops, run.background_bytes, graph, mtu)
+
+
+def whole_run_link_rows(done: Sequence[tuple[Plan, int]], link_bytes: Mapping[LinkDir, int],
+                        queue_drops: Mapping[LinkDir, int], background_bytes: Mapping[LinkDir, int], graph: nx.Graph,
+                        mtu: int, set_up: Mapping[LinkDir, int] | None = None) -> list[LinkRow]:
+    """links.csv of tasks whose rounds overlap (independent clocks, a cluster's jobs): one row per
+    link direction for the whole run (round 0), predicted from each plan times the rounds it
+    finished (``done``), plus the ``set_up`` bytes where the counters ran through the tasks'
+    set-ups (a cluster's). A direction that carries planned weights of any task counts all its bytes
+    as weights (the ACKs of other tasks' transfers going the other way included), since phases overlap."""
+    predicted: dict[LinkDir, int] = dict(set_up or {})
+    for plan, rounds in done:
         for hop, b in link_state((plan,), mtu=mtu).items():
-            predicted[hop] = predicted.get(hop, 0) + b * done.get(plan.task.name, 0)
+            predicted[hop] = predicted.get(hop, 0) + b * rounds
     rows = []
-    for u, v in sorted(run.link_bytes, key=lambda h: (sorted(map(node_order, h)), node_order(h[0]))):
+    for u, v in sorted(link_bytes, key=lambda h: (sorted(map(node_order, h)), node_order(h[0]))):
         hop = (u, v)
-        measured, planned = run.link_bytes[hop], predicted.get(hop, 0)
+        measured, planned = link_bytes[hop], predicted.get(hop, 0)
         weights = measured if planned else 0
         rows.append(LinkRow(
             round=0, link=_link_name(hop), src=u, dst=v, capacity_mbps=graph.edges[u, v]["capacity_mbps"],
             predicted_bytes=planned, measured_bytes=measured, measured_weight_bytes=weights,
             measured_other_bytes=measured - weights, error_pct=_error_pct(weights, planned),
             broadcast_bytes=None, upload_bytes=None, aborted_bytes=0,
-            queue_drops=run.queue_drops.get(hop, 0), background_bytes=run.background_bytes.get(hop, 0),
+            queue_drops=queue_drops.get(hop, 0), background_bytes=background_bytes.get(hop, 0),
         ))
     return rows
+
+
+def round_means(task_rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """rounds.csv of tasks on their own clocks: each round's means over the tasks that ran it
+    (their phases and accuracy) and their local models, from tasks.csv's rows."""
+    out = []
+    for r in sorted({row["round"] for row in task_rows}):
+        rows = [row for row in task_rows if row["round"] == r]
+        accs = [row["accuracy"] for row in rows if row["accuracy"] != ""]
+        out.append({key: "" for key in ROUND_FIELDS} | {
+            "round": r, **{f"{p}_s": mean(row[f"{p}_s"] for row in rows) for p in ROUND_PHASES},
+            "round_s": mean(row["round_s"] for row in rows), "accuracy": mean(accs) if accs else "",
+            "local_models": sum(row["local_models"] for row in rows),
+        })
+    return out
 
 
 def write_clock_tables(out: Path, run: ClockRun, graph: nx.Graph, mtu: int) -> None:
@@ -451,16 +476,7 @@ def write_clock_tables(out: Path, run: ClockRun, graph: nx.Graph, mtu: int) -> N
         "end_s": phase[(task, r, "upload")].end_s, "predicted_round_s": predicted.get((task, r), ""),
     } for (task, r), seconds in sorted(measured.items())]
     write_csv(out / "tasks.csv", TASK_FIELDS, task_rows)
-    round_rows = []
-    for r in sorted({row["round"] for row in task_rows}):
-        rows = [row for row in task_rows if row["round"] == r]
-        accs = [row["accuracy"] for row in rows if row["accuracy"] != ""]
-        round_rows.append({key: "" for key in ROUND_FIELDS} | {
-            "round": r, **{f"{p}_s": mean(row[f"{p}_s"] for row in rows) for p in ROUND_PHASES},
-            "round_s": mean(row["round_s"] for row in rows), "accuracy": mean(accs) if accs else "",
-            "local_models": sum(row["local_models"] for row in rows),
-        })
-    write_csv(out / "rounds.csv", ROUND_FIELDS, round_rows)
+    write_csv(out / "rounds.csv", ROUND_FIELDS, round_means(task_rows))
     write_links(out / "links.csv", clock_link_rows(run, graph, mtu))
     write_timeline(out, windows, run.predicted)
 

@@ -20,6 +20,7 @@ from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 
+from fedmst.run.cluster_records import JOBS, ClusterSummary
 from fedmst.core.topology import node_order
 from fedmst.errors import FedmstError
 from fedmst.run.layout import COMPARISON, run_folder_name
@@ -171,8 +172,10 @@ def link_table(run_dir: Path, *, sort: str = "measured", round_: int | None = No
             raise FedmstError(f"{run_dir} has no round {round_} (rounds: {', '.join(map(str, present)) or 'none'})")
         links = [r for r in links if r.round == round_]
         rounds = [r for r in rounds if int(r["round"]) == round_]
-    # a link direction can only carry model traffic while a transfer phase runs
-    transfer_s = sum(float(r["broadcast_s"]) + float(r["upload_s"]) for r in rounds)
+    # a link direction can only carry model traffic while a transfer phase runs; a cluster's jobs
+    # overlap and set up while others run, so its links are measured over the whole trace
+    transfer_s = (ClusterSummary.read(run_dir).makespan_s or 0.0 if (run_dir / JOBS).is_file()
+                  else sum(float(r["broadcast_s"]) + float(r["upload_s"]) for r in rounds))
     peaks = _peak_rates(run_dir / "samples.csv", round_)
 
     rows: dict[tuple[str, str], Row] = {}
@@ -459,6 +462,9 @@ def _check_run_dir(run_dir: Path) -> None:
         raise FedmstError(f"{run_dir} is a compare folder: give one of its run folders "
                           f"({', '.join(str(path) for _, path in runs)}) for one scheduler's links")
     check_measured(run_dir)
+    if (run_dir / JOBS).is_file() and not (run_dir / "links.csv").is_file():
+        raise FedmstError(f"{run_dir}: a cluster that ran on the fluid model (--mode simulate) measured no link; "
+                          "--mode emulate measures them")
     missing = [name for name in ("links.csv", "rounds.csv") if not (run_dir / name).is_file()]
     if missing:
         inside = _scan(run_dir)

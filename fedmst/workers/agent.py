@@ -26,6 +26,7 @@ from typing import Any, Callable, Collection, Mapping
 import torch
 
 import fedmst
+from fedmst.core.route import warm_elements
 from fedmst.fl import aggregation
 from fedmst.fl import data
 from fedmst.fl import models
@@ -175,7 +176,7 @@ class Agent:
             pair = transport.open_pair(store / name, rank=rank, address=addr, timeout_s=self.spec.timeout_s,
                                        numel=numel)
             largest = max(hi - lo for lo, hi in (dataflow.span(t, numel) for t in shared))
-            transport.warm(pair, min(largest, max(self.chunk_elems, t.window_bytes // 4)), self.chunk_elems)
+            transport.warm(pair, warm_elements(largest, self.chunk_elems, t.window_bytes), self.chunk_elems)
             role.pairs[name] = pair
 
         dataflow.run_all([partial(open_, name, role) for role in self.roles
