@@ -270,7 +270,12 @@ def run(resolved: ResolvedCluster, output: folders.OutputFolder, report: Report,
             with _runner(resolved, out, report) as runner:
                 cluster = Cluster(resolved.graph, resolved.slots, config.seed, ORDERS.lookup(config.order)(),
                                   PLACEMENTS.lookup(config.placement)())
-                run_cluster(resolved.jobs, cluster, runner, _planner(resolved), ended=files.ended,
+                def ended(life: Ended) -> None:
+                    files.ended(life)
+                    if life.status != "finished":
+                        report(f"job {life.job.name} {life.status} at {life.end_s:.2f} s: {life.reason}")
+
+                run_cluster(resolved.jobs, cluster, runner, _planner(resolved), ended=ended,
                             progress=lambda p: progress(p, time.monotonic() - began))
         finally:
             files.close()

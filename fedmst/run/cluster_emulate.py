@@ -41,6 +41,10 @@ from fedmst.run.session import Session
 from fedmst.workers.backends import WorkerBackend
 
 
+PROGRESS_S = 0.5
+"""Seconds of the host's clock the loop waits at most before it says where it stands again."""
+
+
 class EmulatedRunner:
     """Runs each job for real on ``emu`` (a :class:`~fedmst.core.cluster.loop.Runner`).
     ``base`` is the cluster as one run (network, options, time scale); ``seeds`` gives each job
@@ -91,7 +95,9 @@ class EmulatedRunner:
         thread.start()
 
     def wait(self, until_s: float | None) -> Mapping[str, Outcome]:
-        timeout = None if until_s is None else max(0.0, self.scale.real_s(until_s - self.now()))
+        """As the loop asks, or after at most :data:`PROGRESS_S` with nothing, so that the loop shows
+        where it stands while jobs run."""
+        timeout = PROGRESS_S if until_s is None else min(PROGRESS_S, max(0.0, self.scale.real_s(until_s - self.now())))
         try:
             first = self._ended.get(timeout=timeout)
         except queue.Empty:
