@@ -380,13 +380,10 @@ def _draw_sweep(rows: list[dict[str, Any]], folder: Path) -> None:
     console.print(f"sweep.csv, regime.json, {figure.name} and each model's latency and bandwidth figures in {folder}/")
 
 
-CLUSTER_OPTIONS = ("topology", "slots", "jobs", "time_compress", "scheduler", "mode", "order", "placement", "rounds",
-                   "model", "dataset", "epochs", "compute_s", "seed", "lr", "batch_size", "optimizer", "strategy",
-                   "strategy_args", "chunk_bytes", "mtu", "delay_mode", "time_scale")
+CLUSTER_OPTIONS = ("topology", "slots", "jobs", "time_compress", "scheduler", "mode", "job_order", "placement",
+                   "rounds", "model", "dataset", "epochs", "compute_s", "seed", "lr", "batch_size", "optimizer",
+                   "strategy", "strategy_args", "chunk_bytes", "mtu", "delay_mode", "time_scale")
 """The options of ``cluster``, in the order ``--help`` lists them."""
-CLUSTER = {"order": {"help": "The order waiting jobs are tried in: fifo (first come, first served; a later job "
-                             "that fits may start while an earlier one waits)."}}
-"""What ``fedmst cluster`` changes of the options it shares with ``run``."""
 
 
 @main.command()
@@ -395,7 +392,7 @@ CLUSTER = {"order": {"help": "The order waiting jobs are tried in: fifo (first c
                    "runs/cluster, or runs/cluster-2 ... if taken).")
 @_overwrite_option
 @_config_file
-@_schema_options(*CLUSTER_OPTIONS, changed=CLUSTER)
+@_schema_options(*CLUSTER_OPTIONS)
 @click.pass_context
 def cluster(ctx: click.Context, overwrite: bool, **kw: Any) -> None:
     """Jobs arrive from a trace, wait for compute slots, are placed and run their rounds on the
@@ -405,7 +402,7 @@ def cluster(ctx: click.Context, overwrite: bool, **kw: Any) -> None:
     from fedmst.run import cluster as cluster_
 
     def prepared() -> tuple[Any, OutputFolder]:
-        config, extra = _config(ctx, kw, CLUSTER)
+        config, extra = _config(ctx, kw)
         config, folder = _output(config, extra, overwrite)
         return cluster_.resolve(config), folder
 
@@ -413,7 +410,7 @@ def cluster(ctx: click.Context, overwrite: bool, **kw: Any) -> None:
     _report(f"{counted(len(resolved.jobs), 'job')} on {resolved.graph.graph['name']}: "
             f"{counted(sum(resolved.slots.values()), 'slot')} on "
             f"{counted(sum(1 for s in resolved.slots.values() if s), 'node')}; "
-            f"{resolved.config.mode}, scheduler {resolved.config.scheduler}, order {resolved.config.order}, "
+            f"{resolved.config.mode}, scheduler {resolved.config.scheduler}, order {resolved.config.job_order}, "
             f"placement {resolved.config.placement}")
     columns = (TextColumn("{task.description}"), BarColumn(bar_width=12), MofNCompleteColumn(), TextColumn("jobs"),
                TimeElapsedColumn())
@@ -428,7 +425,7 @@ def cluster(ctx: click.Context, overwrite: bool, **kw: Any) -> None:
     from fedmst.run.cluster_records import cluster_table
 
     console.print(cluster_table(summary))
-    console.print(f"results in {folder.path}/ (jobs.csv, slots.csv, tasks.csv, summary.json)")
+    console.print(f"results in {folder.path}/ (jobs.csv, slots.csv, summary.json, ...: docs/cluster.md)")
 
 
 @main.command()

@@ -112,8 +112,6 @@ def test_the_click_options_are_built_from_the_schema(name: str) -> None:
         field, opt = options()[field_name]
         assert sorted(param.opts + param.secondary_opts) == sorted(opt.flags), field_name
         default = SWEEP.get(field_name, {}).get("default", field.default) if name == "sweep" else field.default
-        if name == "cluster":
-            default = cli.CLUSTER.get(field_name, {}).get("default", field.default)
         value = tuple(parsed[field_name]) if param.multiple else parsed[field_name]
         assert (value * opt.unit if opt.unit != 1 else value) == default, field_name
         if isinstance(param.type, click.Choice):

@@ -58,8 +58,6 @@ def test_a_cluster_without_a_slot_is_refused() -> None:
     g = nx.path_graph(["a", "b"])
     with pytest.raises(JobError, match="no node has a slot"):
         node_slots(g, default=0)
-    with pytest.raises(JobError, match="--slots -1"):
-        node_slots(g, default=-1)
 
 
 def test_occupancy_never_gives_a_slot_twice() -> None:
@@ -223,3 +221,20 @@ def test_simulated_jobs_report_rounds_bytes_and_communication() -> None:
     assert out.setup_s == pytest.approx(5 * 2 * 0.002)  # five round trips of its longest path, two hops
     assert out.mean_round_s == pytest.approx((e.end_s - (e.start_s or 0.0) - out.setup_s) / 3)
     assert isinstance(e.placed, Placed) and len(e.placed.local_nodes) == 2
+
+
+@pytest.mark.parametrize("gives,fragment", [
+    (lambda job: Placed("0", ()), "placed 0 local models of job j, which has 1"),
+    (lambda job: ("0", ("1",)), "gave ('0', ('1',)) for job j: give a Placed or None"),
+    (lambda job: Placed("0", ("0",)), "put 2 of job j's models on node '0', which has 1 free slot(s)"),
+    (lambda job: Placed("zz", ("1",)), "on node 'zz', which has 0 free slot(s)"),
+    (lambda job: 1 / 0, "placement Plugin raised ZeroDivisionError: division by zero"),
+])
+def test_a_placement_plugins_mistake_is_one_line(gives, fragment: str) -> None:  # type: ignore[no-untyped-def]
+    class Plugin(Placement):
+        def place(self, job, view):  # type: ignore[no-untyped-def]
+            return gives(job)
+
+    with pytest.raises(JobError) as err:
+        _simulated(_ring(3), [Job("j", 0.0, 1, rounds=1)], placement=Plugin())
+    assert fragment in str(err.value) and "\n" not in str(err.value)

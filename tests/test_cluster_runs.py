@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from conftest import FEDMST, children_running
+from fedmst.run.cluster_records import NODE_SEPARATOR
 from fedmst.run.results import read_links
 
 pytestmark = pytest.mark.integration
@@ -68,7 +69,7 @@ def test_jobs_queue_run_for_real_and_end(tmp_path: Path, clean_host: None) -> No
         assert float(r["jct_s"]) == pytest.approx(float(r["end_s"]) - float(r["submit_s"]), abs=1e-4)
         assert int(r["rounds"]) == 2 and 0 < float(r["final_accuracy"]) <= 1
         assert 0 < float(r["setup_s"]) < float(r["end_s"]) - float(r["start_s"])
-        assert len(r["nodes"].split()) == int(r["local_models"]) + 1
+        assert len(r["nodes"].split(NODE_SEPARATOR)) == int(r["local_models"]) + 1
         assert (out / "jobs" / r["job"] / "plan.json").is_file()
     _held_once(out / "slots.csv")
     with (out / "tasks.csv").open(newline="") as f:

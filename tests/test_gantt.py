@@ -14,7 +14,8 @@ from matplotlib.image import imread
 
 from fedmst.core.cluster.slots import SlotInterval
 from fedmst.errors import FedmstError
-from fedmst.run.cluster_records import JOB_FIELDS, SLOT_FIELDS, Appender, ClusterSummary, JobRow, percentile
+from fedmst.run.cluster_records import (JOB_FIELDS, NODE_SEPARATOR, SLOT_FIELDS, Appender, ClusterSummary, JobRow,
+                                        percentile)
 from fedmst.views import gantt
 from fedmst.views.gantt import DPI, ecdf, figure_size, jobs_figure, plot_jobs, slot_rows
 
@@ -49,10 +50,10 @@ def job_row(job: str, submit: float, start: float | None, end: float, nodes: lis
             status: str = "finished") -> JobRow:
     return JobRow(job=job, submit_s=submit, start_s=start, end_s=end,
                   queue_s=None if start is None else start - submit, jct_s=end - submit,
-                  local_models=len(nodes) - 1, rounds=3 if start is not None else 0, nodes=" ".join(nodes),
+                  local_models=len(nodes) - 1, rounds=3 if start is not None else 0, nodes=NODE_SEPARATOR.join(nodes),
                   status=status, reason="" if status == "finished" else "no room", preemptions=0,
                   mean_round_s=None if start is None else (end - start) / 3, link_bytes=0, final_accuracy=None,
-                  comm_s=0.0, setup_s=0.0)
+                  comm_s=0.0, setup_s=0.0, train_s=0.0)
 
 
 def write_cluster(folder: Path, rows: list[JobRow], intervals: list[SlotInterval],

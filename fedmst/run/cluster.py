@@ -30,7 +30,6 @@ from fedmst.core.cluster.policies import ORDERS, PLACEMENTS, ClusterView
 from fedmst.core.cluster.simulate import SimulatedRunner
 from fedmst.core.cluster.slots import Occupancy, node_slots
 from fedmst.core.cluster.traces import Trace, read_jobs
-from fedmst.core.contention import ROUND_PHASES, iteration_times
 from fedmst.core.plan import Plan
 from fedmst.core.schedulers import get_scheduler
 from fedmst.core.topology import load_topology
@@ -38,12 +37,13 @@ from fedmst.core.workload import WorkloadPlan
 from fedmst.errors import FedmstError
 from fedmst.fl.strategies import build_strategy, strategy_knobs
 from fedmst.run import folders
-from fedmst.run.cluster_records import (JOB_FIELDS, JOBS, ROUNDS, SLOT_FIELDS, SLOTS, TASKS, Appender, ClusterSummary,
+from fedmst.run.cluster_records import (JOB_FIELDS, JOBS, NODE_SEPARATOR, ROUNDS, SLOT_FIELDS, SLOTS, TASKS, Appender,
+                                        ClusterSummary,
                                         JobRow, figures, read_jobs_csv, read_slots_csv)
 from fedmst.run.config import RunConfig, validate
 from fedmst.run.prepare import ResolvedRun
 from fedmst.run.report import Report, failed
-from fedmst.run.measure import round_means
+from fedmst.run.measure import round_means, task_rows
 from fedmst.run.results import ROUND_FIELDS, TASK_FIELDS, write_csv, write_json
 from fedmst.wording import counted
 
@@ -79,11 +79,14 @@ def resolve(config: RunConfig) -> ResolvedCluster:
     if config.jobs is None:
         raise FedmstError("fedmst cluster needs --jobs: a .csv or .jsonl file, poisson:RATE,N, philly:FILE or "
                           "helios:FILE")
-    ORDERS.lookup(config.order)
+    ORDERS.lookup(config.job_order)
     PLACEMENTS.lookup(config.placement)
     get_scheduler(config.scheduler)
     graph = load_topology(config.topology)
     slots = node_slots(graph, config.slots)
+    if sum(slots.values()) < 2:
+        raise JobError(f"topology {graph.graph['name']!r}: the cluster has 1 slot, and a job needs 2 at least (a local "
+                       "model and its G): give more --slots")
     trace = read_jobs(config.jobs, seed=config.seed, time_compress=config.time_compress,
                       max_local_models=sum(slots.values()) - 1)
     jobs = tuple(j.filled(rounds=config.rounds, model=config.model, dataset=config.dataset, epochs=config.epochs,
@@ -135,7 +138,7 @@ def _full(resolved: ResolvedCluster) -> WorkloadPlan:
     placement = PLACEMENTS.lookup(config.placement)()
     plan = _planner(resolved)
     plans: list[Plan] = []
-    for job in resolved.jobs:
+    for job in (j for j in resolved.jobs if j.slots <= occupancy.total):  # the others are rejected as they come
         placed = placement.place(job, ClusterView(resolved.graph, occupancy.free, 0.0, config.seed))
         if placed is None:
             break
@@ -209,25 +212,18 @@ def _row(life: Ended) -> JobRow:
     return JobRow(
         job=life.job.name, submit_s=life.job.submit_s, start_s=life.start_s, end_s=life.end_s, queue_s=life.queue_s,
         jct_s=life.jct_s, local_models=life.job.local_models, rounds=out.rounds if out else 0,
-        nodes=" ".join(placed.nodes) if placed else "", status=life.status, reason=life.reason,
+        nodes=NODE_SEPARATOR.join(placed.nodes) if placed else "", status=life.status, reason=life.reason,
         preemptions=life.preemptions, mean_round_s=out.mean_round_s if out else None,
         link_bytes=out.link_bytes if out else 0, final_accuracy=out.final_accuracy if out else None,
-        comm_s=out.comm_s if out else 0.0, setup_s=out.setup_s if out else 0.0)
+        comm_s=out.comm_s if out else 0.0, setup_s=out.setup_s if out else 0.0, train_s=life.job.compute_s or 0.0)
 
 
 def _task_rows(life: Ended) -> list[dict[str, Any]]:
     """The job's rounds as tasks.csv rows (an independent clock's columns)."""
     if life.outcome is None:
         return []
-    phases = {(s.round, s.phase): s for s in life.outcome.spans}
-    rows = []
-    for (_, r), seconds in sorted(iteration_times(life.outcome.spans).items()):
-        rows.append({"round": r, "task": life.job.name,
-                     **{f"{p}_s": phases[(r, p)].end_s - phases[(r, p)].start_s for p in ROUND_PHASES},
-                     "round_s": seconds, "accuracy": "", "local_models": life.job.local_models,
-                     "start_s": phases[(r, "broadcast")].start_s, "end_s": phases[(r, "upload")].end_s,
-                     "predicted_round_s": ""})
-    return rows
+    name = life.job.name
+    return task_rows(life.outcome.spans, {name: life.outcome.accuracies}, {name: life.job.local_models})
 
 
 class _Files:
@@ -268,7 +264,7 @@ def run(resolved: ResolvedCluster, output: folders.OutputFolder, report: Report,
         files = _Files(out)
         try:
             with _runner(resolved, out, report) as runner:
-                cluster = Cluster(resolved.graph, resolved.slots, config.seed, ORDERS.lookup(config.order)(),
+                cluster = Cluster(resolved.graph, resolved.slots, config.seed, ORDERS.lookup(config.job_order)(),
                                   PLACEMENTS.lookup(config.placement)())
                 def ended(life: Ended) -> None:
                     files.ended(life)
@@ -332,7 +328,7 @@ def _summarise(resolved: ResolvedCluster, out: Path, status: str, wall_s: float)
     held = read_slots_csv(out) if (out / SLOTS).exists() else []
     total = sum(resolved.slots.values())
     ClusterSummary(
-        status=status, command="cluster", mode=config.mode, scheduler=config.scheduler, order=config.order,
+        status=status, command="cluster", mode=config.mode, scheduler=config.scheduler, order=config.job_order,
         placement=config.placement, topology=resolved.graph.graph["name"], slots=total, jobs=len(resolved.jobs),
         jobs_finished=sum(r.status == "finished" for r in rows),
         jobs_rejected=sum(r.status == "rejected" for r in rows),

@@ -22,10 +22,9 @@ from typing import Iterator, Mapping, Sequence
 
 from fedmst.core.cluster.jobs import Job
 from fedmst.core.cluster.loop import Outcome
-from fedmst.core.plan import Plan, predicted_link_bytes
+from fedmst.core.plan import Plan
 from fedmst.core.route import LinkDir, warm_elements
 from fedmst.core.wire import wire_bytes
-from fedmst.core.contention import iteration_times
 from fedmst.core.span import PhaseSpan
 from fedmst.core.timescale import TimeScale
 from fedmst.core.workload import WorkloadPlan
@@ -60,6 +59,7 @@ class EmulatedRunner:
         self.begun: dict[str, float] = {}
         self.done: list[tuple[Plan, int]] = []
         """Each ended job's plan and the rounds it finished (what links.csv predicts)."""
+        self._lock = threading.Lock()
         self.set_up_bytes: dict[LinkDir, int] = {}
         """What the finished jobs' set-ups put on each link direction (:func:`set_up_link_bytes`)."""
 
@@ -127,6 +127,7 @@ class EmulatedRunner:
         """Run ``job``'s rounds and say how it ended (a failure is the job's, not the cluster's)."""
         folder, scratch = self.out / "jobs" / job.name, self.scratch / "jobs" / job.name
         outcome: Outcome | None = None
+        session: Session | None = None
         try:
             folder.mkdir(parents=True)
             scratch.mkdir(parents=True)
@@ -134,19 +135,12 @@ class EmulatedRunner:
                               report=lambda line: None)
             got: dict[str, object] = {}
             session.run(lambda: got.update(self._rounds(session, job)))
-            spans = tuple(got["spans"])  # type: ignore[call-overload]
-            rounds = iteration_times(spans)
-            accuracy = got["accuracy"]
-            self.done.append((plan, len(rounds)))
-            for hop, n in set_up_link_bytes(session.specs, plan.task.model_bytes // 4, self.base.config).items():
-                self.set_up_bytes[hop] = self.set_up_bytes.get(hop, 0) + n
-            outcome = Outcome(
-                end_s=self.now(), rounds=len(rounds),
-                mean_round_s=sum(rounds.values()) / len(rounds) if rounds else None,
-                link_bytes=sum(predicted_link_bytes(plan, mtu=self.base.config.mtu).values()) * len(rounds),
-                final_accuracy=accuracy[-1] if accuracy else None,  # type: ignore[index]
-                comm_s=sum(s.end_s - s.start_s for s in spans if s.phase != "train"),
-                setup_s=min((s.start_s for s in spans), default=self.now()) - self.begun[job.name], spans=spans)
+            outcome = Outcome.finished(plan, got["spans"], self.begun[job.name], self.now(),  # type: ignore[arg-type]
+                                       mtu=self.base.config.mtu, accuracies=got["accuracy"])  # type: ignore[arg-type]
+            with self._lock:  # jobs end together
+                self.done.append((plan, outcome.rounds))
+                for hop, n in set_up_link_bytes(session.specs, plan.task.model_bytes // 4, self.base.config).items():
+                    self.set_up_bytes[hop] = self.set_up_bytes.get(hop, 0) + n
         except FedmstError as exc:
             outcome = Outcome(end_s=self.now(), status="failed", reason=" ".join(str(exc).split()))
         except Exception as exc:  # noqa: BLE001 - a bug ends this job, said with its traceback, not the cluster
@@ -156,6 +150,7 @@ class EmulatedRunner:
                               reason=f"{type(exc).__name__}: {' '.join(str(exc).split())} (traceback in "
                                      f"{folder / 'error.log'})")
         finally:
+            _stop_agents(session)  # a job that failed mid-round must not train on in slots given to others
             self._ended.put((job.name, outcome or Outcome(end_s=self.now(), status="failed", reason="interrupted")))
 
     def _rounds(self, session: Session, job: Job) -> dict[str, object]:
@@ -174,6 +169,16 @@ class EmulatedRunner:
                        for node, reply in replies.items()}
         accuracy = [a for reply in replies.values() for a in reply.accuracy.get(name, ())]
         return {"spans": clock.windows(), "accuracy": accuracy}
+
+
+def _stop_agents(session: Session | None) -> None:
+    """Kill the job's agents still running: one ended with its job, but a job that failed (a
+    peer died, a phase timed out) leaves the others waiting on it."""
+    agents = getattr(session, "agents", None)
+    for proc in (agents.procs.values() if agents is not None else ()):
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def set_up_link_bytes(specs: Sequence[TaskSpec], numel: int, config: RunConfig) -> dict[LinkDir, int]:

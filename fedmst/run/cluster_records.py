@@ -19,6 +19,8 @@ from fedmst.core.cluster.slots import SlotInterval
 from fedmst.errors import FedmstError
 from fedmst.run.results import write_json
 
+NODE_SEPARATOR = ";"
+"""Between the nodes of jobs.csv's ``nodes`` (a topology's node names may hold spaces)."""
 JOBS, SLOTS, TASKS, ROUNDS, SUMMARY = "jobs.csv", "slots.csv", "tasks.csv", "rounds.csv", "summary.json"
 
 
@@ -33,12 +35,12 @@ class JobRow:
     end_s: float
     queue_s: float | None
     jct_s: float
-    """Job completion time: end minus submission (a rejected job's is 0: it ended as it came)."""
+    """Job completion time: end minus submission (a rejected job's: how long it was in the cluster)."""
     local_models: int
     rounds: int
     """Rounds it finished."""
     nodes: str
-    """Where it ran: G's node first, then each local model's, separated by spaces."""
+    """Where it ran: G's node first, then each local model's, separated by :data:`NODE_SEPARATOR`."""
     status: str
     """finished, rejected or failed."""
     reason: str
@@ -52,6 +54,9 @@ class JobRow:
     """Seconds of its rounds spent moving weights (broadcast and upload)."""
     setup_s: float
     """Seconds from its start to its first round: its agents started, its connections opened and warmed."""
+    train_s: float
+    """How long each of its rounds trains: its ``compute_s``, or what this host measured where that is
+    longer (both modes train for it; give ``compute_s`` to fix it)."""
 
 
 JOB_FIELDS = tuple(f.name for f in fields(JobRow))
@@ -69,7 +74,8 @@ class Appender:
 
     def add(self, rows: Iterable[Mapping[str, Any]]) -> None:
         for row in rows:
-            self._writer.writerow({k: "" if v is None else f"{v:.6g}" if isinstance(v, float) else v
+            # times to the nanosecond whatever their size: a trace's submissions may be 1e7 s in
+            self._writer.writerow({k: "" if v is None else repr(round(v, 9)) if isinstance(v, float) else v
                                    for k, v in row.items()})
         self._file.flush()
 
@@ -98,7 +104,7 @@ def read_jobs_csv(folder: Path) -> list[JobRow]:
                        status=r["status"], reason=r["reason"], preemptions=int(r["preemptions"]),
                        mean_round_s=number(r["mean_round_s"]), link_bytes=int(float(r["link_bytes"])),
                        final_accuracy=number(r["final_accuracy"]), comm_s=float(r["comm_s"]),
-                       setup_s=float(r["setup_s"])) for r in rows]
+                       setup_s=float(r["setup_s"]), train_s=float(r["train_s"])) for r in rows]
     except (TypeError, ValueError) as exc:
         raise FedmstError(f"{path}: malformed row ({exc})") from None
 
@@ -177,7 +183,7 @@ def figures(rows: Sequence[JobRow], slots: Sequence[SlotInterval], total_slots: 
     """The summary's figures over ``rows`` (jobs.csv) and ``slots`` (slots.csv).
 
     >>> row = lambda j, sub, start, end: JobRow(j, sub, start, end, start - sub, end - sub, 1, 1, "a b", "finished",
-    ...     "", 0, end - start, 0, None, 0.25 * (end - start), 0.0)
+    ...     "", 0, end - start, 0, None, 0.25 * (end - start), 0.0, 1.0)
     >>> rows = [row("a", 0.0, 0.0, 4.0), row("b", 1.0, 4.0, 6.0)]
     >>> held = [SlotInterval("a", 0, "a", 0.0, 4.0), SlotInterval("b", 0, "b", 4.0, 6.0)]
     >>> f = figures(rows, held, total_slots=2)
@@ -191,7 +197,7 @@ def figures(rows: Sequence[JobRow], slots: Sequence[SlotInterval], total_slots: 
     first, last = min(r.submit_s for r in done), max(r.end_s for r in done)
     jct = [r.jct_s for r in done]
     makespan = last - first
-    held = sum(s.to_s - s.from_s for s in slots)
+    held = sum(max(0.0, min(s.to_s, last) - max(s.from_s, first)) for s in slots)  # within the makespan
     ran = sum(r.end_s - r.start_s for r in done if r.start_s is not None)
     return {"makespan_s": makespan, "mean_jct_s": mean(jct), "median_jct_s": median(jct),
             "p99_jct_s": percentile(jct, 99), "mean_queue_s": mean(r.queue_s or 0.0 for r in done),
@@ -226,5 +232,5 @@ def cluster_table(summary: ClusterSummary) -> Any:
     return table
 
 
-__all__ = ["JOBS", "JOB_FIELDS", "ROUNDS", "SLOTS", "SLOT_FIELDS", "SUMMARY", "TASKS", "Appender", "ClusterSummary",
-           "JobRow", "cluster_table", "figures", "percentile", "read_jobs_csv", "read_slots_csv"]
+__all__ = ["JOBS", "JOB_FIELDS", "NODE_SEPARATOR", "ROUNDS", "SLOTS", "SLOT_FIELDS", "SUMMARY", "TASKS", "Appender",
+           "ClusterSummary", "JobRow", "cluster_table", "figures", "percentile", "read_jobs_csv", "read_slots_csv"]

@@ -313,10 +313,10 @@ class RunConfig:
         help="fedmst cluster: the jobs and when they arrive: a .csv or .jsonl file (job, submit_s, local_models, "
              "rounds; optionally model, dataset, epochs, compute_s, priority), N jobs of a Poisson process of RATE "
              "a minute, or a Philly or Helios trace (docs/cluster.md).")
-    time_compress: float = option(
-        1.0, "--time-compress", metavar="F", check=(lambda v: v > 0, "give a positive factor"),
-        help="fedmst cluster: divide a trace file's submission times and durations by F, so a day of trace fits "
-             "a run (a round stands for one second of compressed trace).")
+    time_compress: float = option(  # checked where it is used (fedmst.core.cluster.traces.read_jobs)
+        1.0, "--time-compress", metavar="F",
+        help="fedmst cluster: divide a job file's submission times, and a Philly or Helios trace's times and "
+             "durations, by F, so a day of trace fits a run (a round stands for one second of compressed trace).")
     mode: str = option(
         "emulate", "--mode", choices=("emulate", "simulate"),
         help="fedmst cluster: run every job for real in the emulation, or on the fluid model of concurrent "
@@ -324,7 +324,12 @@ class RunConfig:
     placement: str = option(
         "random", "--placement", metavar="random|package.module:Class",
         help="fedmst cluster: where a job's G and local models go among the free slots (random: seeded).")
-    """The cluster's policy points (:mod:`fedmst.core.cluster.policies`); the queue's order is ``--order``."""
+    job_order: str = option(
+        "fifo", "--order", metavar="fifo|package.module:Class",
+        help="fedmst cluster: the order waiting jobs are tried in: fifo (first come, first served; a later job "
+             "that fits may start while an earlier one waits).")
+    """The cluster's policy points (:mod:`fedmst.core.cluster.policies`); ``job_order`` is the cluster's
+    ``--order`` (``run``'s orders the tasks it admits)."""
 
     @property
     def trains(self) -> str:
@@ -332,7 +337,7 @@ class RunConfig:
         return f"flower:{self.client}" if self.client else self.model
 
 
-CLUSTER_ONLY = ("slots", "jobs", "time_compress", "mode", "placement")
+CLUSTER_ONLY = ("slots", "jobs", "time_compress", "mode", "placement", "job_order")
 """The options only ``fedmst cluster`` takes (``run`` and ``compare`` run no cluster)."""
 
 SWEEP = {"tasks": {"default": 30, "help": None},

@@ -461,22 +461,27 @@ def round_means(task_rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def task_rows(windows: Sequence[PhaseSpan], accuracy: Mapping[str, Sequence[float]], local_models: Mapping[str, int],
+              predicted: Mapping[tuple[str, int], float] | None = None) -> list[dict[str, Any]]:
+    """tasks.csv of tasks on their own clocks: a row per task and round finished, from its phase
+    ``windows``, G's ``accuracy`` after each round and the ``predicted`` iteration times (if any)."""
+    measured = iteration_times(windows)
+    phase = {(s.task, s.round, s.phase): s for s in windows}
+    return [{
+        "round": r, "task": task,
+        **{f"{p}_s": phase[(task, r, p)].end_s - phase[(task, r, p)].start_s for p in ROUND_PHASES},
+        "round_s": seconds, "accuracy": accuracy[task][r - 1] if len(accuracy.get(task, ())) >= r else "",
+        "local_models": local_models[task], "start_s": phase[(task, r, "broadcast")].start_s,
+        "end_s": phase[(task, r, "upload")].end_s, "predicted_round_s": (predicted or {}).get((task, r), ""),
+    } for (task, r), seconds in sorted(measured.items())]
+
+
 def write_clock_tables(out: Path, run: ClockRun, graph: nx.Graph, mtu: int) -> None:
     """tasks.csv, rounds.csv (means over the tasks of each round), links.csv and timeline.csv."""
     windows = run.windows()
-    measured = iteration_times(windows)
-    predicted = iteration_times(run.predicted)
-    phase = {(s.task, s.round, s.phase): s for s in windows}
-    local = {p.task.name: p.task.k for p in run.plans}
-    task_rows = [{
-        "round": r, "task": task,
-        **{f"{p}_s": phase[(task, r, p)].end_s - phase[(task, r, p)].start_s for p in ROUND_PHASES},
-        "round_s": seconds, "accuracy": run.accuracy.get(task, [])[r - 1] if len(run.accuracy.get(task, [])) >= r
-        else "", "local_models": local[task], "start_s": phase[(task, r, "broadcast")].start_s,
-        "end_s": phase[(task, r, "upload")].end_s, "predicted_round_s": predicted.get((task, r), ""),
-    } for (task, r), seconds in sorted(measured.items())]
-    write_csv(out / "tasks.csv", TASK_FIELDS, task_rows)
-    write_csv(out / "rounds.csv", ROUND_FIELDS, round_means(task_rows))
+    rows = task_rows(windows, run.accuracy, {p.task.name: p.task.k for p in run.plans}, iteration_times(run.predicted))
+    write_csv(out / "tasks.csv", TASK_FIELDS, rows)
+    write_csv(out / "rounds.csv", ROUND_FIELDS, round_means(rows))
     write_links(out / "links.csv", clock_link_rows(run, graph, mtu))
     write_timeline(out, windows, run.predicted)
 

@@ -24,6 +24,7 @@ from fedmst.core.cluster.slots import SlotInterval
 from fedmst.core.topology import node_order
 from fedmst.errors import FedmstError
 from fedmst.run.cluster_records import (
+    NODE_SEPARATOR,
     SLOTS,
     SUMMARY,
     ClusterSummary,
@@ -99,7 +100,8 @@ def ecdf(values: Iterable[float]) -> tuple[list[float], list[float]]:
 def tally(jobs: Sequence[JobRow]) -> str:
     """How the jobs ended, in words, statuses with no job left out.
 
-    >>> row = lambda status: JobRow("j", 0.0, None, 0.0, None, 0.0, 1, 0, "a", status, "", 0, None, 0, None, 0.0, 0.0)
+    >>> row = lambda status: JobRow("j", 0.0, None, 0.0, None, 0.0, 1, 0, "a", status, "", 0, None, 0, None,
+    ...                             0.0, 0.0, 0.0)
     >>> tally([row("rejected")] * 3), tally([row("finished"), row("failed"), row("failed")]), tally([])
     ('3 rejected', '1 finished, 2 failed', 'no job on record')
     """
@@ -220,7 +222,7 @@ def _draw_gantt(ax: Any, jobs: Sequence[JobRow], intervals: Sequence[SlotInterva
     for j in jobs:
         if j.job in held:  # G takes its node's lowest free slot first; any row it held if G's is not on record
             rows_held = [index[r] for r in held[j.job]]
-            on_g = [index[r] for r in held[j.job] if [r[0]] == j.nodes.split()[:1]]
+            on_g = [index[r] for r in held[j.job] if [r[0]] == j.nodes.split(NODE_SEPARATOR)[:1]]
             g_rows[j.job] = min(on_g or rows_held)
     marked = [j for j in jobs if j.job in g_rows]
     top = [g_rows[j.job] - half - 0.05 for j in marked]

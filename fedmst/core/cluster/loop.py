@@ -25,17 +25,19 @@ slots than the cluster has is rejected when it arrives, with the reason; the oth
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Literal, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Literal, Mapping, Protocol, Sequence, TypeVar
 
-from fedmst.core.cluster.jobs import Job
+from fedmst.core.cluster.jobs import Job, JobError
 from fedmst.core.cluster.policies import ORDERS, PLACEMENTS, ClusterView, Order, Placed, Placement
 from fedmst.core.cluster.slots import Occupancy, SlotInterval
-from fedmst.core.plan import Plan
+from fedmst.core.contention import iteration_times
+from fedmst.core.plan import Plan, predicted_link_bytes
 from fedmst.core.schedulers import schedule
 from fedmst.core.span import PhaseSpan
 from fedmst.core.tasks import DEFAULT_DATASET, DEFAULT_MODEL, Task
 from fedmst.core.wire import DEFAULT_MTU
 from fedmst.core.workload import link_state
+from fedmst.errors import FedmstError
 from fedmst.wording import counted
 
 if TYPE_CHECKING:
@@ -63,6 +65,22 @@ class Outcome:
     """Seconds from its start to its first round: its agents started and connected."""
     spans: tuple[PhaseSpan, ...] = ()
     """Its phases, round by round (tasks.csv)."""
+    accuracies: tuple[float, ...] = ()
+    """G's accuracy after each round (none where no model trained: the fluid model)."""
+
+    @classmethod
+    def finished(cls, plan: Plan, spans: Sequence[PhaseSpan], begun_s: float, end_s: float, *, mtu: int,
+                 accuracies: Sequence[float] = ()) -> Outcome:
+        """The outcome of a job that ran ``plan`` from ``begun_s`` (its start) to ``end_s``, its
+        rounds' phases ``spans``: what every back end reports of a job that ended."""
+        rounds = iteration_times(spans)
+        return cls(end_s=end_s, rounds=len(rounds),
+                   mean_round_s=sum(rounds.values()) / len(rounds) if rounds else None,
+                   link_bytes=sum(predicted_link_bytes(plan, mtu=mtu).values()) * len(rounds),
+                   final_accuracy=accuracies[-1] if accuracies else None,
+                   comm_s=sum(s.end_s - s.start_s for s in spans if s.phase != "train"),
+                   setup_s=min((s.start_s for s in spans), default=end_s) - begun_s, spans=tuple(spans),
+                   accuracies=tuple(accuracies))
 
 
 @dataclass(frozen=True)
@@ -202,8 +220,10 @@ class _Loop:
 
     def _schedule(self, now: float) -> None:
         cluster = self.cluster
-        for job in list(cluster.order.order(self.waiting, self._view(now))):
-            placed = cluster.placement.place(job, self._view(now))
+        for job in _policy(cluster.order, "order", lambda: list(cluster.order.order(self.waiting, self._view(now)))):
+            if job not in self.waiting:
+                raise JobError(f"order {type(cluster.order).__name__} gave {job!r}, which is not waiting")
+            placed = self._placed(job, now)
             if placed is None:
                 continue
             plan = self.plan(job, placed, [p for *_, p in self.running.values()])
@@ -211,6 +231,25 @@ class _Loop:
             self.waiting.remove(job)
             self.running[job.name] = (job, placed, now, plan)
             self.runner.start(job, plan)
+
+    def _placed(self, job: Job, now: float) -> Placed | None:
+        """Where the placement puts ``job`` now, checked: a plugin's mistake ends the command in one line."""
+        policy = self.cluster.placement
+        placed = _policy(policy, "placement", lambda: policy.place(job, self._view(now)))
+        if placed is None:
+            return None
+        name = f"placement {type(policy).__name__}"
+        if not isinstance(placed, Placed):
+            raise JobError(f"{name} gave {placed!r} for job {job.name}: give a Placed or None")
+        if len(placed.local_nodes) != job.local_models:
+            raise JobError(f"{name} placed {counted(len(placed.local_nodes), 'local model')} of job {job.name}, "
+                           f"which has {job.local_models}")
+        free = self.occupancy.free
+        for node in dict.fromkeys(placed.nodes):
+            if placed.nodes.count(node) > free.get(node, 0):
+                raise JobError(f"{name} put {placed.nodes.count(node)} of job {job.name}'s models on node {node!r}, "
+                               f"which has {free.get(node, 0)} free slot(s)")
+        return placed
 
     def _view(self, now: float) -> ClusterView:
         return ClusterView(self.cluster.graph, self.occupancy.free, now, self.cluster.seed,
@@ -231,6 +270,20 @@ class _Loop:
                                f"placement {type(self.cluster.placement).__name__} did not place it on an idle "
                                "cluster"))
         self.waiting = []
+
+
+T = TypeVar("T")
+
+
+def _policy(policy: object, kind: str, call: Callable[[], T]) -> T:
+    """``call`` a policy's method; an exception it raises ends the command in one line naming it."""
+    try:
+        return call()
+    except FedmstError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plugin's bug, said in one line with the policy's name
+        raise JobError(f"{kind} {type(policy).__name__} raised {type(exc).__name__}: "
+                       f"{' '.join(str(exc).split())}") from exc
 
 
 __all__ = ["Cluster", "Ended", "History", "Outcome", "Planner", "Progress", "Runner", "Status", "planner",

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Callable, Mapping
 
 from fedmst.core.cluster.jobs import Job
 from fedmst.core.cluster.loop import Outcome
-from fedmst.core.contention import Fluid, capacities, iteration_times, profile_of
-from fedmst.core.plan import Plan, predicted_link_bytes
+from fedmst.core.contention import Fluid, capacities, profile_of
+from fedmst.core.plan import Plan
 from fedmst.core.span import PhaseSpan
 from fedmst.core.wire import DEFAULT_MTU
 
@@ -75,14 +75,8 @@ class SimulatedRunner:
             self.spans[span.task].append(span)
         out = {}
         for name in self.fluid.ended:
-            spans = self.spans.pop(name)
-            rounds = iteration_times(spans)
-            plan = self.plans.pop(name)
-            out[name] = Outcome(end_s=self.fluid.now, rounds=len(rounds),
-                                mean_round_s=sum(rounds.values()) / len(rounds),
-                                link_bytes=sum(predicted_link_bytes(plan, mtu=self.mtu).values()) * len(rounds),
-                                comm_s=sum(s.end_s - s.start_s for s in spans if s.phase != "train"),
-                                setup_s=min(s.start_s for s in spans) - self.begun.pop(name), spans=tuple(spans))
+            out[name] = Outcome.finished(self.plans.pop(name), self.spans.pop(name), self.begun.pop(name),
+                                         self.fluid.now, mtu=self.mtu)
         return out
 
 

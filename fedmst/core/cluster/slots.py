@@ -31,10 +31,8 @@ if TYPE_CHECKING:
 
 
 def node_slots(graph: nx.Graph, default: int) -> dict[str, int]:
-    """Every node's slots: what it declares, else ``default`` (``--slots``); a cluster with no
-    slot at all is refused, as is a negative or fractional ``default``."""
-    if isinstance(default, bool) or not isinstance(default, int) or default < 0:
-        raise JobError(f"--slots {default}: give a whole number of 0 or more")
+    """Every node's slots: what it declares, else ``default`` (``--slots``, checked with the
+    options); a cluster with no slot at all is refused."""
     slots = {str(n): int(graph.nodes[n].get("slots", default)) for n in graph}
     if not any(slots.values()):
         raise JobError(f"topology {graph.graph.get('name', '?')!r}: no node has a slot, so no job can run "

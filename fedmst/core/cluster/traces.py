@@ -21,6 +21,7 @@ import io
 import json
 import math
 import random
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -109,11 +110,21 @@ def read_jobs(spec: str, *, seed: int, time_compress: float = 1.0, max_local_mod
         raise JobError(f"{where}: no jobs: give at least one")
     first: dict[str, str] = {}
     for row, job in rows:
+        if not _NAME.fullmatch(job.name):
+            raise JobError(f"{where}: job {job.name!r} ({row}): give a name of letters, digits, '.', '_' and '-' "
+                           "(it names the job's folder)")
+        if not math.isfinite(job.submit_s):
+            raise JobError(f"--time-compress {time_compress:g}: too small for {where}: job {job.name} would "
+                           "arrive at infinity")
         if job.name in first:
             raise JobError(f"{where}: job {job.name} is given twice ({first[job.name]} and {row}): "
                            "give each job its own name")
         first[job.name] = row
     return Trace(tuple(sorted((job for _, job in rows), key=lambda job: job.submit_s)), spec, skipped)
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+"""A job's name: it names its folder (``DIR/jobs/NAME``), so it is never a path."""
 
 
 def _read_text(where: str, path: str) -> str:
@@ -133,7 +144,10 @@ def _rounds(duration_s: float, time_compress: float) -> int:
     >>> _rounds(3600.0, 60.0), _rounds(0.0, 1.0)
     (60, 1)
     """
-    return max(1, round(duration_s / time_compress / ROUND_OF_TRACE_S))
+    rounds = duration_s / time_compress / ROUND_OF_TRACE_S
+    if not math.isfinite(rounds):
+        raise JobError(f"--time-compress {time_compress:g}: too small: a job of {duration_s:g} s would run for ever")
+    return max(1, round(rounds))
 
 
 def _seed(seed: int) -> int:
@@ -171,6 +185,9 @@ def _csv_rows(where: str, text: str) -> Iterator[tuple[int, dict[str, Any]]]:
     header = [name.strip() for name in next(reader, [])]
     if not header:
         return
+    twice = sorted({name for name in header if header.count(name) > 1})
+    if twice:
+        raise JobError(f"{where}: header: column(s) {', '.join(map(repr, twice))} given twice: give each once")
     unknown = [name for name in header if name not in FIELDS]
     if unknown:
         raise JobError(f"{where}: header: unknown column(s) {', '.join(map(repr, unknown))} "
