@@ -390,6 +390,9 @@ CLUSTER_OPTIONS = ("topology", "slots", "jobs", "time_compress", "scheduler", "m
 @click.option("--out", default="runs/cluster", show_default=True,
               help="Folder for jobs.csv, slots.csv, tasks.csv and summary.json: a new or empty one (default: "
                    "runs/cluster, or runs/cluster-2 ... if taken).")
+@click.option("--policies", default=None, metavar="ORDER/PLACEMENT,...",
+              help="Run the same trace under each queue order and placement (e.g. fifo/random,sjf/pack,fifo/network) "
+                   "into DIR/ORDER+PLACEMENT/, with DIR/comparison.json and one table.")
 @_overwrite_option
 @_config_file
 @_schema_options(*CLUSTER_OPTIONS)
@@ -401,12 +404,13 @@ def cluster(ctx: click.Context, overwrite: bool, **kw: Any) -> None:
 
     from fedmst.run import cluster as cluster_
 
-    def prepared() -> tuple[Any, OutputFolder]:
+    def prepared() -> tuple[Any, OutputFolder, Any]:
         config, extra = _config(ctx, kw)
+        policies = cluster_.parse_policies(extra["policies"]) if extra["policies"] else None
         config, folder = _output(config, extra, overwrite)
-        return cluster_.resolve(config), folder
+        return cluster_.resolve(config), folder, policies
 
-    resolved, folder = _guard(prepared)
+    resolved, folder, policies = _guard(prepared)
     _report(f"{counted(len(resolved.jobs), 'job')} on {resolved.graph.graph['name']}: "
             f"{counted(sum(resolved.slots.values()), 'slot')} on "
             f"{counted(sum(1 for s in resolved.slots.values() if s), 'node')}; "
@@ -421,10 +425,13 @@ def cluster(ctx: click.Context, overwrite: bool, **kw: Any) -> None:
             bar.update(shown, completed=p.done, description=f"{p.waiting} waiting, {p.running} running; "
                                                              f"network {p.now_s:.1f} s, host {host_s:.1f} s")
 
-        summary = _guard(lambda: cluster_.run(resolved, folder, _report, progress), emulates=True)
+        if policies:
+            summaries = _guard(lambda: cluster_.compare(resolved, policies, folder, _report, progress), emulates=True)
+        else:
+            summaries = {"": _guard(lambda: cluster_.run(resolved, folder, _report, progress), emulates=True)}
     from fedmst.run.cluster_records import cluster_table
 
-    console.print(cluster_table(summary))
+    console.print(cluster_table(summaries))
     console.print(f"results in {folder.path}/ (jobs.csv, slots.csv, summary.json, ...: docs/cluster.md)")
 
 

@@ -206,8 +206,8 @@ def test_a_jobs_plan_sees_the_running_jobs_links() -> None:
 
 
 def test_the_registries_know_the_defaults_and_refuse_unknown_names() -> None:
-    assert ORDERS.names() == ("fifo",) and PLACEMENTS.names() == ("random",)
-    with pytest.raises(JobError, match="unknown placement 'nope'; choose one of: random"):
+    assert ORDERS.names() == ("fifo", "sjf") and PLACEMENTS.names() == ("network", "pack", "random", "spread")
+    with pytest.raises(JobError, match="unknown placement 'nope'; choose one of: network, pack, random, spread"):
         PLACEMENTS.lookup("nope")
 
 
@@ -238,3 +238,86 @@ def test_a_placement_plugins_mistake_is_one_line(gives, fragment: str) -> None: 
     with pytest.raises(JobError) as err:
         _simulated(_ring(3), [Job("j", 0.0, 1, rounds=1)], placement=Plugin())
     assert fragment in str(err.value) and "\n" not in str(err.value)
+
+
+def _view(graph: nx.Graph, free: dict[str, int], **more: object) -> ClusterView:
+    return ClusterView(graph, free=free, now_s=0.0, seed=1, **more)  # type: ignore[arg-type]
+
+
+def test_pack_fills_nodes_in_order_and_spread_takes_one_per_node_first() -> None:
+    g = _ring(4)
+    free = {"0": 1, "1": 3, "2": 2, "3": 3}
+    job = Job("j", 0.0, local_models=4)
+    assert PLACEMENTS.lookup("pack")().place(job, _view(g, free)) == Placed("0", ("1", "1", "1", "2"))
+    # most free first (1 and 3, then 2, then 0), one each before any node gets a second
+    assert PLACEMENTS.lookup("spread")().place(job, _view(g, free)) == Placed("1", ("3", "2", "0", "1"))
+    for name in ("pack", "spread"):
+        assert PLACEMENTS.lookup(name)().place(Job("big", 0.0, 9), _view(g, free)) is None
+
+
+def test_sjf_tries_the_least_work_first() -> None:
+    jobs = [Job("long", 0.0, 1, rounds=10, compute_s=1.0), Job("short", 1.0, 1, rounds=2, compute_s=1.0),
+            Job("tie", 0.5, 1, rounds=1, compute_s=2.0)]
+    ordered = ORDERS.lookup("sjf")().order(jobs, _view(_ring(3), {}))
+    assert [j.name for j in ordered] == ["tie", "short", "long"]  # 2 s (earlier), 2 s, 10 s
+
+
+def test_the_network_placement_keeps_a_job_near_its_g_and_off_busy_links() -> None:
+    g = _ring(8)
+    g.edges["0", "1"]["delay_s"] = 0.05  # a slow link: models far from G cost its round
+    plan = planner(g, "mst", model_bytes=lambda job: 1_000_000)
+    from fedmst.core.plan import loaded_phase_seconds
+
+    def comm_s(p, running=()):  # type: ignore[no-untyped-def]
+        return sum(loaded_phase_seconds(p, running, g, ph, chunk_bytes=1 << 18, with_delay=True)
+                   for ph in ("broadcast", "upload"))
+
+    job = Job("j", 0.0, local_models=2)
+    free = {n: 1 for n in g}
+    placed = PLACEMENTS.lookup("network")().place(job, _view(g, free, plan=lambda j, p: plan(j, p, []),
+                                                              comm_s=comm_s))
+    assert placed is not None
+    chosen = comm_s(plan(job, placed, []))
+    for other in (PLACEMENTS.lookup(n)().place(job, _view(g, free)) for n in ("pack", "random")):
+        assert other is not None and chosen <= comm_s(plan(job, other, [])) + 1e-12
+    assert not {"0", "1"} <= set(placed.nodes)  # never across the slow link
+    with pytest.raises(JobError, match="needs the cluster's scheduler"):
+        PLACEMENTS.lookup("network")().place(job, _view(g, free))
+
+
+@pytest.mark.parametrize("spec,fragment", [
+    ("fifo", "give ORDER/PLACEMENT"),
+    ("fifo/random/network", "preemption policy"),
+    ("nope/random", "unknown queue order 'nope'"),
+    ("fifo/nope", "unknown placement 'nope'"),
+    ("fifo/random,fifo/random", "fifo+random given twice"),
+    ("fifo/random,", "an empty item"),
+])
+def test_bad_policy_lists_are_one_line(spec: str, fragment: str) -> None:
+    from fedmst.errors import FedmstError
+    from fedmst.run.cluster import parse_policies
+
+    with pytest.raises(FedmstError) as err:
+        parse_policies(spec)
+    assert fragment in str(err.value) and "\n" not in str(err.value)
+
+
+def test_policies_compare_on_one_trace_into_their_folders(tmp_path: Path) -> None:
+    from fedmst.run import cluster
+    from fedmst.run.cluster_records import read_jobs_csv
+    from fedmst.run.config import RunConfig
+    from fedmst.run.folders import OutputFolder
+
+    resolved = cluster.resolve(RunConfig(topology="nsfnet", slots=1, jobs="poisson:180,12", seed=3, rounds=2,
+                                         model="mlp", mode="simulate", compute_s=0.2))
+    summaries = cluster.compare(resolved, cluster.parse_policies("fifo/random,sjf/pack,fifo/network"),
+                                OutputFolder(tmp_path / "c", False), report=lambda line: None)
+    assert list(summaries) == ["fifo+random", "sjf+pack", "fifo+network"]
+    record = json.loads((tmp_path / "c" / "comparison.json").read_text())
+    assert record["status"] == "completed" and set(record["runs"].values()) == {"completed"}
+    for name, summary in summaries.items():
+        assert (tmp_path / "c" / name / "jobs.csv").is_file() and summary.jobs_finished == 12
+        assert (summary.order, summary.placement) == tuple(name.split("+"))
+    # the same jobs with the same training times in every folder
+    trained = {name: sorted((r.job, r.train_s) for r in read_jobs_csv(tmp_path / "c" / name)) for name in summaries}
+    assert len({tuple(v) for v in trained.values()}) == 1

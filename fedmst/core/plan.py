@@ -242,6 +242,37 @@ def predicted_phase_seconds(
     return total
 
 
+def loaded_phase_seconds(plan: Plan, running: Sequence[Plan], graph: nx.Graph, phase: Phase, *, chunk_bytes: int,
+                         with_delay: bool, mtu: int = DEFAULT_MTU) -> float:
+    """How long ``plan``'s ``phase`` would take on links that the ``running`` plans load too, as if
+    their phases coincided: each of its steps serialises, on its busiest link direction, its own
+    bytes and every running plan's there, then fills its own deepest chain. A placement's score
+    (:class:`fedmst.core.cluster.policies.Network`): links busy with other jobs count against it.
+
+    >>> from fedmst.core.tasks import Task
+    >>> g = nx.path_graph(["a", "b"])
+    >>> nx.set_edge_attributes(g, 8.0, "capacity_mbps"); nx.set_edge_attributes(g, 0.0, "delay_s")
+    >>> one = Plan("x", Task("t", "a", ("b",), 1_000_000), (Transfer("broadcast", ("a", "b"), frozenset({0})),))
+    >>> alone = loaded_phase_seconds(one, [], g, "broadcast", chunk_bytes=1 << 30, with_delay=False)
+    >>> shared = loaded_phase_seconds(one, [one], g, "broadcast", chunk_bytes=1 << 30, with_delay=False)
+    >>> round(alone, 2), round(shared - alone, 2)
+    (2.09, 1.05)
+    """
+    total = 0.0
+    for step in sorted({t.step for t in plan.phase(phase)}):
+        mine = {hop for t in plan.phase(phase) if t.step == step for hop in t.hops}
+        loads: dict[LinkDir, int] = defaultdict(int)
+        for p in (plan, *running):
+            for t in p.phase(phase):
+                if p is not plan or t.step == step:
+                    for hop in t.hops:
+                        if hop in mine:
+                            loads[hop] += wire_bytes(t.payload(p.task.model_bytes), mtu)
+        serialise = max((b * 8 / _capacity_bps(graph, u, v) for (u, v), b in loads.items()), default=0.0)
+        total += serialise + _deepest_chain(plan, graph, phase, step, chunk_bytes, with_delay, mtu)
+    return total
+
+
 def _deepest_chain(plan: Plan, graph: nx.Graph, phase: Phase, step: int, chunk_bytes: int, with_delay: bool,
                    mtu: int) -> float:
     """The pipeline fill of the longest chain of one step's transfers, each behind its feeders."""

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from functools import cache
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import networkx as nx
 
@@ -30,7 +30,7 @@ from fedmst.core.cluster.policies import ORDERS, PLACEMENTS, ClusterView
 from fedmst.core.cluster.simulate import SimulatedRunner
 from fedmst.core.cluster.slots import Occupancy, node_slots
 from fedmst.core.cluster.traces import Trace, read_jobs
-from fedmst.core.plan import Plan
+from fedmst.core.plan import TRANSFER_PHASES, Plan, loaded_phase_seconds
 from fedmst.core.schedulers import get_scheduler
 from fedmst.core.topology import load_topology
 from fedmst.core.workload import WorkloadPlan
@@ -40,7 +40,9 @@ from fedmst.run import folders
 from fedmst.run.cluster_records import (JOB_FIELDS, JOBS, NODE_SEPARATOR, ROUNDS, SLOT_FIELDS, SLOTS, TASKS, Appender,
                                         ClusterSummary,
                                         JobRow, figures, read_jobs_csv, read_slots_csv)
-from fedmst.run.config import RunConfig, validate
+from fedmst.run.config import RunConfig, split_list, validate
+from fedmst.run.experiments import claimed
+from fedmst.run.layout import COMPARISON, run_folder_name
 from fedmst.run.prepare import ResolvedRun
 from fedmst.run.report import Report, failed
 from fedmst.run.measure import round_means, task_rows
@@ -133,18 +135,32 @@ def _emulated(resolved: ResolvedCluster) -> ResolvedCluster:
 def _full(resolved: ResolvedCluster) -> WorkloadPlan:
     """The trace's first jobs placed on an empty cluster until it is full, planned: what the host
     must keep up with when every slot is busy (``--time-scale auto``)."""
-    config = resolved.config
+    config, cluster = resolved.config, _cluster(resolved)
     occupancy = Occupancy(resolved.slots)
-    placement = PLACEMENTS.lookup(config.placement)()
-    plan = _planner(resolved)
+    plan, comm_s = _planner(resolved), cluster.comm_s
     plans: list[Plan] = []
     for job in (j for j in resolved.jobs if j.slots <= occupancy.total):  # the others are rejected as they come
-        placed = placement.place(job, ClusterView(resolved.graph, occupancy.free, 0.0, config.seed))
+        view = ClusterView(resolved.graph, occupancy.free, 0.0, config.seed,
+                           plan=lambda job, placed: plan(job, placed, plans),
+                           comm_s=None if comm_s is None else lambda p: comm_s(p, plans))
+        placed = cluster.placement.place(job, view)
         if placed is None:
             break
         occupancy.take(job.name, placed.nodes, 0.0)
         plans.append(plan(job, placed, plans))
     return WorkloadPlan(scheduler=config.scheduler, plans=tuple(plans), blocked=(), wavelengths=0, lightpaths=())
+
+
+def _cluster(resolved: ResolvedCluster) -> Cluster:
+    """The cluster's slots and policies, and the prediction its policies look ahead with."""
+    config = resolved.config
+
+    def comm_s(plan: Plan, running: Sequence[Plan]) -> float:
+        return sum(loaded_phase_seconds(plan, running, resolved.graph, phase, chunk_bytes=config.chunk_bytes,
+                                        with_delay=resolved.with_delay, mtu=config.mtu) for phase in TRANSFER_PHASES)
+
+    return Cluster(resolved.graph, resolved.slots, config.seed, ORDERS.lookup(config.job_order)(),
+                   PLACEMENTS.lookup(config.placement)(), comm_s=comm_s)
 
 
 def _planner(resolved: ResolvedCluster) -> Planner:
@@ -264,8 +280,7 @@ def run(resolved: ResolvedCluster, output: folders.OutputFolder, report: Report,
         files = _Files(out)
         try:
             with _runner(resolved, out, report) as runner:
-                cluster = Cluster(resolved.graph, resolved.slots, config.seed, ORDERS.lookup(config.job_order)(),
-                                  PLACEMENTS.lookup(config.placement)())
+                cluster = _cluster(resolved)
                 def ended(life: Ended) -> None:
                     files.ended(life)
                     if life.status != "finished":
@@ -321,6 +336,67 @@ def _runner(resolved: ResolvedCluster, out: Path, report: Report) -> Iterator[Ru
             state.remove()
 
 
+def parse_policies(spec: str) -> list[tuple[str, str]]:
+    """``--policies``: ``ORDER/PLACEMENT`` pairs, comma-separated, each part a registered name or
+    ``package.module:Class`` (checked here, before anything runs).
+
+    >>> parse_policies("fifo/random,sjf/pack")
+    [('fifo', 'random'), ('sjf', 'pack')]
+    """
+    policies = []
+    for item in split_list(spec, "--policies"):
+        parts = item.split("/")
+        if len(parts) == 3:
+            raise FedmstError(f"--policies {item}: a third part would be a preemption policy, which fedmst cannot "
+                              "run yet: give ORDER/PLACEMENT")
+        if len(parts) != 2 or not all(parts):
+            raise FedmstError(f"--policies {item}: give ORDER/PLACEMENT, e.g. fifo/random")
+        ORDERS.lookup(parts[0])
+        PLACEMENTS.lookup(parts[1])
+        policies.append((parts[0], parts[1]))
+    folders_ = [policy_folder(*p) for p in policies]
+    twice = sorted({f for f in folders_ if folders_.count(f) > 1})
+    if twice:
+        raise FedmstError(f"--policies: {', '.join(twice)} given twice")
+    return policies
+
+
+def policy_folder(order: str, placement: str) -> str:
+    """Where one policy's cluster goes in a comparison: ``ORDER+PLACEMENT``, each part a plain
+    folder name (a ``package.module:Class`` one's ``:`` made ``_``).
+
+    >>> policy_folder("sjf", "pack"), policy_folder("fifo", "mypkg.mod:Mine")
+    ('sjf+pack', 'fifo+mypkg.mod_Mine')
+    """
+    return f"{run_folder_name(order)}+{run_folder_name(placement)}"
+
+
+def compare(resolved: ResolvedCluster, policies: Sequence[tuple[str, str]], output: folders.OutputFolder,
+            report: Report, progress: Callable[[Progress, float], None] = lambda p, host_s: None
+            ) -> dict[str, ClusterSummary]:
+    """Run the same trace (the same jobs, training times and seeds) under each ``(order,
+    placement)`` into ``output/ORDER+PLACEMENT/``; ``output/comparison.json`` holds every
+    summary and says how the comparison ended, whatever ended it."""
+    out = output.path
+    names = [policy_folder(*p) for p in policies]
+    summaries: dict[str, ClusterSummary] = {}
+
+    def record(status: str) -> None:
+        write_json(out / COMPARISON, {
+            "status": status, "policies": names,
+            "runs": {n: summaries[n].status if n in summaries else "not run" for n in names},
+            "summaries": {n: asdict(s) for n, s in summaries.items()}})
+
+    with claimed(output, "cluster", record):
+        for (order, placement), name in zip(policies, names):
+            report(f"[{name}] order {order}, placement {placement}")
+            one = replace(resolved, config=replace(resolved.config, job_order=order, placement=placement,
+                                                   out=str(out / name)))
+            summaries[name] = run(one, folders.OutputFolder(out / name, False),
+                                  lambda line, name=name: report(f"[{name}] {line}"), progress)
+    return summaries
+
+
 def _summarise(resolved: ResolvedCluster, out: Path, status: str, wall_s: float) -> None:
     """summary.json from the folder's tables (what they hold is what the command got to)."""
     config = resolved.config
@@ -337,4 +413,4 @@ def _summarise(resolved: ResolvedCluster, out: Path, status: str, wall_s: float)
     ).write(out)
 
 
-__all__ = ["ResolvedCluster", "resolve", "run"]
+__all__ = ["ResolvedCluster", "compare", "parse_policies", "policy_folder", "resolve", "run"]

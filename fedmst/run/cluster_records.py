@@ -13,7 +13,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from statistics import mean, median
-from typing import IO, Any, Iterable, Mapping, Sequence
+from typing import IO, Any, Callable, Iterable, Mapping, Sequence
 
 from fedmst.core.cluster.slots import SlotInterval
 from fedmst.errors import FedmstError
@@ -162,6 +162,10 @@ class ClusterSummary:
     """Slot-seconds held over slot-seconds offered during the makespan."""
     comm_share: float | None
     """Of the finished jobs' running time (start to end), the share spent moving weights."""
+    mean_round_s: float | None
+    """Mean over the finished jobs of their mean round."""
+    link_bytes: int
+    """What the finished jobs' plans put on the links over the rounds they ran (jobs.csv's sum)."""
     time_scale: float
     wall_s: float
     skipped: int = 0
@@ -179,7 +183,7 @@ class ClusterSummary:
             raise FedmstError(f"{folder / SUMMARY}: not a cluster summary ({' '.join(str(exc).split())})") from None
 
 
-def figures(rows: Sequence[JobRow], slots: Sequence[SlotInterval], total_slots: int) -> dict[str, float | None]:
+def figures(rows: Sequence[JobRow], slots: Sequence[SlotInterval], total_slots: int) -> dict[str, Any]:
     """The summary's figures over ``rows`` (jobs.csv) and ``slots`` (slots.csv).
 
     >>> row = lambda j, sub, start, end: JobRow(j, sub, start, end, start - sub, end - sub, 1, 1, "a b", "finished",
@@ -187,13 +191,13 @@ def figures(rows: Sequence[JobRow], slots: Sequence[SlotInterval], total_slots: 
     >>> rows = [row("a", 0.0, 0.0, 4.0), row("b", 1.0, 4.0, 6.0)]
     >>> held = [SlotInterval("a", 0, "a", 0.0, 4.0), SlotInterval("b", 0, "b", 4.0, 6.0)]
     >>> f = figures(rows, held, total_slots=2)
-    >>> f["makespan_s"], f["mean_jct_s"], f["mean_queue_s"], f["slot_utilisation"], f["comm_share"]
-    (6.0, 4.5, 1.5, 0.5, 0.25)
+    >>> f["makespan_s"], f["mean_jct_s"], f["mean_queue_s"], f["slot_utilisation"], f["comm_share"], f["mean_round_s"]
+    (6.0, 4.5, 1.5, 0.5, 0.25, 3.0)
     """
     done = [r for r in rows if r.status == "finished"]
     if not done:
-        return dict.fromkeys(("makespan_s", "mean_jct_s", "median_jct_s", "p99_jct_s", "mean_queue_s",
-                              "slot_utilisation", "comm_share"))
+        return {**dict.fromkeys(("makespan_s", "mean_jct_s", "median_jct_s", "p99_jct_s", "mean_queue_s",
+                                 "slot_utilisation", "comm_share", "mean_round_s")), "link_bytes": 0}
     first, last = min(r.submit_s for r in done), max(r.end_s for r in done)
     jct = [r.jct_s for r in done]
     makespan = last - first
@@ -202,11 +206,15 @@ def figures(rows: Sequence[JobRow], slots: Sequence[SlotInterval], total_slots: 
     return {"makespan_s": makespan, "mean_jct_s": mean(jct), "median_jct_s": median(jct),
             "p99_jct_s": percentile(jct, 99), "mean_queue_s": mean(r.queue_s or 0.0 for r in done),
             "slot_utilisation": held / (total_slots * makespan) if makespan > 0 else None,
-            "comm_share": sum(r.comm_s for r in done) / ran if ran > 0 else None}
+            "comm_share": sum(r.comm_s for r in done) / ran if ran > 0 else None,
+            "mean_round_s": mean(r.mean_round_s for r in done if r.mean_round_s is not None)
+            if any(r.mean_round_s is not None for r in done) else None,
+            "link_bytes": sum(r.link_bytes for r in done)}
 
 
-def cluster_table(summary: ClusterSummary) -> Any:
-    """The console's table of a cluster's figures (the network's seconds)."""
+def cluster_table(summaries: Mapping[str, ClusterSummary]) -> Any:
+    """The console's table of one cluster's figures, or of several policies' on one trace, a
+    column each (the network's seconds)."""
     from rich.table import Table
 
     def seconds(v: float | None) -> str:
@@ -215,20 +223,24 @@ def cluster_table(summary: ClusterSummary) -> Any:
     def share(v: float | None) -> str:
         return "-" if v is None else f"{100 * v:.1f} %"
 
-    table = Table(title=f"fedmst cluster on {summary.topology} ({summary.mode})")
+    first = next(iter(summaries.values()))
+    table = Table(title=f"fedmst cluster on {first.topology} ({first.mode})")
     table.add_column("over the trace")
-    table.add_column("value", justify="right")
-    for label, value in (
-            ("jobs finished", f"{summary.jobs_finished} of {summary.jobs}"),
-            ("jobs rejected", str(summary.jobs_rejected)), ("jobs failed", str(summary.jobs_failed)),
-            ("makespan (s)", seconds(summary.makespan_s)), ("mean JCT (s)", seconds(summary.mean_jct_s)),
-            ("median JCT (s)", seconds(summary.median_jct_s)), ("p99 JCT (s)", seconds(summary.p99_jct_s)),
-            ("mean queueing (s)", seconds(summary.mean_queue_s)),
-            ("slot utilisation", share(summary.slot_utilisation)),
-            ("communication share", share(summary.comm_share))):
-        table.add_row(label, value)
-    table.caption = (f"{summary.slots} slots; scheduler {summary.scheduler}, order {summary.order}, placement "
-                     f"{summary.placement}; {summary.status}")
+    for name in summaries:
+        table.add_column(name if len(summaries) > 1 else "value", justify="right")
+    rows: dict[str, Callable[[ClusterSummary], str]] = {
+        "jobs finished": lambda s: f"{s.jobs_finished} of {s.jobs}",
+        "jobs rejected": lambda s: str(s.jobs_rejected), "jobs failed": lambda s: str(s.jobs_failed),
+        "makespan (s)": lambda s: seconds(s.makespan_s), "mean JCT (s)": lambda s: seconds(s.mean_jct_s),
+        "median JCT (s)": lambda s: seconds(s.median_jct_s), "p99 JCT (s)": lambda s: seconds(s.p99_jct_s),
+        "mean queueing (s)": lambda s: seconds(s.mean_queue_s), "mean round (s)": lambda s: seconds(s.mean_round_s),
+        "link MB (planned)": lambda s: f"{s.link_bytes / 1e6:.1f}",
+        "slot utilisation": lambda s: share(s.slot_utilisation),
+        "communication share": lambda s: share(s.comm_share)}
+    for label, cell in rows.items():
+        table.add_row(label, *(cell(s) for s in summaries.values()))
+    policies = "" if len(summaries) > 1 else f", order {first.order}, placement {first.placement}"
+    table.caption = f"{first.slots} slots; scheduler {first.scheduler}{policies}; {first.status}"
     return table
 
 

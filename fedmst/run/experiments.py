@@ -98,7 +98,7 @@ def compare(config: RunConfig, schedulers: Sequence[str], out: OutputFolder, rep
         write_json(out.path / COMPARISON, {"status": status, "runs": {
             n: "not run" if e is None else e.status for n, e in ended.items()}, **comparison(summaries, names)})
 
-    with _claimed(out, "compare", record):
+    with claimed(out, "compare", record):
         for i, r in enumerate(runs):
             summaries[r.config.scheduler] = run(_into(r, out.path / run_folder_name(r.config.scheduler)),
                                                 report=report, command_started=command_started if i == 0 else None)
@@ -106,7 +106,7 @@ def compare(config: RunConfig, schedulers: Sequence[str], out: OutputFolder, rep
 
 
 @contextmanager
-def _claimed(out: OutputFolder, kind: Kind, record: Callable[[str], None]) -> Iterator[None]:
+def claimed(out: OutputFolder, kind: Kind, record: Callable[[str], None]) -> Iterator[None]:
     """The block writing into ``out``, claimed for ``kind``; then ``record(status)`` says how it
     ended (``completed``, ``interrupted``, ``failed: REASON``), unless the folder is gone."""
     handle, status = claim(out, kind), "interrupted"
@@ -189,7 +189,7 @@ def sweep(base: RunConfig, local_models: Sequence[int], seeds: Sequence[int], ou
         write_json(out / SWEEP_RECORD, {"status": status, "points": len(order), "points_done": len(done)})
 
     if ray_address is None:
-        with _claimed(output, "sweep", ended):
+        with claimed(output, "sweep", ended):
             for point in order:
                 progress.started(described[point])
                 record(point, run(_into(resolved[point], folders[point]), report=lambda _: None), "")
@@ -205,7 +205,7 @@ def sweep(base: RunConfig, local_models: Sequence[int], seeds: Sequence[int], ou
                                   f"(its run folder: {folders[point]})")
             record(point, result.summary, result.node)
 
-        with _claimed(output, "sweep", ended):
+        with claimed(output, "sweep", ended):
             run_points({p: resolved[p] for p in order}, arrived)
     return [asdict(row) for p in order for row in done[p]]
 

@@ -150,6 +150,8 @@ class Cluster:
     seed: int
     order: Order = field(default_factory=lambda: ORDERS.lookup("fifo")())
     placement: Placement = field(default_factory=lambda: PLACEMENTS.lookup("random")())
+    comm_s: Callable[[Plan, Sequence[Plan]], float] | None = None
+    """A plan's broadcast and upload on links the given running plans load too (the view's ``comm_s``)."""
 
 
 @dataclass(frozen=True)
@@ -252,8 +254,12 @@ class _Loop:
         return placed
 
     def _view(self, now: float) -> ClusterView:
+        running = [plan for *_, plan in self.running.values()]
+        comm_s = self.cluster.comm_s
         return ClusterView(self.cluster.graph, self.occupancy.free, now, self.cluster.seed,
-                           {name: placed for name, (_, placed, _, _) in self.running.items()})
+                           {name: placed for name, (_, placed, _, _) in self.running.items()},
+                           plan=lambda job, placed: self.plan(job, placed, running),
+                           comm_s=None if comm_s is None else lambda plan: comm_s(plan, running))
 
     def _end(self, name: str, outcome: Outcome) -> None:
         job, placed, start, _ = self.running.pop(name)
