@@ -321,3 +321,7 @@ def test_policies_compare_on_one_trace_into_their_folders(tmp_path: Path) -> Non
     # the same jobs with the same training times in every folder
     trained = {name: sorted((r.job, r.train_s) for r in read_jobs_csv(tmp_path / "c" / name)) for name in summaries}
     assert len({tuple(v) for v in trained.values()}) == 1
+    from fedmst.views.gantt import plot_jobs
+
+    figure = plot_jobs(tmp_path / "c")  # every policy's JCT distribution side by side
+    assert figure == tmp_path / "c" / "jobs.png" and figure.stat().st_size > 10_000

@@ -14,6 +14,7 @@ all (their gids: bars, queued, submitted, rejected), so a trace of thousands of 
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from pathlib import Path
@@ -24,6 +25,7 @@ from fedmst.core.cluster.slots import SlotInterval
 from fedmst.core.topology import node_order
 from fedmst.errors import FedmstError
 from fedmst.run.cluster_records import (
+    JOBS,
     NODE_SEPARATOR,
     SLOTS,
     SUMMARY,
@@ -33,6 +35,7 @@ from fedmst.run.cluster_records import (
     read_jobs_csv,
     read_slots_csv,
 )
+from fedmst.run.layout import COMPARISON
 from fedmst.run.report import scheduler_label
 from fedmst.views.plots import _pyplot, _save
 
@@ -139,7 +142,7 @@ def plot_jobs(folder: Path, out: Path | None = None) -> Path:
     none): the title then names less.
     """
     folder = Path(folder)
-    fig = jobs_figure(folder)
+    fig = policies_figure(folder) if (folder / COMPARISON).is_file() else jobs_figure(folder)
     target = Path(out) if out is not None else folder / JOBS_PNG
     try:
         _save(fig, target, dpi=DPI)
@@ -172,6 +175,35 @@ def jobs_figure(folder: Path) -> Any:
     except BaseException:
         plt.close(fig)
         raise
+    return fig
+
+
+def policies_figure(folder: Path) -> Any:
+    """A ``--policies`` comparison (``folder/comparison.json``): every policy's JCT distribution
+    and its queueing on one pair of axes, side by side; the caller closes the figure."""
+    try:
+        record = json.loads((folder / COMPARISON).read_text())
+        names = [str(n) for n in record["policies"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise FedmstError(f"{folder / COMPARISON}: not a cluster comparison ({' '.join(str(exc).split())})") from None
+    finished = {n: [j for j in read_jobs_csv(folder / n) if j.status == "finished"]
+                for n in names if (folder / n / JOBS).is_file()}
+    finished = {n: jobs for n, jobs in finished.items() if jobs}
+    if not finished:
+        raise FedmstError(f"{folder}: no policy's cluster finished a job, so there is nothing to draw")
+    plt = _pyplot()
+    fig, (jct, queue) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for name, jobs in finished.items():
+        for ax, values in ((jct, [j.jct_s for j in jobs]), (queue, [j.queue_s or 0.0 for j in jobs])):
+            x, y = ecdf(values)
+            ax.step(x, y, where="post", label=f"{name} (mean {mean(values):.3g} s)")
+    for ax, what in ((jct, "job completion time"), (queue, "queueing (submission to start)")):
+        ax.set_xlabel(f"{what} (s of the emulated network)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+    jct.set_ylabel("share of finished jobs")
+    fig.suptitle(f"{folder}: {len(finished)} policies on one trace")
+    fig.tight_layout()
     return fig
 
 
