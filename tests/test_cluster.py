@@ -206,8 +206,8 @@ def test_a_jobs_plan_sees_the_running_jobs_links() -> None:
 
 
 def test_the_registries_know_the_defaults_and_refuse_unknown_names() -> None:
-    assert ORDERS.names() == ("fifo", "sjf") and PLACEMENTS.names() == ("network", "pack", "random", "spread")
-    with pytest.raises(JobError, match="unknown placement 'nope'; choose one of: network, pack, random, spread"):
+    assert ORDERS.names() == ("fifo", "sjf") and PLACEMENTS.names() == ("delay", "network", "pack", "random", "spread")
+    with pytest.raises(JobError, match="unknown placement 'nope'; choose one of: delay, network, pack, random, spread"):
         PLACEMENTS.lookup("nope")
 
 
@@ -325,3 +325,50 @@ def test_policies_compare_on_one_trace_into_their_folders(tmp_path: Path) -> Non
 
     figure = plot_jobs(tmp_path / "c")  # every policy's JCT distribution side by side
     assert figure == tmp_path / "c" / "jobs.png" and figure.stat().st_size > 10_000
+
+
+def test_delay_waits_for_a_consolidated_placement_then_takes_a_looser_one() -> None:
+    from fedmst.core.cluster.policies import Delay
+
+    g = nx.path_graph([str(i) for i in range(6)])  # 0-1-2-3-4-5
+    delay = Delay()
+    job = Job("j", 0.0, local_models=2)
+    spread = {"0": 1, "2": 1, "4": 1}  # no two free slots within one hop of each other
+    assert delay.place(job, _view(g, spread)) is None  # level 0 only: one node for all three
+    assert delay.wake_at([job], _view(g, spread)) == pytest.approx(1.0)  # its first timer
+    assert delay.place(job, ClusterView(g, spread, now_s=1.5, seed=1)) is None  # level 1: within a hop
+    late = delay.place(job, ClusterView(g, spread, now_s=2.5, seed=1))  # level 2: 0, 2 and 4 within 2 hops of 2
+    assert late is not None and set(late.nodes) == {"0", "2", "4"} and late.note.startswith("level 2 after 2.5 s")
+    assert delay.timers[2] == pytest.approx(5.0)  # twice the wait that found level 2
+    together = delay.place(Job("k", 3.0, 2), ClusterView(g, {"3": 3}, now_s=3.0, seed=1))
+    assert together == Placed("3", ("3", "3")) and together.note.startswith("level 0 after 0 s")
+
+
+def test_delay_places_a_job_the_network_hardly_slows_at_once() -> None:
+    from fedmst.core.cluster.policies import Delay
+
+    g = _ring(6)
+    plan = planner(g, "mst", model_bytes=lambda job: 100)
+
+    def view(comm: float) -> ClusterView:
+        return _view(g, {"0": 1, "3": 1}, plan=lambda j, p: plan(j, p, []), comm_s=lambda p: comm)
+
+    job = Job("j", 0.0, local_models=1, compute_s=1.0)
+    assert Delay().place(job, view(comm=1.0)) is None  # half its round on the links: it waits
+    placed = Delay().place(job, view(comm=0.01))
+    assert placed is not None and "not network-sensitive" in placed.note
+
+
+def test_delay_timers_run_out_in_the_loop_without_another_event() -> None:
+    """Nothing arrives or ends while the job waits, yet its timers run out and it is placed."""
+    g = nx.path_graph([str(i) for i in range(5)])
+    nx.set_edge_attributes(g, 100.0, "capacity_mbps")
+    nx.set_edge_attributes(g, 0.0, "delay_s")
+    g.graph["name"] = "path5"
+    slots = {"0": 1, "1": 0, "2": 1, "3": 0, "4": 1}
+    runner = SimulatedRunner(g, train_s=lambda job: 0.5, chunk_bytes=1 << 18, with_delay=False)
+    cluster = Cluster(g, slots, seed=1, placement=PLACEMENTS.lookup("delay")())
+    plan = planner(g, "mst", model_bytes=lambda job: 1000)
+    history = run_cluster([Job("j", 0.0, 2, rounds=1)], cluster, runner, plan)
+    (e,) = history.ended
+    assert e.status == "finished" and e.queue_s == pytest.approx(2.0)  # two timers of 1 s, then level 2

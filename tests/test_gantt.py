@@ -53,7 +53,7 @@ def job_row(job: str, submit: float, start: float | None, end: float, nodes: lis
                   local_models=len(nodes) - 1, rounds=3 if start is not None else 0, nodes=NODE_SEPARATOR.join(nodes),
                   status=status, reason="" if status == "finished" else "no room", preemptions=0,
                   mean_round_s=None if start is None else (end - start) / 3, link_bytes=0, final_accuracy=None,
-                  comm_s=0.0, setup_s=0.0, train_s=0.0)
+                  comm_s=0.0, setup_s=0.0, placement="", train_s=0.0)
 
 
 def write_cluster(folder: Path, rows: list[JobRow], intervals: list[SlotInterval],

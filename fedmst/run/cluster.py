@@ -231,7 +231,8 @@ def _row(life: Ended) -> JobRow:
         nodes=NODE_SEPARATOR.join(placed.nodes) if placed else "", status=life.status, reason=life.reason,
         preemptions=life.preemptions, mean_round_s=out.mean_round_s if out else None,
         link_bytes=out.link_bytes if out else 0, final_accuracy=out.final_accuracy if out else None,
-        comm_s=out.comm_s if out else 0.0, setup_s=out.setup_s if out else 0.0, train_s=life.job.compute_s or 0.0)
+        comm_s=out.comm_s if out else 0.0, setup_s=out.setup_s if out else 0.0,
+        placement=placed.note if placed else "", train_s=life.job.compute_s or 0.0)
 
 
 def _task_rows(life: Ended) -> list[dict[str, Any]]:

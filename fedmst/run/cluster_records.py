@@ -54,6 +54,8 @@ class JobRow:
     """Seconds of its rounds spent moving weights (broadcast and upload)."""
     setup_s: float
     """Seconds from its start to its first round: its agents started, its connections opened and warmed."""
+    placement: str
+    """Why it was placed where it was, where its placement says (a delay placement's level and timers)."""
     train_s: float
     """How long each of its rounds trains: its ``compute_s``, or what this host measured where that is
     longer (both modes train for it; give ``compute_s`` to fix it)."""
@@ -104,7 +106,8 @@ def read_jobs_csv(folder: Path) -> list[JobRow]:
                        status=r["status"], reason=r["reason"], preemptions=int(r["preemptions"]),
                        mean_round_s=number(r["mean_round_s"]), link_bytes=int(float(r["link_bytes"])),
                        final_accuracy=number(r["final_accuracy"]), comm_s=float(r["comm_s"]),
-                       setup_s=float(r["setup_s"]), train_s=float(r["train_s"])) for r in rows]
+                       setup_s=float(r["setup_s"]), placement=r["placement"], train_s=float(r["train_s"]))
+                for r in rows]
     except (TypeError, ValueError) as exc:
         raise FedmstError(f"{path}: malformed row ({exc})") from None
 
@@ -187,7 +190,7 @@ def figures(rows: Sequence[JobRow], slots: Sequence[SlotInterval], total_slots: 
     """The summary's figures over ``rows`` (jobs.csv) and ``slots`` (slots.csv).
 
     >>> row = lambda j, sub, start, end: JobRow(j, sub, start, end, start - sub, end - sub, 1, 1, "a b", "finished",
-    ...     "", 0, end - start, 0, None, 0.25 * (end - start), 0.0, 1.0)
+    ...     "", 0, end - start, 0, None, 0.25 * (end - start), 0.0, "", 1.0)
     >>> rows = [row("a", 0.0, 0.0, 4.0), row("b", 1.0, 4.0, 6.0)]
     >>> held = [SlotInterval("a", 0, "a", 0.0, 4.0), SlotInterval("b", 0, "b", 4.0, 6.0)]
     >>> f = figures(rows, held, total_slots=2)

@@ -104,7 +104,7 @@ def tally(jobs: Sequence[JobRow]) -> str:
     """How the jobs ended, in words, statuses with no job left out.
 
     >>> row = lambda status: JobRow("j", 0.0, None, 0.0, None, 0.0, 1, 0, "a", status, "", 0, None, 0, None,
-    ...                             0.0, 0.0, 0.0)
+    ...                             0.0, 0.0, "", 0.0)
     >>> tally([row("rejected")] * 3), tally([row("finished"), row("failed"), row("failed")]), tally([])
     ('3 rejected', '1 finished, 2 failed', 'no job on record')
     """

@@ -195,7 +195,10 @@ class _Loop:
 
     def run(self) -> list[Ended]:
         while self.arrivals or self.waiting or self.running:
-            until = self.arrivals[0].submit_s if self.arrivals else None
+            now = self.runner.now()
+            wake = self._wake(now)
+            until = min([t for t in (self.arrivals[0].submit_s if self.arrivals else None, wake) if t is not None],
+                        default=None)
             if until is None and not self.running:  # nothing runs, nothing comes: the queue can never move
                 self._stuck()
                 break
@@ -233,6 +236,15 @@ class _Loop:
             self.waiting.remove(job)
             self.running[job.name] = (job, placed, now, plan)
             self.runner.start(job, plan)
+
+    def _wake(self, now: float) -> float | None:
+        """When the placement wants the queue tried again though nothing arrives or ends (a job's
+        timer running out), if it does and anything waits."""
+        if not self.waiting:
+            return None
+        policy = self.cluster.placement
+        wake = _policy(policy, "placement", lambda: policy.wake_at(self.waiting, self._view(now)))
+        return None if wake is None else max(wake, now)
 
     def _placed(self, job: Job, now: float) -> Placed | None:
         """Where the placement puts ``job`` now, checked: a plugin's mistake ends the command in one line."""

@@ -19,6 +19,7 @@ True
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
@@ -33,10 +34,12 @@ import networkx as nx
 
 @dataclass(frozen=True)
 class Placed:
-    """Where a job runs: G on ``global_node``, local model i on ``local_nodes[i]``; each takes a slot."""
+    """Where a job runs: G on ``global_node``, local model i on ``local_nodes[i]``; each takes a
+    slot. ``note`` says why there, for jobs.csv (e.g. a delay placement's level and timers)."""
 
     global_node: str
     local_nodes: tuple[str, ...]
+    note: str = field(default="", compare=False)
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -73,6 +76,11 @@ class Placement:
 
     def place(self, job: Job, view: ClusterView) -> Placed | None:
         raise NotImplementedError
+
+    def wake_at(self, waiting: Sequence[Job], view: ClusterView) -> float | None:
+        """When to try the queue again though no job arrives or ends (None: only then); a
+        placement that makes jobs wait on a timer says when the first runs out."""
+        return None
 
 
 class Fifo(Order):
@@ -151,6 +159,110 @@ class Network(Placement):
         return None if best is None else best[3]
 
 
+class Delay(Placement):
+    """Delay scheduling for consolidation (seed 002: Sharma et al., 2024, after Zaharia et al.'s
+    delay scheduling), with fedmst's own network sensitivity and auto-tuner.
+
+    A job placed at level 0 has every model on one node; at level h, every model within h hops of
+    G's node; past the last level (:data:`LEVELS`), anywhere (the free slots nearest G). A
+    network-sensitive job takes the tightest level it can find among those its wait allows: it
+    waits up to ``timers[0]`` for level 0, ``timers[1]`` more for level 1, ... A job is
+    network-sensitive when its plan on the placement it could take now would spend at least
+    :data:`SENSITIVE` of a round moving weights (``comm_s`` against its training time); any other
+    job is placed at once, as tight as the free slots allow now: waiting would save it little.
+
+    The auto-tuner sets each level's timer from what waiting bought: twice the median wait of the
+    last 20 jobs that waited and found that level (within :data:`MIN_S` and :data:`MAX_S`); each
+    job that waited a level out and went on without it shortens that level's timer by a tenth. A
+    job placed at once tells nothing about a timer. Every placement's level and the timers then
+    are in jobs.csv's ``placement`` column.
+    """
+
+    LEVELS = 3
+    SENSITIVE = 0.25
+    INITIAL_S, MIN_S, MAX_S = 1.0, 0.05, 10.0
+
+    def __init__(self) -> None:
+        self.timers = [self.INITIAL_S] * self.LEVELS
+        self._found: list[list[float]] = [[] for _ in range(self.LEVELS)]
+        self._hops: tuple[int, dict[str, dict[str, int]]] | None = None
+        self._sensitivity: dict[str, bool] = {}
+
+    def place(self, job: Job, view: ClusterView) -> Placed | None:
+        anywhere = self._within(job, view, None)
+        if anywhere is None:
+            return None
+        waited = view.now_s - job.submit_s
+        sensitive = self._sensitive(job, anywhere, view)
+        allowed = self._allowed(waited) if sensitive else self.LEVELS
+        for level in range(min(allowed + 1, self.LEVELS)):
+            placed = self._within(job, view, level)
+            if placed is not None:
+                if waited > 0:
+                    self._tune(level, waited)
+                how = f"level {level}" + ("" if sensitive else " (not network-sensitive)")
+                return Placed(placed.global_node, placed.local_nodes, self._note(how, waited))
+        if allowed < self.LEVELS:
+            return None  # wait for a tighter level
+        for level in range(self.LEVELS):  # every level waited out: each timer was too long to pay
+            if waited > sum(self.timers[:level + 1]):
+                self.timers[level] = max(self.MIN_S, 0.9 * self.timers[level])
+        return Placed(anywhere.global_node, anywhere.local_nodes,
+                      self._note("anywhere" if sensitive else "anywhere (not network-sensitive)", waited))
+
+    def wake_at(self, waiting: Sequence[Job], view: ClusterView) -> float | None:
+        """When the first waiting job's timer runs out and it may take a looser level."""
+        ends = [job.submit_s + sum(self.timers[:level + 1]) for job in waiting
+                if (level := self._allowed(view.now_s - job.submit_s)) < self.LEVELS]
+        return min(ends, default=None)
+
+    def _allowed(self, waited: float) -> int:
+        """The loosest level a job may take after waiting ``waited``: 0 until its first timer runs out."""
+        spent = 0.0
+        for level, timer in enumerate(self.timers):
+            spent += timer
+            if waited < spent - 1e-9:  # at the timer's end (the loop wakes then) the next level is allowed
+                return level
+        return self.LEVELS
+
+    def _sensitive(self, job: Job, placed: Placed, view: ClusterView) -> bool:
+        """Decided once, when the job is first tried (planning it at every event would cost more
+        than the decision is worth)."""
+        if job.name not in self._sensitivity:
+            comm = view.comm_s(view.plan(job, placed)) if view.plan and view.comm_s else math.inf
+            self._sensitivity[job.name] = comm >= self.SENSITIVE * (comm + (job.compute_s or 0.0))
+        return self._sensitivity[job.name]
+
+    def _tune(self, level: int, waited: float) -> None:
+        found = self._found[level]
+        found.append(waited)
+        del found[:-20]
+        self.timers[level] = min(self.MAX_S, max(self.MIN_S, 2 * sorted(found)[len(found) // 2]))
+
+    def _note(self, how: str, waited: float) -> str:
+        return f"{how} after {waited:.3g} s; timers " + " ".join(f"{t:.3g}" for t in self.timers)
+
+    def _within(self, job: Job, view: ClusterView, hops: int | None) -> Placed | None:
+        """The job on the free slots within ``hops`` of its G (None: anywhere), nearest first: of
+        the G's that hold it, the one using the fewest nodes (then the freest, then node order)."""
+        if self._hops is None or self._hops[0] != id(view.graph):
+            self._hops = (id(view.graph), dict(nx.all_pairs_shortest_path_length(view.graph)))
+        distance = self._hops[1]
+        best: tuple[tuple[int, int, tuple[int, str]], Placed] | None = None
+        for g in sorted(view.free, key=lambda n: (-view.free[n], node_order(n))):
+            free = dict(view.free)
+            free[g] -= 1
+            near = sorted((n for n in free if hops is None or distance[g][n] <= hops),
+                          key=lambda n: (distance[g][n], -free[n], node_order(n)))
+            slots = _free_slots(free, near)[:job.local_models]
+            if len(slots) < job.local_models:
+                continue
+            key = (len({g, *slots}), -view.free[g], node_order(g))
+            if best is None or key < best[0]:
+                best = (key, Placed(g, tuple(slots)))
+        return None if best is None else best[1]
+
+
 class RandomSlots(Placement):
     """The job's slots drawn uniformly among the free ones, the first drawn holding G: seeded by
     the command's seed and the job, so the same trace places the same way on the same free slots."""
@@ -171,11 +283,11 @@ ORDERS: Registry[type[Order]] = Registry(
 """Queue orders by name (``--order``)."""
 PLACEMENTS: Registry[type[Placement]] = Registry(
     "placement", "fedmst.placements", JobError,
-    {"random": RandomSlots, "pack": Pack, "spread": Spread, "network": Network},
+    {"random": RandomSlots, "pack": Pack, "spread": Spread, "network": Network, "delay": Delay},
     accepts=lambda obj: isinstance(obj, type) and issubclass(obj, Placement),
     requirement="a subclass of fedmst.api.Placement")
 """Placements by name (``--placement``)."""
 
 
-__all__ = ["ORDERS", "PLACEMENTS", "ClusterView", "Fifo", "Network", "Order", "Pack", "Placed", "Placement",
+__all__ = ["ORDERS", "PLACEMENTS", "ClusterView", "Delay", "Fifo", "Network", "Order", "Pack", "Placed", "Placement",
            "RandomSlots", "ShortestFirst", "Spread"]
