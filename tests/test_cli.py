@@ -139,7 +139,7 @@ def test_no_option_declares_its_choices_or_default_twice() -> None:
     own = {p.name for p in cli.run.params} - set(_schema_params(cli.run)) - {"config_file", "out", "live", "overwrite"}
     assert own == set()
     source = (PACKAGE / "cli.py").read_text()
-    for literal in ('"momentum"', '"sjf-bco"', '"lockstep"', '"cassini"', '"userspace"', '"fedmst-worker"',
+    for literal in ('"momentum"', '"sjf-contention"', '"lockstep"', '"cassini"', '"userspace"', '"fedmst-worker"',
                     '"mlp-large"', "default=2,", "default=40"):
         assert literal not in source, literal
 
@@ -207,7 +207,7 @@ def test_a_comma_list_with_an_empty_item_is_refused_in_one_line(tmp_path: Path, 
     ({"clock": "independent", "fail_links": ("0-1@2",)}, "--fail-link: not supported with --clock independent"),
     ({"clock": "independent", "deadline_s": 2.0}, "--deadline: not supported with --clock independent"),
     ({"link_state": "guessed"}, "--link-state guessed: choose one of planned, measured"),
-    ({"order": "lifo"}, "--order lifo: choose one of fifo, sjf-bco"),
+    ({"order": "lifo"}, "--order lifo: choose one of fifo, sjf-contention"),
     ({"clock": "independent", "link_state": "measured"}, "--link-state measured: not supported with --clock"),
 ])
 def test_validate_refuses_in_one_line(change: dict[str, object], fragment: str) -> None:

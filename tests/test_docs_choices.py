@@ -26,7 +26,7 @@ from test_docs import _prose
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
-"""A choice as the docs write one: lowercase words joined by '-' (`mlp-xl`, `sjf-bco`)."""
+"""A choice as the docs write one: lowercase words joined by '-' (`mlp-xl`, `sjf-contention`)."""
 GROUP = re.compile(r"fedmst\.[a-z]+")
 """An entry-point group (`fedmst.schedulers`)."""
 

@@ -1,4 +1,4 @@
-"""Admission order (pure): fifo as listed, sjf-bco shortest job first counting contention."""
+"""Admission order (pure): fifo as listed, sjf-contention shortest job first counting contention."""
 
 from __future__ import annotations
 
@@ -37,13 +37,13 @@ def test_fifo_keeps_the_listed_order() -> None:
 def test_sjf_bco_admits_the_shortest_job_first() -> None:
     tasks = [Task("long", "a", ("d",), M, rounds=5), Task("mid", "a", ("c",), M, rounds=2),
              Task("short", "a", ("b",), M, rounds=1)]
-    assert order(tasks, "sjf-bco") == ["short", "mid", "long"]
+    assert order(tasks, "sjf-contention") == ["short", "mid", "long"]
 
 
 def test_sjf_bco_puts_a_job_behind_one_of_its_size_that_contends_with_nothing() -> None:
     x, y, z = (Task("x", "a", ("b",), M, rounds=2), Task("y", "a", ("b",), M, rounds=2),
                Task("z", "c", ("d",), M, rounds=2))
-    assert order([x, y, z], "sjf-bco") == ["x", "z", "y"]
+    assert order([x, y, z], "sjf-contention") == ["x", "z", "y"]
     assert order([x, y, z], "fifo") == ["x", "y", "z"]
 
 
@@ -60,5 +60,5 @@ def test_an_unknown_order_is_refused_by_the_option_schema() -> None:
     from fedmst.errors import FedmstError
     from fedmst.run.config import RunConfig, validate
 
-    with pytest.raises(FedmstError, match="--order lifo: choose one of fifo, sjf-bco"):
+    with pytest.raises(FedmstError, match="--order lifo: choose one of fifo, sjf-contention"):
         validate(RunConfig(order="lifo"))

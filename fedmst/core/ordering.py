@@ -1,11 +1,12 @@
-"""The order in which a workload's tasks are admitted and scheduled (``--order sjf-bco``).
+"""The order in which a workload's tasks are admitted and scheduled (``--order sjf-contention``).
 
 Order matters twice: each task is scheduled on the link state the tasks before it planned (so
 the first tasks get the emptiest links), and wavelengths go to the first tasks that ask (so the
-last ones are the ones blocked). ``--order fifo`` keeps the workload's order; ``sjf-bco`` follows seed 003
-(Yu et al., SJF-BCO: smallest job first, balancing contention and overhead): a job's length is
-its rounds times its round as predicted *with the contention* of the tasks already admitted on the
-links it would use; at each step the shortest such job is admitted next. A job that would share a
+last ones are the ones blocked). ``--order fifo`` keeps the workload's order; ``sjf-contention``
+admits the shortest job first counting contention, an idea of seed 003 (Yu et al.'s SJF-BCO) but
+not its algorithm, which also places jobs and bisects a makespan bound: a job's length is its rounds
+times its round as predicted *with the contention* of the tasks already admitted on the links it
+would use; at each step the shortest such job is admitted next. A job that would share a
 busy link therefore waits behind one of the same size that would not.
 
 >>> import networkx as nx
@@ -50,7 +51,7 @@ def job_seconds(plan: Plan, admitted: Sequence[Plan], graph: nx.Graph, *, chunk_
 
 def shortest_jobs_first(graph: nx.Graph, tasks: Sequence[Task], scheduler: str, *, chunk_bytes: int,
                         with_delay: bool, mtu: int = DEFAULT_MTU) -> list[Task]:
-    """``tasks`` in the order sjf-bco admits them (see the module's docstring); ties keep the
+    """``tasks`` in the order sjf-contention admits them (see the module's docstring); ties keep the
     workload's order."""
     left, admitted, out = list(tasks), [], []
     while left:

@@ -25,7 +25,7 @@ from fedmst.workers import DEFAULT_IMAGE
 
 OPTIMIZERS = ("sgd", "momentum", "adam")
 """Local optimizers, implemented by :class:`fedmst.fl.training.LocalOptimizer` (no torch here)."""
-ORDERS = ("fifo", "sjf-bco")
+ORDERS = ("fifo", "sjf-contention")
 """How tasks are admitted: as listed, or :func:`fedmst.core.ordering.shortest_jobs_first`."""
 
 Check = tuple[Callable[[Any], bool], str]
@@ -280,7 +280,7 @@ class RunConfig:
     order: str = option(
         "fifo", "--order", choices=ORDERS,
         help="The order tasks are admitted and scheduled in (each sees the links the earlier ones "
-             "planned; wavelengths go first come, first served): as listed, or sjf-bco, the shortest "
+             "planned; wavelengths go first come, first served): as listed, or sjf-contention, the shortest "
              "job first counting its contention with the tasks admitted before it.")
     link_state: str = option(
         "planned", "--link-state", choices=("planned", "measured"),

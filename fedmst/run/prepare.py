@@ -181,7 +181,7 @@ def _flower_sized(config: RunConfig, tasks: list[Task]) -> tuple[Task, ...]:
 def _plan(config: RunConfig, host: Host, inputs: _Inputs, scheduler: str) -> ResolvedRun:
     """``scheduler``'s run: the tasks ordered, scheduled, their workers and starts decided."""
     graph, tasks, with_delay = inputs.graph, inputs.tasks, host.delay_mode != "off"
-    if config.order == "sjf-bco":
+    if config.order == "sjf-contention":
         tasks = tuple(shortest_jobs_first(graph, tasks, scheduler, chunk_bytes=config.chunk_bytes,
                                           with_delay=with_delay, mtu=config.mtu))
     workload = schedule_workload(graph, tasks, scheduler, wavelengths=config.wavelengths, mtu=config.mtu)
