@@ -331,17 +331,32 @@ def test_delay_waits_for_a_consolidated_placement_then_takes_a_looser_one() -> N
     from fedmst.core.cluster.policies import Delay
 
     g = nx.path_graph([str(i) for i in range(6)])  # 0-1-2-3-4-5
+    capacity = {"0": 3, "1": 1, "2": 1, "3": 1, "4": 1, "5": 1}  # node 0 could hold the job alone
+
+    def at(now: float, free: dict[str, int]) -> ClusterView:
+        return ClusterView(g, free, now_s=now, seed=1, slots=capacity)
+
     delay = Delay()
     job = Job("j", 0.0, local_models=2)
     spread = {"0": 1, "2": 1, "4": 1}  # no two free slots within one hop of each other
-    assert delay.place(job, _view(g, spread)) is None  # level 0 only: one node for all three
-    assert delay.wake_at([job], _view(g, spread)) == pytest.approx(1.0)  # its first timer
-    assert delay.place(job, ClusterView(g, spread, now_s=1.5, seed=1)) is None  # level 1: within a hop
-    late = delay.place(job, ClusterView(g, spread, now_s=2.5, seed=1))  # level 2: 0, 2 and 4 within 2 hops of 2
+    assert delay.place(job, at(0.0, spread)) is None  # level 0 only: one node for all three
+    assert delay.wake_at([job], at(0.0, spread)) == pytest.approx(1.0)  # its first timer
+    assert delay.place(job, at(1.5, spread)) is None  # level 1: within a hop
+    late = delay.place(job, at(2.5, spread))  # level 2: 0, 2 and 4 within 2 hops of 2
     assert late is not None and set(late.nodes) == {"0", "2", "4"} and late.note.startswith("level 2 after 2.5 s")
     assert delay.timers[2] == pytest.approx(5.0)  # twice the wait that found level 2
-    together = delay.place(Job("k", 3.0, 2), ClusterView(g, {"3": 3}, now_s=3.0, seed=1))
-    assert together == Placed("3", ("3", "3")) and together.note.startswith("level 0 after 0 s")
+    assert delay.timers[:2] == pytest.approx([0.9, 0.9])  # levels 0 and 1 waited out: shortened
+    together = delay.place(Job("k", 3.0, 2), at(3.0, {"0": 3}))
+    assert together == Placed("0", ("0", "0")) and together.note.startswith("level 0 after 0 s")
+
+
+def test_delay_never_waits_for_a_level_the_cluster_cannot_give() -> None:
+    from fedmst.core.cluster.policies import Delay
+
+    g = nx.path_graph([str(i) for i in range(5)])
+    one_each = {n: 1 for n in g}  # no node holds two models: level 0 can never be
+    placed = Delay().place(Job("j", 0.0, 1), ClusterView(g, one_each, now_s=0.0, seed=1, slots=one_each))
+    assert placed is not None and placed.note.startswith("level 1 after 0 s")
 
 
 def test_delay_places_a_job_the_network_hardly_slows_at_once() -> None:
@@ -351,24 +366,28 @@ def test_delay_places_a_job_the_network_hardly_slows_at_once() -> None:
     plan = planner(g, "mst", model_bytes=lambda job: 100)
 
     def view(comm: float) -> ClusterView:
-        return _view(g, {"0": 1, "3": 1}, plan=lambda j, p: plan(j, p, []), comm_s=lambda p: comm)
+        return _view(g, {"0": 1, "3": 1}, slots={"0": 2, "3": 1}, plan=lambda j, p: plan(j, p, []),
+                     comm_s=lambda p: comm)
 
     job = Job("j", 0.0, local_models=1, compute_s=1.0)
-    assert Delay().place(job, view(comm=1.0)) is None  # half its round on the links: it waits
+    assert Delay().place(job, view(comm=1.0)) is None  # half its round on the links: it waits for node 0
     placed = Delay().place(job, view(comm=0.01))
     assert placed is not None and "not network-sensitive" in placed.note
 
 
 def test_delay_timers_run_out_in_the_loop_without_another_event() -> None:
-    """Nothing arrives or ends while the job waits, yet its timers run out and it is placed."""
-    g = nx.path_graph([str(i) for i in range(5)])
+    """While a long job runs and nothing arrives, a waiting job's timer runs out and it is placed."""
+    g = nx.path_graph([str(i) for i in range(5)])  # 0-1-2-3-4
     nx.set_edge_attributes(g, 100.0, "capacity_mbps")
     nx.set_edge_attributes(g, 0.0, "delay_s")
     g.graph["name"] = "path5"
-    slots = {"0": 1, "1": 0, "2": 1, "3": 0, "4": 1}
-    runner = SimulatedRunner(g, train_s=lambda job: 0.5, chunk_bytes=1 << 18, with_delay=False)
+    slots = {"0": 1, "1": 1, "2": 1, "3": 0, "4": 1}
+    runner = SimulatedRunner(g, train_s=lambda job: 10.0, chunk_bytes=1 << 18, with_delay=False)
     cluster = Cluster(g, slots, seed=1, placement=PLACEMENTS.lookup("delay")())
     plan = planner(g, "mst", model_bytes=lambda job: 1000)
-    history = run_cluster([Job("j", 0.0, 2, rounds=1)], cluster, runner, plan)
-    (e,) = history.ended
-    assert e.status == "finished" and e.queue_s == pytest.approx(2.0)  # two timers of 1 s, then level 2
+    jobs = [Job("long", 0.0, 1, rounds=2), Job("later", 0.1, 1, rounds=1)]
+    ended = {e.job.name: e for e in run_cluster(jobs, cluster, runner, plan).ended}
+    assert ended["long"].queue_s == 0 and ended["long"].placed is not None
+    # no level 0 (one slot a node); level 1 waited out for a second, then level 2, long before "long" ends
+    assert ended["later"].queue_s == pytest.approx(1.0) and ended["later"].placed is not None
+    assert ended["later"].placed.note.startswith("level 2") and ended["later"].start_s < ended["long"].end_s  # type: ignore[operator]

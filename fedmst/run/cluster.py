@@ -140,7 +140,7 @@ def _full(resolved: ResolvedCluster) -> WorkloadPlan:
     plan, comm_s = _planner(resolved), cluster.comm_s
     plans: list[Plan] = []
     for job in (j for j in resolved.jobs if j.slots <= occupancy.total):  # the others are rejected as they come
-        view = ClusterView(resolved.graph, occupancy.free, 0.0, config.seed,
+        view = ClusterView(resolved.graph, occupancy.free, 0.0, config.seed, slots=resolved.slots,
                            plan=lambda job, placed: plan(job, placed, plans),
                            comm_s=None if comm_s is None else lambda p: comm_s(p, plans))
         placed = cluster.placement.place(job, view)

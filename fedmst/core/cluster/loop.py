@@ -270,7 +270,7 @@ class _Loop:
         comm_s = self.cluster.comm_s
         return ClusterView(self.cluster.graph, self.occupancy.free, now, self.cluster.seed,
                            {name: placed for name, (_, placed, _, _) in self.running.items()},
-                           plan=lambda job, placed: self.plan(job, placed, running),
+                           slots=self.cluster.slots, plan=lambda job, placed: self.plan(job, placed, running),
                            comm_s=None if comm_s is None else lambda plan: comm_s(plan, running))
 
     def _end(self, name: str, outcome: Outcome) -> None:

@@ -60,6 +60,8 @@ class ClusterView:
     now_s: float
     seed: int
     running: Mapping[str, Placed] = field(default_factory=dict)
+    slots: Mapping[str, int] = field(default_factory=dict)
+    """Every node's slots, free or not (the cluster's capacity)."""
     plan: Callable[[Job, Placed], Plan] | None = None
     comm_s: Callable[[Plan], float] | None = None
 
@@ -194,36 +196,55 @@ class Delay(Placement):
             return None
         waited = view.now_s - job.submit_s
         sensitive = self._sensitive(job, anywhere, view)
-        allowed = self._allowed(waited) if sensitive else self.LEVELS
+        timers = self._timers(job, view)
+        allowed = self._allowed(waited, timers) if sensitive else self.LEVELS
         for level in range(min(allowed + 1, self.LEVELS)):
             placed = self._within(job, view, level)
             if placed is not None:
                 if waited > 0:
                     self._tune(level, waited)
+                self._waited_out(level, waited, timers)
                 how = f"level {level}" + ("" if sensitive else " (not network-sensitive)")
                 return Placed(placed.global_node, placed.local_nodes, self._note(how, waited))
         if allowed < self.LEVELS:
             return None  # wait for a tighter level
-        for level in range(self.LEVELS):  # every level waited out: each timer was too long to pay
-            if waited > sum(self.timers[:level + 1]):
-                self.timers[level] = max(self.MIN_S, 0.9 * self.timers[level])
+        self._waited_out(self.LEVELS, waited, timers)
         return Placed(anywhere.global_node, anywhere.local_nodes,
                       self._note("anywhere" if sensitive else "anywhere (not network-sensitive)", waited))
 
     def wake_at(self, waiting: Sequence[Job], view: ClusterView) -> float | None:
         """When the first waiting job's timer runs out and it may take a looser level."""
-        ends = [job.submit_s + sum(self.timers[:level + 1]) for job in waiting
-                if (level := self._allowed(view.now_s - job.submit_s)) < self.LEVELS]
+        ends = []
+        for job in waiting:
+            timers = self._timers(job, view)
+            level = self._allowed(view.now_s - job.submit_s, timers)
+            if level < self.LEVELS:
+                ends.append(job.submit_s + sum(timers[:level + 1]))
         return min(ends, default=None)
 
-    def _allowed(self, waited: float) -> int:
+    def _timers(self, job: Job, view: ClusterView) -> list[float]:
+        """The timers ``job`` waits on: none at a level the cluster could never give it (no node's
+        neighbourhood of that many hops has as many slots, free or not)."""
+        distance = self._distances(view.graph)
+        possible = [any(sum(view.slots.get(n, 0) for n, d in distance[g].items() if d <= level) >= job.slots
+                        for g in view.slots) for level in range(self.LEVELS)]
+        return [t if ok else 0.0 for t, ok in zip(self.timers, possible)]
+
+    def _allowed(self, waited: float, timers: Sequence[float]) -> int:
         """The loosest level a job may take after waiting ``waited``: 0 until its first timer runs out."""
         spent = 0.0
-        for level, timer in enumerate(self.timers):
+        for level, timer in enumerate(timers):
             spent += timer
             if waited < spent - 1e-9:  # at the timer's end (the loop wakes then) the next level is allowed
                 return level
         return self.LEVELS
+
+    def _waited_out(self, found: int, waited: float, timers: Sequence[float]) -> None:
+        """Shorten the timers of the levels below ``found`` that the job waited out: waiting on
+        them did not pay."""
+        for level in range(found):
+            if timers[level] and waited > sum(timers[:level + 1]) - 1e-9:
+                self.timers[level] = max(self.MIN_S, 0.9 * self.timers[level])
 
     def _sensitive(self, job: Job, placed: Placed, view: ClusterView) -> bool:
         """Decided once, when the job is first tried (planning it at every event would cost more
@@ -242,12 +263,16 @@ class Delay(Placement):
     def _note(self, how: str, waited: float) -> str:
         return f"{how} after {waited:.3g} s; timers " + " ".join(f"{t:.3g}" for t in self.timers)
 
+    def _distances(self, graph: nx.Graph) -> dict[str, dict[str, int]]:
+        """Hops between every two nodes, worked out once per network."""
+        if self._hops is None or self._hops[0] != id(graph):
+            self._hops = (id(graph), dict(nx.all_pairs_shortest_path_length(graph)))
+        return self._hops[1]
+
     def _within(self, job: Job, view: ClusterView, hops: int | None) -> Placed | None:
         """The job on the free slots within ``hops`` of its G (None: anywhere), nearest first: of
         the G's that hold it, the one using the fewest nodes (then the freest, then node order)."""
-        if self._hops is None or self._hops[0] != id(view.graph):
-            self._hops = (id(view.graph), dict(nx.all_pairs_shortest_path_length(view.graph)))
-        distance = self._hops[1]
+        distance = self._distances(view.graph)
         best: tuple[tuple[int, int, tuple[int, str]], Placed] | None = None
         for g in sorted(view.free, key=lambda n: (-view.free[n], node_order(n))):
             free = dict(view.free)
