@@ -193,6 +193,8 @@ CLUSTER_CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
     ("time-compress-zero", _args("--jobs", "poisson:60,3", "--time-compress", "0"),
      ("--time-compress 0", "positive")),
     ("unknown-placement", _args("--jobs", "poisson:60,3", "--placement", "nope"), ("placement 'nope'", "random")),
+    ("policy-unknown-order", _args("--policies", "fifo/random,nope/pack"), ("queue order 'nope'", "fifo, sjf")),
+    ("policy-three-parts", _args("--policies", "fifo/random/las"), ("--policies fifo/random/las", "preemption")),
 ]
 
 
