@@ -414,8 +414,9 @@ def cluster(ctx: click.Context, overwrite: bool, **kw: Any) -> None:
     _report(f"{counted(len(resolved.jobs), 'job')} on {resolved.graph.graph['name']}: "
             f"{counted(sum(resolved.slots.values()), 'slot')} on "
             f"{counted(sum(1 for s in resolved.slots.values() if s), 'node')}; "
-            f"{resolved.config.mode}, scheduler {resolved.config.scheduler}, order {resolved.config.job_order}, "
-            f"placement {resolved.config.placement}")
+            f"{resolved.config.mode}, scheduler {resolved.config.scheduler}, "
+            + (f"policies {', '.join('/'.join(p) for p in policies)}" if policies else
+               f"order {resolved.config.job_order}, placement {resolved.config.placement}"))
     columns = (TextColumn("{task.description}"), BarColumn(bar_width=12), MofNCompleteColumn(), TextColumn("jobs"),
                TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as bar:
