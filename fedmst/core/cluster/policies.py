@@ -137,17 +137,22 @@ class Network(Placement):
     weights travel. Each candidate puts G on a node with a free slot and the local models on the
     free slots nearest it (by propagation delay; :data:`CANDIDATES` candidates, the nodes with the
     most free slots first); the scheduler plans each, and the one whose broadcast and upload are
-    predicted shortest on the links the running jobs load wins (fewer link bytes, then node
-    order, break ties)."""
+    predicted shortest on the links the running jobs load wins (fewer hops of its transfers, then
+    node order, break ties)."""
 
     CANDIDATES = 8
+
+    def __init__(self) -> None:
+        self._delays: tuple[int, dict[str, dict[str, float]]] | None = None
 
     def place(self, job: Job, view: ClusterView) -> Placed | None:
         if view.plan is None or view.comm_s is None:
             raise JobError("the network placement needs the cluster's scheduler and predictions")
         if sum(view.free.values()) < job.slots:
             return None
-        distance = dict(nx.all_pairs_dijkstra_path_length(view.graph, weight="delay_s"))
+        if self._delays is None or self._delays[0] != id(view.graph):  # once per network
+            self._delays = (id(view.graph), dict(nx.all_pairs_dijkstra_path_length(view.graph, weight="delay_s")))
+        distance = self._delays[1]
         best: tuple[float, int, tuple[int, str], Placed] | None = None
         for g in sorted(view.free, key=lambda n: (-view.free[n], node_order(n)))[:self.CANDIDATES]:
             free = dict(view.free)
