@@ -44,7 +44,7 @@ from fedmst.run.config import RunConfig, split_list, validate
 from fedmst.run.experiments import claimed
 from fedmst.run.layout import COMPARISON, run_folder_name
 from fedmst.run.prepare import ResolvedRun
-from fedmst.run.report import Report, failed
+from fedmst.run.report import Report
 from fedmst.run.measure import round_means, task_rows
 from fedmst.run.results import ROUND_FIELDS, TASK_FIELDS, write_csv, write_json
 from fedmst.wording import counted
@@ -271,9 +271,8 @@ def run(resolved: ResolvedCluster, output: folders.OutputFolder, report: Report,
     grow as jobs end, and summary.json says how the command ended, whatever ended it.
     ``progress`` is told where the loop stands after every event, with the host's seconds so far."""
     config, out = resolved.config, output.path
-    claim = folders.claim(output, "cluster")
-    began, status = time.monotonic(), "interrupted"
-    try:
+    began = time.monotonic()
+    with claimed(output, "cluster", lambda status: _summarise(resolved, out, status, time.monotonic() - began)):
         write_json(out / "config.json", asdict(config))
         if resolved.trace.skipped:
             report(f"{config.jobs}: {counted(resolved.trace.skipped, 'job')} of the trace left out "
@@ -291,16 +290,6 @@ def run(resolved: ResolvedCluster, output: folders.OutputFolder, report: Report,
                             progress=lambda p: progress(p, time.monotonic() - began))
         finally:
             files.close()
-        status = "completed"
-    except Exception as exc:
-        status = failed(exc)
-        raise
-    finally:
-        try:
-            if out.is_dir():
-                _summarise(resolved, out, status, time.monotonic() - began)
-        finally:
-            os.close(claim)
     return ClusterSummary.read(out)
 
 

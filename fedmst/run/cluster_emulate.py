@@ -37,6 +37,7 @@ from fedmst.run.measure import ClockRun, CounterSampler, whole_run_link_rows
 from fedmst.run.recovery import aggregation_weights
 from fedmst.run.results import SAMPLE_FIELDS, write_csv, write_links
 from fedmst.run.session import Session
+from fedmst.workers import dataflow
 from fedmst.workers.backends import WorkerBackend
 
 
@@ -191,8 +192,7 @@ def set_up_link_bytes(specs: Sequence[TaskSpec], numel: int, config: RunConfig) 
         for name in dict.fromkeys(t.connection for t in task.transfers):
             shared = [t for t in task.transfers if t.connection == name]
             first = shared[0]
-            largest = max(hi - lo for lo, hi in ((0, numel) if t.segment is None else
-                                                  (t.segment[0] // 4, t.segment[1] // 4) for t in shared))
+            largest = max(hi - lo for lo, hi in (dataflow.span(t, numel) for t in shared))
             there = wire_bytes(4 * warm_elements(largest, chunk, first.window_bytes), mtu)
             for u, v in zip(first.path, first.path[1:]):
                 out[(u, v)] = out.get((u, v), 0) + there
