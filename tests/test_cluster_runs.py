@@ -9,7 +9,9 @@ import os
 import signal
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import psutil
 import pytest
@@ -96,6 +98,18 @@ def _wait_for(condition, what: str, proc: subprocess.Popen[str], timeout_s: floa
         time.sleep(0.1)
 
 
+@contextmanager
+def _started(command: list[str]) -> Iterator[subprocess.Popen[str]]:
+    """``command`` running, killed on the way out if the test left it running."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def _agents_of(proc: subprocess.Popen[str], job: str) -> list[psutil.Process]:
     """The agents ``proc`` started for ``job``: those writing their log in its folder."""
     found = []
@@ -111,18 +125,12 @@ def _agents_of(proc: subprocess.Popen[str], job: str) -> list[psutil.Process]:
 def test_a_job_whose_agent_dies_fails_and_the_others_finish(tmp_path: Path, clean_host: None) -> None:
     (tmp_path / "jobs.csv").write_text("job,submit_s,local_models,rounds,compute_s\n"
                                        "long,0,2,40,0.2\nshort,0.1,1,2,\nafter,1,1,2,\n")
-    proc = subprocess.Popen(_cluster(tmp_path / "out", tmp_path / "jobs.csv"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
+    with _started(_cluster(tmp_path / "out", tmp_path / "jobs.csv")) as proc:
         tasks = tmp_path / "out" / "jobs" / "long" / "live.json"
         _wait_for(lambda: tasks.exists() and len(_agents_of(proc, "long")) == 3, "agents of job long", proc)
         time.sleep(1.0)  # into its rounds
         _agents_of(proc, "long")[0].kill()
         _, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, err
     jobs = _rows(tmp_path / "out" / "jobs.csv")
     assert jobs["long"]["status"] == "failed" and "agent on node" in jobs["long"]["reason"], jobs["long"]
@@ -134,17 +142,11 @@ def test_a_job_whose_agent_dies_fails_and_the_others_finish(tmp_path: Path, clea
 def test_an_interrupted_cluster_keeps_what_finished(tmp_path: Path, clean_host: None) -> None:
     (tmp_path / "jobs.csv").write_text("job,submit_s,local_models,rounds,compute_s\n"
                                        "quick,0,1,1,\nlong,0.1,2,200,0.2\n")
-    proc = subprocess.Popen(_cluster(tmp_path / "out", tmp_path / "jobs.csv"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
     jobs = tmp_path / "out" / "jobs.csv"
-    try:
+    with _started(_cluster(tmp_path / "out", tmp_path / "jobs.csv")) as proc:
         _wait_for(lambda: jobs.exists() and "quick" in jobs.read_text(), "finished job", proc)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 130, err
     assert "interrupted" in err
     rows = _rows(jobs)
