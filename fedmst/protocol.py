@@ -8,7 +8,7 @@ field needs no parsing code. No torch here: the coordinator and the CLI import t
 
 >>> msg = Upload(round=3, progress_dir="/tmp/p", weights={"task0": {0: 0.25, 2: 0.75}})
 >>> encode(msg)
-{'type': 'Upload', 'version': 12, 'round': 3, 'progress_dir': '/tmp/p', 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
+{'type': 'Upload', 'version': 13, 'round': 3, 'progress_dir': '/tmp/p', 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
 >>> decode(encode(msg)) == msg
 True
 """
@@ -27,7 +27,7 @@ from fedmst.core.route import Along
 from fedmst.core.span import PhaseSpan
 from fedmst.errors import FedmstError
 
-PROTOCOL_VERSION = 12
+PROTOCOL_VERSION = 13
 """Raised whenever a message's shape changes, so that an agent from another checkout is refused."""
 
 
@@ -206,6 +206,29 @@ class RunRounds:
     offsets: Mapping[str, float]
     weights: Mapping[str, Mapping[int, float]]
     """As in :class:`Upload`, the same every round."""
+    first_round: int = 1
+    """The number of the first of these rounds (a cluster runs a job round by round, and a job a
+    preemption stopped resumes at its next): local training seeds and strategies count from it."""
+    evaluate: bool = True
+    """Once these rounds are over, G evaluates (off the clock) every global model it has kept
+    since its last evaluation; False: it keeps them for a later RunRounds."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Write each task's checkpoint into ``dir``, at its G: the global model (``TASK-global.pt``)
+    and the strategy with whatever state it keeps (``TASK-strategy.pt``). The round reached is
+    the coordinator's to keep."""
+
+    dir: str
+
+
+@dataclass(frozen=True)
+class Restore:
+    """Take up each task's checkpoint from ``dir`` (a :class:`Checkpoint`'s) before its next
+    round: G its global model, every node of the task its strategy."""
+
+    dir: str
 
 
 @dataclass(frozen=True)
@@ -280,12 +303,12 @@ class RoundsDone:
 
 @dataclass(frozen=True)
 class Done:
-    """Save or replan done."""
+    """Save, replan, checkpoint or restore done."""
 
     seconds: float = 0.0
 
 
-Command = Union[Setup, Broadcast, Train, Upload, Evaluate, Save, Replan, RunRounds, Stop]
+Command = Union[Setup, Broadcast, Train, Upload, Evaluate, Save, Replan, RunRounds, Checkpoint, Restore, Stop]
 Reply = Union[Failed, SetupDone, PhaseDone, Trained, Evaluated, RoundsDone, Done]
 
 _MESSAGES: dict[str, type] = {cls.__name__: cls for cls in (*get_args(Command), *get_args(Reply), AgentSpec)}
@@ -307,18 +330,18 @@ def decode(obj: Any) -> Command | Reply | AgentSpec:
     """The message ``obj`` (from :func:`encode`, through JSON) stands for, checked against its
     dataclass: known type, this protocol version, every required field and no other.
 
-    >>> decode({"type": "Train", "version": 12, "round": 2})
+    >>> decode({"type": "Train", "version": 13, "round": 2})
     Train(round=2, deadline_s=None)
-    >>> decode({"type": "Train", "version": 12, "round": 2, "deadline": 5})
+    >>> decode({"type": "Train", "version": 13, "round": 2, "deadline": 5})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Train: unknown field deadline
     >>> decode({"type": "Train", "version": 0, "round": 2})
     Traceback (most recent call last):
-    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 12
-    >>> decode({"type": "SetupDone", "version": 12, "samples": {"task0": {"0": 5}}})
+    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 13
+    >>> decode({"type": "SetupDone", "version": 13, "samples": {"task0": {"0": 5}}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: SetupDone: missing field runs_in
-    >>> decode({"type": "Evaluated", "version": 12, "accuracy": {"task0": "high"}})
+    >>> decode({"type": "Evaluated", "version": 13, "accuracy": {"task0": "high"}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Evaluated.accuracy.task0: expected float, got a string
     """

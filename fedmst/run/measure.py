@@ -393,8 +393,8 @@ class ClockRun:
             for s in spans:
                 by.setdefault((s.task, s.round, s.phase), []).append((node, s.start_s, s.end_s))
         out = []
-        for task, rounds in sorted(self.rounds.items()):
-            for r in range(1, rounds + 1):
+        for task in sorted(self.rounds):
+            for r in sorted({r for t, r, _ in by if t == task}):  # from 1, or where a resumed job went on
                 bcast, up = by.get((task, r, "broadcast")), by.get((task, r, "upload"))
                 if not bcast or not up:
                     break  # the run ended before this round did

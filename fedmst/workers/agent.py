@@ -33,9 +33,9 @@ from fedmst.fl import models
 from fedmst.fl import training
 from fedmst.fl.flower import Fitted, load_client_fn
 from fedmst.fl.strategies import Strategy, build_strategy
-from fedmst.protocol import (ABORT_FILE, AgentSpec, Broadcast, Command, Done, Evaluate, Evaluated, Failed, PhaseDone,
-                             PhaseSpan, ProtocolError, Replan, Reply, RoundsDone, RunRounds, RunsIn, Save, Setup,
-                             SetupDone, Stop, TaskSpec, Train, Trained, TransferSpec, Upload, root_id)
+from fedmst.protocol import (ABORT_FILE, AgentSpec, Broadcast, Checkpoint, Command, Done, Evaluate, Evaluated, Failed,
+                             PhaseDone, PhaseSpan, ProtocolError, Replan, Reply, Restore, RoundsDone, RunRounds, RunsIn,
+                             Save, Setup, SetupDone, Stop, TaskSpec, Train, Trained, TransferSpec, Upload, root_id)
 from fedmst.workers import control
 from fedmst.workers import dataflow
 from fedmst.workers import learners
@@ -66,6 +66,8 @@ class TaskRole:
     base: torch.Tensor | None = None
     """The global model (flat) this node's models started the round from: what updates are taken
     against, and what a strategy steps from."""
+    kept: list[tuple[int, torch.Tensor]] = field(default_factory=list)
+    """At G: each round's global model since the last evaluation (:attr:`RunRounds.evaluate`)."""
 
     @property
     def name(self) -> str:
@@ -115,6 +117,7 @@ class Agent:
         handlers: dict[type, Callable[..., Reply]] = {
             Setup: self.setup, Broadcast: self.broadcast, Train: self.train, Upload: self.upload,
             Evaluate: self.evaluate, Save: self.save, Replan: self.replan, RunRounds: self.run_rounds,
+            Checkpoint: self.checkpoint, Restore: self.restore,
         }
         start = time.perf_counter()
         try:
@@ -360,8 +363,9 @@ class Agent:
         """Every task's rounds on its own clock (one thread per task): from its start offset, each
         round's broadcast part, training (at least the task's ``compute_s``) and upload part, then at
         once the next round's; what waits for what is only the data (a node forwards or trains what
-        has arrived). G keeps each round's global model and evaluates them all once the rounds are
-        over, off the clock."""
+        has arrived). Rounds are numbered from ``first_round``. G keeps each round's global model and
+        evaluates those it kept once the rounds are over, off the clock (or later, where
+        ``evaluate`` is False)."""
         spans: list[PhaseSpan] = []
         accuracy: dict[str, tuple[float, ...]] = {}
         lock = threading.Lock()
@@ -371,9 +375,9 @@ class Agent:
                 spans.append(PhaseSpan(role.name, r, phase, began - cmd.start_at, time.monotonic() - cmd.start_at))
 
         def clock(role: TaskRole) -> None:
-            name, history = role.name, []
+            name = role.name
             time.sleep(max(0.0, cmd.start_at + cmd.offsets.get(name, 0.0) - time.monotonic()))
-            for r in range(1, cmd.rounds.get(name, 0) + 1):
+            for r in range(cmd.first_round, cmd.first_round + cmd.rounds.get(name, 0)):
                 began = time.monotonic()
                 self._phase_role(role, "broadcast", _nowhere)
                 mark(role, r, "broadcast", began)
@@ -386,9 +390,10 @@ class Agent:
                 self._phase_role(role, "upload", _nowhere, cmd.weights[name], r)
                 mark(role, r, "upload", began)
                 if role.global_weights is not None and self.node == role.spec.global_node:
-                    history.append(role.global_weights.clone())
-            if history and role.judge is not None:
-                accuracy[name] = tuple(role.judge(flat, r) for r, flat in enumerate(history, 1))
+                    role.kept.append((r, role.global_weights.clone()))
+            if cmd.evaluate and role.kept and role.judge is not None:
+                accuracy[name] = tuple(role.judge(flat, r) for r, flat in role.kept)
+                role.kept.clear()
 
         dataflow.run_all([partial(clock, role) for role in self.roles])
         return RoundsDone(spans=tuple(spans), accuracy=accuracy)
@@ -405,6 +410,30 @@ class Agent:
             if role.global_weights is not None and role.judge is not None:
                 acc[role.name] = role.judge(role.global_weights, cmd.round)
         return Evaluated(accuracy=acc)
+
+    def checkpoint(self, cmd: Checkpoint) -> Done:
+        """At each task's G, write its global model and its strategy (with its state) into ``cmd.dir``."""
+        out = Path(cmd.dir)
+        for role in self.roles:
+            if self.node == role.spec.global_node and role.global_weights is not None:
+                torch.save(role.global_weights, out / f"{role.name}-global.pt")
+                torch.save(role.strategy, out / f"{role.name}-strategy.pt")
+        return Done()
+
+    def restore(self, cmd: Restore) -> Done:
+        """Take up each task's checkpoint from ``cmd.dir``: its strategy on every node of the task
+        (each that ends an upload steps it), its global model at G, which the next round
+        broadcasts (and every model here starts from)."""
+        folder = Path(cmd.dir)
+        for role in self.roles:
+            strategy = folder / f"{role.name}-strategy.pt"
+            if not strategy.is_file():
+                raise FileNotFoundError(f"{role.name}: no checkpoint in {folder}")
+            role.strategy = torch.load(strategy, weights_only=False)
+            if self.node == role.spec.global_node:
+                role.global_weights = torch.load(folder / f"{role.name}-global.pt")
+                role.base = role.global_weights.clone()
+        return Done()
 
     def save(self, cmd: Save) -> Done:
         """Write this node's trained local models and new global models (for exactness checks)."""
