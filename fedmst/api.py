@@ -1,6 +1,6 @@
 """fedmst's public extension API: everything a plugin needs, in one stable module.
 
-Eight kinds of plugin, each found the same way: by a name registered in the process that looks it
+Nine kinds of plugin, each found the same way: by a name registered in the process that looks it
 up, by a name in the kind's entry-point group (loaded on the first lookup; a broken plugin only
 warns), or directly as ``package.module:attribute`` wherever a name is accepted. A name taken
 twice is refused; an unknown one is refused with the choices.
@@ -14,6 +14,8 @@ twice is refused; an unknown one is refused with the choices.
 - a cluster's queue order: group ``fedmst.orders``, ``fedmst cluster --order pkg.mod:Class`` (an :class:`Order`)
 - a cluster's placement: group ``fedmst.placements``, ``fedmst cluster --placement pkg.mod:Class``
   (a :class:`Placement`)
+- a cluster's preemption: group ``fedmst.preemptions``, ``fedmst cluster --preempt pkg.mod:Class``
+  (a :class:`Preemption`, whose ``evict`` returns an :class:`Evict`)
 
 Agents run in processes (or containers) of their own, which import only what the run names: a
 model or dataset registered by ``register_*`` in your own process is not visible to them. For a
@@ -87,7 +89,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fedmst.core.cluster.jobs import Job
-from fedmst.core.cluster.policies import ClusterView, Order, Placed, Placement
+from fedmst.core.cluster.policies import ClusterView, Evict, Order, Placed, Placement, Preemption, Running
 from fedmst.core.plan import Plan, Transfer, equal_segments
 from fedmst.core.schedulers import register_scheduler
 from fedmst.core.schedulers.base import LinkState, Scheduler
@@ -132,7 +134,7 @@ def register_strategy(name: str, cls: type[Strategy]) -> None:
     STRATEGIES.register(name, cls)
 
 
-__all__ = ["ClusterView", "FedmstError", "Job", "LinkState", "Order", "Placed", "Placement", "Plan",
-           "ProcessBackend", "Scheduler", "Selection", "SelectionContext", "Strategy", "Task", "Transfer",
-           "WorkerBackend", "equal_segments", "register_backend", "register_dataset", "register_model",
+__all__ = ["ClusterView", "Evict", "FedmstError", "Job", "LinkState", "Order", "Placed", "Placement", "Plan",
+           "Preemption", "ProcessBackend", "Running", "Scheduler", "Selection", "SelectionContext", "Strategy", "Task",
+           "Transfer", "WorkerBackend", "equal_segments", "register_backend", "register_dataset", "register_model",
            "register_scheduler", "register_strategy"]

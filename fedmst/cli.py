@@ -381,8 +381,8 @@ def _draw_sweep(rows: list[dict[str, Any]], folder: Path) -> None:
 
 
 CLUSTER_OPTIONS = ("topology", "slots", "jobs", "time_compress", "scheduler", "mode", "job_order", "placement",
-                   "rounds", "model", "dataset", "epochs", "compute_s", "seed", "lr", "batch_size", "optimizer",
-                   "strategy", "strategy_args", "chunk_bytes", "mtu", "delay_mode", "time_scale")
+                   "preempt", "rounds", "model", "dataset", "epochs", "compute_s", "seed", "lr", "batch_size",
+                   "optimizer", "strategy", "strategy_args", "chunk_bytes", "mtu", "delay_mode", "time_scale")
 """The options of ``cluster``, in the order ``--help`` lists them."""
 
 
@@ -390,9 +390,10 @@ CLUSTER_OPTIONS = ("topology", "slots", "jobs", "time_compress", "scheduler", "m
 @click.option("--out", default="runs/cluster", show_default=True,
               help="Folder for jobs.csv, slots.csv, tasks.csv and summary.json: a new or empty one (default: "
                    "runs/cluster, or runs/cluster-2 ... if taken).")
-@click.option("--policies", default=None, metavar="ORDER/PLACEMENT,...",
-              help="Run the same trace under each queue order and placement (e.g. fifo/random,sjf/pack,fifo/network) "
-                   "into DIR/ORDER+PLACEMENT/, with DIR/comparison.json and one table.")
+@click.option("--policies", default=None, metavar="ORDER/PLACEMENT[/PREEMPT],...",
+              help="Run the same trace under each queue order, placement and preemption (e.g. "
+                   "fifo/random,smallest/sjf-bco,las/network/network) into DIR/ORDER+PLACEMENT[+PREEMPT]/, with "
+                   "DIR/comparison.json and one table.")
 @_overwrite_option
 @_config_file
 @_schema_options(*CLUSTER_OPTIONS)
@@ -415,8 +416,9 @@ def cluster(ctx: click.Context, overwrite: bool, **kw: Any) -> None:
             f"{counted(sum(resolved.slots.values()), 'slot')} on "
             f"{counted(sum(1 for s in resolved.slots.values() if s), 'node')}; "
             f"{resolved.config.mode}, scheduler {resolved.config.scheduler}, "
-            + (f"policies {', '.join('/'.join(p) for p in policies)}" if policies else
-               f"order {resolved.config.job_order}, placement {resolved.config.placement}"))
+            + (f"policies {', '.join(cluster_.policy_spec(*p) for p in policies)}" if policies else
+               f"order {resolved.config.job_order}, placement {resolved.config.placement}, "
+               f"preemption {resolved.config.preempt}"))
     columns = (TextColumn("{task.description}"), BarColumn(bar_width=12), MofNCompleteColumn(), TextColumn("jobs"),
                TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as bar:

@@ -193,8 +193,12 @@ CLUSTER_CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
     ("time-compress-zero", _args("--jobs", "poisson:60,3", "--time-compress", "0"),
      ("--time-compress 0", "positive")),
     ("unknown-placement", _args("--jobs", "poisson:60,3", "--placement", "nope"), ("placement 'nope'", "random")),
-    ("policy-unknown-order", _args("--policies", "fifo/random,nope/pack"), ("queue order 'nope'", "fifo, sjf")),
-    ("policy-three-parts", _args("--policies", "fifo/random/las"), ("--policies fifo/random/las", "preemption")),
+    ("policy-unknown-order", _args("--policies", "fifo/random,nope/pack"), ("queue order 'nope'", "fifo, las, sjf")),
+    ("policy-four-parts", _args("--policies", "fifo/random/las/x"), ("--policies fifo/random/las/x", "4 parts")),
+    ("policy-unknown-preemption", _args("--policies", "fifo/random/nope"), ("preemption 'nope'", "las, network, none")),
+    ("unknown-preemption", _args("--jobs", "poisson:60,3", "--preempt", "nope"), ("preemption 'nope'", "las")),
+    ("preemption-not-a-preemption", _args("--jobs", "poisson:60,3", "--preempt", "fedmst.core.cluster.policies:Fifo"),
+     ("fedmst.core.cluster.policies:Fifo", "subclass of fedmst.api.Preemption")),
 ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import networkx as nx
@@ -12,7 +13,8 @@ import pytest
 
 from fedmst.core.cluster.jobs import Job, JobError
 from fedmst.core.cluster.loop import Cluster, Ended, Outcome, planner, run_cluster
-from fedmst.core.cluster.policies import ORDERS, PLACEMENTS, ClusterView, Order, Placed, Placement, RandomSlots
+from fedmst.core.cluster.policies import (ORDERS, PLACEMENTS, PREEMPTIONS, ClusterView, Order, Placed, Placement,
+                                          RandomSlots)
 from fedmst.core.cluster.simulate import SimulatedRunner
 from fedmst.core.cluster.slots import Occupancy, SlotInterval, node_slots
 from fedmst.core.contention import Demand, Fluid, Profile, simulate
@@ -206,8 +208,11 @@ def test_a_jobs_plan_sees_the_running_jobs_links() -> None:
 
 
 def test_the_registries_know_the_defaults_and_refuse_unknown_names() -> None:
-    assert ORDERS.names() == ("fifo", "sjf") and PLACEMENTS.names() == ("delay", "network", "pack", "random", "spread")
-    with pytest.raises(JobError, match="unknown placement 'nope'; choose one of: delay, network, pack, random, spread"):
+    assert ORDERS.names() == ("fifo", "las", "sjf", "smallest", "srtf")
+    assert PLACEMENTS.names() == ("cassini", "delay", "network", "pack", "random", "sjf-bco", "spread")
+    assert PREEMPTIONS.names() == ("las", "network", "none")
+    with pytest.raises(JobError, match="unknown placement 'nope'; choose one of: cassini, delay, network, pack, "
+                                       "random, sjf-bco, spread"):
         PLACEMENTS.lookup("nope")
 
 
@@ -287,7 +292,9 @@ def test_the_network_placement_keeps_a_job_near_its_g_and_off_busy_links() -> No
 
 @pytest.mark.parametrize("spec,fragment", [
     ("fifo", "give ORDER/PLACEMENT"),
-    ("fifo/random/network", "preemption policy"),
+    ("fifo/random/network/x", "4 parts"),
+    ("fifo/random/nope", "unknown preemption 'nope'"),
+    ("fifo/random,fifo/random/none", "fifo+random given twice"),
     ("nope/random", "unknown queue order 'nope'"),
     ("fifo/nope", "unknown placement 'nope'"),
     ("fifo/random,fifo/random", "fifo+random given twice"),
@@ -391,3 +398,159 @@ def test_delay_timers_run_out_in_the_loop_without_another_event() -> None:
     # no level 0 (one slot a node); level 1 waited out for a second, then level 2, long before "long" ends
     assert ended["later"].queue_s == pytest.approx(1.0) and ended["later"].placed is not None
     assert ended["later"].placed.note.startswith("level 2") and ended["later"].start_s < ended["long"].end_s  # type: ignore[operator]
+
+
+def _comm(g: nx.Graph):  # type: ignore[no-untyped-def]
+    from fedmst.core.plan import loaded_phase_seconds
+
+    def comm_s(p, running=()):  # type: ignore[no-untyped-def]
+        return sum(loaded_phase_seconds(p, running, g, ph, chunk_bytes=1 << 18, with_delay=True)
+                   for ph in ("broadcast", "upload"))
+    return comm_s
+
+
+def test_smallest_srtf_and_las_orders() -> None:
+    jobs = [Job("big", 0.0, 3, rounds=4, compute_s=1.0), Job("small", 1.0, 1, rounds=9, compute_s=1.0),
+            Job("half", 2.0, 2, rounds=8, compute_s=1.0)]
+    view = _view(_ring(3), {}, rounds_done={"half": 6, "big": 1})
+    names = {name: [j.name for j in ORDERS.lookup(name)().order(jobs, view)] for name in ("smallest", "srtf", "las")}
+    assert names["smallest"] == ["small", "half", "big"]  # 2, 3, 4 slots
+    assert names["srtf"] == ["half", "big", "small"]  # 2, 3, 9 rounds left
+    assert names["las"] == ["small", "big", "half"]  # 0, 4, 18 slot-rounds had
+
+
+def test_sjf_bco_puts_small_jobs_on_fragments_and_spreads_large_ones_over_few_idle_nodes() -> None:
+    from fedmst.core.cluster.policies import SjfBco
+
+    g = nx.complete_graph([str(i) for i in range(4)])
+    nx.set_edge_attributes(g, 100.0, "capacity_mbps")
+    nx.set_edge_attributes(g, 0.001, "delay_s")
+    slots = {n: 4 for n in g}
+    free = {"0": 1, "1": 4, "2": 4, "3": 2}  # 0 and 3 partly busy
+    plan = planner(g, "mst", model_bytes=lambda job: 100_000)
+    more = dict(slots=slots, plan=lambda j, p: plan(j, p, []), comm_s=_comm(g))
+    small = Job("small", 0.0, 1, rounds=2, compute_s=1.0)
+    assert SjfBco._fa_ffp(small, free, slots) == ["3", "3"]  # the fullest node that holds it
+    assert SjfBco()._lbsgf(Job("big", 0.0, 5), free, slots) == ["1"] * 4 + ["2"] * 2
+    halves = {n: 2 for n in g}  # 8 slots on 4 nodes, where 2 would hold them on an idle cluster: over the cap of 3
+    assert SjfBco()._lbsgf(Job("huge", 0.0, 7), halves, slots) is None
+    placed = SjfBco().place(small, _view(g, free, waiting=(small,), **more))
+    assert placed is not None and set(placed.nodes) == {"3"}  # a job on one node moves nothing: kappa keeps it whole
+    placed = SjfBco().place(Job("x", 0.0, 3), _view(g, free, **more))
+    assert placed is not None and len(placed.nodes) == 4
+
+
+def test_cassini_prefers_links_whose_jobs_can_take_turns() -> None:
+    from fedmst.core.cluster.policies import Cassini, Running
+
+    g = _ring(6)
+    plan = planner(g, "spff", model_bytes=lambda job: 2_000_000)
+    comm_s = _comm(g)
+    running = {}
+    for name, placed in (("a", Placed("0", ("1",))), ("b", Placed("1", ("0",)))):  # each on 0-1 nearly half its round
+        job = Job(name, 0.0, 1, rounds=5, compute_s=0.01)
+        running[name] = Running(job, placed, 0.0, plan(job, placed, []))
+    plans = [r.plan for r in running.values()]
+    job = Job("j", 0.0, 1, rounds=5, compute_s=0.01)
+    view = _view(g, {"0": 1, "1": 1, "3": 1, "4": 1}, running=running, plan=lambda j, p: plan(j, p, plans),
+                 comm_s=lambda p: comm_s(p, plans))
+    duty = Cassini._duties(running["a"].job, running["a"].plan, view)
+    assert 0.4 < duty[("0", "1")] < 0.5 and duty[("0", "1")] == pytest.approx(duty[("1", "0")])
+    placed = Cassini().place(job, view)
+    assert placed is not None and set(placed.nodes) == {"3", "4"}  # a third job on 0-1 could not take turns
+    one = [running["a"].plan]
+    alone = Cassini().place(job, replace(view, running={"a": running["a"]}, plan=lambda j, p: plan(j, p, one),
+                                         comm_s=lambda p: comm_s(p, one)))
+    assert alone is not None and set(alone.nodes) == {"0", "1"}  # two can take turns: node order decides
+
+
+def test_las_preemption_stops_lower_queues_only_and_enough_of_them() -> None:
+    from fedmst.core.cluster.policies import LeastAttainedPreemption, Running
+
+    g = _ring(6)
+    plan = planner(g, "mst", model_bytes=lambda job: 1000)
+
+    def run(name: str, models: int, nodes: tuple[str, ...]) -> Running:
+        job = Job(name, 0.0, models, rounds=100)
+        return Running(job, Placed(nodes[0], nodes[1:]), 0.0, plan(job, Placed(nodes[0], nodes[1:]), []))
+
+    running = {r.job.name: r for r in (run("old", 1, ("0", "1")), run("older", 1, ("2", "3")),
+                                        run("young", 1, ("4", "5")))}
+    done = {"old": 10, "older": 70, "young": 1}  # 20 and 140 slot-rounds (queues 1, 2), 2 (queue 0)
+    waiting = Job("new", 0.0, 1, rounds=3)
+    evict = LeastAttainedPreemption().evict(waiting, _view(g, {}, running=running, rounds_done=done))
+    assert evict is not None and evict.victims == ("older",)  # the most service first, and enough
+    evict = LeastAttainedPreemption().evict(Job("new", 0.0, 3, rounds=3),
+                                            _view(g, {}, running=running, rounds_done=done))
+    assert evict is not None and evict.victims == ("older", "old")
+    # a job of queue 1 may stop only queue 2's, which is not enough for 4 slots: none
+    assert LeastAttainedPreemption().evict(Job("mid", 0.0, 3, rounds=9),
+                                           _view(g, {}, running=running, rounds_done={**done, "mid": 5})) is None
+    # a job that has not finished a round since it started is never stopped
+    fresh = {**running, "older": Running(running["older"].job, running["older"].placed, 0.0, running["older"].plan,
+                                         rounds_before=70)}
+    evict = LeastAttainedPreemption().evict(waiting, _view(g, {}, running=fresh, rounds_done=done))
+    assert evict is not None and evict.victims == ("old",)
+
+
+def test_network_preemption_stops_insensitive_jobs_for_a_sensitive_one() -> None:
+    from fedmst.core.cluster.policies import NetworkPreemption, Running
+
+    g = _ring(6)
+    plan = planner(g, "mst", model_bytes=lambda job: 5_000_000)
+    comm_s = _comm(g)
+
+    def run(name: str, nodes: tuple[str, ...], compute_s: float) -> Running:
+        job = Job(name, 0.0, len(nodes) - 1, rounds=50, compute_s=compute_s)
+        return Running(job, Placed(nodes[0], nodes[1:]), 0.0, plan(job, Placed(nodes[0], nodes[1:]), []))
+
+    running = {r.job.name: r for r in (run("slow", ("0", "1"), 100.0), run("chatty", ("2", "3"), 0.01))}
+    view = _view(g, {"5": 1}, slots={n: 1 for n in g}, running=running, rounds_done={"slow": 1, "chatty": 1},
+                 plan=lambda j, p: plan(j, p, []), comm_s=comm_s)
+    sensitive = Job("s", 0.0, 2, rounds=5, compute_s=0.01)
+    evict = NetworkPreemption().evict(sensitive, view)
+    assert evict is not None and evict.victims == ("slow",)  # around node 0 or 1: the chatty job is sensitive too
+    assert NetworkPreemption().evict(Job("calm", 0.0, 2, rounds=5, compute_s=1000.0), view) is None
+    assert NetworkPreemption().evict(Job("one", 0.0, 1, rounds=5, compute_s=0.01),
+                                     replace(view, free={"4": 1, "5": 1})) is None  # consolidated on free slots
+
+
+@pytest.mark.parametrize("policies", [("las", "random", "las"), ("fifo", "delay", "network")])
+def test_preempted_jobs_resume_and_finish_every_round(policies: tuple[str, str, str]) -> None:
+    from fedmst.core.cluster.policies import PREEMPTIONS
+
+    g = _ring(4)
+    # the long jobs train for long (not network-sensitive) and have had service past las's first threshold
+    # when the short ones come
+    long = [Job(f"long{i}", 0.0, 1, rounds=30, compute_s=2.0) for i in range(2)]
+    short = [Job(f"short{i}", 40.0 + i, 1, rounds=3, compute_s=0.01) for i in range(3)]
+    runner = SimulatedRunner(g, train_s=lambda job: job.compute_s or 0.0, chunk_bytes=1 << 18, with_delay=True)
+    stops = []
+    plan = planner(g, "mst", model_bytes=lambda job: 2_000_000)
+    cluster = Cluster(g, node_slots(g, 1), 3, ORDERS.lookup(policies[0])(), PLACEMENTS.lookup(policies[1])(),
+                      PREEMPTIONS.lookup(policies[2])(), comm_s=lambda p, running: _comm(g)(p, running))
+    history = run_cluster([*long, *short], cluster, runner, plan, stopped=stops.append)
+    _no_slot_twice(history.slots)
+    ended = {e.job.name: e for e in history.ended}
+    assert all(e.status == "finished" and e.outcome is not None and e.outcome.rounds == e.job.rounds
+               for e in ended.values())
+    assert history.preemptions == stops and stops
+    for stop in stops:
+        assert stop.job.startswith("long") and stop.by.startswith("short") and stop.stopped_s >= stop.asked_s
+        assert 0 < stop.rounds_done < 30
+    assert sum(e.preemptions for e in ended.values()) == len(stops)
+    for e in ended.values():  # its slot intervals, one per run
+        assert len({s.from_s for s in e.slots}) == e.preemptions + 1
+    assert len({s.round for s in ended["long0"].outcome.spans if s.phase == "upload"}) == 30
+
+
+def test_a_preemption_plugins_mistake_is_one_line() -> None:
+    from fedmst.core.cluster.policies import Evict, Preemption
+
+    class Wrong(Preemption):
+        def evict(self, job, view):  # type: ignore[no-untyped-def]
+            return Evict(("nobody",), "because")
+
+    g = _ring(3)
+    with pytest.raises(JobError, match="would stop 'nobody' for job b, which is not a running job"):
+        _simulated(g, [Job("a", 0.0, 2, rounds=3), Job("b", 0.1, 2, rounds=1)], preemption=Wrong())

@@ -153,3 +153,38 @@ def test_an_interrupted_cluster_keeps_what_finished(tmp_path: Path, clean_host: 
     assert list(rows) == ["quick"] and rows["quick"]["status"] == "finished"
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["jobs_finished"] == 1 and summary["jobs"] == 2
+
+
+def test_a_preempted_job_resumes_from_its_checkpoint_elsewhere_and_loses_no_round(tmp_path: Path,
+                                                                                 clean_host: None) -> None:
+    """las: once the long job has had more than las's first threshold of service (16 slot-rounds:
+    6 rounds of 3 slots), the short one that arrives stops it at a round boundary; the long one
+    resumes from its checkpoint when slots free, its global model exactly the checkpoint's."""
+    import torch
+
+    (tmp_path / "jobs.csv").write_text("job,submit_s,local_models,rounds,compute_s\n"
+                                       "long,0,2,20,0.3\nshort,3,2,2,\n")
+    proc = subprocess.run(_cluster(tmp_path / "out", tmp_path / "jobs.csv", "--order", "las", "--preempt", "las"),
+                          capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "out"
+    jobs = _rows(out / "jobs.csv")
+    assert {n: (r["status"], r["rounds"]) for n, r in jobs.items()} == {"long": ("finished", "20"),
+                                                                       "short": ("finished", "2")}
+    assert (jobs["long"]["preemptions"], jobs["short"]["preemptions"]) == ("1", "0")
+    with (out / "preemptions.csv").open(newline="") as f:
+        (stop,) = list(csv.DictReader(f))
+    assert (stop["job"], stop["by"]) == ("long", "short") and stop["reason"].startswith("las:")
+    done = int(stop["rounds_done"])
+    assert 6 <= done < 20 and float(stop["asked_s"]) <= float(stop["stopped_s"]) <= float(jobs["short"]["start_s"])
+    checkpoint, resumed = (out / "jobs" / "long" / f"{kind}-{done}" / "long-global.pt"
+                           for kind in ("checkpoint", "resumed"))
+    assert torch.equal(torch.load(checkpoint), torch.load(resumed))
+    assert (out / "jobs" / "long" / "run-2" / "plan.json").is_file()
+    with (out / "tasks.csv").open(newline="") as f:
+        rounds = [int(r["round"]) for r in csv.DictReader(f) if r["task"] == "long"]
+    assert sorted(rounds) == list(range(1, 21))  # every round once, numbered on after the resumption
+    assert 0 < float(jobs["long"]["final_accuracy"]) <= 1
+    _held_once(out / "slots.csv")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["preemptions"] == 1 and summary["preempt"] == "las" and summary["jobs_finished"] == 2

@@ -36,7 +36,7 @@ Extract = Callable[[str], list[str] | None]
 
 def _registries() -> dict[str, Any]:
     """Each registry by the option that names its plugins (imported here: models and datasets load torch)."""
-    from fedmst.core.cluster.policies import ORDERS, PLACEMENTS
+    from fedmst.core.cluster.policies import ORDERS, PLACEMENTS, PREEMPTIONS
     from fedmst.core.schedulers import SCHEDULERS
     from fedmst.core.selection import SELECTIONS
     from fedmst.fl.data import DATASETS
@@ -45,7 +45,8 @@ def _registries() -> dict[str, Any]:
     from fedmst.workers.backends import BACKENDS
 
     return {"--scheduler": SCHEDULERS, "--model": MODELS, "--dataset": DATASETS, "--strategy": STRATEGIES,
-            "--selection": SELECTIONS, "--workers": BACKENDS, "cluster --order": ORDERS, "--placement": PLACEMENTS}
+            "--selection": SELECTIONS, "--workers": BACKENDS, "cluster --order": ORDERS, "--placement": PLACEMENTS,
+            "--preempt": PREEMPTIONS}
 
 
 def built_in(registry: Any) -> tuple[str, ...]:
@@ -196,7 +197,8 @@ LISTINGS = [
     *(_table(option) for option in COMMANDS_OPTIONS),
     *(Listing("docs/commands.md", f"fedmst cluster's table, {flag}", choices, after("## `fedmst cluster`",
                                                                                    option_row(flag)))
-      for flag, choices in (("--mode", "--mode"), ("--order", "cluster --order"), ("--placement", "--placement"))),
+      for flag, choices in (("--mode", "--mode"), ("--order", "cluster --order"), ("--placement", "--placement"),
+                            ("--preempt", "--preempt"))),
     Listing("docs/commands.md", "bad input, --topology", "--topology", error_row("--topology no-such-topology")),
     Listing("docs/commands.md", "bad input, --scheduler", "--scheduler", error_row("--scheduler no-such-sched")),
     Listing("docs/commands.md", "bad input, --model", "--model", error_row("--model no-such-model")),

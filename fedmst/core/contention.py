@@ -145,6 +145,22 @@ class Fluid:
         self._profile[name], self._rounds[name], self._at[name] = profile, rounds, -1
         self._wake[name] = max(at_s, self.now)
 
+    def stop(self, name: str) -> None:
+        """Task ``name`` ends when its current round does (at once where it has not begun one).
+
+        >>> a = Profile("A", broadcast=Demand(1.0, {}), compute_s=1.0, upload=Demand(1.0, {}))
+        >>> fluid = Fluid({})
+        >>> fluid.add(a, rounds=5, at_s=0.0)
+        >>> _ = fluid.advance(until_s=4.0); fluid.stop("A")
+        >>> [(s.round, s.phase) for s in fluid.advance()][-1], fluid.now
+        ((2, 'upload'), 6.0)
+        """
+        if name in self._wake:
+            self._rounds[name] = 0
+            self._wake[name] = self.now
+        elif name in self._at:
+            self._rounds[name] = self._at[name] // 3 + 1
+
     def _demand(self, name: str) -> Demand | None:
         phase = ROUND_PHASES[self._at[name] % 3]
         return None if phase == "train" else getattr(self._profile[name], phase)

@@ -25,8 +25,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import networkx as nx
 
 from fedmst.core.cluster.jobs import Job, JobError
-from fedmst.core.cluster.loop import Cluster, Ended, Planner, Progress, Runner, planner, run_cluster
-from fedmst.core.cluster.policies import ORDERS, PLACEMENTS, ClusterView
+from fedmst.core.cluster.loop import Cluster, Ended, Planner, Progress, Runner, Stopped, planner, run_cluster
+from fedmst.core.cluster.policies import ORDERS, PLACEMENTS, PREEMPTIONS, ClusterView
 from fedmst.core.cluster.simulate import SimulatedRunner
 from fedmst.core.cluster.slots import Occupancy, node_slots
 from fedmst.core.cluster.traces import Trace, read_jobs
@@ -37,9 +37,9 @@ from fedmst.core.workload import WorkloadPlan
 from fedmst.errors import FedmstError
 from fedmst.fl.strategies import build_strategy, strategy_knobs
 from fedmst.run import folders
-from fedmst.run.cluster_records import (JOB_FIELDS, JOBS, NODE_SEPARATOR, ROUNDS, SLOT_FIELDS, SLOTS, TASKS, Appender,
-                                        ClusterSummary,
-                                        JobRow, figures, read_jobs_csv, read_slots_csv)
+from fedmst.run.cluster_records import (JOB_FIELDS, JOBS, NODE_SEPARATOR, ROUNDS, SLOT_FIELDS, SLOTS, STOPPED,
+                                        STOPPED_FIELDS, TASKS, Appender, ClusterSummary, JobRow, figures,
+                                        read_jobs_csv, read_slots_csv)
 from fedmst.run.config import RunConfig, split_list, validate
 from fedmst.run.experiments import claimed
 from fedmst.run.layout import COMPARISON, run_folder_name
@@ -83,6 +83,7 @@ def resolve(config: RunConfig) -> ResolvedCluster:
                           "helios:FILE")
     ORDERS.lookup(config.job_order)
     PLACEMENTS.lookup(config.placement)
+    PREEMPTIONS.lookup(config.preempt)
     get_scheduler(config.scheduler)
     graph = load_topology(config.topology)
     slots = node_slots(graph, config.slots)
@@ -160,7 +161,7 @@ def _cluster(resolved: ResolvedCluster) -> Cluster:
                                         with_delay=resolved.with_delay, mtu=config.mtu) for phase in TRANSFER_PHASES)
 
     return Cluster(resolved.graph, resolved.slots, config.seed, ORDERS.lookup(config.job_order)(),
-                   PLACEMENTS.lookup(config.placement)(), comm_s=comm_s)
+                   PLACEMENTS.lookup(config.placement)(), PREEMPTIONS.lookup(config.preempt)(), comm_s=comm_s)
 
 
 def _planner(resolved: ResolvedCluster) -> Planner:
@@ -249,6 +250,7 @@ class _Files:
     def __init__(self, out: Path) -> None:
         self.jobs, self.slots = Appender(out / JOBS, JOB_FIELDS), Appender(out / SLOTS, SLOT_FIELDS)
         self.tasks = Appender(out / TASKS, TASK_FIELDS)
+        self.preemptions = Appender(out / STOPPED, STOPPED_FIELDS)
         self.out, self.task_rows = out, list[dict[str, Any]]()
 
     def ended(self, life: Ended) -> None:
@@ -260,7 +262,7 @@ class _Files:
 
     def close(self) -> None:
         """Close the tables, and write rounds.csv: each round's means over the jobs that ran it."""
-        for table in (self.jobs, self.slots, self.tasks):
+        for table in (self.jobs, self.slots, self.tasks, self.preemptions):
             table.close()
         write_csv(self.out / ROUNDS, ROUND_FIELDS, round_means(self.task_rows))
 
@@ -286,7 +288,10 @@ def run(resolved: ResolvedCluster, output: folders.OutputFolder, report: Report,
                     if life.status != "finished":
                         report(f"job {life.job.name} {life.status} at {life.end_s:.2f} s: {life.reason}")
 
-                run_cluster(resolved.jobs, cluster, runner, _planner(resolved), ended=ended,
+                def stopped(stop: Stopped) -> None:
+                    files.preemptions.add([asdict(stop)])
+
+                run_cluster(resolved.jobs, cluster, runner, _planner(resolved), ended=ended, stopped=stopped,
                             progress=lambda p: progress(p, time.monotonic() - began))
         finally:
             files.close()
@@ -326,24 +331,31 @@ def _runner(resolved: ResolvedCluster, out: Path, report: Report) -> Iterator[Ru
             state.remove()
 
 
-def parse_policies(spec: str) -> list[tuple[str, str]]:
-    """``--policies``: ``ORDER/PLACEMENT`` pairs, comma-separated, each part a registered name or
-    ``package.module:Class`` (checked here, before anything runs).
+Policies = tuple[str, str, str]
+"""A cluster's policies: its queue order, placement and preemption."""
 
-    >>> parse_policies("fifo/random,sjf/pack")
-    [('fifo', 'random'), ('sjf', 'pack')]
+
+def parse_policies(spec: str) -> list[Policies]:
+    """``--policies``: ``ORDER/PLACEMENT[/PREEMPT]`` items, comma-separated, each part a registered
+    name or ``package.module:Class`` (checked here, before anything runs); no preemption where the
+    third part is left out.
+
+    >>> parse_policies("fifo/random,las/network/network")
+    [('fifo', 'random', 'none'), ('las', 'network', 'network')]
     """
     policies = []
     for item in split_list(spec, "--policies"):
         parts = item.split("/")
-        if len(parts) == 3:
-            raise FedmstError(f"--policies {item}: a third part would be a preemption policy, which fedmst cannot "
-                              "run yet: give ORDER/PLACEMENT")
-        if len(parts) != 2 or not all(parts):
-            raise FedmstError(f"--policies {item}: give ORDER/PLACEMENT, e.g. fifo/random")
-        ORDERS.lookup(parts[0])
-        PLACEMENTS.lookup(parts[1])
-        policies.append((parts[0], parts[1]))
+        if len(parts) > 3:
+            raise FedmstError(f"--policies {item}: {len(parts)} parts; give ORDER/PLACEMENT or "
+                              "ORDER/PLACEMENT/PREEMPT, e.g. las/network/network")
+        if len(parts) < 2 or not all(parts):
+            raise FedmstError(f"--policies {item}: give ORDER/PLACEMENT or ORDER/PLACEMENT/PREEMPT, e.g. fifo/random")
+        order, placement, preempt = (*parts, "none") if len(parts) == 2 else parts
+        ORDERS.lookup(order)
+        PLACEMENTS.lookup(placement)
+        PREEMPTIONS.lookup(preempt)
+        policies.append((order, placement, preempt))
     folders_ = [policy_folder(*p) for p in policies]
     twice = sorted({f for f in folders_ if folders_.count(f) > 1})
     if twice:
@@ -351,22 +363,28 @@ def parse_policies(spec: str) -> list[tuple[str, str]]:
     return policies
 
 
-def policy_folder(order: str, placement: str) -> str:
-    """Where one policy's cluster goes in a comparison: ``ORDER+PLACEMENT``, each part a plain
-    folder name (a ``package.module:Class`` one's ``:`` made ``_``).
+def policy_spec(order: str, placement: str, preempt: str) -> str:
+    """The policies as ``--policies`` writes them (no third part for no preemption)."""
+    return "/".join((order, placement) if preempt == "none" else (order, placement, preempt))
 
-    >>> policy_folder("sjf", "pack"), policy_folder("fifo", "mypkg.mod:Mine")
-    ('sjf+pack', 'fifo+mypkg.mod_Mine')
+
+def policy_folder(order: str, placement: str, preempt: str = "none") -> str:
+    """Where one policy's cluster goes in a comparison: ``ORDER+PLACEMENT[+PREEMPT]``, each part a
+    plain folder name (a ``package.module:Class`` one's ``:`` made ``_``).
+
+    >>> policy_folder("sjf", "pack"), policy_folder("fifo", "mypkg.mod:Mine"), policy_folder("las", "network", "las")
+    ('sjf+pack', 'fifo+mypkg.mod_Mine', 'las+network+las')
     """
-    return f"{run_folder_name(order)}+{run_folder_name(placement)}"
+    return "+".join(run_folder_name(p) for p in ((order, placement) if preempt == "none" else
+                                                 (order, placement, preempt)))
 
 
-def compare(resolved: ResolvedCluster, policies: Sequence[tuple[str, str]], output: folders.OutputFolder,
+def compare(resolved: ResolvedCluster, policies: Sequence[Policies], output: folders.OutputFolder,
             report: Report, progress: Callable[[Progress, float], None] = lambda p, host_s: None
             ) -> dict[str, ClusterSummary]:
     """Run the same trace (the same jobs, training times and seeds) under each ``(order,
-    placement)`` into ``output/ORDER+PLACEMENT/``; ``output/comparison.json`` holds every
-    summary and says how the comparison ended, whatever ended it."""
+    placement, preemption)`` into ``output/``:func:`policy_folder`; ``output/comparison.json``
+    holds every summary and says how the comparison ended, whatever ended it."""
     out = output.path
     names = [policy_folder(*p) for p in policies]
     summaries: dict[str, ClusterSummary] = {}
@@ -378,10 +396,10 @@ def compare(resolved: ResolvedCluster, policies: Sequence[tuple[str, str]], outp
             "summaries": {n: asdict(s) for n, s in summaries.items()}})
 
     with claimed(output, "cluster", record):
-        for (order, placement), name in zip(policies, names):
-            report(f"[{name}] order {order}, placement {placement}")
+        for (order, placement, preempt), name in zip(policies, names):
+            report(f"[{name}] order {order}, placement {placement}, preemption {preempt}")
             one = replace(resolved, config=replace(resolved.config, job_order=order, placement=placement,
-                                                   out=str(out / name)))
+                                                   preempt=preempt, out=str(out / name)))
             summaries[name] = run(one, folders.OutputFolder(out / name, False),
                                   lambda line, name=name: report(f"[{name}] {line}"), progress)
     return summaries
@@ -392,10 +410,12 @@ def _summarise(resolved: ResolvedCluster, out: Path, status: str, wall_s: float)
     config = resolved.config
     rows = read_jobs_csv(out) if (out / JOBS).exists() else []
     held = read_slots_csv(out) if (out / SLOTS).exists() else []
+    stops = len((out / STOPPED).read_text().splitlines()) - 1 if (out / STOPPED).exists() else 0
     total = sum(resolved.slots.values())
     ClusterSummary(
         status=status, command="cluster", mode=config.mode, scheduler=config.scheduler, order=config.job_order,
-        placement=config.placement, topology=resolved.graph.graph["name"], slots=total, jobs=len(resolved.jobs),
+        placement=config.placement, preempt=config.preempt, preemptions=max(0, stops),
+        topology=resolved.graph.graph["name"], slots=total, jobs=len(resolved.jobs),
         jobs_finished=sum(r.status == "finished" for r in rows),
         jobs_rejected=sum(r.status == "rejected" for r in rows),
         jobs_failed=sum(r.status == "failed" for r in rows), **figures(rows, held, total),  # type: ignore[arg-type]
@@ -403,4 +423,4 @@ def _summarise(resolved: ResolvedCluster, out: Path, status: str, wall_s: float)
     ).write(out)
 
 
-__all__ = ["ResolvedCluster", "compare", "parse_policies", "policy_folder", "resolve", "run"]
+__all__ = ["Policies", "ResolvedCluster", "compare", "parse_policies", "policy_folder", "policy_spec", "resolve", "run"]

@@ -4,9 +4,16 @@ job run for real on it from the moment it is placed, while the others run.
 A placed job gets a :class:`~fedmst.run.session.Session` of its own on the shared emulation: its
 routes installed, an agent started on each of its nodes (forked from the warm fork server), set up,
 then its rounds on its own clock (:class:`~fedmst.protocol.RunRounds`, as ``--clock independent``
-runs a task), in a thread of its own. Its agents end with it. Its folder ``DIR/jobs/NAME/`` keeps
-its plan and its agents' logs. The links' counters measure every job together (``links.csv``).
-Times are the network's: the host's clock divided by the time scale.
+runs a task) one round at a time, in a thread of its own. Its agents end with it. Its folder
+``DIR/jobs/NAME/`` keeps its plan and its agents' logs. The links' counters measure every job
+together (``links.csv``). Times are the network's: the host's clock divided by the time scale.
+
+A job a preemption stops ends at its next round boundary: its G writes the global model and the
+strategy (with its state) into ``DIR/jobs/NAME/checkpoint-R/`` (R: the rounds it had finished), and
+its agents end. When it is placed again (anywhere), its new agents set up, take the checkpoint
+up (:class:`~fedmst.protocol.Restore`), and G's model is saved into ``resumed-R/`` beside it and
+checked equal to the checkpoint before round R+1, whose broadcast carries it over the emulated
+links (measured in ``links.csv``, counted in the job's ``link_bytes``).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from fedmst.core.timescale import TimeScale
 from fedmst.core.workload import WorkloadPlan
 from fedmst.errors import FedmstError
 from fedmst.net.emulation import Emulation
-from fedmst.protocol import RunRounds, TaskSpec
+from fedmst.protocol import Checkpoint, Restore, RunRounds, Save, TaskSpec
 from fedmst.run.config import RunConfig
 from fedmst.run.prepare import ResolvedRun
 from fedmst.run.measure import ClockRun, CounterSampler, whole_run_link_rows
@@ -61,6 +68,9 @@ class EmulatedRunner:
         self.done: list[tuple[Plan, int]] = []
         """Each ended job's plan and the rounds it finished (what links.csv predicts)."""
         self._lock = threading.Lock()
+        self.stopping: set[str] = set()
+        self.rounds: dict[str, int] = {}
+        """Rounds each running job has finished in this run of it."""
         self.set_up_bytes: dict[LinkDir, int] = {}
         """What the finished jobs' set-ups put on each link direction (:func:`set_up_link_bytes`)."""
 
@@ -89,11 +99,19 @@ class EmulatedRunner:
     def now(self) -> float:
         return self.scale.network_s(time.monotonic() - self.t0)
 
-    def start(self, job: Job, plan: Plan) -> None:
+    def start(self, job: Job, plan: Plan, first_round: int = 1) -> None:
         self.begun[job.name] = self.now()
-        thread = threading.Thread(target=self._run, args=(job, plan), name=f"job-{job.name}", daemon=True)
+        self.rounds[job.name] = 0
+        thread = threading.Thread(target=self._run, args=(job, plan, first_round), name=f"job-{job.name}",
+                                  daemon=True)
         self.threads[job.name] = thread
         thread.start()
+
+    def preempt(self, name: str) -> None:
+        self.stopping.add(name)
+
+    def rounds_done(self, name: str) -> int:
+        return self.rounds.get(name, 0)
 
     def wait(self, until_s: float | None) -> Mapping[str, Outcome]:
         """As the loop asks, or after at most :data:`PROGRESS_S` with nothing, so that the loop shows
@@ -112,6 +130,8 @@ class EmulatedRunner:
             out[name] = outcome
         for name in out:
             self.threads.pop(name).join()
+            self.stopping.discard(name)
+            self.rounds.pop(name, None)
         return out
 
     def _job_run(self, job: Job, plan: Plan, folder: Path) -> ResolvedRun:
@@ -124,9 +144,13 @@ class EmulatedRunner:
         return replace(base, config=config, workload=workload, worker_nodes=tuple(sorted(plan.nodes)),
                        listed=(job.name,), offsets={job.name: 0.0}, profiles=())
 
-    def _run(self, job: Job, plan: Plan) -> None:
-        """Run ``job``'s rounds and say how it ended (a failure is the job's, not the cluster's)."""
-        folder, scratch = self.out / "jobs" / job.name, self.scratch / "jobs" / job.name
+    def _run(self, job: Job, plan: Plan, first_round: int) -> None:
+        """Run ``job``'s rounds from ``first_round`` and say how it ended (a failure is the job's,
+        not the cluster's); a run after the first goes in ``DIR/jobs/NAME/run-N/``."""
+        folder = self.out / "jobs" / job.name
+        if first_round > 1:
+            folder = folder / f"run-{len(list(folder.glob('run-*'))) + 2}"
+        scratch = self.scratch / folder.relative_to(self.out)
         outcome: Outcome | None = None
         session: Session | None = None
         try:
@@ -135,9 +159,11 @@ class EmulatedRunner:
             session = Session(self._job_run(job, plan, folder), self.emu, self.backend, folder, scratch,
                               report=lambda line: None)
             got: dict[str, object] = {}
-            session.run(lambda: got.update(self._rounds(session, job)))
+            session.run(lambda: got.update(self._rounds(session, job, first_round)))
             outcome = Outcome.finished(plan, got["spans"], self.begun[job.name], self.now(),  # type: ignore[arg-type]
                                        mtu=self.base.config.mtu, accuracies=got["accuracy"])  # type: ignore[arg-type]
+            if got["stopped"]:
+                outcome = replace(outcome, status="preempted")
             with self._lock:  # jobs end together
                 self.done.append((plan, outcome.rounds))
                 for hop, n in set_up_link_bytes(session.specs, plan.task.model_bytes // 4, self.base.config).items():
@@ -154,22 +180,53 @@ class EmulatedRunner:
             _stop_agents(session)  # a job that failed mid-round must not train on in slots given to others
             self._ended.put((job.name, outcome or Outcome(end_s=self.now(), status="failed", reason="interrupted")))
 
-    def _rounds(self, session: Session, job: Job) -> dict[str, object]:
-        """The job's rounds from now, as one task on its own clock: its phases (the network's
-        seconds from the cluster's start) and G's accuracy after each round."""
-        name, rounds = job.name, job.rounds or 1
-        started = time.monotonic()
-        replies = session.server.run(
-            RunRounds(start_at=started, rounds={name: rounds}, offsets={name: 0.0},
-                      weights=aggregation_weights(session.live, session.samples, {}, 1)),
-            timeout_s=session.timeout_s * 3 * rounds, check=session.check)
-        offset = started - self.t0
-        clock = ClockRun(plans=tuple(session.live.plans), rounds={name: rounds}, offsets={name: 0.0})
-        clock.spans = {node: tuple(PhaseSpan(s.task, s.round, s.phase, self.scale.network_s(offset + s.start_s),
-                                             self.scale.network_s(offset + s.end_s)) for s in reply.spans)
-                       for node, reply in replies.items()}
-        accuracy = [a for reply in replies.values() for a in reply.accuracy.get(name, ())]
-        return {"spans": clock.windows(), "accuracy": accuracy}
+    def _rounds(self, session: Session, job: Job, first_round: int) -> dict[str, object]:
+        """The job's rounds from ``first_round`` (resumed from its checkpoint after the first), as
+        one task on its own clock, a round at a time until they are done or a preemption stops it:
+        its phases (the network's seconds from the cluster's start), G's accuracy after each round,
+        and whether it stopped early (its checkpoint written)."""
+        name, last = job.name, first_round + (job.rounds or 1) - 1
+        folder = self.out / "jobs" / name
+        if first_round > 1:
+            self._resume(session, name, folder / f"checkpoint-{first_round - 1}", folder / f"resumed-{first_round - 1}")
+        weights = aggregation_weights(session.live, session.samples, {}, 1)
+        spans: list[PhaseSpan] = []
+        accuracy: list[float] = []
+        r = first_round
+        while r <= last:
+            stop = name in self.stopping
+            started = time.monotonic()
+            replies = session.server.run(
+                RunRounds(start_at=started, rounds={name: 0 if stop else 1}, offsets={name: 0.0}, weights=weights,
+                          first_round=r, evaluate=stop or r == last),
+                timeout_s=session.timeout_s * 3, check=session.check)
+            offset = started - self.t0
+            clock = ClockRun(plans=tuple(session.live.plans), rounds={name: 1}, offsets={name: 0.0})
+            clock.spans = {node: tuple(PhaseSpan(s.task, s.round, s.phase, self.scale.network_s(offset + s.start_s),
+                                                 self.scale.network_s(offset + s.end_s)) for s in reply.spans)
+                           for node, reply in replies.items()}
+            spans += clock.windows()
+            accuracy += [a for reply in replies.values() for a in reply.accuracy.get(name, ())]
+            if stop:
+                checkpoint = folder / f"checkpoint-{r - 1}"
+                checkpoint.mkdir(exist_ok=True)  # a job stopped before a round of this run: the same model
+                session.server.run(Checkpoint(str(checkpoint)), timeout_s=session.timeout_s, check=session.check)
+                return {"spans": spans, "accuracy": accuracy, "stopped": True}
+            self.rounds[name] += 1
+            r += 1
+        return {"spans": spans, "accuracy": accuracy, "stopped": False}
+
+    @staticmethod
+    def _resume(session: Session, name: str, checkpoint: Path, resumed: Path) -> None:
+        """Take the job's checkpoint up on its new agents, and check that G's global model is the
+        checkpoint's, bit for bit (saved into ``resumed``)."""
+        import torch
+
+        session.server.run(Restore(str(checkpoint)), timeout_s=session.timeout_s, check=session.check)
+        resumed.mkdir()
+        session.server.run(Save(str(resumed)), timeout_s=session.timeout_s, check=session.check)
+        if not torch.equal(torch.load(resumed / f"{name}-global.pt"), torch.load(checkpoint / f"{name}-global.pt")):
+            raise FedmstError(f"job {name}: the resumed global model differs from its checkpoint {checkpoint}")
 
 
 def _stop_agents(session: Session | None) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from statistics import mean, median
 from typing import IO, Any, Callable, Iterable, Mapping, Sequence
 
+from fedmst.core.cluster.loop import Stopped
 from fedmst.core.cluster.slots import SlotInterval
 from fedmst.errors import FedmstError
 from fedmst.run.results import write_json
@@ -22,6 +23,7 @@ from fedmst.run.results import write_json
 NODE_SEPARATOR = ";"
 """Between the nodes of jobs.csv's ``nodes`` (a topology's node names may hold spaces)."""
 JOBS, SLOTS, TASKS, ROUNDS, SUMMARY = "jobs.csv", "slots.csv", "tasks.csv", "rounds.csv", "summary.json"
+STOPPED = "preemptions.csv"
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class JobRow:
     """finished, rejected or failed."""
     reason: str
     preemptions: int
+    """Times a preemption stopped it (preemptions.csv has each)."""
     mean_round_s: float | None
     link_bytes: int
     """Bytes its transfers put on the links, as its plan predicts them, every hop of every round it
@@ -63,6 +66,7 @@ class JobRow:
 
 JOB_FIELDS = tuple(f.name for f in fields(JobRow))
 SLOT_FIELDS = tuple(f.name for f in fields(SlotInterval))
+STOPPED_FIELDS = tuple(f.name for f in fields(Stopped))
 
 
 class Appender:
@@ -173,6 +177,9 @@ class ClusterSummary:
     wall_s: float
     skipped: int = 0
     """Rows of a public trace left out (jobs without GPUs, jobs that never ran)."""
+    preempt: str = "none"
+    preemptions: int = 0
+    """Times a preemption stopped a job (preemptions.csv's rows)."""
 
     def write(self, folder: Path) -> None:
         write_json(folder / SUMMARY, asdict(self))
@@ -236,16 +243,19 @@ def cluster_table(summaries: Mapping[str, ClusterSummary]) -> Any:
         "jobs rejected": lambda s: str(s.jobs_rejected), "jobs failed": lambda s: str(s.jobs_failed),
         "makespan (s)": lambda s: seconds(s.makespan_s), "mean JCT (s)": lambda s: seconds(s.mean_jct_s),
         "median JCT (s)": lambda s: seconds(s.median_jct_s), "p99 JCT (s)": lambda s: seconds(s.p99_jct_s),
-        "mean queueing (s)": lambda s: seconds(s.mean_queue_s), "mean round (s)": lambda s: seconds(s.mean_round_s),
+        "mean queueing (s)": lambda s: seconds(s.mean_queue_s), "preemptions": lambda s: str(s.preemptions),
+        "mean round (s)": lambda s: seconds(s.mean_round_s),
         "link MB (planned)": lambda s: f"{s.link_bytes / 1e6:.1f}",
         "slot utilisation": lambda s: share(s.slot_utilisation),
         "communication share": lambda s: share(s.comm_share)}
     for label, cell in rows.items():
         table.add_row(label, *(cell(s) for s in summaries.values()))
-    policies = "" if len(summaries) > 1 else f", order {first.order}, placement {first.placement}"
+    policies = "" if len(summaries) > 1 else (f", order {first.order}, placement {first.placement}, "
+                                               f"preemption {first.preempt}")
     table.caption = f"{first.slots} slots; scheduler {first.scheduler}{policies}; {first.status}"
     return table
 
 
-__all__ = ["JOBS", "JOB_FIELDS", "NODE_SEPARATOR", "ROUNDS", "SLOTS", "SLOT_FIELDS", "SUMMARY", "TASKS", "Appender",
-           "ClusterSummary", "JobRow", "cluster_table", "figures", "percentile", "read_jobs_csv", "read_slots_csv"]
+__all__ = ["JOBS", "JOB_FIELDS", "NODE_SEPARATOR", "ROUNDS", "SLOTS", "SLOT_FIELDS", "STOPPED", "STOPPED_FIELDS",
+           "SUMMARY", "TASKS", "Appender", "ClusterSummary", "JobRow", "cluster_table", "figures", "percentile",
+           "read_jobs_csv", "read_slots_csv"]

@@ -322,12 +322,17 @@ class RunConfig:
         help="fedmst cluster: run every job for real in the emulation, or on the fluid model of concurrent "
              "transfers (no root, no network; thousands of jobs).")
     placement: str = option(
-        "random", "--placement", metavar="random|package.module:Class",
-        help="fedmst cluster: where a job's G and local models go among the free slots (random: seeded).")
+        "random", "--placement", metavar="NAME|package.module:Class",
+        help="fedmst cluster: where a job's G and local models go among the free slots: random (seeded), pack "
+             "(first fit), spread, sjf-bco, delay, network or cassini (docs/cluster.md).")
     job_order: str = option(
-        "fifo", "--order", metavar="fifo|package.module:Class",
+        "fifo", "--order", metavar="NAME|package.module:Class",
         help="fedmst cluster: the order waiting jobs are tried in: fifo (first come, first served; a later job "
-             "that fits may start while an earlier one waits).")
+             "that fits may start while an earlier one waits), sjf, smallest, srtf or las (docs/cluster.md).")
+    preempt: str = option(
+        "none", "--preempt", metavar="NAME|package.module:Class",
+        help="fedmst cluster: which running jobs a waiting job may stop, at their next round boundary (they resume "
+             "later from that round's global model): none, las or network (docs/cluster.md).")
     """The cluster's policy points (:mod:`fedmst.core.cluster.policies`); ``job_order`` is the cluster's
     ``--order`` (``run``'s orders the tasks it admits)."""
 
@@ -337,7 +342,7 @@ class RunConfig:
         return f"flower:{self.client}" if self.client else self.model
 
 
-CLUSTER_ONLY = ("slots", "jobs", "time_compress", "mode", "placement", "job_order")
+CLUSTER_ONLY = ("slots", "jobs", "time_compress", "mode", "placement", "job_order", "preempt")
 """The options only ``fedmst cluster`` takes (``run`` and ``compare`` run no cluster)."""
 
 SWEEP = {"tasks": {"default": 30, "help": None},

@@ -24,11 +24,12 @@ slots than the cluster has is rejected when it arrives, with the reason; the oth
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Literal, Mapping, Protocol, Sequence, TypeVar
 
 from fedmst.core.cluster.jobs import Job, JobError
-from fedmst.core.cluster.policies import ORDERS, PLACEMENTS, ClusterView, Order, Placed, Placement
+from fedmst.core.cluster.policies import (ORDERS, PLACEMENTS, PREEMPTIONS, ClusterView, Evict, Order, Placed,
+                                          Placement, Preemption, Running)
 from fedmst.core.cluster.slots import Occupancy, SlotInterval
 from fedmst.core.contention import iteration_times
 from fedmst.core.plan import Plan, predicted_link_bytes
@@ -43,7 +44,8 @@ from fedmst.wording import counted
 if TYPE_CHECKING:
     import networkx as nx
 
-Status = Literal["finished", "rejected", "failed"]
+Status = Literal["finished", "rejected", "failed", "preempted"]
+"""How a run of a job ended; "preempted" only between its runs (it goes back to the queue)."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,28 @@ class Outcome:
                    setup_s=min((s.start_s for s in spans), default=end_s) - begun_s, spans=tuple(spans),
                    accuracies=tuple(accuracies))
 
+    @classmethod
+    def joined(cls, parts: Sequence[Outcome]) -> Outcome:
+        """A job's runs, each stopped by a preemption but the last, as one outcome: their rounds,
+        bytes, set-ups and phases added up, ended as the last ended.
+
+        >>> a, b = Outcome(1.0, "preempted", rounds=1, mean_round_s=0.4), Outcome(3.0, rounds=3, mean_round_s=0.2)
+        >>> one = Outcome.joined([a, b])
+        >>> one.rounds, round(one.mean_round_s, 3), one.status
+        (4, 0.25, 'finished')
+        """
+        last = parts[-1]
+        rounds = sum(p.rounds for p in parts)
+        timed = [(p.mean_round_s, p.rounds) for p in parts if p.mean_round_s is not None and p.rounds]
+        return cls(end_s=last.end_s, status=last.status, reason=last.reason, rounds=rounds,
+                   mean_round_s=sum(m * n for m, n in timed) / sum(n for _, n in timed) if timed else None,
+                   link_bytes=sum(p.link_bytes for p in parts),
+                   final_accuracy=next((p.final_accuracy for p in reversed(parts) if p.final_accuracy is not None),
+                                       None),
+                   comm_s=sum(p.comm_s for p in parts), setup_s=sum(p.setup_s for p in parts),
+                   spans=tuple(s for p in parts for s in p.spans),
+                   accuracies=tuple(a for p in parts for a in p.accuracies))
+
 
 @dataclass(frozen=True)
 class Ended:
@@ -95,6 +119,7 @@ class Ended:
     placed: Placed | None = None
     outcome: Outcome | None = None
     preemptions: int = 0
+    """Times a preemption stopped it."""
     slots: tuple[SlotInterval, ...] = ()
     """The slots it held, and when."""
 
@@ -109,14 +134,35 @@ class Ended:
         return self.end_s - self.job.submit_s
 
 
+@dataclass(frozen=True)
+class Stopped:
+    """One row of preemptions.csv: ``job`` asked at ``asked_s`` to stop so that ``by`` could run,
+    stopped at its round boundary ``stopped_s`` with ``rounds_done`` rounds done."""
+
+    asked_s: float
+    stopped_s: float
+    job: str
+    by: str
+    reason: str
+    rounds_done: int
+
+
 class Runner(Protocol):
     """What runs the jobs the loop starts, on one clock (the network's seconds)."""
 
     def now(self) -> float:
         """The time now."""
 
-    def start(self, job: Job, plan: Plan) -> None:
-        """Run ``job`` now, its rounds moving weights as ``plan`` says."""
+    def start(self, job: Job, plan: Plan, first_round: int = 1) -> None:
+        """Run ``job`` now, its rounds moving weights as ``plan`` says; a job a preemption stopped
+        resumes from its checkpoint at round ``first_round`` (``job.rounds`` are those left)."""
+
+    def preempt(self, name: str) -> None:
+        """Stop job ``name`` at its next round boundary, keeping its checkpoint; :meth:`wait` then
+        returns it with status "preempted" (or "finished", where that round was its last)."""
+
+    def rounds_done(self, name: str) -> int:
+        """Rounds running job ``name`` has finished in this run of it."""
 
     def wait(self, until_s: float | None) -> Mapping[str, Outcome]:
         """Go on until one or more jobs end (returned by name), or until ``until_s`` (None: until a
@@ -150,6 +196,7 @@ class Cluster:
     seed: int
     order: Order = field(default_factory=lambda: ORDERS.lookup("fifo")())
     placement: Placement = field(default_factory=lambda: PLACEMENTS.lookup("random")())
+    preemption: Preemption = field(default_factory=lambda: PREEMPTIONS.lookup("none")())
     comm_s: Callable[[Plan, Sequence[Plan]], float] | None = None
     """A plan's broadcast and upload on links the given running plans load too (the view's ``comm_s``)."""
 
@@ -167,31 +214,50 @@ class Progress:
 
 @dataclass(frozen=True)
 class History:
-    """What a cluster ran: every job's life in the order they ended, and every slot interval held."""
+    """What a cluster ran: every job's life in the order they ended, every slot interval held,
+    and every preemption."""
 
     ended: list[Ended]
     slots: list[SlotInterval]
+    preemptions: list[Stopped] = field(default_factory=list)
 
 
 def run_cluster(jobs: Sequence[Job], cluster: Cluster, runner: Runner, plan: Planner,
                 progress: Callable[[Progress], None] = lambda _: None,
-                ended: Callable[[Ended], None] = lambda _: None) -> History:
+                ended: Callable[[Ended], None] = lambda _: None,
+                stopped: Callable[[Stopped], None] = lambda _: None) -> History:
     """Run ``jobs`` (each arriving at its ``submit_s``) on ``cluster`` through ``runner``. ``ended``
-    is told of each job as it ends (to write it at once), ``progress`` after every event."""
-    loop = _Loop(jobs, cluster, runner, plan, progress, ended)
-    return History(loop.run(), loop.occupancy.intervals)
+    is told of each job as it ends (to write it at once), ``stopped`` of each preemption,
+    ``progress`` after every event."""
+    loop = _Loop(jobs, cluster, runner, plan, progress, ended, stopped)
+    return History(loop.run(), loop.occupancy.intervals, loop.preemptions)
 
 
 class _Loop:
     def __init__(self, jobs: Sequence[Job], cluster: Cluster, runner: Runner, plan: Planner,
-                 progress: Callable[[Progress], None], ended: Callable[[Ended], None]) -> None:
-        self.cluster, self.runner, self.plan, self.progress, self.tell = cluster, runner, plan, progress, ended
+                 progress: Callable[[Progress], None], ended: Callable[[Ended], None],
+                 stopped: Callable[[Stopped], None]) -> None:
+        self.cluster, self.runner, self.plan = cluster, runner, plan
+        self.progress, self.tell, self.tell_stopped = progress, ended, stopped
         self.arrivals = sorted(jobs, key=lambda j: j.submit_s)
         self.total = len(jobs)
         self.occupancy = Occupancy(cluster.slots)
         self.waiting: list[Job] = []
-        self.running: dict[str, tuple[Job, Placed, float, Plan]] = {}
+        self.running: dict[str, Running] = {}
         self.done: list[Ended] = []
+        self.preemptions: list[Stopped] = []
+        self.rounds_before: dict[str, int] = {}
+        """Rounds each job finished in its runs a preemption stopped."""
+        self.parts: dict[str, list[Outcome]] = {}
+        """The outcomes of each job's stopped runs."""
+        self.first_start: dict[str, float] = {}
+        self.held: dict[str, list[SlotInterval]] = {}
+        self.stopping: dict[str, tuple[float, str, str]] = {}
+        """Job asked to stop -> when, for which waiting job, why."""
+        self.evicting: dict[str, set[str]] = {}
+        """Waiting job -> the jobs stopping to make room for it."""
+        self.first: list[str] = []
+        """Waiting jobs whose victims have stopped: tried before the order's."""
 
     def run(self) -> list[Ended]:
         while self.arrivals or self.waiting or self.running:
@@ -208,6 +274,7 @@ class _Loop:
             while self.arrivals and self.arrivals[0].submit_s <= now + 1e-9:
                 self._arrive(self.arrivals.pop(0), now)
             self._schedule(now)
+            self._preempt(now)
             self.progress(Progress(now, len(self.waiting), len(self.running), len(self.done), self.total))
         return self.done
 
@@ -225,17 +292,51 @@ class _Loop:
 
     def _schedule(self, now: float) -> None:
         cluster = self.cluster
-        for job in _policy(cluster.order, "order", lambda: list(cluster.order.order(self.waiting, self._view(now)))):
+        ordered = _policy(cluster.order, "order", lambda: list(cluster.order.order(self.waiting, self._view(now))))
+        for job in ordered:
             if job not in self.waiting:
                 raise JobError(f"order {type(cluster.order).__name__} gave {job!r}, which is not waiting")
+        first = [j for name in dict.fromkeys(self.first) for j in self.waiting if j.name == name]
+        for job in [*first, *(j for j in ordered if j not in first)]:
+            if job.name in self.evicting:
+                continue  # its room is being made
             placed = self._placed(job, now)
             if placed is None:
                 continue
-            plan = self.plan(job, placed, [p for *_, p in self.running.values()])
+            done = self.rounds_before.get(job.name, 0)
+            remaining = replace(job, rounds=(job.rounds or 1) - done)
+            plan = self.plan(remaining, placed, [r.plan for r in self.running.values()])
             self.occupancy.take(job.name, placed.nodes, now)
             self.waiting.remove(job)
-            self.running[job.name] = (job, placed, now, plan)
-            self.runner.start(job, plan)
+            self.first_start.setdefault(job.name, now)
+            self.running[job.name] = Running(job, placed, now, plan, rounds_before=done)
+            self.runner.start(remaining, plan, first_round=done + 1)
+        self.first = [name for name in self.first if any(j.name == name for j in self.waiting)]
+
+    def _preempt(self, now: float) -> None:
+        """Ask the preemption, for each job still waiting in the order's order, which running jobs
+        to stop for it; those stop at their next round boundary (:meth:`_end` requeues them)."""
+        policy = self.cluster.preemption
+        if isinstance(policy, PREEMPTIONS.lookup("none")) or not self.waiting:
+            return
+        for job in _policy(self.cluster.order, "order", lambda: list(self.cluster.order.order(self.waiting,
+                                                                                              self._view(now)))):
+            if job.name in self.evicting:
+                continue
+            evict = _policy(policy, "preemption", lambda job=job: policy.evict(job, self._view(now)))
+            if evict is None:
+                continue
+            name = f"preemption {type(policy).__name__}"
+            if not isinstance(evict, Evict) or not evict.victims:
+                raise JobError(f"{name} gave {evict!r} for job {job.name}: give an Evict with victims, or None")
+            for victim in evict.victims:
+                if victim not in self.running or victim in self.stopping:
+                    raise JobError(f"{name} would stop {victim!r} for job {job.name}, which is not a running job "
+                                   "that is not stopping already")
+            self.evicting[job.name] = set(evict.victims)
+            for victim in evict.victims:
+                self.stopping[victim] = (now, job.name, evict.reason)
+                self.runner.preempt(victim)
 
     def _wake(self, now: float) -> float | None:
         """When the placement wants the queue tried again though nothing arrives or ends (a job's
@@ -266,25 +367,49 @@ class _Loop:
         return placed
 
     def _view(self, now: float) -> ClusterView:
-        running = [plan for *_, plan in self.running.values()]
+        running = [r.plan for r in self.running.values()]
         comm_s = self.cluster.comm_s
-        return ClusterView(self.cluster.graph, self.occupancy.free, now, self.cluster.seed,
-                           {name: placed for name, (_, placed, _, _) in self.running.items()},
+        done = dict(self.rounds_before)
+        for name in self.running:
+            done[name] = done.get(name, 0) + self.runner.rounds_done(name)
+        return ClusterView(self.cluster.graph, self.occupancy.free, now, self.cluster.seed, dict(self.running),
                            slots=self.cluster.slots, plan=lambda job, placed: self.plan(job, placed, running),
-                           comm_s=None if comm_s is None else lambda plan: comm_s(plan, running))
+                           comm_s=None if comm_s is None else  # a running job's own plan loads no link twice
+                           lambda plan: comm_s(plan, [p for p in running if p is not plan]),
+                           waiting=tuple(self.waiting), rounds_done=done, stopping=frozenset(self.stopping))
 
     def _end(self, name: str, outcome: Outcome) -> None:
-        job, placed, start, _ = self.running.pop(name)
+        run = self.running.pop(name)
         held = len(self.occupancy.intervals)
         self.occupancy.release(name, outcome.end_s)
-        self._record(Ended(job, start, outcome.end_s, outcome.status, outcome.reason, placed, outcome,
-                           slots=tuple(self.occupancy.intervals[held:])))
+        self.held.setdefault(name, []).extend(self.occupancy.intervals[held:])
+        parts = [*self.parts.pop(name, []), outcome]
+        asked = self.stopping.pop(name, None)
+        for waiting, victims in list(self.evicting.items()):
+            victims.discard(name)
+            if not victims:
+                del self.evicting[waiting]
+                if waiting not in self.first:
+                    self.first.append(waiting)
+        if outcome.status == "preempted":
+            assert asked is not None, f"job {name} stopped though no preemption asked it to"
+            self.parts[name] = parts
+            self.rounds_before[name] = self.rounds_before.get(name, 0) + outcome.rounds
+            stop = Stopped(asked[0], outcome.end_s, name, asked[1], asked[2], self.rounds_before[name])
+            self.preemptions.append(stop)
+            self.tell_stopped(stop)
+            self.waiting.append(run.job)
+            return
+        self.rounds_before.pop(name, None)
+        whole = Outcome.joined(parts) if len(parts) > 1 else outcome
+        self._record(Ended(run.job, self.first_start.pop(name), whole.end_s, whole.status, whole.reason, run.placed,
+                           whole, preemptions=len(parts) - 1, slots=tuple(self.held.pop(name))))
 
     def _stuck(self) -> None:
         """Reject what waits on an idle cluster: the placement placed none of it on free slots."""
         now = self.runner.now()
         for job in self.waiting:
-            self._record(Ended(job, None, now, "rejected",
+            self._record(Ended(job, self.first_start.pop(job.name, None), now, "rejected",
                                f"placement {type(self.cluster.placement).__name__} did not place it on an idle "
                                "cluster"))
         self.waiting = []
@@ -304,5 +429,5 @@ def _policy(policy: object, kind: str, call: Callable[[], T]) -> T:
                        f"{' '.join(str(exc).split())}") from exc
 
 
-__all__ = ["Cluster", "Ended", "History", "Outcome", "Planner", "Progress", "Runner", "Status", "planner",
+__all__ = ["Cluster", "Ended", "History", "Outcome", "Planner", "Progress", "Runner", "Status", "Stopped", "planner",
            "run_cluster"]

@@ -10,6 +10,7 @@ completion times are from the emulated ones is measured in ``docs/cluster.md``.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Mapping
 
 from fedmst.core.cluster.jobs import Job
@@ -47,7 +48,8 @@ def set_up_s(plan: Plan, graph: nx.Graph) -> float:
 
 
 class SimulatedRunner:
-    """Runs jobs on the fluid model (a :class:`~fedmst.core.cluster.loop.Runner`)."""
+    """Runs jobs on the fluid model (a :class:`~fedmst.core.cluster.loop.Runner`). A job a
+    preemption stopped resumes as a new run: set up again, then its rounds left."""
 
     def __init__(self, graph: nx.Graph, train_s: Callable[[Job], float], *, chunk_bytes: int, with_delay: bool,
                  mtu: int = DEFAULT_MTU) -> None:
@@ -58,25 +60,43 @@ class SimulatedRunner:
         self.spans: dict[str, list[PhaseSpan]] = {}
         """The phases each running job ran so far."""
         self.begun: dict[str, float] = {}
+        self.done: dict[str, int] = {}
+        self.before: dict[str, int] = {}
+        """Rounds each running job had finished before this run (its spans number on from them)."""
+        self.stopping: set[str] = set()
 
     def now(self) -> float:
         return self.fluid.now
 
-    def start(self, job: Job, plan: Plan) -> None:
+    def start(self, job: Job, plan: Plan, first_round: int = 1) -> None:
         profile = profile_of(plan, self.graph, compute_s=self.train_s(job), chunk_bytes=self.chunk_bytes,
                              with_delay=self.with_delay, mtu=self.mtu)
-        self.plans[job.name], self.spans[job.name] = plan, []
+        self.plans[job.name], self.spans[job.name], self.done[job.name] = plan, [], 0
+        self.before[job.name] = first_round - 1
         self.begun[job.name] = self.fluid.now
         set_up = set_up_s(plan, self.graph) if self.with_delay else 0.0
         self.fluid.add(profile, job.rounds or 1, self.fluid.now + set_up)
 
+    def preempt(self, name: str) -> None:
+        self.stopping.add(name)
+        self.fluid.stop(name)
+
+    def rounds_done(self, name: str) -> int:
+        return self.done[name]
+
     def wait(self, until_s: float | None) -> Mapping[str, Outcome]:
         for span in self.fluid.advance(until_s):
-            self.spans[span.task].append(span)
+            self.spans[span.task].append(replace(span, round=span.round + self.before[span.task]))
+            self.done[span.task] += span.phase == "upload"
         out = {}
         for name in self.fluid.ended:
-            out[name] = Outcome.finished(self.plans.pop(name), self.spans.pop(name), self.begun.pop(name),
-                                         self.fluid.now, mtu=self.mtu)
+            plan = self.plans.pop(name)
+            outcome = Outcome.finished(plan, self.spans.pop(name), self.begun.pop(name), self.fluid.now, mtu=self.mtu)
+            if name in self.stopping and self.done.pop(name) < plan.task.rounds:
+                outcome = replace(outcome, status="preempted")
+            self.stopping.discard(name)
+            del self.before[name]
+            out[name] = outcome
         return out
 
 
