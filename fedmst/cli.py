@@ -429,9 +429,11 @@ def cluster(ctx: click.Context, overwrite: bool, **kw: Any) -> None:
                                                              f"network {p.now_s:.1f} s, host {host_s:.1f} s")
 
         if policies:
-            summaries = _guard(lambda: cluster_.compare(resolved, policies, folder, _report, progress), emulates=True)
+            summaries = _guard(lambda: cluster_.compare(resolved, policies, folder, _report, progress),
+                               emulates=resolved.base is not None)
         else:
-            summaries = {"": _guard(lambda: cluster_.run(resolved, folder, _report, progress), emulates=True)}
+            summaries = {"": _guard(lambda: cluster_.run(resolved, folder, _report, progress),
+                                    emulates=resolved.base is not None)}
     from fedmst.run.cluster_records import cluster_table
 
     console.print(cluster_table(summaries))

@@ -3,6 +3,7 @@ joined by jobs as they start, and the simulate back end, without any network."""
 
 from __future__ import annotations
 
+import csv
 import json
 import random
 from dataclasses import replace
@@ -554,3 +555,28 @@ def test_a_preemption_plugins_mistake_is_one_line() -> None:
     g = _ring(3)
     with pytest.raises(JobError, match="would stop 'nobody' for job b, which is not a running job"):
         _simulated(g, [Job("a", 0.0, 2, rounds=3), Job("b", 0.1, 2, rounds=1)], preemption=Wrong())
+
+
+def test_policies_of_a_users_package_run_through_the_command(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    users = str(Path(__file__).with_name("userbackends"))
+    (tmp_path / "jobs.csv").write_text("job,submit_s,local_models,rounds,compute_s\n"
+                                       "long,0,3,40,0.5\nlate,0.5,3,2,0.1\n")
+    spec = "userpolicies:Newest/userpolicies:LastNodes/userpolicies:StopLongest,fifo/random"
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("fedmst")), "cluster", "--topology", "small", "--slots", "1", "--jobs",
+         str(tmp_path / "jobs.csv"), "--model", "mlp", "--mode", "simulate", "--policies", spec,
+         "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [users, os.environ.get("PYTHONPATH")]))})
+    assert proc.returncode == 0, proc.stderr
+    mine = tmp_path / "out" / "userpolicies_Newest+userpolicies_LastNodes+userpolicies_StopLongest"
+    jobs = {r["job"]: r for r in csv.DictReader((mine / "jobs.csv").open())}
+    assert jobs["long"]["preemptions"] == "1" and jobs["long"]["rounds"] == "40"
+    assert jobs["late"]["placement"] == "last nodes" and float(jobs["late"]["queue_s"]) >= 1.0
+    (stop,) = csv.DictReader((mine / "preemptions.csv").open())
+    assert (stop["job"], stop["by"], stop["reason"]) == ("long", "late", "late waited a second")
+    assert json.loads((tmp_path / "out" / "comparison.json").read_text())["status"] == "completed"

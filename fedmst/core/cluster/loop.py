@@ -339,13 +339,13 @@ class _Loop:
                 self.runner.preempt(victim)
 
     def _wake(self, now: float) -> float | None:
-        """When the placement wants the queue tried again though nothing arrives or ends (a job's
-        timer running out), if it does and anything waits."""
+        """When the placement or the preemption wants the queue tried again though nothing arrives
+        or ends (a job's timer running out), if one does and anything waits."""
         if not self.waiting:
             return None
-        policy = self.cluster.placement
-        wake = _policy(policy, "placement", lambda: policy.wake_at(self.waiting, self._view(now)))
-        return None if wake is None else max(wake, now)
+        wakes = [_policy(policy, kind, lambda policy=policy: policy.wake_at(self.waiting, self._view(now)))
+                 for kind, policy in (("placement", self.cluster.placement), ("preemption", self.cluster.preemption))]
+        return min((max(w, now) for w in wakes if w is not None), default=None)
 
     def _placed(self, job: Job, now: float) -> Placed | None:
         """Where the placement puts ``job`` now, checked: a plugin's mistake ends the command in one line."""

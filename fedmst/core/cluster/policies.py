@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
 from fedmst.core.cluster.jobs import Job, JobError
@@ -420,18 +420,40 @@ class SjfBco(Placement):
 
     def __init__(self) -> None:
         self._decided: tuple[object, dict[str, Placed | None]] | None = None
+        self._comm: dict[tuple[str, float], float] = {}
+        """A running job's round of communication, as predicted when it was first seen running."""
 
     def place(self, job: Job, view: ClusterView) -> Placed | None:
-        queue = list(view.waiting) if job in view.waiting else [*view.waiting, job]
-        key = (view.now_s, tuple(sorted(view.free.items())), tuple(j.name for j in queue))
-        if self._decided is None or self._decided[0] != key:  # once per decision, not per job tried
+        # one decision per event places the whole queue: the jobs placed as it says leave the rest
+        # of it valid (running and waiting, together, stay the same jobs until one arrives or ends)
+        key = (view.now_s, frozenset(view.running) | {j.name for j in view.waiting} | {job.name})
+        current = self._decided is not None and self._decided[0] == key and job.name in self._decided[1]
+        decided = self._decided[1][job.name] if current else None  # type: ignore[index]
+        if not current or (decided is not None and not self._fits(decided, view.free)):
+            queue = list(view.waiting) if job in view.waiting else [*view.waiting, job]
             self._decided = (key, self._best(sorted(queue, key=lambda j: (j.slots, j.submit_s)), view))
-        return self._decided[1].get(job.name)
+            decided = self._decided[1].get(job.name)
+        return decided
+
+    @staticmethod
+    def _fits(placed: Placed, free: Mapping[str, int]) -> bool:
+        return all(placed.nodes.count(n) <= free.get(n, 0) for n in set(placed.nodes))
 
     def _best(self, queue: Sequence[Job], view: ClusterView) -> dict[str, Placed | None]:
         best: tuple[tuple[float, int, int], dict[str, Placed | None]] | None = None
+        plans: dict[tuple[str, Placed], Plan] = {}
+        plan = view.plan
+
+        def planned(job: Job, placed: Placed) -> Plan:  # a job placed alike under several kappas: planned once
+            if (job.name, placed) not in plans:
+                assert plan is not None
+                plans[(job.name, placed)] = plan(job, placed)
+            return plans[(job.name, placed)]
+
+        view = replace(view, plan=None if plan is None else planned)
+        running = self._running(view)
         for kappa in sorted({0, *(j.slots for j in queue)}):
-            placed, makespan = self._schedule(queue, view, kappa)
+            placed, makespan = self._schedule(queue, view, kappa, running)
             # ties to the larger kappa: fragments filled first keep whole nodes for the large jobs to come
             score = (makespan, -sum(p is not None for p in placed.values()), -kappa)
             if best is None or score < best[0]:
@@ -439,17 +461,26 @@ class SjfBco(Placement):
         assert best is not None
         return best[1]
 
-    def _schedule(self, queue: Sequence[Job], view: ClusterView, kappa: int) -> tuple[dict[str, Placed | None], float]:
-        """Place ``queue`` in turn on the free slots with threshold ``kappa``; each job's placement
-        (None: it waits), and the predicted makespan."""
-        free = dict(view.free)
+    def _running(self, view: ClusterView) -> tuple[dict[str, float], dict[str, int]]:
+        """Each node's predicted busy-until and split jobs, from the jobs running on it."""
         busy_until = {n: view.now_s for n in view.slots}
         split_jobs = {n: 0 for n in view.slots}
         for run in view.running.values():
-            end = view.now_s + self._execution_s(run.job, run.plan, view, 0)
+            key = (run.job.name, run.start_s)
+            if key not in self._comm:  # once per run: every decision would cost a prediction per running job
+                self._comm[key] = view.comm_s(run.plan) if view.comm_s is not None else 0.0
+            end = view.now_s + view.remaining_rounds(run.job) * ((run.job.compute_s or 0.0) + self._comm[key])
             for n in set(run.placed.nodes):
                 busy_until[n] = max(busy_until[n], end)
                 split_jobs[n] += len(set(run.placed.nodes)) > 1
+        return busy_until, split_jobs
+
+    def _schedule(self, queue: Sequence[Job], view: ClusterView, kappa: int,
+                  running: tuple[dict[str, float], dict[str, int]]) -> tuple[dict[str, Placed | None], float]:
+        """Place ``queue`` in turn on the free slots with threshold ``kappa``; each job's placement
+        (None: it waits), and the predicted makespan."""
+        free = dict(view.free)
+        busy_until, split_jobs = dict(running[0]), dict(running[1])
         out: dict[str, Placed | None] = {}
         waiting_work = 0.0
         for job in queue:
@@ -578,6 +609,11 @@ class Preemption:
 
     def evict(self, job: Job, view: ClusterView) -> Evict | None:
         raise NotImplementedError
+
+    def wake_at(self, waiting: Sequence[Job], view: ClusterView) -> float | None:
+        """When to ask again though no job arrives or ends (None: only then), as
+        :meth:`Placement.wake_at`: a preemption that lets jobs wait a while says when."""
+        return None
 
 
 class NoPreemption(Preemption):
