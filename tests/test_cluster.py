@@ -247,7 +247,7 @@ def test_a_placement_plugins_mistake_is_one_line(gives, fragment: str) -> None: 
 
 
 def _view(graph: nx.Graph, free: dict[str, int], **more: object) -> ClusterView:
-    return ClusterView(graph, free=free, now_s=0.0, seed=1, **more)  # type: ignore[arg-type]
+    return ClusterView(graph, free=free, **{"now_s": 0.0, "seed": 1, **more})  # type: ignore[arg-type]
 
 
 def test_pack_fills_nodes_in_order_and_spread_takes_one_per_node_first() -> None:
@@ -580,3 +580,36 @@ def test_policies_of_a_users_package_run_through_the_command(tmp_path: Path) -> 
     (stop,) = csv.DictReader((mine / "preemptions.csv").open())
     assert (stop["job"], stop["by"], stop["reason"]) == ("long", "late", "late waited a second")
     assert json.loads((tmp_path / "out" / "comparison.json").read_text())["status"] == "completed"
+
+
+def test_cassini_shifts_a_jobs_first_round_between_the_running_jobs_communication() -> None:
+    from fedmst.core.cluster.policies import Cassini, Running
+    from fedmst.core.cluster.startup import set_up_s
+    from fedmst.core.contention import capacities, mean_iteration_s, profile_of, simulate
+
+    g = nx.path_graph(["a", "b", "c"])
+    nx.set_edge_attributes(g, 100.0, "capacity_mbps")
+    nx.set_edge_attributes(g, 0.001, "delay_s")
+    plan = planner(g, "spff", model_bytes=lambda job: 4_000_000)
+
+    def profile(job, p):  # type: ignore[no-untyped-def]
+        return profile_of(p, g, compute_s=job.compute_s or 0.0, chunk_bytes=1 << 18, with_delay=True)
+
+    a = Job("a", 0.0, 1, rounds=9, compute_s=0.4)
+    ran = Running(a, Placed("a", ("c",)), 0.0, plan(a, Placed("a", ("c",)), []))
+    b = Job("b", 0.0, 1, rounds=9, compute_s=0.4)
+    view = _view(g, {"a": 1, "c": 1}, slots={"a": 2, "b": 0, "c": 2}, running={"a": ran},
+                 plan=lambda j, p: plan(j, p, [ran.plan]), comm_s=lambda p: _comm(g)(p, [ran.plan]),
+                 profile=profile, round_began={"a": 0.1}, now_s=0.3)
+    placed = Cassini().place(b, view)
+    assert placed is not None and placed.start_at_s is not None and "shifted" in placed.note
+    mine = plan(b, placed, [ran.plan])
+    ready = 0.3 + set_up_s(mine, g)
+    assert ready <= placed.start_at_s < ready + profile(b, mine).period_s
+
+    def mean_round(start: float) -> float:
+        return mean_iteration_s(simulate([profile(a, ran.plan), profile(b, mine)], {"a": 0.1, "b": start},
+                                         {"a": 3, "b": 3}, capacities(g)))
+
+    assert mean_round(placed.start_at_s) < mean_round(ready) - 0.01  # taking turns beats starting when ready
+    assert Cassini().place(b, replace(view, round_began={})).start_at_s is None  # no round under way: no shift

@@ -188,3 +188,19 @@ def test_a_preempted_job_resumes_from_its_checkpoint_elsewhere_and_loses_no_roun
     _held_once(out / "slots.csv")
     summary = json.loads((out / "summary.json").read_text())
     assert summary["preemptions"] == 1 and summary["preempt"] == "las" and summary["jobs_finished"] == 2
+
+
+def test_the_seeds_policies_run_for_real_on_one_trace(tmp_path: Path, clean_host: None) -> None:
+    """SJF-BCO's, Cassini's and the delay scheduler with network preemption, each on the same jobs."""
+    (tmp_path / "jobs.csv").write_text(JOBS)
+    policies = "smallest/sjf-bco,fifo/cassini,srtf/delay/network"
+    proc = subprocess.run(_cluster(tmp_path / "out", tmp_path / "jobs.csv", "--policies", policies),
+                          capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((tmp_path / "out" / "comparison.json").read_text())
+    assert record["status"] == "completed" and record["policies"] == ["smallest+sjf-bco", "fifo+cassini",
+                                                                      "srtf+delay+network"]
+    for name, summary in record["summaries"].items():
+        assert (summary["jobs_finished"], summary["jobs_rejected"], summary["jobs_failed"]) == (3, 1, 0), name
+        assert summary["mode"] == "emulate" and summary["mean_jct_s"] > 0
+        _held_once(tmp_path / "out" / name / "slots.csv")

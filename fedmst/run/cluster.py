@@ -30,6 +30,7 @@ from fedmst.core.cluster.policies import ORDERS, PLACEMENTS, PREEMPTIONS, Cluste
 from fedmst.core.cluster.simulate import SimulatedRunner
 from fedmst.core.cluster.slots import Occupancy, node_slots
 from fedmst.core.cluster.traces import Trace, read_jobs
+from fedmst.core.contention import Profile, profile_of
 from fedmst.core.plan import TRANSFER_PHASES, Plan, loaded_phase_seconds
 from fedmst.core.schedulers import get_scheduler
 from fedmst.core.topology import load_topology
@@ -160,8 +161,13 @@ def _cluster(resolved: ResolvedCluster) -> Cluster:
         return sum(loaded_phase_seconds(plan, running, resolved.graph, phase, chunk_bytes=config.chunk_bytes,
                                         with_delay=resolved.with_delay, mtu=config.mtu) for phase in TRANSFER_PHASES)
 
+    def profile(job: Job, plan: Plan) -> Profile:
+        return profile_of(plan, resolved.graph, compute_s=job.compute_s or 0.0, chunk_bytes=config.chunk_bytes,
+                          with_delay=resolved.with_delay, mtu=config.mtu)
+
     return Cluster(resolved.graph, resolved.slots, config.seed, ORDERS.lookup(config.job_order)(),
-                   PLACEMENTS.lookup(config.placement)(), PREEMPTIONS.lookup(config.preempt)(), comm_s=comm_s)
+                   PLACEMENTS.lookup(config.placement)(), PREEMPTIONS.lookup(config.preempt)(), comm_s=comm_s,
+                   profile=profile)
 
 
 def _planner(resolved: ResolvedCluster) -> Planner:

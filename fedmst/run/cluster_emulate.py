@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 from fedmst.core.cluster.jobs import Job
-from fedmst.core.cluster.loop import Outcome
+from fedmst.core.cluster.loop import Outcome, Underway
 from fedmst.core.plan import Plan
 from fedmst.core.route import LinkDir, warm_elements
 from fedmst.core.wire import wire_bytes
@@ -69,8 +69,8 @@ class EmulatedRunner:
         """Each ended job's plan and the rounds it finished (what links.csv predicts)."""
         self._lock = threading.Lock()
         self.stopping: set[str] = set()
-        self.rounds: dict[str, int] = {}
-        """Rounds each running job has finished in this run of it."""
+        self.underways: dict[str, Underway] = {}
+        """How far each running job has got in this run of it."""
         self.set_up_bytes: dict[LinkDir, int] = {}
         """What the finished jobs' set-ups put on each link direction (:func:`set_up_link_bytes`)."""
 
@@ -99,10 +99,10 @@ class EmulatedRunner:
     def now(self) -> float:
         return self.scale.network_s(time.monotonic() - self.t0)
 
-    def start(self, job: Job, plan: Plan, first_round: int = 1) -> None:
+    def start(self, job: Job, plan: Plan, first_round: int = 1, start_at_s: float | None = None) -> None:
         self.begun[job.name] = self.now()
-        self.rounds[job.name] = 0
-        thread = threading.Thread(target=self._run, args=(job, plan, first_round), name=f"job-{job.name}",
+        self.underways[job.name] = Underway(0, None)
+        thread = threading.Thread(target=self._run, args=(job, plan, first_round, start_at_s), name=f"job-{job.name}",
                                   daemon=True)
         self.threads[job.name] = thread
         thread.start()
@@ -110,8 +110,8 @@ class EmulatedRunner:
     def preempt(self, name: str) -> None:
         self.stopping.add(name)
 
-    def rounds_done(self, name: str) -> int:
-        return self.rounds.get(name, 0)
+    def underway(self, name: str) -> Underway:
+        return self.underways[name]
 
     def wait(self, until_s: float | None) -> Mapping[str, Outcome]:
         """As the loop asks, or after at most :data:`PROGRESS_S` with nothing, so that the loop shows
@@ -131,7 +131,7 @@ class EmulatedRunner:
         for name in out:
             self.threads.pop(name).join()
             self.stopping.discard(name)
-            self.rounds.pop(name, None)
+            self.underways.pop(name, None)
         return out
 
     def _job_run(self, job: Job, plan: Plan, folder: Path) -> ResolvedRun:
@@ -144,9 +144,10 @@ class EmulatedRunner:
         return replace(base, config=config, workload=workload, worker_nodes=tuple(sorted(plan.nodes)),
                        listed=(job.name,), offsets={job.name: 0.0}, profiles=())
 
-    def _run(self, job: Job, plan: Plan, first_round: int) -> None:
-        """Run ``job``'s rounds from ``first_round`` and say how it ended (a failure is the job's,
-        not the cluster's); a run after the first goes in ``DIR/jobs/NAME/run-N/``."""
+    def _run(self, job: Job, plan: Plan, first_round: int, start_at_s: float | None) -> None:
+        """Run ``job``'s rounds from ``first_round``, the first not before ``start_at_s``, and say
+        how it ended (a failure is the job's, not the cluster's); a run after the first goes in
+        ``DIR/jobs/NAME/run-N/``."""
         folder = self.out / "jobs" / job.name
         if first_round > 1:
             folder = folder / f"run-{len(list(folder.glob('run-*'))) + 2}"
@@ -159,7 +160,7 @@ class EmulatedRunner:
             session = Session(self._job_run(job, plan, folder), self.emu, self.backend, folder, scratch,
                               report=lambda line: None)
             got: dict[str, object] = {}
-            session.run(lambda: got.update(self._rounds(session, job, first_round)))
+            session.run(lambda: got.update(self._rounds(session, job, first_round, start_at_s)))
             outcome = Outcome.finished(plan, got["spans"], self.begun[job.name], self.now(),  # type: ignore[arg-type]
                                        mtu=self.base.config.mtu, accuracies=got["accuracy"])  # type: ignore[arg-type]
             if got["stopped"]:
@@ -180,9 +181,10 @@ class EmulatedRunner:
             _stop_agents(session)  # a job that failed mid-round must not train on in slots given to others
             self._ended.put((job.name, outcome or Outcome(end_s=self.now(), status="failed", reason="interrupted")))
 
-    def _rounds(self, session: Session, job: Job, first_round: int) -> dict[str, object]:
-        """The job's rounds from ``first_round`` (resumed from its checkpoint after the first), as
-        one task on its own clock, a round at a time until they are done or a preemption stops it:
+    def _rounds(self, session: Session, job: Job, first_round: int, start_at_s: float | None) -> dict[str, object]:
+        """The job's rounds from ``first_round`` (resumed from its checkpoint after the first), the
+        first not before ``start_at_s``, as one task on its own clock, a round at a time until they
+        are done or a preemption stops it:
         its phases (the network's seconds from the cluster's start), G's accuracy after each round,
         and whether it stopped early (its checkpoint written)."""
         name, last = job.name, first_round + (job.rounds or 1) - 1
@@ -193,9 +195,11 @@ class EmulatedRunner:
         spans: list[PhaseSpan] = []
         accuracy: list[float] = []
         r = first_round
+        not_before = -1.0 if start_at_s is None else self.t0 + self.scale.real_s(start_at_s)
         while r <= last:
             stop = name in self.stopping
-            started = time.monotonic()
+            started = max(time.monotonic(), not_before)
+            self.underways[name] = Underway(r - first_round, self.scale.network_s(started - self.t0))
             replies = session.server.run(
                 RunRounds(start_at=started, rounds={name: 0 if stop else 1}, offsets={name: 0.0}, weights=weights,
                           first_round=r, evaluate=stop or r == last),
@@ -212,7 +216,6 @@ class EmulatedRunner:
                 checkpoint.mkdir(exist_ok=True)  # a job stopped before a round of this run: the same model
                 session.server.run(Checkpoint(str(checkpoint)), timeout_s=session.timeout_s, check=session.check)
                 return {"spans": spans, "accuracy": accuracy, "stopped": True}
-            self.rounds[name] += 1
             r += 1
         return {"spans": spans, "accuracy": accuracy, "stopped": False}
 

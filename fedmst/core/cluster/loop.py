@@ -31,7 +31,7 @@ from fedmst.core.cluster.jobs import Job, JobError
 from fedmst.core.cluster.policies import (ORDERS, PLACEMENTS, PREEMPTIONS, ClusterView, Evict, Order, Placed,
                                           Placement, Preemption, Running)
 from fedmst.core.cluster.slots import Occupancy, SlotInterval
-from fedmst.core.contention import iteration_times
+from fedmst.core.contention import Profile, iteration_times
 from fedmst.core.plan import Plan, predicted_link_bytes
 from fedmst.core.schedulers import schedule
 from fedmst.core.span import PhaseSpan
@@ -147,22 +147,33 @@ class Stopped:
     rounds_done: int
 
 
+@dataclass(frozen=True)
+class Underway:
+    """How far a running job has got in this run of it."""
+
+    rounds: int
+    """Rounds it has finished."""
+    round_began_s: float | None
+    """When its current round began (None: it is still setting up)."""
+
+
 class Runner(Protocol):
     """What runs the jobs the loop starts, on one clock (the network's seconds)."""
 
     def now(self) -> float:
         """The time now."""
 
-    def start(self, job: Job, plan: Plan, first_round: int = 1) -> None:
-        """Run ``job`` now, its rounds moving weights as ``plan`` says; a job a preemption stopped
-        resumes from its checkpoint at round ``first_round`` (``job.rounds`` are those left)."""
+    def start(self, job: Job, plan: Plan, first_round: int = 1, start_at_s: float | None = None) -> None:
+        """Run ``job`` now, its rounds moving weights as ``plan`` says, the first not before
+        ``start_at_s`` (a time shift); a job a preemption stopped resumes from its checkpoint at
+        round ``first_round`` (``job.rounds`` are those left)."""
 
     def preempt(self, name: str) -> None:
         """Stop job ``name`` at its next round boundary, keeping its checkpoint; :meth:`wait` then
         returns it with status "preempted" (or "finished", where that round was its last)."""
 
-    def rounds_done(self, name: str) -> int:
-        """Rounds running job ``name`` has finished in this run of it."""
+    def underway(self, name: str) -> Underway:
+        """How far running job ``name`` has got in this run of it."""
 
     def wait(self, until_s: float | None) -> Mapping[str, Outcome]:
         """Go on until one or more jobs end (returned by name), or until ``until_s`` (None: until a
@@ -199,6 +210,8 @@ class Cluster:
     preemption: Preemption = field(default_factory=lambda: PREEMPTIONS.lookup("none")())
     comm_s: Callable[[Plan, Sequence[Plan]], float] | None = None
     """A plan's broadcast and upload on links the given running plans load too (the view's ``comm_s``)."""
+    profile: Callable[[Job, Plan], Profile] | None = None
+    """A job's round on a plan for the fluid model (the view's ``profile``)."""
 
 
 @dataclass(frozen=True)
@@ -310,7 +323,7 @@ class _Loop:
             self.waiting.remove(job)
             self.first_start.setdefault(job.name, now)
             self.running[job.name] = Running(job, placed, now, plan, rounds_before=done)
-            self.runner.start(remaining, plan, first_round=done + 1)
+            self.runner.start(remaining, plan, first_round=done + 1, start_at_s=placed.start_at_s)
         self.first = [name for name in self.first if any(j.name == name for j in self.waiting)]
 
     def _preempt(self, now: float) -> None:
@@ -369,14 +382,18 @@ class _Loop:
     def _view(self, now: float) -> ClusterView:
         running = [r.plan for r in self.running.values()]
         comm_s = self.cluster.comm_s
-        done = dict(self.rounds_before)
+        done, began = dict(self.rounds_before), {}
         for name in self.running:
-            done[name] = done.get(name, 0) + self.runner.rounds_done(name)
+            underway = self.runner.underway(name)
+            done[name] = done.get(name, 0) + underway.rounds
+            if underway.round_began_s is not None:
+                began[name] = underway.round_began_s
         return ClusterView(self.cluster.graph, self.occupancy.free, now, self.cluster.seed, dict(self.running),
                            slots=self.cluster.slots, plan=lambda job, placed: self.plan(job, placed, running),
                            comm_s=None if comm_s is None else  # a running job's own plan loads no link twice
                            lambda plan: comm_s(plan, [p for p in running if p is not plan]),
-                           waiting=tuple(self.waiting), rounds_done=done, stopping=frozenset(self.stopping))
+                           profile=self.cluster.profile, waiting=tuple(self.waiting), rounds_done=done,
+                           stopping=frozenset(self.stopping), round_began=began)
 
     def _end(self, name: str, outcome: Outcome) -> None:
         run = self.running.pop(name)
@@ -429,5 +446,5 @@ def _policy(policy: object, kind: str, call: Callable[[], T]) -> T:
                        f"{' '.join(str(exc).split())}") from exc
 
 
-__all__ = ["Cluster", "Ended", "History", "Outcome", "Planner", "Progress", "Runner", "Status", "Stopped", "planner",
-           "run_cluster"]
+__all__ = ["Cluster", "Ended", "History", "Outcome", "Planner", "Progress", "Runner", "Status", "Stopped", "Underway",
+           "planner", "run_cluster"]

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
 from fedmst.core.cluster.jobs import Job, JobError
+from fedmst.core.cluster.startup import set_up_s
+from fedmst.core.contention import Profile, capacities, mean_iteration_s, simulate
 from fedmst.core.plan import TRANSFER_PHASES, Plan, predicted_link_bytes
 from fedmst.core.topology import node_order
 from fedmst.plugins import Registry
@@ -39,6 +41,9 @@ class Placed:
     global_node: str
     local_nodes: tuple[str, ...]
     note: str = field(default="", compare=False)
+    start_at_s: float | None = field(default=None, compare=False)
+    """Its first round begins no earlier than this (the network's seconds): a time shift, so that
+    its communication takes turns with the running jobs' (Cassini's); None: once it is set up."""
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -77,11 +82,15 @@ class ClusterView:
     """Every node's slots, free or not (the cluster's capacity)."""
     plan: Callable[[Job, Placed], Plan] | None = None
     comm_s: Callable[[Plan], float] | None = None
+    profile: Callable[[Job, Plan], Profile] | None = None
+    """A job's round on a plan, as the fluid model runs it (:func:`fedmst.core.contention.profile_of`)."""
     waiting: Sequence[Job] = ()
     rounds_done: Mapping[str, int] = field(default_factory=dict)
     """Job -> rounds it has finished, before a preemption too (a job not listed: none)."""
     stopping: frozenset[str] = frozenset()
     """Running jobs a preemption has asked to stop at their next round boundary."""
+    round_began: Mapping[str, float] = field(default_factory=dict)
+    """Running job -> when its current round began (absent while it sets up)."""
 
     def remaining_rounds(self, job: Job) -> int:
         """Rounds ``job`` has still to run."""
@@ -532,20 +541,26 @@ class SjfBco(Placement):
 
 
 class Cassini(Placement):
-    """Cassini's placement (seed 004: Rajasekaran et al., NSDI 2024), for FL jobs: among candidate
-    placements (G on a node with free slots, its local models on the free slots nearest it, as
-    ``network`` builds them), prefer those whose links carry jobs whose communication can
-    interleave with the new job's. On each link direction the candidate's plan shares with running
-    jobs, each job's duty is the share of its round that direction spends on its bytes (its bytes
-    at the link's rate, over its round alone); duties that sum to at most 1 can take
-    turns without slowing one another, given time shifts (``--interleave cassini`` finds those for a
-    run's tasks). A candidate is scored by its worst link's excess over 1, then by its predicted
-    broadcast and upload (``comm_s``), then hops, then node order.
+    """Cassini (seed 004: Rajasekaran et al., NSDI 2024), for FL jobs: its placement and its time
+    shift. Among candidate placements (G on a node with free slots, its local models on the free
+    slots nearest it, as ``network`` builds them), prefer those whose links carry jobs whose
+    communication can interleave with the new job's. On each link direction the candidate's plan
+    shares with running jobs, each job's duty is the share of its round alone that direction
+    spends on its bytes; duties that sum to at most 1 can take turns without slowing one another.
+    A candidate is scored by its worst direction's excess over 1, then by its predicted broadcast
+    and upload (``comm_s``), then hops, then node order.
 
-    Cassini also shifts the jobs' starts to interleave them; a cluster's jobs start when they are
-    placed, so this placement chooses links only (the shift is ``--interleave cassini`` in a run)."""
+    Then the shift: where the chosen placement shares links with running jobs, its first round is
+    timed (``Placed.start_at_s``) so that its communication falls between theirs: each of
+    :data:`SHIFTS` starts over one of its rounds, after its predicted set-up, is run on the fluid
+    model for :data:`ROUNDS` rounds beside those jobs, each going on from when its current round
+    began, and the start with the shortest mean round of them all wins (the earliest among equals).
+    Jobs whose rounds differ in length drift apart again; Cassini's own jobs share one iteration
+    time, FL jobs seldom do."""
 
     CANDIDATES = 8
+    SHIFTS = 12
+    ROUNDS = 3
 
     def __init__(self) -> None:
         self._delays: tuple[int, dict[str, dict[str, float]]] | None = None
@@ -562,7 +577,7 @@ class Cassini(Placement):
         for run in view.running.values():
             for hop, share in self._duties(run.job, run.plan, view).items():
                 duty[hop] = duty.get(hop, 0.0) + share
-        best: tuple[tuple[float, float, int, tuple[int, str]], Placed] | None = None
+        best: tuple[tuple[float, float, int, tuple[int, str]], Placed, Plan] | None = None
         for g in sorted(view.free, key=lambda n: (-view.free[n], node_order(n)))[:self.CANDIDATES]:
             free = dict(view.free)
             free[g] -= 1
@@ -573,8 +588,35 @@ class Cassini(Placement):
             excess = max((duty.get(hop, 0.0) + share - 1.0 for hop, share in mine.items() if hop in duty), default=0.0)
             key = (max(0.0, excess), view.comm_s(plan), sum(len(t.hops) for t in plan.transfers), node_order(g))
             if best is None or key < best[0]:
-                best = (key, placed)
-        return None if best is None else best[1]
+                best = (key, placed, plan)
+        if best is None:
+            return None
+        _, placed, plan = best
+        start = self._shifted(job, plan, view)
+        return placed if start is None else replace(placed, start_at_s=start,
+                                                    note=f"shifted {start - view.now_s:.3g} s from now")
+
+    def _shifted(self, job: Job, plan: Plan, view: ClusterView) -> float | None:
+        """When ``job``'s first round should begin on ``plan`` (None: no shift: it shares no link
+        with a job whose round is under way, or there is no fluid model to ask)."""
+        links = set(predicted_link_bytes(plan))
+        sharing = [r for name, r in view.running.items() if name in view.round_began
+                   and links & set(predicted_link_bytes(r.plan))]
+        if not sharing or view.profile is None:
+            return None
+        mine = view.profile(job, plan)
+        others = [view.profile(r.job, r.plan) for r in sharing]
+        origin = min(view.round_began[r.job.name] for r in sharing)
+        offsets = {r.job.name: view.round_began[r.job.name] - origin for r in sharing}
+        ready = view.now_s + set_up_s(plan, view.graph)
+        rounds = {p.name: self.ROUNDS for p in (*others, mine)}
+        capacity = capacities(view.graph)
+        scores = []
+        for i in range(self.SHIFTS):
+            start = ready + mine.period_s * i / self.SHIFTS
+            spans = simulate([*others, mine], {**offsets, job.name: start - origin}, rounds, capacity)
+            scores.append((round(mean_iteration_s(spans), 9), start))
+        return min(scores)[1]
 
     @staticmethod
     def _duties(job: Job, plan: Plan, view: ClusterView) -> dict[tuple[str, str], float]:
