@@ -505,12 +505,15 @@ def plot(run_dir: Path, out: Path | None, task: str | None, link: str | None, ac
          jobs: bool) -> None:
     """Draw the topology with each link coloured by the bytes it carried and the task's broadcast and
     upload trees overlaid; a compare folder gets one panel per scheduler, side by side; a sweep folder
-    gets its figures drawn again from its sweep.csv."""
+    gets its figures drawn again from its sweep.csv; a cluster folder its jobs (as --jobs), a
+    --policies comparison every policy's JCT distribution side by side."""
     from fedmst.views.plots import plot_accuracy, plot_link_utilisation, plot_run, plot_timeline
 
     if (link is not None) + accuracy + timeline + jobs > 1:
         raise click.UsageError("give one of --link, --accuracy, --timeline and --jobs")
-    if jobs:
+    from fedmst.views.gantt import is_cluster_folder
+
+    if jobs or (link is None and not accuracy and not timeline and is_cluster_folder(run_dir)):
         from fedmst.views.gantt import plot_jobs
 
         console.print(f"wrote {_guard(lambda: plot_jobs(run_dir, out))}")

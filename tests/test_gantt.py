@@ -223,3 +223,16 @@ def test_unwritable_output_is_one_line(cluster: Path, tmp_path: Path) -> None:
     with pytest.raises(FedmstError, match="cannot write") as exc:
         plot_jobs(cluster, tmp_path / "missing" / "jobs.png")
     one_line(exc)
+
+
+def test_plot_knows_a_cluster_folder_from_a_run_or_compare_folder(tmp_path: Path) -> None:
+    from fedmst.views.gantt import is_cluster_folder
+
+    one, policies, compare, run = (tmp_path / n for n in ("one", "policies", "compare", "run"))
+    for folder in (one, policies, compare, run):
+        folder.mkdir()
+    (one / "jobs.csv").write_text("job\n")
+    (policies / "comparison.json").write_text('{"status": "completed", "policies": ["fifo+random"]}')
+    (compare / "comparison.json").write_text('{"status": "completed", "schedulers": ["spff", "mst"]}')
+    (run / "config.json").write_text("{}")
+    assert [is_cluster_folder(f) for f in (one, policies, compare, run)] == [True, True, False, False]
