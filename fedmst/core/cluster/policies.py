@@ -592,13 +592,15 @@ class Cassini(Placement):
         if best is None:
             return None
         _, placed, plan = best
-        start = self._shifted(job, plan, view)
+        ready = view.now_s + set_up_s(plan, view.graph)
+        start = self._shifted(job, plan, view, ready)
         return placed if start is None else replace(placed, start_at_s=start,
-                                                    note=f"shifted {start - view.now_s:.3g} s from now")
+                                                    note=f"first round shifted {start - ready:.3g} s after set-up")
 
-    def _shifted(self, job: Job, plan: Plan, view: ClusterView) -> float | None:
-        """When ``job``'s first round should begin on ``plan`` (None: no shift: it shares no link
-        with a job whose round is under way, or there is no fluid model to ask)."""
+    def _shifted(self, job: Job, plan: Plan, view: ClusterView, ready: float) -> float | None:
+        """When ``job``'s first round should begin on ``plan``, set up at ``ready`` (None: at once:
+        no later start is better, it shares no link with a job whose round is under way, or there
+        is no fluid model to ask)."""
         links = set(predicted_link_bytes(plan))
         sharing = [r for name, r in view.running.items() if name in view.round_began
                    and links & set(predicted_link_bytes(r.plan))]
@@ -608,7 +610,6 @@ class Cassini(Placement):
         others = [view.profile(r.job, r.plan) for r in sharing]
         origin = min(view.round_began[r.job.name] for r in sharing)
         offsets = {r.job.name: view.round_began[r.job.name] - origin for r in sharing}
-        ready = view.now_s + set_up_s(plan, view.graph)
         rounds = {p.name: self.ROUNDS for p in (*others, mine)}
         capacity = capacities(view.graph)
         scores = []
@@ -616,7 +617,8 @@ class Cassini(Placement):
             start = ready + mine.period_s * i / self.SHIFTS
             spans = simulate([*others, mine], {**offsets, job.name: start - origin}, rounds, capacity)
             scores.append((round(mean_iteration_s(spans), 9), start))
-        return min(scores)[1]
+        best = min(scores)[1]
+        return None if best == ready else best
 
     @staticmethod
     def _duties(job: Job, plan: Plan, view: ClusterView) -> dict[tuple[str, str], float]:
