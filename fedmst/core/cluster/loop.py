@@ -271,6 +271,10 @@ class _Loop:
         """Waiting job -> the jobs stopping to make room for it."""
         self.first: list[str] = []
         """Waiting jobs whose victims have stopped: tried before the order's."""
+        self._seen: tuple[float, int, ClusterView] | None = None
+        self._changes = 0
+        """Counts what changes a view (a job placed, stopping, arriving or ending): a view is
+        built once per change, not once per job a policy is asked about."""
 
     def run(self) -> list[Ended]:
         while self.arrivals or self.waiting or self.running:
@@ -292,10 +296,12 @@ class _Loop:
         return self.done
 
     def _record(self, life: Ended) -> None:
+        self._changes += 1
         self.done.append(life)
         self.tell(life)
 
     def _arrive(self, job: Job, now: float) -> None:
+        self._changes += 1
         if job.slots > self.occupancy.total:
             self._record(Ended(job, None, now, "rejected",
                                f"asks {counted(job.slots, 'slot')} ({counted(job.local_models, 'local model')} "
@@ -320,6 +326,7 @@ class _Loop:
             remaining = replace(job, rounds=(job.rounds or 1) - done)
             plan = self.plan(remaining, placed, [r.plan for r in self.running.values()])
             self.occupancy.take(job.name, placed.nodes, now)
+            self._changes += 1
             self.waiting.remove(job)
             self.first_start.setdefault(job.name, now)
             self.running[job.name] = Running(job, placed, now, plan, rounds_before=done)
@@ -347,6 +354,7 @@ class _Loop:
                     raise JobError(f"{name} would stop {victim!r} for job {job.name}, which is not a running job "
                                    "that is not stopping already")
             self.evicting[job.name] = set(evict.victims)
+            self._changes += 1
             for victim in evict.victims:
                 self.stopping[victim] = (now, job.name, evict.reason)
                 self.runner.preempt(victim)
@@ -380,6 +388,11 @@ class _Loop:
         return placed
 
     def _view(self, now: float) -> ClusterView:
+        if self._seen is None or self._seen[:2] != (now, self._changes):
+            self._seen = (now, self._changes, self._build_view(now))
+        return self._seen[2]
+
+    def _build_view(self, now: float) -> ClusterView:
         running = [r.plan for r in self.running.values()]
         comm_s = self.cluster.comm_s
         done, began = dict(self.rounds_before), {}
@@ -396,6 +409,7 @@ class _Loop:
                            stopping=frozenset(self.stopping), round_began=began)
 
     def _end(self, name: str, outcome: Outcome) -> None:
+        self._changes += 1
         run = self.running.pop(name)
         held = len(self.occupancy.intervals)
         self.occupancy.release(name, outcome.end_s)
