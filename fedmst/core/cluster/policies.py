@@ -282,6 +282,7 @@ class Delay(Placement):
         self._found: list[list[float]] = [[] for _ in range(self.LEVELS)]
         self._hops: tuple[int, dict[str, dict[str, int]]] | None = None
         self._sensitivity: dict[str, bool] = {}
+        self._possible: dict[tuple[int, int], list[bool]] = {}
 
     def place(self, job: Job, view: ClusterView) -> Placed | None:
         anywhere = self._within(job, view, None)
@@ -318,10 +319,13 @@ class Delay(Placement):
     def _timers(self, job: Job, view: ClusterView) -> list[float]:
         """The timers ``job`` waits on: none at a level the cluster could never give it (no node's
         neighbourhood of that many hops has as many slots, free or not)."""
-        distance = self._distances(view.graph)
-        possible = [any(sum(view.slots.get(n, 0) for n, d in distance[g].items() if d <= level) >= job.slots
-                        for g in view.slots) for level in range(self.LEVELS)]
-        return [t if ok else 0.0 for t, ok in zip(self.timers, possible)]
+        key = (id(view.graph), job.slots)
+        if key not in self._possible:  # the same for every job of that size on that cluster
+            distance = self._distances(view.graph)
+            self._possible[key] = [
+                any(sum(view.slots.get(n, 0) for n, d in distance[g].items() if d <= level) >= job.slots
+                    for g in view.slots) for level in range(self.LEVELS)]
+        return [t if ok else 0.0 for t, ok in zip(self.timers, self._possible[key])]
 
     def _allowed(self, waited: float, timers: Sequence[float]) -> int:
         """The loosest level a job may take after waiting ``waited``: 0 until its first timer runs out."""
@@ -380,11 +384,11 @@ def within(job: Job, free: Mapping[str, int], distance: Mapping[str, Mapping[str
     for g in sorted(free, key=lambda n: (-free[n], node_order(n))):
         left = dict(free)
         left[g] -= 1
-        near = sorted((n for n in left if hops is None or distance[g][n] <= hops),
-                      key=lambda n: (distance[g][n], -left[n], node_order(n)))
+        reach = [n for n, k in left.items() if k and (hops is None or distance[g][n] <= hops)]
+        if sum(left[n] for n in reach) < job.local_models:
+            continue  # too few slots within reach: no need to sort them
+        near = sorted(reach, key=lambda n: (distance[g][n], -left[n], node_order(n)))
         slots = _free_slots(left, near)[:job.local_models]
-        if len(slots) < job.local_models:
-            continue
         key = (len({g, *slots}), -free[g], node_order(g))
         if best is None or key < best[0]:
             best = (key, Placed(g, tuple(slots)))
@@ -721,16 +725,22 @@ class NetworkPreemption(Preemption):
         if self._hops is None or self._hops[0] != id(view.graph):
             self._hops = (id(view.graph), dict(nx.all_pairs_shortest_path_length(view.graph)))
         distance = self._hops[1]
-        if within(job, view.free, distance, self.CONSOLIDATED) is not None:
-            return None  # it can be consolidated now: the placement's to take
-        # judged on what it would get unconsolidated: the free slots, or where none hold it, one
-        # model per node nearest its G
-        apart = within(job, view.free, distance, None) or within(job, {n: 1 for n, k in view.slots.items() if k},
-                                                                  distance, None)
-        if apart is None or not self._is_sensitive(job, view, lambda: network_share(job, apart, view)):
+        if self._sensitive.get(job.name) is False:
             return None
         others = [r for r in _stoppable(view)
                   if not self._is_sensitive(r.job, view, lambda r=r: plan_share(r.job, r.plan, view))]
+        if not others or within(job, view.free, distance, self.CONSOLIDATED) is not None:
+            return None  # nothing to stop, or it can be consolidated now: the placement's to take
+
+        def apart() -> float:
+            """Its share unconsolidated: on the free slots, or where they cannot hold it, one model
+            per node nearest its G."""
+            placed = within(job, view.free, distance, None) or within(
+                job, {n: 1 for n, k in view.slots.items() if k}, distance, None)
+            return 0.0 if placed is None else network_share(job, placed, view)
+
+        if not self._is_sensitive(job, view, apart):
+            return None
         best: tuple[tuple[int, int, tuple[int, str]], tuple[str, ...]] | None = None
         for g in (n for n in view.slots if view.slots[n]):
             near = {n for n, d in distance[g].items() if d <= self.CONSOLIDATED}
