@@ -212,6 +212,10 @@ class RunRounds:
     evaluate: bool = True
     """Once these rounds are over, G evaluates (off the clock) every global model it has kept
     since its last evaluation; False: it keeps them for a later RunRounds."""
+    progress_dir: str = ""
+    """Where each task's G writes, as its rounds begin, a file named after the task: the round and
+    when it began (monotonic), so the coordinator knows how far a task has got without stopping
+    it; '' for none."""
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ job run for real on it from the moment it is placed, while the others run.
 A placed job gets a :class:`~fedmst.run.session.Session` of its own on the shared emulation: its
 routes installed, an agent started on each of its nodes (forked from the warm fork server), set up,
 then its rounds on its own clock (:class:`~fedmst.protocol.RunRounds`, as ``--clock independent``
-runs a task) one round at a time, in a thread of its own. Its agents end with it. Its folder
+runs a task), in a thread of its own (where a preemption may stop it, a round at a time). Its agents end with it. Its folder
 ``DIR/jobs/NAME/`` keeps its plan and its agents' logs. The links' counters measure every job
 together (``links.csv``). Times are the network's: the host's clock divided by the time scale.
 
@@ -37,7 +37,7 @@ from fedmst.core.timescale import TimeScale
 from fedmst.core.workload import WorkloadPlan
 from fedmst.errors import FedmstError
 from fedmst.net.emulation import Emulation
-from fedmst.protocol import Checkpoint, Restore, RunRounds, Save, TaskSpec
+from fedmst.protocol import Checkpoint, Reply, Restore, RoundsDone, RunRounds, Save, TaskSpec
 from fedmst.run.config import RunConfig
 from fedmst.run.prepare import ResolvedRun
 from fedmst.run.measure import ClockRun, CounterSampler, whole_run_link_rows
@@ -69,8 +69,13 @@ class EmulatedRunner:
         """Each ended job's plan and the rounds it finished (what links.csv predicts)."""
         self._lock = threading.Lock()
         self.stopping: set[str] = set()
+        self.stoppable = base.config.preempt != "none"
+        """Whether a preemption may stop a job: then its rounds go a round at a time (:meth:`_rounds`)."""
         self.underways: dict[str, Underway] = {}
-        """How far each running job has got in this run of it."""
+        """How far each running job has got in this run of it, where it runs a round at a time."""
+        self.progress = scratch / "progress"
+        """Where G says how far its job has got, where a job runs its rounds in one command."""
+        self.progress.mkdir(parents=True, exist_ok=True)
         self.set_up_bytes: dict[LinkDir, int] = {}
         """What the finished jobs' set-ups put on each link direction (:func:`set_up_link_bytes`)."""
 
@@ -111,7 +116,13 @@ class EmulatedRunner:
         self.stopping.add(name)
 
     def underway(self, name: str) -> Underway:
-        return self.underways[name]
+        if self.stoppable:
+            return self.underways[name]
+        try:  # G's progress file (a job runs from round 1 where nothing preempts)
+            round_, at = (self.progress / name).read_text().split()
+        except (OSError, ValueError):
+            return Underway(0, None)
+        return Underway(int(round_) - 1, self.scale.network_s(float(at) - self.t0))
 
     def wait(self, until_s: float | None) -> Mapping[str, Outcome]:
         """As the loop asks, or after at most :data:`PROGRESS_S` with nothing, so that the loop shows
@@ -183,19 +194,31 @@ class EmulatedRunner:
 
     def _rounds(self, session: Session, job: Job, first_round: int, start_at_s: float | None) -> dict[str, object]:
         """The job's rounds from ``first_round`` (resumed from its checkpoint after the first), the
-        first not before ``start_at_s``, as one task on its own clock, a round at a time until they
-        are done or a preemption stops it:
-        its phases (the network's seconds from the cluster's start), G's accuracy after each round,
-        and whether it stopped early (its checkpoint written)."""
+        first not before ``start_at_s``, as one task on its own clock: its phases (the network's
+        seconds from the cluster's start), G's accuracy after each round, and whether a preemption
+        stopped it early (its checkpoint written).
+
+        Without preemption every round goes in one command, back to back, and G says where it is
+        in a progress file (:meth:`underway`). With it, a round at a time, so that the job can stop
+        between two; that costs each round what round 1 costs: a receiver posts its receive only
+        when its round begins, and gloo sends nothing before the receiver says it is ready, so each
+        broadcast waits a one-way trip per hop more (docs/cluster.md)."""
         name, last = job.name, first_round + (job.rounds or 1) - 1
         folder = self.out / "jobs" / name
         if first_round > 1:
             self._resume(session, name, folder / f"checkpoint-{first_round - 1}", folder / f"resumed-{first_round - 1}")
         weights = aggregation_weights(session.live, session.samples, {}, 1)
-        spans: list[PhaseSpan] = []
-        accuracy: list[float] = []
-        r = first_round
         not_before = -1.0 if start_at_s is None else self.t0 + self.scale.real_s(start_at_s)
+        if not self.stoppable:
+            started = max(time.monotonic(), not_before)
+            replies = session.server.run(
+                RunRounds(start_at=started, rounds={name: last}, offsets={name: 0.0}, weights=weights,
+                          progress_dir=str(self.progress)),
+                timeout_s=session.timeout_s * 3 * last, check=session.check)
+            spans, accuracy = self._timeline(session, name, started, replies)
+            return {"spans": spans, "accuracy": accuracy, "stopped": False}
+        spans, accuracy = [], []
+        r = first_round
         while r <= last:
             stop = name in self.stopping
             started = max(time.monotonic(), not_before)
@@ -204,13 +227,9 @@ class EmulatedRunner:
                 RunRounds(start_at=started, rounds={name: 0 if stop else 1}, offsets={name: 0.0}, weights=weights,
                           first_round=r, evaluate=stop or r == last),
                 timeout_s=session.timeout_s * 3, check=session.check)
-            offset = started - self.t0
-            clock = ClockRun(plans=tuple(session.live.plans), rounds={name: 1}, offsets={name: 0.0})
-            clock.spans = {node: tuple(PhaseSpan(s.task, s.round, s.phase, self.scale.network_s(offset + s.start_s),
-                                                 self.scale.network_s(offset + s.end_s)) for s in reply.spans)
-                           for node, reply in replies.items()}
-            spans += clock.windows()
-            accuracy += [a for reply in replies.values() for a in reply.accuracy.get(name, ())]
+            more_spans, more_accuracy = self._timeline(session, name, started, replies)
+            spans += more_spans
+            accuracy += more_accuracy
             if stop:
                 checkpoint = folder / f"checkpoint-{r - 1}"
                 checkpoint.mkdir(exist_ok=True)  # a job stopped before a round of this run: the same model
@@ -218,6 +237,18 @@ class EmulatedRunner:
                 return {"spans": spans, "accuracy": accuracy, "stopped": True}
             r += 1
         return {"spans": spans, "accuracy": accuracy, "stopped": False}
+
+    def _timeline(self, session: Session, name: str, started: float,
+                  replies: Mapping[str, Reply]) -> tuple[list[PhaseSpan], list[float]]:
+        """A RunRounds' replies as the job's phases (the network's seconds from the cluster's
+        start) and G's accuracy after each of its rounds."""
+        offset = started - self.t0
+        clock = ClockRun(plans=tuple(session.live.plans), rounds={name: 1}, offsets={name: 0.0})
+        clock.spans = {node: tuple(PhaseSpan(s.task, s.round, s.phase, self.scale.network_s(offset + s.start_s),
+                                             self.scale.network_s(offset + s.end_s)) for s in reply.spans)
+                       for node, reply in replies.items() if isinstance(reply, RoundsDone)}
+        return clock.windows(), [a for reply in replies.values() if isinstance(reply, RoundsDone)
+                                 for a in reply.accuracy.get(name, ())]
 
     @staticmethod
     def _resume(session: Session, name: str, checkpoint: Path, resumed: Path) -> None:

@@ -377,8 +377,11 @@ class Agent:
         def clock(role: TaskRole) -> None:
             name = role.name
             time.sleep(max(0.0, cmd.start_at + cmd.offsets.get(name, 0.0) - time.monotonic()))
+            at_g = self.node == role.spec.global_node
             for r in range(cmd.first_round, cmd.first_round + cmd.rounds.get(name, 0)):
                 began = time.monotonic()
+                if cmd.progress_dir and at_g:
+                    _began_round(Path(cmd.progress_dir) / name, r, began)
                 self._phase_role(role, "broadcast", _nowhere)
                 mark(role, r, "broadcast", began)
                 if role.local:
@@ -472,6 +475,14 @@ def _weighted_updates(role: TaskRole, weights: Mapping[int, float], numel: int,
     for i in summed:
         acc.add_(role.trained[i] - role.base, alpha=float(weights[i]))
     return acc
+
+
+def _began_round(path: Path, round_: int, at: float) -> None:
+    """Say in ``path`` that round ``round_`` began at ``at`` (monotonic), replacing what it said:
+    a reader sees the old line or the new one, never half of one."""
+    partial = path.with_name(path.name + ".new")
+    partial.write_text(f"{round_} {at}\n")
+    partial.replace(path)
 
 
 def _nowhere(key: str) -> None:
