@@ -99,3 +99,12 @@ def test_the_spec_file_round_trips_and_refuses_another_protocol() -> None:
         AgentSpec.from_json(json.dumps(obj))
     with pytest.raises(ProtocolError, match="expected an AgentSpec, got a Stop"):
         AgentSpec.from_json(json.dumps({"type": "Stop", "version": PROTOCOL_VERSION}))
+
+
+def test_g_says_which_round_began_when_in_one_line_at_a_time(tmp_path: Path) -> None:
+    from fedmst.workers.agent import _began_round
+
+    path = tmp_path / "job0"
+    _began_round(path, 1, 12.5)
+    _began_round(path, 2, 13.25)
+    assert path.read_text() == "2 13.25\n" and [p.name for p in tmp_path.iterdir()] == ["job0"]

@@ -4,9 +4,10 @@ job run for real on it from the moment it is placed, while the others run.
 A placed job gets a :class:`~fedmst.run.session.Session` of its own on the shared emulation: its
 routes installed, an agent started on each of its nodes (forked from the warm fork server), set up,
 then its rounds on its own clock (:class:`~fedmst.protocol.RunRounds`, as ``--clock independent``
-runs a task), in a thread of its own (where a preemption may stop it, a round at a time). Its agents end with it. Its folder
-``DIR/jobs/NAME/`` keeps its plan and its agents' logs. The links' counters measure every job
-together (``links.csv``). Times are the network's: the host's clock divided by the time scale.
+runs a task), in a thread of its own (where a preemption may stop it, a round at a time). Its
+agents end with it. Its folder ``DIR/jobs/NAME/`` keeps its plan and its agents' logs. The links'
+counters measure every job together (``links.csv``). Times are the network's: the host's clock
+divided by the time scale.
 
 A job a preemption stops ends at its next round boundary: its G writes the global model and the
 strategy (with its state) into ``DIR/jobs/NAME/checkpoint-R/`` (R: the rounds it had finished), and

@@ -377,10 +377,9 @@ class Agent:
         def clock(role: TaskRole) -> None:
             name = role.name
             time.sleep(max(0.0, cmd.start_at + cmd.offsets.get(name, 0.0) - time.monotonic()))
-            at_g = self.node == role.spec.global_node
             for r in range(cmd.first_round, cmd.first_round + cmd.rounds.get(name, 0)):
                 began = time.monotonic()
-                if cmd.progress_dir and at_g:
+                if cmd.progress_dir and self.node == role.spec.global_node:
                     _began_round(Path(cmd.progress_dir) / name, r, began)
                 self._phase_role(role, "broadcast", _nowhere)
                 mark(role, r, "broadcast", began)
@@ -425,8 +424,7 @@ class Agent:
 
     def restore(self, cmd: Restore) -> Done:
         """Take up each task's checkpoint from ``cmd.dir``: its strategy on every node of the task
-        (each that ends an upload steps it), its global model at G, which the next round
-        broadcasts (and every model here starts from)."""
+        (each that ends an upload steps it), its global model at G, which the next round broadcasts."""
         folder = Path(cmd.dir)
         for role in self.roles:
             strategy = folder / f"{role.name}-strategy.pt"
