@@ -235,24 +235,33 @@ class Network(Placement):
         self._delays: tuple[int, dict[str, dict[str, float]]] | None = None
 
     def place(self, job: Job, view: ClusterView) -> Placed | None:
+        best: tuple[float, int, tuple[int, str], Placed] | None = None
+        for placed, plan in self._candidates(job, view, "network"):
+            score = (view.comm_s(plan), sum(len(t.hops) for t in plan.transfers),  # type: ignore[misc]
+                     node_order(placed.global_node), placed)
+            if best is None or score[:3] < best[:3]:
+                best = score
+        return None if best is None else best[3]
+
+    def _candidates(self, job: Job, view: ClusterView, name: str) -> list[tuple[Placed, Plan]]:
+        """Each candidate placement (G on one of the :data:`CANDIDATES` freest nodes, the local
+        models on the free slots nearest it) with the scheduler's plan for it; none where the
+        free slots cannot hold the job."""
         if view.plan is None or view.comm_s is None:
-            raise JobError("the network placement needs the cluster's scheduler and predictions")
+            raise JobError(f"the {name} placement needs the cluster's scheduler and predictions")
         if sum(view.free.values()) < job.slots:
-            return None
+            return []
         if self._delays is None or self._delays[0] != id(view.graph):  # once per network
             self._delays = (id(view.graph), dict(nx.all_pairs_dijkstra_path_length(view.graph, weight="delay_s")))
         distance = self._delays[1]
-        best: tuple[float, int, tuple[int, str], Placed] | None = None
+        out = []
         for g in sorted(view.free, key=lambda n: (-view.free[n], node_order(n)))[:self.CANDIDATES]:
             free = dict(view.free)
             free[g] -= 1
             near = _free_slots(free, sorted(free, key=lambda n: (distance[g][n], node_order(n))))[:job.local_models]
             placed = Placed(g, tuple(near))
-            plan = view.plan(job, placed)
-            score = (view.comm_s(plan), sum(len(t.hops) for t in plan.transfers), node_order(g), placed)
-            if best is None or score[:3] < best[:3]:
-                best = score
-        return None if best is None else best[3]
+            out.append((placed, view.plan(job, placed)))
+        return out
 
 
 class Delay(Placement):
@@ -544,7 +553,7 @@ class SjfBco(Placement):
         return nodes if len(nodes) == job.slots and len(set(nodes)) <= cap else None
 
 
-class Cassini(Placement):
+class Cassini(Network):
     """Cassini (seed 004: Rajasekaran et al., NSDI 2024), for FL jobs: its placement and its time
     shift. Among candidate placements (G on a node with free slots, its local models on the free
     slots nearest it, as ``network`` builds them), prefer those whose links carry jobs whose
@@ -562,35 +571,21 @@ class Cassini(Placement):
     Jobs whose rounds differ in length drift apart again; Cassini's own jobs share one iteration
     time, FL jobs seldom do."""
 
-    CANDIDATES = 8
     SHIFTS = 12
     ROUNDS = 3
 
-    def __init__(self) -> None:
-        self._delays: tuple[int, dict[str, dict[str, float]]] | None = None
-
     def place(self, job: Job, view: ClusterView) -> Placed | None:
-        if view.plan is None or view.comm_s is None:
-            raise JobError("the cassini placement needs the cluster's scheduler and predictions")
-        if sum(view.free.values()) < job.slots:
-            return None
-        if self._delays is None or self._delays[0] != id(view.graph):
-            self._delays = (id(view.graph), dict(nx.all_pairs_dijkstra_path_length(view.graph, weight="delay_s")))
-        distance = self._delays[1]
+        candidates = self._candidates(job, view, "cassini")
         duty: dict[tuple[str, str], float] = {}
         for run in view.running.values():
             for hop, share in self._duties(run.job, run.plan, view).items():
                 duty[hop] = duty.get(hop, 0.0) + share
         best: tuple[tuple[float, float, int, tuple[int, str]], Placed, Plan] | None = None
-        for g in sorted(view.free, key=lambda n: (-view.free[n], node_order(n)))[:self.CANDIDATES]:
-            free = dict(view.free)
-            free[g] -= 1
-            near = _free_slots(free, sorted(free, key=lambda n: (distance[g][n], node_order(n))))[:job.local_models]
-            placed = Placed(g, tuple(near))
-            plan = view.plan(job, placed)
+        for placed, plan in candidates:
             mine = self._duties(job, plan, view)
             excess = max((duty.get(hop, 0.0) + share - 1.0 for hop, share in mine.items() if hop in duty), default=0.0)
-            key = (max(0.0, excess), view.comm_s(plan), sum(len(t.hops) for t in plan.transfers), node_order(g))
+            key = (max(0.0, excess), view.comm_s(plan), sum(len(t.hops) for t in plan.transfers),  # type: ignore[misc]
+                   node_order(placed.global_node))
             if best is None or key < best[0]:
                 best = (key, placed, plan)
         if best is None:
