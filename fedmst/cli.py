@@ -83,7 +83,8 @@ def _click_option(name: str, changed: Mapping[str, Any]) -> Callable[..., Any]:
 RUN_OPTIONS = ("topology", "local_models", "tasks", "wavelengths", "rounds", "model", "dataset", "client",
                "run_config", "seed", "global_node", "local_nodes", "epochs", "lr", "batch_size", "optimizer",
                "strategy", "strategy_args", "target_accuracy", "pcap", "pcap_snaplen", "chunk_bytes", "mtu",
-               "delay_mode", "queue", "congestion_control", "loss", "jitter_ms", "time_scale", "save_models",
+               "delay_mode", "queue", "congestion_control", "cc_args", "ecn_k", "loss", "jitter_ms", "time_scale",
+               "save_models",
                "fail_links", "kill_workers", "stall_s", "slow_nodes", "deadline_s", "workload", "clock", "compute_s",
                "interleave", "traffic", "order", "link_state", "clients_per_round", "selection", "selection_pool",
                "link_trace", "traffic_file")

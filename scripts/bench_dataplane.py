@@ -35,6 +35,7 @@ import networkx as nx
 import torch  # noqa: F401  (the warm fork server's children, the bare gloo ends, find it imported)
 
 from fedmst.core.wire import DEFAULT_MTU
+from fedmst.net.congestion import prepare_transport
 from fedmst.net.emulation import Emulation
 from fedmst.run.config import SWEEP, RunConfig
 from fedmst.run.engine import run
@@ -79,7 +80,7 @@ def measure_bare(kind: str, nbytes: int = 40_000_000, capacity_mbps: float = 100
                       ("b", "c", {"capacity_mbps": capacity_mbps, "delay_s": 5e-4})])
     run = RunConfig()  # TCP and chunks as a run's defaults set them
     with tempfile.TemporaryDirectory(prefix="fedmst-bench-") as scratch, \
-            Emulation(graph, delay_mode="userspace", congestion_control=run.congestion_control) as emu:
+            Emulation(graph, delay_mode="userspace", transport=prepare_transport(run.congestion_control)) as emu:
         flow = emu.install_flows({"probe": ("a", "b", "c")})["probe"]
         logs, store = Path(scratch), str(Path(scratch) / "store")
         if kind == "tcp":

@@ -9,13 +9,13 @@ if [[ $(id -u) -ne 0 ]]; then
     exit 1
 fi
 
-echo "== system packages (mininet for mnexec, net-tools for Mininet's ifconfig, iproute2/tc, ethtool, sysctl, ping, tcpdump; tmux for the tests of the live view)"
+echo "== system packages (mininet for mnexec, net-tools for Mininet's ifconfig, iproute2/tc, ethtool, sysctl, ping, tcpdump; tmux for the tests of the live view; clang, libbpf-dev and bpftool for the congestion controls and ECN marking in BPF)"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 # net-tools and procps by name: Mininet exits without ifconfig, fedmst configures hosts with sysctl
 apt-get install -y -qq --no-install-recommends \
     mininet net-tools iproute2 ethtool procps iputils-ping python3 python3-venv python3-dev gcc \
-    iptables libnetfilter-queue-dev tcpdump tmux >/dev/null
+    iptables libnetfilter-queue-dev tcpdump tmux clang libbpf-dev bpftool >/dev/null
 
 echo "== virtual environment in .venv"
 [[ -x .venv/bin/python ]] || python3 -m venv .venv

@@ -59,6 +59,7 @@ def built_in(registry: Any) -> tuple[str, ...]:
 def code_choices() -> dict[str, tuple[str, ...]]:
     """What the code accepts, by the option (or listing) a page enumerates it for."""
     from fedmst.core.topology import SHIPPED_DIR
+    from fedmst.net.congestion import CONGESTION_CONTROLS
     from fedmst.run.config import options
     from fedmst.views.links import LINK_SORTS
 
@@ -67,6 +68,7 @@ def code_choices() -> dict[str, tuple[str, ...]]:
     choices.update({flag: built_in(registry) for flag, registry in registries.items()})
     choices["--topology"] = tuple(sorted(p.stem for p in SHIPPED_DIR.glob("*.json")))
     choices["links --sort"] = LINK_SORTS
+    choices["--congestion-control"] = CONGESTION_CONTROLS  # or a user's PATH.bpf.c / PATH.bpf.o
     choices["entry-point groups"] = tuple(sorted(r.group for r in registries.values()))
     return choices
 

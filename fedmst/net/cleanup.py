@@ -11,8 +11,9 @@ While a run lives, its state file names its coordinator, its scratch folder and 
 started (Mininet host shells, fork servers, agents). A run that ends normally, by error or by
 Ctrl-C removes everything itself and deletes its file; one that was SIGKILLed leaves the file, and
 ``clean`` ends exactly the processes it names (after checking each is still one of ours), which
-frees their namespaces, removes its scratch folder, then deletes any emulated interface a dead run
-left in the root namespace. A live run's things are never touched, and nothing is killed by name.
+frees their namespaces, removes its scratch folder, then unregisters any TCP congestion control a
+dead run registered (:func:`fedmst.net.congestion.leftovers`) and deletes any emulated interface
+it left in the root namespace. A live run's things are never touched, and nothing is killed by name.
 Worker containers are the Docker backend's to remove (:func:`fedmst.workers.docker.clean_dead`),
 by the same rule.
 """
@@ -33,6 +34,7 @@ from pathlib import Path
 import psutil
 
 from fedmst.errors import FedmstError
+from fedmst.net.congestion import leftovers
 from fedmst.net.forkserver import NAME_PREFIX
 
 STATE_DIR = Path(os.environ.get("FEDMST_STATE_DIR", "/run/fedmst"))
@@ -217,6 +219,7 @@ def clean() -> list[str]:
         if owner is not None and folder.is_dir() and not psutil.pid_exists(int(owner.group(1))):
             shutil.rmtree(folder, ignore_errors=True)
             done.append(f"removed {folder}, a Ray sweep point's scratch folder (process {owner.group(1)} is gone)")
+    done += leftovers(live)
     for iface in interfaces:
         run, prober = _IFACE.match(iface).groups()  # type: ignore[union-attr]
         if run in live or (prober is not None and psutil.pid_exists(int(prober))):

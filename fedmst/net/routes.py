@@ -10,7 +10,6 @@ from __future__ import annotations
 import ipaddress
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
 from fedmst.errors import EmulationError
@@ -20,21 +19,8 @@ if TYPE_CHECKING:  # the option schema imports this module for its choices: no g
     from fedmst.net.link import EmulatedLink
 
 FLOW_NET = ipaddress.ip_network("10.128.0.0/9")
-CONGESTION_CONTROLS = ("cubic", "bbr", "reno")
-"""TCP congestion controls a run may ask for; ``cubic`` is Linux's default. A host's own default
-can be another (the development machine's is bbr), and since every transfer of a phase is short
-and the flows share links, it changes what a phase measures: fedmst sets it per route instead."""
-AVAILABLE_CONGESTION_CONTROLS = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 BACKGROUND_NET = ipaddress.ip_network("10.64.0.0/10")
 """Background flows' endpoints: one iptables rule per receiving interface counts what they put on a link."""
-
-
-def require_congestion_control(name: str) -> None:
-    """Refuse, in one line, a congestion control this kernel has not loaded."""
-    available = AVAILABLE_CONGESTION_CONTROLS.read_text().split()
-    if name not in available:
-        raise EmulationError(f"--congestion-control {name}: this kernel offers {', '.join(available)} "
-                             f"(load it with: modprobe tcp_{name})")
 
 
 @dataclass(frozen=True)

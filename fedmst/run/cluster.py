@@ -129,7 +129,7 @@ def _emulated(resolved: ResolvedCluster) -> ResolvedCluster:
     base = ResolvedRun(
         config=config, graph=resolved.graph, workload=full, link_failures=(), kills=(), slow={},
         worker_nodes=tuple(n for n, k in resolved.slots.items() if k), limits={}, delay_mode=host.delay_mode,
-        netem_available=host.netem_available, time_scale=scale, scale_reason=reason)
+        netem_available=host.netem_available, transport=host.transport, time_scale=scale, scale_reason=reason)
     backend_for(config.workers, config.image).check()
     return replace(resolved, with_delay=host.delay_mode != "off", base=base, scale_reason=reason)
 
@@ -314,12 +314,15 @@ def _runner(resolved: ResolvedCluster, out: Path, report: Report) -> Iterator[Ru
                               chunk_bytes=config.chunk_bytes, with_delay=resolved.with_delay, mtu=config.mtu)
         return
     from fedmst.net.cleanup import RunState
+    from fedmst.net.emulation import Emulation
     from fedmst.run.cluster_emulate import EmulatedRunner
     from fedmst.run.engine import emulation
+    from fedmst.run.results import write_transport
     from fedmst.workers.backends import backend_for
 
     base, state = resolved.base, RunState()
     backend = backend_for(config.workers, config.image, {})
+    emu: Emulation | None = None
     try:
         emu, _ = emulation(base, backend, state, out, report)
         with emu:
@@ -331,6 +334,8 @@ def _runner(resolved: ResolvedCluster, out: Path, report: Report) -> Iterator[Ru
             with runner.measuring():
                 yield runner
     finally:
+        if emu is not None:
+            write_transport(out, emu, base.graph)
         try:
             backend.down()
         finally:

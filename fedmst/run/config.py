@@ -20,7 +20,7 @@ from fedmst.core.tasks import DEFAULT_DATASET, DEFAULT_MODEL
 from fedmst.core.wire import DEFAULT_MTU
 from fedmst.errors import FedmstError
 from fedmst.net.queues import QUEUES
-from fedmst.net.routes import CONGESTION_CONTROLS
+from fedmst.net.congestion import CONGESTION_CONTROLS, congestion_control_ok, ecn_k_ok
 from fedmst.workers import DEFAULT_IMAGE
 
 OPTIMIZERS = ("sgd", "momentum", "adam")
@@ -187,10 +187,21 @@ class RunConfig:
     """How each link direction's sender queues: one FIFO, or ``fair``: one queue per transfer
     served in turn (:mod:`fedmst.net.queues`)."""
     congestion_control: str = option(
-        "cubic", "--congestion-control", choices=CONGESTION_CONTROLS,
-        help="TCP congestion control of every transfer and background TCP flow, whatever this host's "
-             "default (cubic is Linux's).")
-    """Set on every flow's routes (:mod:`fedmst.net.routes`): a host's default may differ."""
+        "cubic", "--congestion-control", metavar="NAME|PATH.bpf.c|PATH.bpf.o",
+        check=(congestion_control_ok, f"choose one of {', '.join(CONGESTION_CONTROLS)}, or give PATH.bpf.c or "
+                                      "PATH.bpf.o"),
+        help="TCP congestion control of every transfer and background TCP flow, whatever this host's default: "
+             "the kernel's cubic (Linux's default), bbr or reno; fedmst's own in BPF, dctcp (ECN marks at every "
+             "link sender) or mltcp (MLTCP over Reno); or your own tcp_congestion_ops in BPF (docs/transports.md).")
+    """Set on every flow's routes (:mod:`fedmst.net.routes`): a host's default may differ. A BPF
+    one is built and registered for the run (:mod:`fedmst.net.congestion`)."""
+    cc_args: tuple[str, ...] = option(
+        (), "--cc-arg", metavar="KNOB=VALUE", check=(lambda v: all(_knob_ok(a) for a in v), "give KNOB=NUMBER"),
+        help="Set one of the congestion control's knobs (mltcp: slope, intercept; dctcp: g_shift); repeatable.")
+    ecn_k: str | None = option(
+        None, "--ecn-k", metavar="BYTES|Np", check=(ecn_k_ok, "give a positive number of bytes, or of packets as Np"),
+        help="Mark ECN on every link sender whose queue holds more than this (bytes, or N full packets as Np); "
+             "default 20p where the congestion control negotiates ECN (dctcp), no marking otherwise.")
     loss: float = option(0.0, "--loss", check=(lambda v: 0 <= v < 1, "give a probability in [0, 1)"),
                          help="Packet loss probability on every link direction (needs a delay mode other than off).")
     jitter_ms: float = option(0.0, "--jitter-ms", check=(lambda v: v >= 0, "give 0 or more milliseconds"),

@@ -137,7 +137,8 @@ def _run_point(run: ResolvedRun) -> Finished:
         folder = Path(scratch) / "run"
         try:
             host = check_host(run.config)  # this node cannot emulate: said like any failed point
-            run = replace(run, delay_mode=host.delay_mode, netem_available=host.netem_available)
+            run = replace(run, delay_mode=host.delay_mode, netem_available=host.netem_available,
+                          transport=host.transport)
             summary = run_here(replace(run, config=replace(run.config, out=str(folder))), report=lambda _: None)
         except FedmstError as exc:  # bad luck or this host's fault, not a bug: its folder says more
             error = str(exc).replace(str(folder), "the run folder")  # this scratch is gone: the folder is sent back

@@ -27,7 +27,7 @@ from fedmst.run.independent import IndependentRun
 from fedmst.run.lockstep import LockstepRun
 from fedmst.run.measure import Prediction, RoundResult, rounds_planned, summarise, summarise_clock
 from fedmst.run.report import Report, RunStatus, Summary, breakdown_line, failed
-from fedmst.run.results import write_json
+from fedmst.run.results import write_json, write_transport
 from fedmst.run.session import Session
 from fedmst.workers.backends import WorkerBackend, backend_for
 from fedmst.wording import counted
@@ -121,6 +121,8 @@ class _Run:
                 livestate.end(out, self.resolved, self.status.partition(":")[0])
             if self.emu is not None and self.emu.delay_stats and not gone:
                 write_json(out / "delay_lines.json", self.emu.delay_stats)
+            if self.emu is not None and not gone:
+                write_transport(out, self.emu, self.resolved.graph)
             summary = None if gone else self.summarise()
         if gone:
             raise FedmstError(_gone(out))
@@ -201,7 +203,7 @@ def emulation(resolved: ResolvedRun, backend: WorkerBackend, state: RunState, ou
     emu = Emulation(
         scale.graph(resolved.graph), delay_mode=resolved.delay_mode, loss=config.loss,
         jitter_s=scale.real_s(config.jitter_ms / 1e3), mtu=config.mtu, queue=config.queue,
-        rto_min_s=scale.rto_min_s(), congestion_control=config.congestion_control, netns=netns,
+        rto_min_s=scale.rto_min_s(), transport=resolved.transport, netns=netns,
         capabilities=capabilities,
         preload=backend.preload(model=config.model, dataset=config.dataset, optimizer=config.optimizer,
                                 batch_size=config.batch_size, lr=config.lr, client=config.client),

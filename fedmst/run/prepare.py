@@ -30,6 +30,7 @@ from fedmst.core.workload import TaskEntry, WorkloadPlan, make_tasks, read_workl
 from fedmst.errors import FedmstError
 from fedmst.fl.strategies import build_strategy, strategy_knobs
 from fedmst.net.capture import parse_links, require_tcpdump
+from fedmst.net.congestion import Transport, prepare_transport
 from fedmst.run.config import RunConfig, validate
 from fedmst.workers.backends import WorkerLimits, backend_for, check_backend, worker_limits
 
@@ -49,6 +50,8 @@ class ResolvedRun:
     delay_mode: str
     """``netem``, ``userspace`` or ``off``: ``auto`` already decided by probing the kernel."""
     netem_available: bool
+    transport: Transport | None = None
+    """``--congestion-control`` built for this host (None: the host's default)."""
     background: tuple[BackgroundFlow, ...] = ()
     link_changes: tuple[LinkChange, ...] = ()
     listed: tuple[str, ...] = ()
@@ -75,19 +78,20 @@ class Host:
 
     delay_mode: str
     netem_available: bool
+    transport: Transport
 
 
 def check_host(config: RunConfig) -> Host:
-    """Root, the tools the emulation needs, and ``--delay-mode`` decided against the kernel."""
+    """Root, the tools the emulation needs, ``--delay-mode`` decided against the kernel, and
+    ``--congestion-control`` built (a BPF one compiled, its mistakes said before any network)."""
     from fedmst.net.emulation import probe_capabilities, require_tools, resolve_delay_mode
-    from fedmst.net.routes import require_congestion_control
 
     require_tools()  # root, and the tools that probing the kernel needs
     capabilities = probe_capabilities()
     delay_mode = resolve_delay_mode(config.delay_mode, capabilities)
     require_tools(delay_mode, background=bool(config.traffic or config.traffic_file))
-    require_congestion_control(config.congestion_control)
-    return Host(delay_mode=delay_mode, netem_available=capabilities.netem)
+    transport = prepare_transport(config.congestion_control, config.cc_args, config.ecn_k, config.mtu)
+    return Host(delay_mode=delay_mode, netem_available=capabilities.netem, transport=transport)
 
 
 @dataclass(frozen=True)
@@ -205,8 +209,8 @@ def _plan(config: RunConfig, host: Host, inputs: _Inputs, scheduler: str) -> Res
         listed=tuple(t.name for t in inputs.tasks), config=replace(config, scheduler=scheduler), graph=graph,
         workload=workload, link_failures=inputs.link_failures, kills=inputs.kills, slow=inputs.slow,
         worker_nodes=nodes, limits={n: inputs.limits[n] for n in nodes},
-        delay_mode=host.delay_mode, netem_available=host.netem_available, profiles=profiles,
-        time_scale=time_scale, scale_reason=reason,
+        delay_mode=host.delay_mode, netem_available=host.netem_available, transport=host.transport,
+        profiles=profiles, time_scale=time_scale, scale_reason=reason,
     )
 
 

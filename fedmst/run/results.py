@@ -4,7 +4,9 @@ A run folder holds ``config.json`` (resolved options), ``plan.json`` (the Plan a
 addresses), ``rounds.csv`` (a row per round), ``tasks.csv`` (a row per task and round), ``links.csv``
 (a row per link direction and round: measured beside predicted bytes; round 0 is the whole run on
 an independent clock), ``samples.csv`` (link counters over time), ``timeline.csv`` (independent
-clock: every task's phases over time), ``background.json`` (background flows) and ``summary.json``.
+clock: every task's phases over time), ``background.json`` (background flows), ``ecn.csv`` (ECN
+marking: a row per link direction over the whole run) and ``mltcp.csv`` (the aggressiveness mltcp
+applied, a row per tenth of bytes_ratio) where the run's transport has them, and ``summary.json``.
 """
 
 from __future__ import annotations
@@ -139,3 +141,24 @@ def read_links(path: Path) -> list[LinkRow]:
 
 def _int(text: str) -> int:
     return int(float(text))
+
+
+ECN_FIELDS = ("link", "src", "dst", "capacity_mbps", "packets", "over_k", "marked", "peak_backlog_bytes")
+MLTCP_FIELDS = ("bytes_ratio", "acked_packets", "mean_aggressiveness", "window_growth_packets")
+
+
+def write_transport(out: Path, emu: Any, graph: Any) -> None:
+    """``ecn.csv`` and ``mltcp.csv`` from what a closed emulation ``emu`` read of its transport
+    (nothing where it has neither); ``graph`` gives each link's capacity in the network's terms."""
+    from fedmst.core.topology import node_order
+    from fedmst.net.congestion import aggressiveness
+
+    if emu.ecn_marks:
+        rows = [{"link": "-".join(sorted((u, v), key=node_order)), "src": u, "dst": v,
+                 "capacity_mbps": graph.edges[u, v]["capacity_mbps"], **{
+                     name: getattr(counts, name) for name in ECN_FIELDS[4:]}}
+                for (u, v), counts in emu.ecn_marks.items()]
+        write_csv(out / "ecn.csv", ECN_FIELDS, rows)
+    if "mltcp_stats" in emu.transport_maps:
+        bins = aggressiveness(emu.transport_maps["mltcp_stats"])
+        write_csv(out / "mltcp.csv", MLTCP_FIELDS, [{name: getattr(b, name) for name in MLTCP_FIELDS} for b in bins])
