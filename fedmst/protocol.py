@@ -8,7 +8,7 @@ field needs no parsing code. No torch here: the coordinator and the CLI import t
 
 >>> msg = Upload(round=3, progress_dir="/tmp/p", weights={"task0": {0: 0.25, 2: 0.75}})
 >>> encode(msg)
-{'type': 'Upload', 'version': 13, 'round': 3, 'progress_dir': '/tmp/p', 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
+{'type': 'Upload', 'version': 14, 'round': 3, 'progress_dir': '/tmp/p', 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
 >>> decode(encode(msg)) == msg
 True
 """
@@ -27,7 +27,7 @@ from fedmst.core.route import Along
 from fedmst.core.span import PhaseSpan
 from fedmst.errors import FedmstError
 
-PROTOCOL_VERSION = 13
+PROTOCOL_VERSION = 14
 """Raised whenever a message's shape changes, so that an agent from another checkout is refused."""
 
 
@@ -123,6 +123,9 @@ class AgentSpec:
     coordinator_root: str = ""
     """The coordinator's root file system (:func:`root_id`): an agent whose root is another runs
     in a container ('' = unknown: the agent looks for Docker's marker file instead)."""
+    iteration_bytes_map: int | None = None
+    """The id of the run's congestion control's ``iteration_bytes`` map (mltcp's,
+    :mod:`fedmst.workers.iteration_bytes`); None where it has none."""
     version: int = PROTOCOL_VERSION
 
     def to_json(self) -> str:
@@ -334,18 +337,18 @@ def decode(obj: Any) -> Command | Reply | AgentSpec:
     """The message ``obj`` (from :func:`encode`, through JSON) stands for, checked against its
     dataclass: known type, this protocol version, every required field and no other.
 
-    >>> decode({"type": "Train", "version": 13, "round": 2})
+    >>> decode({"type": "Train", "version": 14, "round": 2})
     Train(round=2, deadline_s=None)
-    >>> decode({"type": "Train", "version": 13, "round": 2, "deadline": 5})
+    >>> decode({"type": "Train", "version": 14, "round": 2, "deadline": 5})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Train: unknown field deadline
     >>> decode({"type": "Train", "version": 0, "round": 2})
     Traceback (most recent call last):
-    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 13
-    >>> decode({"type": "SetupDone", "version": 13, "samples": {"task0": {"0": 5}}})
+    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 14
+    >>> decode({"type": "SetupDone", "version": 14, "samples": {"task0": {"0": 5}}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: SetupDone: missing field runs_in
-    >>> decode({"type": "Evaluated", "version": 13, "accuracy": {"task0": "high"}})
+    >>> decode({"type": "Evaluated", "version": 14, "accuracy": {"task0": "high"}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Evaluated.accuracy.task0: expected float, got a string
     """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,8 +22,8 @@ from fedmst.net.cleanup import POINT_PREFIX, STATE_DIR, is_ours
 
 def leftovers() -> list[str]:
     """Emulated interfaces in the root namespace, fedmst processes still alive, named network
-    namespaces, fedmst's containers, and the clean-up state files and scratch folders of runs
-    that did not finish their teardown."""
+    namespaces, fedmst's containers, and the clean-up state files, scratch folders and registered
+    TCP congestion controls of runs that did not finish their teardown."""
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     found = [f"interface {m}" for m in re.findall(r"^\d+: (fm[\w-]+)", links, re.M)]
     for proc in psutil.process_iter(["pid", "name", "cmdline", "status"]):
@@ -39,7 +40,10 @@ def leftovers() -> list[str]:
     scratch = [f"scratch folder {p}" for p in sorted(Path(tempfile.gettempdir()).glob("fedmst-*"))
                if re.fullmatch(r"fedmst-[a-z]{3}-\w{8}", p.name)  # a run's (RunState.scratch)
                or p.name.startswith(POINT_PREFIX)]  # a Ray sweep point's
-    return found + [f"netns {n}" for n in netns] + boxes + [f"state file {s}" for s in states] + scratch
+    algorithms = [f"congestion control {name}" for name in
+                  Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+                  if re.fullmatch(r"fm[a-z]{3}_\w+", name)]  # a run's BPF one (fedmst.net.congestion)
+    return found + [f"netns {n}" for n in netns] + boxes + [f"state file {s}" for s in states] + scratch + algorithms
 
 
 @pytest.fixture
@@ -139,3 +143,13 @@ def agent_of(proc: subprocess.Popen[str], node: str) -> psutil.Process:
     (agent,) = [p for p in children_running(proc, "fedmst-agent")
                 if os.readlink(f"/proc/{p.pid}/fd/1").endswith(f"/node-{node}.log")]
     return agent
+
+
+def missing_bpf() -> str | None:
+    """What this host lacks to build and register BPF congestion controls, or None."""
+    if not Path("/sys/kernel/btf/vmlinux").exists():
+        return "this kernel has no BTF (CONFIG_DEBUG_INFO_BTF: /sys/kernel/btf/vmlinux)"
+    for tool in ("clang", "bpftool"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (scripts/setup.sh installs clang, libbpf-dev, bpftool)"
+    return None

@@ -18,7 +18,7 @@ from typing import Callable
 
 import pytest
 
-from conftest import leftovers
+from conftest import leftovers, missing_bpf
 
 pytestmark = pytest.mark.host
 
@@ -131,6 +131,9 @@ CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
     ("link-trace-not-a-link", lambda p: (["--link-trace", _write_topology(
         p, "t.json", '{"changes": [{"at_s": 1, "a": "a", "b": "c", "capacity_mbps": 5}]}')], {}),
      ("t.json", "a-c is not a link")),
+    ("unknown-congestion-control", _args("--congestion-control", "vegas"),
+     ("--congestion-control vegas", "dctcp", "mltcp", "PATH.bpf.c")),
+    ("ecn-k-not-positive", _args("--ecn-k", "0"), ("--ecn-k 0", "positive")),
     ("link-trace-delay-without-delay", lambda p: (["--delay-mode", "off", "--link-trace", _write_topology(
         p, "t.json", '{"changes": [{"at_s": 1, "a": "a", "b": "b", "delay_ms": 5}]}')], {}),
      ("t.json", "--delay-mode off")),
@@ -286,3 +289,51 @@ def test_missing_tool_is_one_line(tmp_path: Path, missing: str, package: str) ->
     line = error_line(fedmst(tmp_path, *_command("run", [], "out"), env={"PATH": str(bin_dir)}))
     assert f"{missing} not found" in line and package in line, line
     assert not (tmp_path / "out").exists()
+
+
+NOT_RENO = "#include \"vmlinux.h\"\nchar _license[] __attribute__((section(\"license\"))) = \"GPL\";\n"
+
+
+def _source(name: str, text: str) -> Setup:
+    return lambda p: (["--congestion-control", _write_topology(p, name, text)], {})
+
+
+BPF_CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
+    ("does-not-compile", _source("broken.bpf.c", "#include \"vmlinux.h\"\nint x = ;\n"),
+     ("broken.bpf.c: does not compile", "error: expected expression")),
+    ("no-congestion-ops", _source("nothing.bpf.c", NOT_RENO), ("nothing.bpf.c", "no tcp_congestion_ops")),
+    ("not-an-object", _source("text.bpf.o", "not ELF\n"), ("text.bpf.o", "not a BPF object")),
+    ("missing-file", _args("--congestion-control", "absent.bpf.c"), ("absent.bpf.c", "no such file")),
+    ("knob-out-of-range", _args("--congestion-control", "mltcp", "--cc-arg", "slope=99"),
+     ("--cc-arg slope=99", "mltcp's slope is from 0 to 8")),
+    ("unknown-knob", _args("--congestion-control", "dctcp", "--cc-arg", "slope=1"),
+     ("--cc-arg slope=1", "dctcp has no knob 'slope'", "g_shift")),
+    ("knob-of-kernel-algorithm", _args("--cc-arg", "slope=1"), ("--cc-arg", "cubic has no knobs")),
+]
+
+
+@pytest.mark.skipif(missing_bpf() is not None, reason=f"no BPF congestion controls here: {missing_bpf()}")
+@pytest.mark.parametrize("setup,fragments", [pytest.param(s, f, id=i) for i, s, f in BPF_CASES])
+def test_bad_transport(tmp_path: Path, setup: Setup, fragments: tuple[str, ...]) -> None:
+    """A congestion control that cannot be built or run is refused before any network."""
+    extra, env = setup(tmp_path)
+    line = error_line(fedmst(tmp_path, *_command("run", extra, "out"), env=env))
+    for fragment in fragments:
+        assert fragment in line, f"{fragment!r} missing from {line!r}"
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize("missing", ["clang", "bpftool"])
+def test_missing_bpf_tool_is_one_line(tmp_path: Path, missing: str) -> None:
+    """PATH holds every tool a run uses (those of the emulation, as fedmst.net.emulation lists
+    them) but one of the BPF toolchain's."""
+    from fedmst.net.emulation import _TOOLS
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in {t for t, _ in _TOOLS} | {"iptables", "clang", "bpftool"}:
+        if tool != missing and shutil.which(tool):
+            (bin_dir / tool).symlink_to(shutil.which(tool))
+    line = error_line(fedmst(tmp_path, *_command("run", ["--congestion-control", "dctcp"], "out"),
+                             env={"PATH": str(bin_dir)}))
+    assert missing in line and "apt-get install clang libbpf-dev bpftool" in line, line

@@ -78,7 +78,9 @@ BPF_CONGESTION_CONTROLS: Mapping[str, BpfAlgorithm] = {
         "g_shift": Knob("DCTCP_G_SHIFT", 4, 1, 10, "alpha's gain is 1/2^g_shift", scale=1)}),
     "mltcp": BpfAlgorithm("mltcp.bpf.c", "MLTCP over Reno: window increase x F(bytes ratio)", {
         "slope": Knob("MLTCP_SLOPE", 1.75, 0, 8, "F(bytes_ratio) = slope x bytes_ratio + intercept"),
-        "intercept": Knob("MLTCP_INTERCEPT", 0.25, 0.01, 4, "F at an iteration's first byte")}),
+        "intercept": Knob("MLTCP_INTERCEPT", 0.25, 0.01, 4, "F at an iteration's first byte"),
+        "slow_start": Knob("MLTCP_IN_SLOW_START", 1, 0, 1, "1: F scales slow start's growth too; 0: only "
+                           "congestion avoidance's, as in the paper", scale=1)}),
 }
 CONGESTION_CONTROLS = KERNEL_CONGESTION_CONTROLS + tuple(BPF_CONGESTION_CONTROLS)
 """The names ``--congestion-control`` takes; a ``PATH.bpf.c`` or ``PATH.bpf.o`` is a user's own."""
@@ -102,7 +104,7 @@ def knob_values(algorithm: str, args: Sequence[str]) -> dict[str, float]:
     """``--cc-arg`` values over ``algorithm``'s defaults, each checked against its range.
 
     >>> knob_values("mltcp", ["slope=2"])
-    {'slope': 2.0, 'intercept': 0.25}
+    {'slope': 2.0, 'intercept': 0.25, 'slow_start': 1}
     >>> knob_values("mltcp", ["slope=-1"])  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
@@ -183,7 +185,7 @@ def compile_bpf(source: Path, defines: Mapping[str, int] = {}, shown: str | None
                   *(h.read_bytes() for h in includes))
 
     def build(into: Path) -> None:
-        with tempfile.TemporaryDirectory(prefix="fedmst-bpf-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="fedmst-build-") as tmp:
             shutil.copy(header, Path(tmp) / "vmlinux.h")
             done = subprocess.run(
                 ["clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", *flags, "-I", tmp, "-I", str(SOURCES),
@@ -335,7 +337,7 @@ def register(obj: CongestionObject, name: str) -> Registration:
     """Register the algorithm of ``obj`` as ``name``, refused in one line if that name is taken."""
     if name in Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split():
         raise EmulationError(f"congestion control {name} is registered already (`fedmst clean` removes a dead run's)")
-    with tempfile.TemporaryDirectory(prefix="fedmst-bpf-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="fedmst-build-") as tmp:
         done = _bpftool("struct_ops", "register", str(obj.renamed(name, Path(tmp) / "cc.bpf.o")))
     found = re.search(r"Registered tcp_congestion_ops \S+ id (\d+)", done.stdout + done.stderr)
     if done.returncode != 0 or found is None:
@@ -445,6 +447,9 @@ def prepare_transport(asked: str, cc_args: Sequence[str] = (), ecn_k: str | None
     return Transport(asked, label, obj, knobs, k)
 
 
+ITERATION_BYTES = "iteration_bytes"
+"""The socket-storage map through which agents tell an algorithm each connection's bytes per
+iteration (:mod:`fedmst.workers.iteration_bytes`)."""
 MLTCP_BINS = 10
 """Tenths of bytes_ratio that mltcp's ``mltcp_stats`` counts in (``MLTCP_BINS`` in mltcp.bpf.c)."""
 

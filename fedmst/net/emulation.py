@@ -34,14 +34,14 @@ from fedmst.core.topology import node_order
 from fedmst.core.traffic import BackgroundFlow, flow_path
 from fedmst.core.wire import DEFAULT_MTU
 from fedmst.errors import EmulationError
-from fedmst.net import ecn, queues
+from fedmst.net import queues
 from fedmst.net.background import BackgroundTraffic, arrived_bytes
 from fedmst.net.cleanup import RUN_ID_LETTERS, RunState, host_name, probe_name
-from fedmst.net.congestion import Registration, Transport, dump_map, register
-from fedmst.net.ecn import MarkCounts
+from fedmst.net.congestion import Transport
 from fedmst.net.link import DelayLines, EmulatedLink, LinkEnd, LinkShaping, htb_drops
 from fedmst.net.processes import HostProcesses, Process, cpu_seconds
 from fedmst.net.routes import Flow, FlowRoutes
+from fedmst.net.tcp import RunTcp
 from fedmst.net.shell import (SLOW_START_AFTER_IDLE, HostShell, coordinator_batch, mininet_exits, raise_limits,
                               start_host)
 
@@ -135,11 +135,9 @@ class Emulation:
     queues (:mod:`fedmst.net.queues`): one FIFO, or one queue per transfer served in turn.
     ``rto_min_s`` is TCP's retransmission-timeout floor on every flow's routes (a slowed run's;
     None: the kernel's), ``transport`` TCP's congestion control on them (None: the host's
-    default): a BPF one is registered for the emulation's life under the run's own name, and
-    its ECN threshold, where it has one, puts a marker on every link sender
-    (:mod:`fedmst.net.ecn`), whose counts :attr:`ecn_marks` holds after :meth:`close`, with the
-    algorithm's own maps in :attr:`transport_maps`. The emulation knows no time scale: a slowed
-    run hands it a slowed graph.
+    default), with its ECN markers on every link sender where it marks; :attr:`tcp`
+    (:mod:`fedmst.net.tcp`) holds what they counted after :meth:`close`. The emulation knows no
+    time scale: a slowed run hands it a slowed graph.
     """
 
     def __init__(self, graph: nx.Graph, *, delay_mode: str = "auto", loss: float = 0.0,
@@ -181,14 +179,7 @@ class Emulation:
         self._processes = HostProcesses()
         self._rto_min_s = rto_min_s
         self._routes: FlowRoutes | None = None
-        self.transport = transport
-        self._registration: Registration | None = None
-        self.congestion_control: str | None = transport.asked if transport and transport.obj is None else None
-        """The name the kernel knows the run's congestion control by (a BPF one's: the run's own,
-        set once the emulation runs)."""
-        self.ecn_marks: dict[LinkDir, MarkCounts] = {}
-        self.transport_maps: dict[str, list[dict]] = {}
-        """The BPF algorithm's own maps (name -> entries) as :meth:`close` found them."""
+        self.tcp = RunTcp(transport)
         self._background = BackgroundTraffic()
         self._delay_lines = DelayLines(self._hops)
         self._run = run
@@ -214,18 +205,9 @@ class Emulation:
             "delay": self.delay_applied, "delay_mechanism": _MECHANISM[self.delay_mode],
             "loss": self.loss > 0, "loss_rate": self.loss, "jitter_s": self.jitter_s,
             "netem_available": self.capabilities.netem, "mtu": self.mtu, "note": note,
-            **self._transport_terms(),
+            **self.tcp.terms(),
             "slow_start_after_idle": SLOW_START_AFTER_IDLE,
         }
-
-    def _transport_terms(self) -> dict[str, object]:
-        transport = self.transport
-        if transport is None:
-            return {"congestion_control": "host default"}
-        return {"congestion_control": transport.asked, "congestion_control_kernel": self.congestion_control,
-                "congestion_control_knobs": dict(transport.knobs), "ecn_k_bytes": transport.ecn_k_bytes,
-                "ecn_marked": sum(c.marked for c in self.ecn_marks.values()) if transport.ecn_k_bytes else None}
-
 
     # life cycle -----------------------------------------------------------------------------
     def __enter__(self) -> "Emulation":
@@ -237,11 +219,9 @@ class Emulation:
         self._state = self._run or RunState()
         try:
             self._processes.open(self._state, self.preload)
-            if self.transport is not None and self.transport.obj is not None:
-                self.congestion_control = self.transport.kernel_name(self._state.id)
-                self._registration = register(self.transport.obj, self.congestion_control)
+            self.tcp.start(self._state.id)
             self._routes = FlowRoutes(self.nodes, self._hops, lambda node, lines: self._shells[node].batch("ip", lines),
-                                      rto_min_s=self._rto_min_s, congestion_control=self.congestion_control)
+                                      rto_min_s=self._rto_min_s, congestion_control=self.tcp.congestion_control)
             with mininet_exits():
                 self._build()
         except BaseException:
@@ -272,30 +252,11 @@ class Emulation:
             if self._ports[node]:
                 mine = [link for link in self._links if node in link.ends]
                 shell.batch("ip", [cmd for link in mine for cmd in link.ip_commands(node)])
-                shell.batch("tc", [cmd for link in mine for cmd in link.tc_commands(node) + self._marking(link, node)])
+                shell.batch("tc", [cmd for link in mine for cmd in link.tc_commands(node)
+                                   + self.tcp.marking(link.ends[node].intf, link.capacity_mbps)])
                 shell.offloads_off(self._ports[node])
         if self.delay_mode == "userspace":
             self._delay_lines.start(self._shells, self.spawn, self.check, self._state.scratch / "delay-lines")
-
-    def _marking(self, link: EmulatedLink, node: str) -> list[str]:
-        """The tc commands of ECN marking on ``node``'s sending end of ``link``, if the run marks."""
-        k = self.transport.ecn_k_bytes if self.transport else None
-        return [] if k is None else ecn.tc_commands(link.ends[node].intf, ecn.marker(link.capacity_mbps, k))
-
-    def _read_transport(self) -> None:
-        """Collect the markers' counts and the algorithm's maps, while the hosts still hold them."""
-        if self.transport is not None and self.transport.ecn_k_bytes is not None:
-            for link in self._links:
-                for u, v in link.directions:
-                    if u not in self._shells:  # the network was never finished
-                        continue
-                    intf = link.sender(u, v)
-                    program = ecn.program_id(self._shells[u].cmd(f"tc -j filter show dev {intf} egress"))
-                    counts = ecn.read(program) if program is not None else None
-                    if counts is not None:
-                        self.ecn_marks[(u, v)] = counts
-        if self._registration is not None:
-            self.transport_maps = {name: dump_map(map_id) for name, map_id in self._registration.maps().items()}
 
     def _plan_links(self) -> None:
         """Name every link's two interfaces and give them the two addresses of the link's ``/30``."""
@@ -332,15 +293,13 @@ class Emulation:
         congestion control. Safe to call twice."""
         self._processes.close()
         try:
-            if self._shells:
-                self._read_transport()
+            self.tcp.read((hop, link.sender(*hop), self._shells[hop[0]].cmd)
+                          for link in self._links for hop in link.directions if hop[0] in self._shells)
         finally:
             for node, shell in self._shells.items():
                 shell.stop(self._ports[node] if node in self.netns else ())
             self._shells.clear()
-            if self._registration is not None:
-                self._registration.unregister()
-                self._registration = None
+            self.tcp.stop()
         self.delay_stats.update(self._delay_lines.close())
         if self._state is not None:
             if self._run is None:  # its own run: the caller's removes its record itself

@@ -78,7 +78,7 @@ class Host:
 
     delay_mode: str
     netem_available: bool
-    transport: Transport
+    transport: Transport | None = None
 
 
 def check_host(config: RunConfig) -> Host:

@@ -153,12 +153,12 @@ def write_transport(out: Path, emu: Any, graph: Any) -> None:
     from fedmst.core.topology import node_order
     from fedmst.net.congestion import aggressiveness
 
-    if emu.ecn_marks:
+    if emu.tcp.ecn_marks:
         rows = [{"link": "-".join(sorted((u, v), key=node_order)), "src": u, "dst": v,
                  "capacity_mbps": graph.edges[u, v]["capacity_mbps"], **{
                      name: getattr(counts, name) for name in ECN_FIELDS[4:]}}
-                for (u, v), counts in emu.ecn_marks.items()]
+                for (u, v), counts in emu.tcp.ecn_marks.items()]
         write_csv(out / "ecn.csv", ECN_FIELDS, rows)
-    if "mltcp_stats" in emu.transport_maps:
-        bins = aggressiveness(emu.transport_maps["mltcp_stats"])
+    if "mltcp_stats" in emu.tcp.maps:
+        bins = aggressiveness(emu.tcp.maps["mltcp_stats"])
         write_csv(out / "mltcp.csv", MLTCP_FIELDS, [{name: getattr(b, name) for name in MLTCP_FIELDS} for b in bins])

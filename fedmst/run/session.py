@@ -319,6 +319,7 @@ class Session:
             timeout_s=self.timeout_s, slow=dict(self.resolved.slow), strategy=config.strategy,
             strategy_args=strategy_knobs(config.strategy_args), tasks=specs, time_scale=self.scale.factor,
             client=config.client, run_config=config.run_config, coordinator_root=root_id(),
+            iteration_bytes_map=self.emu.tcp.iteration_bytes_map,
         )
         write_json(self.out / "plan.json", {
             "scheduler": config.scheduler, "order": config.order,

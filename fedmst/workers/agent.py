@@ -40,6 +40,7 @@ from fedmst.workers import control
 from fedmst.workers import dataflow
 from fedmst.workers import learners
 from fedmst.workers import transport
+from fedmst.workers.iteration_bytes import Told
 
 
 
@@ -103,6 +104,7 @@ class Agent:
         self.chunk_elems = max(1, spec.chunk_bytes // 4)
         self._numel: dict[tuple[str, str], int] = {}
         self.roles = [r for r in map(self._role, spec.tasks) if r is not None]
+        self.told = Told(spec.iteration_bytes_map)  # each connection's bytes a round, for the congestion control
 
     def _role(self, task: TaskSpec) -> TaskRole | None:
         """This node's part in ``task``; None when it neither holds a model nor ends a transfer."""
@@ -158,18 +160,17 @@ class Agent:
                                          slow_start_after_idle=transport.slow_start_after_idle()))
 
     def _connect(self, store: Path) -> None:
-        """Open every connection's process group and warm it, all at once (one thread each):
-        opening one blocks until its peer opens it too, so opening them in turn would cost a
-        rendezvous and a TCP handshake per connection, one after the other across the network.
+        """Open every connection's process group and warm it, all at once (one thread each): opening one blocks until
+        its peer opens it too, so opening them in turn would cost a rendezvous and a TCP handshake per connection, one
+        after the other across the network.
 
-        Warming moves zeros over each connection: its path's bandwidth-delay product, at least
-        one chunk and at most its largest transfer. The handshake, gloo's first use and TCP's
-        slow start are paid before round 1: a connection that has carried one window's worth
-        sends at the path's rate from then on (with one chunk only, round 1 of a 10 Gbit/s line
-        took 18-21% longer than round 2). Warming every connection with a whole model at once took
-        longer and overflowed the queues connections share (the losses set TCP's ssthresh on
-        them); an A/B of the two measured the same phase times (docs/architecture.md,
-        "Transport"). The coordinator counts no set-up bytes in any round."""
+        Warming moves zeros over each connection: its path's bandwidth-delay product, at least one chunk and at most
+        its largest transfer. The handshake, gloo's first use and TCP's slow start are paid before round 1: a
+        connection that has carried one window's worth sends at the path's rate from then on (with one chunk only,
+        round 1 of a 10 Gbit/s line took 18-21% longer than round 2). Warming every connection with a whole model at
+        once took longer and overflowed the queues connections share (the losses set TCP's ssthresh on them); an A/B
+        of the two measured the same phase times (docs/architecture.md, "Transport"). The coordinator counts no set-up
+        bytes in any round."""
         def open_(name: str, role: TaskRole) -> None:
             shared = [t for t in role.transfers if t.connection == name]
             t = shared[0]
@@ -181,6 +182,7 @@ class Agent:
             largest = max(hi - lo for lo, hi in (dataflow.span(t, numel) for t in shared))
             transport.warm(pair, warm_elements(largest, self.chunk_elems, t.window_bytes), self.chunk_elems)
             role.pairs[name] = pair
+            self.told.add(role.name, addr, dataflow.bytes_sent(self.node, shared, numel))
 
         dataflow.run_all([partial(open_, name, role) for role in self.roles
                           for name in dict.fromkeys(t.connection for t in role.transfers)])
@@ -193,6 +195,7 @@ class Agent:
             for pair in role.pairs.values():
                 transport.close_pair(pair)
             role.pairs.clear()
+        self.told.forget()
         kept = {r.name: r for r in self.roles}
         roles = []
         for task in cmd.tasks:
@@ -265,6 +268,8 @@ class Agent:
         ends holding their sum (G, or every member of a ring) the task's strategy steps from the
         base to round ``round_``'s global model."""
         numel = self.numel(role.spec)
+        if phase == "broadcast":
+            self.told.begin_round(role.name)
         whole = not role.strategy.decomposable  # each update reaches G on its own, unweighted
         own = partial(_weighted_updates, role, {i: 1.0 for i in weights or {}} if whole else weights or {}, numel)
         at_g = self.node == role.spec.global_node
@@ -290,13 +295,12 @@ class Agent:
             role.global_weights = held
 
     def train(self, cmd: Train) -> Trained:
-        """Train every active local model on this node, one after another; a task's training here
-        lasts at least its ``compute_s`` (the node replies once every task's has).
+        """Train every active local model on this node, one after another; a task's training here lasts at least its
+        ``compute_s`` (the node replies once every task's has).
 
-        A slowed run (``time_scale`` above 1) does not sit through its training: in lockstep no
-        transfer runs beside it, so the node reports how long its training lasts on the run's
-        clock (each model N times its CPU time, see :meth:`_train_role`) instead of waiting it out.
-        """
+        A slowed run (``time_scale`` above 1) does not sit through its training: in lockstep no transfer runs beside
+        it, so the node reports how long its training lasts on the run's clock (each model N times its CPU time, see
+        :meth:`_train_role`) instead of waiting it out."""
         losses: dict[str, float] = {}
         examples: dict[str, int] = {}
         done: dict[str, float] = {}
@@ -319,19 +323,17 @@ class Agent:
 
     def _train_role(self, role: TaskRole, round_: int, start: float, elapsed: float, deadline: float | None, *,
                     wait: bool = True) -> tuple[dict[int, Fitted], list[int], float]:
-        """Train ``role``'s active local models here, one after another, from ``elapsed`` seconds
-        after ``start``; return what each training gave (late ones too), the models that were
-        late, and when this training ended (seconds after ``start``).
+        """Train ``role``'s active local models here, one after another, from ``elapsed`` seconds after ``start``;
+        return what each training gave (late ones too), the models that were late, and when this training ended
+        (seconds after ``start``).
 
-        A model's training lasts its real time or, in a slowed run, ``time_scale`` times the CPU
-        time it took, whichever is longer: the slowed network sees compute as a dedicated core
-        would do it, however many models share this host's cores. A node slowed by ``slow`` (a
-        factor, from ``--slow-node``) takes ``slow`` times that, as a CPU that much slower would. With a
-        ``deadline`` (seconds after ``start``), a model not done by then (or whose task's
-        ``compute_s`` is longer) is late: its update is dropped (the node still relays and
-        aggregates the others) and training here ends at the deadline. With ``wait`` the node
-        sleeps until each model's training is over; without, it only counts.
-        """
+        A model's training lasts its real time or, in a slowed run, ``time_scale`` times the CPU time it took,
+        whichever is longer: the slowed network sees compute as a dedicated core would do it, however many models
+        share this host's cores. A node slowed by ``slow`` (a factor, from ``--slow-node``) takes ``slow`` times that,
+        as a CPU that much slower would. With a ``deadline`` (seconds after ``start``), a model not done by then (or
+        whose task's ``compute_s`` is longer) is late: its update is dropped (the node still relays and aggregates the
+        others) and training here ends at the deadline. With ``wait`` the node sleeps until each model's training is
+        over; without, it only counts."""
         spec = self.spec
         slow = float(spec.slow.get(self.node, 1.0))
         fitted: dict[int, Fitted] = {}
@@ -360,12 +362,11 @@ class Agent:
         return fitted, late, elapsed
 
     def run_rounds(self, cmd: RunRounds) -> RoundsDone:
-        """Every task's rounds on its own clock (one thread per task): from its start offset, each
-        round's broadcast part, training (at least the task's ``compute_s``) and upload part, then at
-        once the next round's; what waits for what is only the data (a node forwards or trains what
-        has arrived). Rounds are numbered from ``first_round``. G keeps each round's global model and
-        evaluates those it kept once the rounds are over, off the clock (or later, where
-        ``evaluate`` is False)."""
+        """Every task's rounds on its own clock (one thread per task): from its start offset, each round's broadcast
+        part, training (at least the task's ``compute_s``) and upload part, then at once the next round's; what waits
+        for what is only the data (a node forwards or trains what has arrived). Rounds are numbered from
+        ``first_round``. G keeps each round's global model and evaluates those it kept once the rounds are over, off
+        the clock (or later, where ``evaluate`` is False)."""
         spans: list[PhaseSpan] = []
         accuracy: dict[str, tuple[float, ...]] = {}
         lock = threading.Lock()

@@ -260,6 +260,11 @@ def _each_held(inp: PhaseInputs, arriving: list[_End],
     return held
 
 
+def bytes_sent(node: str, transfers: Sequence[TransferSpec], numel: int) -> int:
+    """The bytes of weights ``node`` sends a round over ``transfers`` (one connection's)."""
+    return sum(4 * (hi - lo) for t in transfers if t.src == node for lo, hi in [span(t, numel)])
+
+
 def span(t: TransferSpec, numel: int) -> tuple[int, int]:
     """The elements a transfer carries (its byte segment, in float32 weights)."""
     if t.segment is None:

@@ -127,6 +127,18 @@ def _tcp_connections() -> Iterator[socket.socket]:
             sock.close()
 
 
+def connection_at(address: str) -> socket.socket | None:
+    """A duplicate of this process's TCP connection whose own end is ``address`` (a transfer's
+    endpoint address is its connection's alone), for the caller to keep and close; None if none."""
+    for sock in _tcp_connections():
+        try:
+            if sock.family == socket.AF_INET and sock.getsockname()[0] == address:
+                return socket.socket(fileno=os.dup(sock.fileno()))
+        except OSError:  # not connected (any more)
+            continue
+    return None
+
+
 def abort_connections() -> int:
     """Shut down every connected TCP socket of this process: each gloo wait on them fails at
     once ("connection closed"), and so do the peers' (they read the end of the stream), where

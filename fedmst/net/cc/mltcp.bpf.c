@@ -9,17 +9,19 @@
  * finishes first, and competing jobs drift apart into an interleaved schedule with no scheduler.
  *
  * The application tells each connection its iteration's bytes through the socket-storage map
- * mltcp_bytes (key: the socket; value: struct mltcp_iteration); a new iteration number
- * restarts the count. A connection told nothing grows as Reno does (F = 1). Slow start, the
- * window cut and undo are Reno's: MLTCP changes only the additive increase. */
+ * iteration_bytes (key: the socket; value: struct mltcp_iteration); a new iteration number
+ * restarts the count. A connection told nothing grows as Reno does (F = 1). The window cut and
+ * undo are Reno's. The paper scales the additive increase; with MLTCP_IN_SLOW_START slow start's
+ * growth is scaled as well, since a model's transfer into a deep queue may never leave it. */
 #include "fedmst_tcp.h"
 
 char _license[] SEC("license") = "Dual MIT/GPL";
 
-/* Knobs, in 1/1000, given at build time (fedmst.net.congestion declares their defaults):
- * F rises by MLTCP_SLOPE over an iteration from MLTCP_INTERCEPT at its first byte. */
-#if !defined(MLTCP_SLOPE) || !defined(MLTCP_INTERCEPT)
-#error "build with -DMLTCP_SLOPE=<slope x 1000> -DMLTCP_INTERCEPT=<intercept x 1000>"
+/* Knobs given at build time (fedmst.net.congestion declares their defaults): F rises by
+ * MLTCP_SLOPE over an iteration from MLTCP_INTERCEPT at its first byte (both in 1/1000), and
+ * MLTCP_IN_SLOW_START (0 or 1) scales slow start's growth too. */
+#if !defined(MLTCP_SLOPE) || !defined(MLTCP_INTERCEPT) || !defined(MLTCP_IN_SLOW_START)
+#error "build with -DMLTCP_SLOPE=<x 1000> -DMLTCP_INTERCEPT=<x 1000> -DMLTCP_IN_SLOW_START=<0 or 1>"
 #endif
 #define MLTCP_ONE 1000U
 #define MLTCP_BINS 10
@@ -36,7 +38,7 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
 	__type(value, struct mltcp_iteration);
-} mltcp_bytes SEC(".maps");
+} iteration_bytes SEC(".maps");
 
 /* Per tenth of bytes_ratio, in congestion avoidance: the packets acknowledged, F (in 1/1000)
  * summed over them, and the packets the window grew by, so a run shows F(bytes_ratio) as the
@@ -58,7 +60,7 @@ struct mltcp {
 	__u32 iteration;
 	__u32 has_iteration;
 	__u64 acked_before; /* tp->bytes_acked when this iteration began */
-	__u32 credit;       /* window increase owed, in packets / 1000 */
+	__u32 credit;       /* window growth owed, in packets / 1000 (of a window, in avoidance) */
 };
 
 SEC("struct_ops/mltcp_init")
@@ -80,7 +82,7 @@ static __always_inline __u32 mltcp_aggressiveness(struct sock *sk, struct mltcp 
 	__u64 sent, ratio;
 
 	*bin = MLTCP_BINS;
-	it = bpf_sk_storage_get(&mltcp_bytes, sk, 0, 0);
+	it = bpf_sk_storage_get(&iteration_bytes, sk, 0, 0);
 	if (!it || !it->bytes)
 		return MLTCP_ONE;
 	if (!ca->has_iteration || ca->iteration != it->iteration) {
@@ -96,39 +98,47 @@ static __always_inline __u32 mltcp_aggressiveness(struct sock *sk, struct mltcp 
 	return MLTCP_SLOPE * ratio / MLTCP_ONE + MLTCP_INTERCEPT;
 }
 
-/* Reno's increase of one packet per window of ACKs, times F. */
+static __always_inline void mltcp_count(__u32 bin, __u32 f, __u32 acked, __u32 grown)
+{
+	struct mltcp_bin *stats;
+
+	if (bin >= MLTCP_BINS)
+		return;
+	stats = bpf_map_lookup_elem(&mltcp_stats, &bin);
+	if (stats) {
+		stats->acked += acked;
+		stats->aggressiveness += (__u64)f * acked;
+		stats->grown += grown;
+	}
+}
+
+/* Reno's growth, times F: in congestion avoidance one packet per window of ACKs becomes F
+ * packets; in slow start (where MLTCP_IN_SLOW_START) one packet per ACKed packet becomes F. */
 SEC("struct_ops/mltcp_cong_avoid")
 void BPF_PROG(mltcp_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct mltcp *ca = inet_csk_ca(sk);
-	struct mltcp_bin *stats;
-	__u32 f, bin, cwnd, grow;
+	__u32 f, bin, per, grow;
 
 	if (!tcp_is_cwnd_limited(sk))
 		return;
-	if (tcp_in_slow_start(tp)) {
+	if (tcp_in_slow_start(tp) && !MLTCP_IN_SLOW_START) {
 		acked = tcp_slow_start(tp, acked);
 		if (!acked)
 			return;
 	}
 	f = mltcp_aggressiveness(sk, ca, &bin);
-	cwnd = tp->snd_cwnd > 1 ? tp->snd_cwnd : 1;
+	per = tcp_in_slow_start(tp) ? 1 : (tp->snd_cwnd > 1 ? tp->snd_cwnd : 1);
 	ca->credit += f * acked;
-	grow = ca->credit / (cwnd * MLTCP_ONE);
-	if (grow) {
-		ca->credit -= grow * cwnd * MLTCP_ONE;
-		if (tp->snd_cwnd + grow <= tp->snd_cwnd_clamp)
-			tp->snd_cwnd += grow;
-	}
-	if (bin < MLTCP_BINS) {
-		stats = bpf_map_lookup_elem(&mltcp_stats, &bin);
-		if (stats) {
-			stats->acked += acked;
-			stats->aggressiveness += (__u64)f * acked;
-			stats->grown += grow;
-		}
-	}
+	grow = ca->credit / (per * MLTCP_ONE);
+	ca->credit -= grow * per * MLTCP_ONE;
+	if (tcp_in_slow_start(tp) && tp->snd_cwnd + grow > tp->snd_ssthresh)
+		grow = tp->snd_ssthresh - tp->snd_cwnd;
+	if (tp->snd_cwnd + grow > tp->snd_cwnd_clamp)
+		grow = tp->snd_cwnd_clamp > tp->snd_cwnd ? tp->snd_cwnd_clamp - tp->snd_cwnd : 0;
+	tp->snd_cwnd += grow;
+	mltcp_count(bin, f, acked, grow);
 }
 
 SEC("struct_ops/mltcp_ssthresh")

@@ -1,0 +1,128 @@
+"""Transports in BPF, for real: fedmst's DCTCP with ECN marking at every link sender, MLTCP told
+each connection's bytes by the agents, and a user's own algorithm from a ``.bpf.c``; each one
+registered for its run alone and gone after it, even after a SIGKILL and ``fedmst clean``."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import FEDMST, missing_bpf, run_past_round_one
+from fedmst.run.results import read_csv
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(missing_bpf() is not None, reason=f"no BPF congestion controls here: {missing_bpf()}")]
+
+OURS = re.compile(r"fm[a-z]{3}_")
+
+MY_RENO = """\
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+char _license[] SEC("license") = "GPL";
+
+extern __u32 tcp_reno_ssthresh(struct sock *sk) __ksym;
+extern void tcp_reno_cong_avoid(struct sock *sk, __u32 ack, __u32 acked) __ksym;
+extern __u32 tcp_reno_undo_cwnd(struct sock *sk) __ksym;
+
+SEC("struct_ops/my_ssthresh")
+__u32 BPF_PROG(my_ssthresh, struct sock *sk) { return tcp_reno_ssthresh(sk); }
+
+SEC("struct_ops/my_cong_avoid")
+void BPF_PROG(my_cong_avoid, struct sock *sk, __u32 ack, __u32 acked) { tcp_reno_cong_avoid(sk, ack, acked); }
+
+SEC("struct_ops/my_undo_cwnd")
+__u32 BPF_PROG(my_undo_cwnd, struct sock *sk) { return tcp_reno_undo_cwnd(sk); }
+
+SEC(".struct_ops")
+struct tcp_congestion_ops my_reno = {
+    .ssthresh = (void *)my_ssthresh,
+    .cong_avoid = (void *)my_cong_avoid,
+    .undo_cwnd = (void *)my_undo_cwnd,
+    .name = "my_reno",
+};
+"""
+
+
+def available() -> list[str]:
+    return Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+
+
+def run(out: Path, *extra: str, topology: str = "line3") -> dict:
+    """A real one-round run on ``topology``; its summary.json."""
+    proc = subprocess.run([FEDMST, "run", "--topology", topology, "--local-models", "2", "--rounds", "1",
+                           "--model", "mlp-large", "--epochs", "1", "--out", str(out), *extra],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads((out / "summary.json").read_text())
+
+
+def every_connection_ran(out: Path, name: str) -> None:
+    workers = json.loads((out / "workers.json").read_text())
+    seen = [w["congestion_control"] for w in workers.values()]
+    assert all(s and set(s) == {name} for s in seen), seen
+
+
+def test_dctcp_negotiates_ecn_and_every_link_sender_marks(clean_host: None, tmp_path: Path) -> None:
+    """dctcp runs on every connection under the run's own name, which is gone after the run; the
+    markers on the link senders mark CE on its packets (ECN negotiated) once their virtual queue
+    holds more than K, and ecn.csv counts it per link direction. Under cubic the same markers find
+    the queue as long but mark nothing: cubic does not ask for ECN, so its packets are not ECN-capable."""
+    emulated = run(tmp_path / "dctcp", "--congestion-control", "dctcp")["emulated"]
+    name = emulated["congestion_control_kernel"]
+    assert emulated["congestion_control"] == "dctcp" and OURS.match(name) and name.endswith("_dctcp"), emulated
+    every_connection_ran(tmp_path / "dctcp", name)
+    assert name not in available()
+    rows = read_csv(tmp_path / "dctcp" / "ecn.csv")
+    assert len(rows) == 4  # line3: two links, both directions
+    assert all(int(r["marked"]) <= int(r["over_k"]) <= int(r["packets"]) for r in rows), rows
+    assert sum(int(r["marked"]) for r in rows) == emulated["ecn_marked"] > 0, rows
+    assert emulated["ecn_k_bytes"] == 20 * (1500 + 14)
+
+    emulated = run(tmp_path / "cubic", "--ecn-k", "20p")["emulated"]
+    rows = read_csv(tmp_path / "cubic" / "ecn.csv")
+    assert sum(int(r["over_k"]) for r in rows) > 0 and emulated["ecn_marked"] == 0, rows
+
+
+def test_mltcp_grows_its_window_by_the_bytes_ratio_the_agents_tell_it(clean_host: None, tmp_path: Path) -> None:
+    """The agents tell each connection its round's bytes; MLTCP's window growth per ACKed packet
+    (its own counters, mltcp.csv) follows F = slope x bytes_ratio + intercept with the knobs given."""
+    out = tmp_path / "mltcp"
+    emulated = run(out, "--congestion-control", "mltcp", "--cc-arg", "slope=1", "--cc-arg", "intercept=0.5")["emulated"]
+    assert emulated["congestion_control_knobs"] == {"slope": 1, "intercept": 0.5, "slow_start": 1}
+    every_connection_ran(out, emulated["congestion_control_kernel"])
+    bins = [r for r in read_csv(out / "mltcp.csv") if int(r["acked_packets"]) > 0]
+    # the window grows only while it limits the sender: at the start of a round, and where the link holds it back
+    ratios = [float(r["bytes_ratio"]) for r in bins]
+    assert ratios[0] == 0 and max(ratios) >= 0.5, bins
+    for r in bins:  # the mean F of a tenth lies within it: from its lower end's F to its upper end's
+        low = 0.5 + float(r["bytes_ratio"])
+        assert low - 1e-3 <= float(r["mean_aggressiveness"]) <= low + 0.1 + 1e-3, r
+
+
+def test_a_users_own_algorithm_runs_and_leaves_nothing_registered(clean_host: None, tmp_path: Path) -> None:
+    """A small Reno written by the user as a .bpf.c is compiled, registered under the run's name,
+    run on every connection, and unregistered after the run; after a SIGKILLed run it stays
+    registered until `fedmst clean` unregisters it."""
+    source = tmp_path / "my_reno.bpf.c"
+    source.write_text(MY_RENO)
+    emulated = run(tmp_path / "once", "--congestion-control", str(source))["emulated"]
+    name = emulated["congestion_control_kernel"]
+    assert OURS.match(name) and name.endswith("_my_reno"), emulated
+    every_connection_ran(tmp_path / "once", name)
+    assert name not in available()
+
+    with run_past_round_one(tmp_path / "killed", "--congestion-control", str(source)) as proc:
+        left = [n for n in available() if OURS.match(n)]
+        assert len(left) == 1 and left[0].endswith("_my_reno"), available()
+        proc.kill()
+        proc.wait()
+    assert left[0] in available()  # a SIGKILL leaves it registered ...
+    cleaned = subprocess.run([FEDMST, "clean"], capture_output=True, text=True, timeout=120)
+    assert f"unregistered TCP congestion control {left[0]}" in cleaned.stdout, cleaned.stdout
+    assert left[0] not in available()  # ... until clean
