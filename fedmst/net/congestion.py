@@ -366,64 +366,90 @@ def dump_map(map_id: int) -> list[dict]:
 
 
 # a run's transport ------------------------------------------------------------------------------
-ECN_K_PACKETS = 20
-"""Default marking threshold, in full frames: DCTCP's K at 1 Gbit/s (its paper), and what marked
-without starving a 100 Mbit/s link on this host."""
+ECN_FLOOR_PACKETS = 20
+"""The least automatic marking threshold, in full frames: DCTCP's K at 1 Gbit/s (its paper)."""
+
+
+@dataclass(frozen=True)
+class EcnMarking:
+    """Marking CE at every link sender above K: ``k_bytes`` as given, or (None) each link's own
+    from RFC 8257's guideline K = C x RTT / 7, RTT the network's longest least-delay round trip,
+    and at least :data:`ECN_FLOOR_PACKETS` frames. In a slowed run C and RTT scale inversely, so
+    K in bytes is the network's."""
+
+    k_bytes: int | None = None
+
+    def k_for(self, capacity_mbps: float, rtt_s: float, mtu: int) -> int:
+        """K of a link of ``capacity_mbps``.
+
+        >>> EcnMarking().k_for(100, 0.08, 1500), EcnMarking().k_for(100, 0.001, 1500), EcnMarking(9000).k_for(1, 1, 1)
+        (142857, 30280, 9000)
+        """
+        if self.k_bytes is not None:
+            return self.k_bytes
+        return max(ECN_FLOOR_PACKETS * (mtu + 14), round(capacity_mbps * 1e6 / 8 * rtt_s / 7))
+
+    def shown(self) -> int | str:
+        return "auto" if self.k_bytes is None else self.k_bytes
 
 
 @dataclass(frozen=True)
 class Transport:
     """The congestion control a run asked for, as built for this host: what the emulation
-    registers (``obj``, None for the kernel's own), selects on every flow's routes, and whether
-    its links mark ECN above ``ecn_k_bytes`` (None: they do not)."""
+    registers (``obj``, None for the kernel's own) and selects on every flow's routes, and how
+    its links mark ECN (None: they do not)."""
 
     asked: str
     label: str
     obj: CongestionObject | None = None
     knobs: Mapping[str, float] = field(default_factory=dict)
-    ecn_k_bytes: int | None = None
+    ecn: EcnMarking | None = None
 
     def kernel_name(self, run_id: str) -> str:
         """The algorithm's name in the kernel for run ``run_id``."""
         return self.asked if self.obj is None else kernel_name(run_id, self.label)
 
 
-def ecn_threshold(text: str | None, mtu: int) -> int | None:
-    """``--ecn-k`` in bytes: ``BYTES``, or ``Np`` for N full frames of ``mtu`` (Ethernet header in).
+def ecn_marking(text: str | None, mtu: int) -> EcnMarking | None:
+    """``--ecn-k``: ``auto``, ``BYTES``, or ``Np`` for N full frames of ``mtu`` (Ethernet header in).
 
-    >>> ecn_threshold("30000", 1500), ecn_threshold("20p", 1500), ecn_threshold(None, 1500)
-    (30000, 30280, None)
+    >>> ecn_marking("30000", 1500), ecn_marking("20p", 1500), ecn_marking("auto", 1500), ecn_marking(None, 1500)
+    (EcnMarking(k_bytes=30000), EcnMarking(k_bytes=30280), EcnMarking(k_bytes=None), None)
     """
     if text is None:
         return None
-    return int(text[:-1]) * (mtu + 14) if text.endswith("p") else int(text)
+    if text == "auto":
+        return EcnMarking()
+    return EcnMarking(int(text[:-1]) * (mtu + 14) if text.endswith("p") else int(text))
 
 
 def ecn_k_ok(text: str) -> bool:
-    """``--ecn-k``: a positive number of bytes, or of packets followed by ``p``.
+    """``--ecn-k``: ``auto``, or a positive number of bytes, or of packets followed by ``p``.
 
-    >>> ecn_k_ok("20p"), ecn_k_ok("30000"), ecn_k_ok("0"), ecn_k_ok("-3p")
-    (True, True, False, False)
+    >>> ecn_k_ok("20p"), ecn_k_ok("30000"), ecn_k_ok("auto"), ecn_k_ok("0"), ecn_k_ok("-3p")
+    (True, True, True, False, False)
     """
     digits = text[:-1] if text.endswith("p") else text
-    return digits.isdigit() and int(digits) > 0
+    return text == "auto" or (digits.isdigit() and int(digits) > 0)
 
 
 def prepare_transport(asked: str, cc_args: Sequence[str] = (), ecn_k: str | None = None,
                       mtu: int = 1500) -> Transport:
     """``--congestion-control`` made ready on this host before any network: fedmst's algorithms
     and a user's ``.bpf.c`` compiled (a ``.bpf.o`` inspected), the kernel's checked loaded; ECN
-    marking at K (given, or :data:`ECN_K_PACKETS` frames) where the algorithm negotiates ECN or
-    ``--ecn-k`` asks for it. Bad input is refused in one line."""
+    marking (``--ecn-k``, or ``auto`` where the algorithm negotiates ECN). Bad input is refused
+    in one line."""
     if cc_args and asked not in BPF_CONGESTION_CONTROLS:
         raise EmulationError(f"--cc-arg: {asked} has no knobs (mltcp and dctcp have)")
+    ecn = ecn_marking(ecn_k, mtu)
+    if ecn is not None:
+        require_toolchain(f"--ecn-k {ecn_k}")
     if asked in KERNEL_CONGESTION_CONTROLS:
         available = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
         if asked not in available:
             raise EmulationError(f"--congestion-control {asked}: this kernel offers {', '.join(available)} "
                                  f"(load it with: modprobe tcp_{asked})")
-        k = ecn_threshold(ecn_k, mtu)
-        return Transport(asked, asked, ecn_k_bytes=k)
+        return Transport(asked, asked, ecn=ecn)
     if not congestion_control_ok(asked):
         raise EmulationError(f"--congestion-control {asked}: choose one of {', '.join(CONGESTION_CONTROLS)}, "
                              f"or give your own as PATH.bpf.c or PATH.bpf.o")
@@ -441,10 +467,7 @@ def prepare_transport(asked: str, cc_args: Sequence[str] = (), ecn_k: str | None
         built = compile_bpf(path, shown=asked) if asked.endswith(".bpf.c") else path
         obj, knobs = inspect(built, asked), {}
         label = re.sub(r"[^A-Za-z0-9_]", "_", path.name.split(".")[0])
-    k = ecn_threshold(ecn_k, mtu)
-    if k is None and obj.needs_ecn:
-        k = ECN_K_PACKETS * (mtu + 14)
-    return Transport(asked, label, obj, knobs, k)
+    return Transport(asked, label, obj, knobs, ecn or (EcnMarking() if obj.needs_ecn else None))
 
 
 ITERATION_BYTES = "iteration_bytes"

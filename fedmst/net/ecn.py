@@ -13,9 +13,21 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import networkx as nx
+
 from fedmst.net.congestion import SOURCES, compile_bpf, dump_map
 
 MARKER = SOURCES / "ecn_mark.bpf.c"
+
+
+def longest_round_trip_s(graph: nx.Graph) -> float:
+    """Twice the longest least-delay path between two nodes: the round trip K must cover.
+
+    >>> longest_round_trip_s(nx.Graph([("a", "b", {"delay_s": 0.01}), ("b", "c", {"delay_s": 0.02})]))
+    0.06
+    """
+    lengths = nx.all_pairs_dijkstra_path_length(graph, weight="delay_s")
+    return 2 * max((max(d.values()) for _, d in lengths), default=0.0)
 
 
 def marker(capacity_mbps: float, k_bytes: int) -> Path:

@@ -38,6 +38,7 @@ from fedmst.net import queues
 from fedmst.net.background import BackgroundTraffic, arrived_bytes
 from fedmst.net.cleanup import RUN_ID_LETTERS, RunState, host_name, probe_name
 from fedmst.net.congestion import Transport
+from fedmst.net.ecn import longest_round_trip_s
 from fedmst.net.link import DelayLines, EmulatedLink, LinkEnd, LinkShaping, htb_drops
 from fedmst.net.processes import HostProcesses, Process, cpu_seconds
 from fedmst.net.routes import Flow, FlowRoutes
@@ -179,7 +180,7 @@ class Emulation:
         self._processes = HostProcesses()
         self._rto_min_s = rto_min_s
         self._routes: FlowRoutes | None = None
-        self.tcp = RunTcp(transport)
+        self.tcp = RunTcp(transport, longest_round_trip_s(graph) if transport and transport.ecn else 0.0, mtu)
         self._background = BackgroundTraffic()
         self._delay_lines = DelayLines(self._hops)
         self._run = run
@@ -252,8 +253,8 @@ class Emulation:
             if self._ports[node]:
                 mine = [link for link in self._links if node in link.ends]
                 shell.batch("ip", [cmd for link in mine for cmd in link.ip_commands(node)])
-                shell.batch("tc", [cmd for link in mine for cmd in link.tc_commands(node)
-                                   + self.tcp.marking(link.ends[node].intf, link.capacity_mbps)])
+                shell.batch("tc", [cmd for link in mine for cmd in link.tc_commands(node) + self.tcp.marking(
+                    link.directions_from(node)[0], link.ends[node].intf, link.capacity_mbps)])
                 shell.offloads_off(self._ports[node])
         if self.delay_mode == "userspace":
             self._delay_lines.start(self._shells, self.spawn, self.check, self._state.scratch / "delay-lines")

@@ -199,9 +199,11 @@ class RunConfig:
         (), "--cc-arg", metavar="KNOB=VALUE", check=(lambda v: all(_knob_ok(a) for a in v), "give KNOB=NUMBER"),
         help="Set one of the congestion control's knobs (mltcp: slope, intercept; dctcp: g_shift); repeatable.")
     ecn_k: str | None = option(
-        None, "--ecn-k", metavar="BYTES|Np", check=(ecn_k_ok, "give a positive number of bytes, or of packets as Np"),
-        help="Mark ECN on every link sender whose queue holds more than this (bytes, or N full packets as Np); "
-             "default 20p where the congestion control negotiates ECN (dctcp), no marking otherwise.")
+        None, "--ecn-k", metavar="BYTES|Np|auto",
+        check=(ecn_k_ok, "give auto, or a positive number of bytes, or of packets as Np"),
+        help="Mark ECN on every link sender whose queue holds more than this (bytes, or N full packets as Np; auto: "
+             "each link's capacity x the longest round trip / 7, at least 20 packets). Default: auto where the "
+             "congestion control negotiates ECN (dctcp), no marking otherwise.")
     loss: float = option(0.0, "--loss", check=(lambda v: 0 <= v < 1, "give a probability in [0, 1)"),
                          help="Packet loss probability on every link direction (needs a delay mode other than off).")
     jitter_ms: float = option(0.0, "--jitter-ms", check=(lambda v: v >= 0, "give 0 or more milliseconds"),

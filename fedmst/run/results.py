@@ -143,7 +143,7 @@ def _int(text: str) -> int:
     return int(float(text))
 
 
-ECN_FIELDS = ("link", "src", "dst", "capacity_mbps", "packets", "over_k", "marked", "peak_backlog_bytes")
+ECN_FIELDS = ("link", "src", "dst", "capacity_mbps", "k_bytes", "packets", "over_k", "marked", "peak_backlog_bytes")
 MLTCP_FIELDS = ("bytes_ratio", "acked_packets", "mean_aggressiveness", "window_growth_packets")
 
 
@@ -155,8 +155,8 @@ def write_transport(out: Path, emu: Any, graph: Any) -> None:
 
     if emu.tcp.ecn_marks:
         rows = [{"link": "-".join(sorted((u, v), key=node_order)), "src": u, "dst": v,
-                 "capacity_mbps": graph.edges[u, v]["capacity_mbps"], **{
-                     name: getattr(counts, name) for name in ECN_FIELDS[4:]}}
+                 "capacity_mbps": graph.edges[u, v]["capacity_mbps"], "k_bytes": emu.tcp.ecn_k_bytes.get((u, v)), **{
+                     name: getattr(counts, name) for name in ECN_FIELDS[5:]}}
                 for (u, v), counts in emu.tcp.ecn_marks.items()]
         write_csv(out / "ecn.csv", ECN_FIELDS, rows)
     if "mltcp_stats" in emu.tcp.maps:
