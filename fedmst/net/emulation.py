@@ -38,7 +38,6 @@ from fedmst.net import queues
 from fedmst.net.background import BackgroundTraffic, arrived_bytes
 from fedmst.net.cleanup import RUN_ID_LETTERS, RunState, host_name, probe_name
 from fedmst.net.congestion import Transport
-from fedmst.net.ecn import longest_round_trip_s
 from fedmst.net.link import DelayLines, EmulatedLink, LinkEnd, LinkShaping, htb_drops
 from fedmst.net.processes import HostProcesses, Process, cpu_seconds
 from fedmst.net.routes import Flow, FlowRoutes
@@ -180,7 +179,7 @@ class Emulation:
         self._processes = HostProcesses()
         self._rto_min_s = rto_min_s
         self._routes: FlowRoutes | None = None
-        self.tcp = RunTcp(transport, longest_round_trip_s(graph) if transport and transport.ecn else 0.0, mtu)
+        self.tcp = RunTcp(transport, graph, mtu)
         self._background = BackgroundTraffic()
         self._delay_lines = DelayLines(self._hops)
         self._run = run
@@ -246,6 +245,7 @@ class Emulation:
             self._shells[node] = shell
             self._state.add(shell.pid)
             shell.prepare()
+            shell.cmd(self.tcp.buffer_command())
         self._plan_links()
         pids = {node: shell.pid for node, shell in self._shells.items()}
         coordinator_batch(["ip", "-batch", "-"], [link.veth_command(pids) for link in self._links], "making the links")

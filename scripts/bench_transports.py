@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""Benchmark the transports (``--congestion-control``) on real runs, printing measured figures
+beside the fluid prediction.
+
+``interleave``: the contended dumbbell of docs/contention.md (two tasks whose every transfer
+crosses a 100 Mbit/s bottleneck, independent clocks, ``--compute-s 0.8``) under each congestion
+control, with and without Cassini's shifts, over each link queue: the mean iteration time (a
+task's round, broadcast start to upload end) and, into ``--out``/convergence.png, each variant's
+iteration time against the iteration. Does MLTCP reach Cassini's schedule without shifts, and
+how fast?
+
+``loss``: ``fedmst compare`` (SPFF and MST) on a topology under each congestion control:
+retransmissions, queue drops, ECN marks, the worst per-link weight error, round latency and the
+time to accuracy, per scheduler.
+
+``distance``: a two-node line at each one-way delay and capacity (time-scaled where the host
+needs it) under each congestion control: the mean broadcast time of one model against the fluid
+prediction as the bandwidth-delay product grows, with the TCP buffers the run set.
+
+Run as root from the repository, e.g.
+``.venv/bin/python scripts/bench_transports.py interleave --repeats 3``,
+``... loss --topology nsfnet --local-models 8 --rounds 3``,
+``... distance --delays-ms 1,10,50 --capacities-mbps 100,10000``.
+Prints markdown tables to stdout, progress to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from statistics import mean, stdev
+
+from fedmst.run.config import RunConfig
+from fedmst.run.engine import run
+from fedmst.run.folders import choose
+from fedmst.run.prepare import resolve
+
+WORKLOAD = Path(__file__).resolve().parents[1] / "topologies" / "workloads" / "dumbbell-2tasks.json"
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def _tasks_rounds(folder: Path) -> dict[str, list[float]]:
+    """Each task's iteration times, round by round, from tasks.csv."""
+    rounds: dict[str, list[float]] = {}
+    with (folder / "tasks.csv").open() as f:
+        for row in sorted(csv.DictReader(f), key=lambda r: int(r["round"])):
+            rounds.setdefault(row["task"], []).append(float(row["round_s"]))
+    return rounds
+
+
+def interleave(args: argparse.Namespace) -> None:
+    variants = [(cc, shift) for cc in args.congestion_controls.split(",") for shift in ("none", "cassini")]
+    rows, curves = [], {}
+    for queue in args.queues.split(","):
+        for cc, shift in variants:
+            means, per_round, predicted = [], [], float("nan")
+            for i in range(args.repeats):
+                out = Path(args.out) / f"{queue}-{cc}-{shift}-{i}"
+                _say(f"interleave: queue {queue}, {cc}, {shift}, run {i + 1}/{args.repeats}")
+                config = RunConfig(topology="dumbbell", workload=str(WORKLOAD), clock="independent", interleave=shift,
+                                   compute_s=args.compute_s, rounds=args.rounds, epochs=1, mtu=args.mtu,
+                                   model="mlp-large", scheduler="mst", queue=queue, congestion_control=cc,
+                                   out=str(out))
+                summary = run(resolve(config)[0], report=lambda line: None)
+                means.append(summary.round_latency_s)
+                predicted = summary.predicted_round_latency_s or float("nan")
+                tasks = _tasks_rounds(out)
+                per_round.append([mean(t[r] for t in tasks.values()) for r in range(args.rounds)])
+            curves[(queue, cc, shift)] = [mean(run_[r] for run_ in per_round) for r in range(args.rounds)]
+            spread = f" ± {stdev(means):.2f}" if len(means) > 1 else ""
+            rows.append((queue, cc, shift, f"{mean(means):.2f}{spread}", f"{predicted:.2f}",
+                         ", ".join(f"{m:.2f}" for m in means)))
+    print("| queue | congestion control | shifts | mean iteration time (s), measured | predicted (s) | each run |")
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    print(f"\n{args.rounds} rounds, compute {args.compute_s:g} s, 1 epoch of real training, MTU {args.mtu}, "
+          f"model mlp-large, {args.repeats} run(s) each")
+    _plot_convergence(curves, Path(args.out) / "convergence.png")
+
+
+def _plot_convergence(curves: dict[tuple[str, str, str], list[float]], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    queues = list(dict.fromkeys(q for q, _, _ in curves))
+    fig, axes = plt.subplots(1, len(queues), figsize=(5.5 * len(queues), 3.6), sharey=True, squeeze=False)
+    for ax, queue in zip(axes[0], queues):
+        for (q, cc, shift), times in curves.items():
+            if q == queue:
+                ax.plot(range(1, len(times) + 1), times, marker="o", label=f"{cc}" + (" + Cassini" if shift != "none"
+                                                                                       else ""))
+        ax.set_title(f"queue {queue}")
+        ax.set_xlabel("iteration (round)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("iteration time (s), mean of tasks and runs")
+    axes[0][-1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    _say(f"convergence plot: {out}")
+
+
+def loss(args: argparse.Namespace) -> None:
+    rows = []
+    for cc in args.congestion_controls.split(","):
+        _say(f"loss: {cc}")
+        config = RunConfig(topology=args.topology, local_models=args.local_models, rounds=args.rounds,
+                           congestion_control=cc)
+        for resolved in resolve(config, ["spff", "mst"]):  # as `fedmst compare` runs them: one clock for both
+            folder = Path(args.out) / cc / resolved.config.scheduler
+            summary = run(replace(resolved, config=replace(resolved.config, out=str(folder))), report=lambda line: None)
+            scheduler = resolved.config.scheduler
+            rounds = list(csv.DictReader((folder / "rounds.csv").open()))
+            marks = sum(int(r["marked"]) for r in csv.DictReader((folder / "ecn.csv").open())) \
+                if (folder / "ecn.csv").exists() else None
+            errors = [abs(float(r["error_pct"])) for r in csv.DictReader((folder / "links.csv").open())
+                      if r["error_pct"] not in ("", "nan") and float(r["predicted_bytes"]) > 0]
+            tta = json.loads((folder / "summary.json").read_text()).get("time_to_accuracy_s")
+            rows.append((cc, scheduler, sum(int(r["retransmitted_segments"]) for r in rounds),
+                         sum(int(r["queue_drops"]) for r in rounds), "-" if marks is None else marks,
+                         f"{max(errors, default=0):.2f}", f"{summary.round_latency_s:.2f}",
+                         "-" if tta is None else f"{tta:.2f}"))
+    print("| congestion control | scheduler | TCP retransmissions | queue drops | ECN marks | max per-link weight "
+          "error (%) | round latency (s) | time to accuracy (s) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(map(str, row)) + " |")
+    print(f"\n{args.topology}, {args.local_models} local models, {args.rounds} rounds, totals over the rounds")
+
+
+def distance(args: argparse.Namespace) -> None:
+    rows = []
+    for capacity in [float(c) for c in args.capacities_mbps.split(",")]:
+        for delay_ms in [float(d) for d in args.delays_ms.split(",")]:
+            with tempfile.TemporaryDirectory(prefix="fedmst-bench-line-") as tmp:
+                topology = Path(tmp) / "line2.json"
+                topology.write_text(json.dumps({"name": "line2", "capacity_mbps": capacity, "nodes": ["a", "b"],
+                                                "links": [{"a": "a", "b": "b", "delay_ms": delay_ms}]}))
+                for cc in args.congestion_controls.split(","):
+                    _say(f"distance: {capacity:g} Mbit/s, {delay_ms:g} ms, {cc}")
+                    config = RunConfig(topology=str(topology), local_models=1, global_node="a", local_nodes=("b",),
+                                       rounds=args.rounds, epochs=1, model=args.model, congestion_control=cc,
+                                       scheduler="spff", out=str(Path(args.out) / f"{capacity:g}-{delay_ms:g}-{cc}"))
+                    run(resolve(config)[0], report=lambda line: None)
+                    folder = Path(config.out)
+                    rounds = list(csv.DictReader((folder / "rounds.csv").open()))
+                    emulated = json.loads((folder / "summary.json").read_text())["emulated"]
+                    measured = mean(float(r["broadcast_s"]) for r in rounds)
+                    predicted = mean(float(r["predicted_broadcast_s"]) for r in rounds)
+                    bdp_kb = capacity * 1e6 / 8 * 2 * delay_ms / 1e3 / 1e3
+                    rows.append((f"{capacity:g}", f"{delay_ms:g}", f"{bdp_kb:,.0f}", cc, f"{measured:.3f}",
+                                 f"{predicted:.3f}", f"{measured / predicted:.2f}", f"{emulated['time_scale']:g}",
+                                 f"{emulated['tcp_buffer_bytes']:,}"))
+    print("| capacity (Mbit/s) | one-way delay (ms) | BDP (KB) | congestion control | broadcast (s), measured | "
+          "predicted (s) | measured / predicted | time scale | TCP buffer (bytes) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(map(str, row)) + " |")
+    print(f"\na-b line, one local model of {args.model}, {args.rounds} rounds each")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parts = parser.add_subparsers(dest="part", required=True)
+    one = parts.add_parser("interleave", help="the contended dumbbell: iteration times and convergence")
+    one.add_argument("--congestion-controls", default="cubic,mltcp")
+    one.add_argument("--queues", default="fifo,fair")
+    one.add_argument("--rounds", type=int, default=6)
+    one.add_argument("--compute-s", type=float, default=0.8)
+    one.add_argument("--mtu", type=int, default=9000, help="jumbo frames keep the host's CPU off the critical path")
+    one.add_argument("--repeats", type=int, default=3)
+    two = parts.add_parser("loss", help="retransmissions, drops and marks of a compare")
+    two.add_argument("--congestion-controls", default="cubic,bbr,dctcp")
+    two.add_argument("--topology", default="nsfnet")
+    two.add_argument("--local-models", type=int, default=8)
+    two.add_argument("--rounds", type=int, default=3)
+    three = parts.add_parser("distance", help="phase time against the prediction as the BDP grows")
+    three.add_argument("--congestion-controls", default="cubic,bbr,dctcp,mltcp")
+    three.add_argument("--delays-ms", default="1,10,50")
+    three.add_argument("--capacities-mbps", default="100,10000")
+    three.add_argument("--model", default="mlp-large")
+    three.add_argument("--rounds", type=int, default=3)
+    for part in (one, two, three):
+        part.add_argument("--out", default=f"runs/bench-transports-{part.prog.split()[-1]}")
+    args = parser.parse_args()
+    args.out = str(choose(Path(args.out), given=False).path)
+    _say(f"results in {args.out}/")
+    {"interleave": interleave, "loss": loss, "distance": distance}[args.part](args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
