@@ -89,11 +89,14 @@ def test_dctcp_negotiates_ecn_and_every_link_sender_marks(clean_host: None, tmp_
     assert sum(int(r["over_k"]) for r in rows) > 0 and emulated["ecn_marked"] == 0, rows
 
 
-def test_mltcp_grows_its_window_by_the_bytes_ratio_the_agents_tell_it(clean_host: None, tmp_path: Path) -> None:
+@pytest.mark.parametrize("mltcp", ["mltcp", "mltcp-cubic"])
+def test_mltcp_grows_its_window_by_the_bytes_ratio_the_agents_tell_it(clean_host: None, tmp_path: Path,
+                                                                      mltcp: str) -> None:
     """The agents tell each connection its round's bytes; MLTCP's window growth per ACKed packet
-    (its own counters, mltcp.csv) follows F = slope x bytes_ratio + intercept with the knobs given."""
+    (its own counters, mltcp.csv) follows F = slope x bytes_ratio + intercept with the knobs given,
+    over Reno and over CUBIC."""
     out = tmp_path / "mltcp"
-    emulated = run(out, "--congestion-control", "mltcp", "--cc-arg", "slope=1", "--cc-arg", "intercept=0.5",
+    emulated = run(out, "--congestion-control", mltcp, "--cc-arg", "slope=1", "--cc-arg", "intercept=0.5",
                    "--scheduler", "spff")["emulated"]  # a star: both uploads share b->a, which keeps their windows full
     assert emulated["congestion_control_knobs"] == {"slope": 1, "intercept": 0.5, "slow_start": 1}
     every_connection_ran(out, emulated["congestion_control_kernel"])

@@ -73,14 +73,17 @@ class BpfAlgorithm:
     knobs: Mapping[str, Knob] = field(default_factory=dict)
 
 
+MLTCP_KNOBS = {
+    "slope": Knob("MLTCP_SLOPE", 1.75, 0, 8, "F(bytes_ratio) = slope x bytes_ratio + intercept"),
+    "intercept": Knob("MLTCP_INTERCEPT", 0.25, 0.01, 4, "F at an iteration's first byte"),
+    "slow_start": Knob("MLTCP_IN_SLOW_START", 1, 0, 1, "1: F scales slow start's growth too; 0: only "
+                       "congestion avoidance's, as in the paper", scale=1),
+}
 BPF_CONGESTION_CONTROLS: Mapping[str, BpfAlgorithm] = {
     "dctcp": BpfAlgorithm("dctcp.bpf.c", "DCTCP (RFC 8257): cuts its window by the fraction of ECN marks", {
         "g_shift": Knob("DCTCP_G_SHIFT", 4, 1, 10, "alpha's gain is 1/2^g_shift", scale=1)}),
-    "mltcp": BpfAlgorithm("mltcp.bpf.c", "MLTCP over Reno: window increase x F(bytes ratio)", {
-        "slope": Knob("MLTCP_SLOPE", 1.75, 0, 8, "F(bytes_ratio) = slope x bytes_ratio + intercept"),
-        "intercept": Knob("MLTCP_INTERCEPT", 0.25, 0.01, 4, "F at an iteration's first byte"),
-        "slow_start": Knob("MLTCP_IN_SLOW_START", 1, 0, 1, "1: F scales slow start's growth too; 0: only "
-                           "congestion avoidance's, as in the paper", scale=1)}),
+    "mltcp": BpfAlgorithm("mltcp.bpf.c", "MLTCP over Reno: window growth x F(bytes ratio)", MLTCP_KNOBS),
+    "mltcp-cubic": BpfAlgorithm("mltcp_cubic.bpf.c", "MLTCP over CUBIC (RFC 9438, no HyStart)", MLTCP_KNOBS),
 }
 CONGESTION_CONTROLS = KERNEL_CONGESTION_CONTROLS + tuple(BPF_CONGESTION_CONTROLS)
 """The names ``--congestion-control`` takes; a ``PATH.bpf.c`` or ``PATH.bpf.o`` is a user's own."""
@@ -459,7 +462,7 @@ def prepare_transport(asked: str, cc_args: Sequence[str] = (), ecn_k: str | None
         knobs = knob_values(asked, cc_args)
         defines = {algorithm.knobs[n].define: algorithm.knobs[n].compiled(v) for n, v in knobs.items()}
         obj = inspect(compile_bpf(SOURCES / algorithm.source, defines), asked)
-        label = asked
+        label = asked.replace("-", "_")
     else:
         path = Path(asked)
         if not path.is_file():
