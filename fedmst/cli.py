@@ -23,7 +23,7 @@ import click
 from rich.console import Console
 
 from fedmst.errors import FedmstError
-from fedmst.run.config import SWEEP, RunConfig, options, read_config_file, split_list
+from fedmst.run.config import SWEEP, RunConfig, options, read_config_file, split_list, validate
 from fedmst.run.layout import SWEEP_RECORD
 from fedmst.wording import counted
 
@@ -307,8 +307,11 @@ def _int_list(_ctx: object, _param: object, value: str) -> list[int]:
 @click.option("--models", "--model-sizes", "models", default=None,
               help="Comma-separated models (e.g. mlp,mlp-large,mlp-xl: 19 KB, 4.5 MB, 45 MB) to run every point "
                    "with, instead of --model; with several, the sweep also maps where each schedule wins.")
-@_schema_options("topology", "delay_mode", "congestion_control", "time_scale", "strategy", "strategy_args",
-                 changed=SWEEP)
+@_schema_options("topology", "delay_mode", "time_scale", "strategy", "strategy_args", changed=SWEEP)
+@click.option("--congestion-control", "congestion_controls", default=None, metavar="NAME,...",
+              help="Comma-separated TCP congestion controls (cubic, bbr, reno, dctcp, mltcp, mltcp-cubic, "
+                   "PATH.bpf.c) to run every point with; with several, the transport is an axis of the figures.  "
+                   "[default: cubic]")
 @click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
               help="Run the points as tasks of the Ray cluster at ADDRESS (host:port, or auto for the one on this "
                    "host), one per emulation slot its nodes offer (scripts/ray-local.sh start N makes one here).")
@@ -324,19 +327,22 @@ def sweep(ctx: click.Context, ks: list[int], seeds: list[int], overwrite: bool, 
 
     from fedmst.run.experiments import points, sweep as sweep_
 
-    def lists() -> tuple[RunConfig, OutputFolder, list[str], list[str], str | None]:
+    def lists() -> tuple[RunConfig, OutputFolder, list[str], list[str], list[str], str | None]:
         config, extra = _config(ctx, kw, SWEEP)
         config, out = _output(config, extra, overwrite)
         models = split_list(extra["models"] or config.model, "--models")
-        return (config, out, list(split_list(extra["schedulers"], "--schedulers")), list(models),
+        transports = split_list(extra["congestion_controls"] or config.congestion_control, "--congestion-control")
+        for cc in transports:
+            validate(replace(config, congestion_control=cc))
+        return (config, out, list(split_list(extra["schedulers"], "--schedulers")), list(models), list(transports),
                 extra["ray_address"])
 
-    config, out, schedulers, models, ray_address = _guard(lists)
+    config, out, schedulers, models, transports, ray_address = _guard(lists)
     folder = out.path
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("left"), TimeRemainingColumn())
     with Progress(*columns, console=console) as bar:
-        total = len(points(ks, seeds, schedulers, models))
+        total = len(points(ks, seeds, schedulers, models, transports))
         job = bar.add_task("checking inputs" if ray_address is None else "all points", total=total)
         nodes: dict[str, Any] = {}
 
@@ -353,32 +359,43 @@ def sweep(ctx: click.Context, ks: list[int], seeds: list[int], overwrite: bool, 
                         nodes[node] = bar.add_task(f"  ray node {node}", total=None)
                     bar.advance(nodes[node])
 
-        rows = _guard(lambda: sweep_(config, ks, seeds, out, Shown(), schedulers, models, ray_address),
+        rows = _guard(lambda: sweep_(config, ks, seeds, out, Shown(), schedulers, models, ray_address, transports),
                       emulates=True)
     _draw_sweep(rows, folder)
 
 
 def _draw_sweep(rows: list[dict[str, Any]], folder: Path) -> None:
-    """A sweep's figures: Figure 3's pair, one per model, and with several models the regime map."""
+    """A sweep's figures: Figure 3's pair for each model and congestion control, and with several
+    models the regime map (one for each congestion control)."""
+    from fedmst.run.layout import run_folder_name
     from fedmst.views.plots import plot_sweep
 
     models = list(dict.fromkeys(r["model"] for r in rows))
-    if len(models) == 1:
+    transports = list(dict.fromkeys(r["congestion_control"] for r in rows))
+    if len(models) == 1 and len(transports) == 1:
         latency, bandwidth = plot_sweep(rows, folder)
         console.print(f"sweep.csv, {latency.name} and {bandwidth.name} in {folder}/")
+        return
+    named = {cc: f"-{run_folder_name(cc)}" if len(transports) > 1 else "" for cc in transports}
+    for model in models:
+        for cc in transports:
+            plot_sweep([r for r in rows if r["model"] == model and r["congestion_control"] == cc], folder,
+                       suffix=(f"-{model}" if len(models) > 1 else "") + named[cc])
+    if len(models) == 1:
+        console.print(f"sweep.csv and each congestion control's latency and bandwidth figures in {folder}/")
         return
     from fedmst.run.experiments import regime_map
     from fedmst.run.report import regime_table
     from fedmst.run.results import write_json
     from fedmst.views.plots import plot_regime_map
 
-    for model in models:
-        plot_sweep([r for r in rows if r["model"] == model], folder, suffix=f"-{model}")
-    regime = regime_map(rows)
-    write_json(folder / "regime.json", regime)
-    console.print(regime_table(regime))
-    figure = plot_regime_map(regime, folder / "regime_map.png")
-    console.print(f"sweep.csv, regime.json, {figure.name} and each model's latency and bandwidth figures in {folder}/")
+    for cc in transports:
+        regime = regime_map([r for r in rows if r["congestion_control"] == cc])
+        write_json(folder / f"regime{named[cc]}.json", regime)
+        console.print(regime_table(regime))
+        figure = plot_regime_map(regime, folder / f"regime_map{named[cc]}.png")
+    maps = f"regime.json, {figure.name}" if len(transports) == 1 else "each congestion control's regime.json and map"
+    console.print(f"sweep.csv, {maps} and each model's latency and bandwidth figures in {folder}/")
 
 
 CLUSTER_OPTIONS = ("topology", "slots", "jobs", "time_compress", "scheduler", "mode", "job_order", "placement",

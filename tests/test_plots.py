@@ -405,8 +405,8 @@ def test_sweep_csv_reads_back_with_its_numbers_typed(tmp_path: Path) -> None:
     so a figure drawn again from the file sees what the sweep saw."""
     from fedmst.run.experiments import SWEEP_FIELDS, SweepRow, read_sweep, write_sweep
 
-    rows = [SweepRow(**{**row, "model": "mlp", "model_bytes": 19_240, "round_s": 1.25, "ray_node": node})
-            for row, node in zip(sweep_rows("mst", 0.5), ("", "10.0.0.2", "", ""))]
+    rows = [SweepRow(**{**row, "model": "mlp", "model_bytes": 19_240, "congestion_control": "dctcp", "round_s": 1.25,
+                        "ray_node": node}) for row, node in zip(sweep_rows("mst", 0.5), ("", "10.0.0.2", "", ""))]
     write_sweep(tmp_path / "sweep.csv", rows)
     assert (tmp_path / "sweep.csv").read_text().splitlines()[0] == ",".join(SWEEP_FIELDS)
     back = read_sweep(tmp_path / "sweep.csv")
@@ -415,3 +415,7 @@ def test_sweep_csv_reads_back_with_its_numbers_typed(tmp_path: Path) -> None:
     write_csv(tmp_path / "other.csv", ("model", "seed"), [{"model": "mlp", "seed": 1}])
     with pytest.raises(FedmstError, match="other.csv lacks the columns model_bytes, scheduler"):
         read_sweep(tmp_path / "other.csv")
+    # a sweep from before the transport was an axis reads back, its congestion control unrecorded
+    old = [name for name in SWEEP_FIELDS if name != "congestion_control"]
+    write_csv(tmp_path / "old.csv", old, [{k: v for k, v in asdict(r).items() if k in old} for r in rows])
+    assert {r["congestion_control"] for r in read_sweep(tmp_path / "old.csv")} == {"unrecorded"}

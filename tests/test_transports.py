@@ -131,3 +131,19 @@ def test_a_users_own_algorithm_runs_and_leaves_nothing_registered(clean_host: No
     cleaned = subprocess.run([FEDMST, "clean"], capture_output=True, text=True, timeout=120)
     assert f"unregistered TCP congestion control {left[0]}" in cleaned.stdout, cleaned.stdout
     assert left[0] not in available()  # ... until clean
+
+
+def test_a_sweep_makes_the_transport_an_axis(clean_host: None, tmp_path: Path) -> None:
+    """`fedmst sweep --congestion-control cubic,dctcp` runs every point under each, into its own
+    folder, with the congestion control a column of sweep.csv and each its own figures."""
+    out = tmp_path / "sweep"
+    proc = subprocess.run([FEDMST, "sweep", "--topology", "small", "--schedulers", "mst", "--local-models", "2",
+                           "--seeds", "1", "--tasks", "1", "--congestion-control", "cubic,dctcp", "--out", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = read_csv(out / "sweep.csv")
+    assert [r["congestion_control"] for r in rows] == ["cubic", "dctcp"]
+    for cc in ("cubic", "dctcp"):
+        emulated = json.loads((out / f"{cc}-k2-seed1" / "mst" / "summary.json").read_text())["emulated"]
+        assert emulated["congestion_control"] == cc
+        assert (out / f"latency_vs_local_models-{cc}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,6 +1,7 @@
 """Experiments over any list of schedulers: ``compare`` (one configuration, every scheduler on
 identical tasks) and ``sweep`` (the poster's Figure 3: every scheduler over a range of
-local-model counts and seeds, and over several models for a regime map).
+local-model counts and seeds, over several models for a regime map, and over several TCP
+congestion controls to make the transport an axis).
 
 Everything is resolved before the first network is built: the host is checked once, and each
 point's topology, tasks and plans are made once, so bad input fails before anything runs and a
@@ -30,12 +31,13 @@ from fedmst.wording import counted
 
 @dataclass(frozen=True)
 class SweepRow:
-    """One row of sweep.csv: one task and round of one point (model, local models, seed,
-    scheduler), with the point's run-wide figures (``run_*``: per round where they are bytes).
-    Written by :func:`write_sweep` and read back, numbers as numbers, by :func:`read_sweep`."""
+    """One row of sweep.csv: one task and round of one point (model, congestion control, local
+    models, seed, scheduler), with the point's run-wide figures (``run_*``: per round where they
+    are bytes). Written by :func:`write_sweep` and read back, numbers as numbers, by :func:`read_sweep`."""
 
     model: str
     model_bytes: int
+    congestion_control: str
     scheduler: str
     local_models: int
     seed: int
@@ -128,21 +130,28 @@ def _into(run: ResolvedRun, folder: Path) -> ResolvedRun:
     return replace(run, config=replace(run.config, out=str(folder)))
 
 
+Point = tuple[str, str, int, int, str]
+"""One run of a sweep: (model, congestion control, local models, seed, scheduler)."""
+
+
 def points(local_models: Sequence[int], seeds: Sequence[int], schedulers: Sequence[str] = DEFAULT_SCHEDULERS,
-           models: Sequence[str] = ("mlp",)) -> list[tuple[str, int, int, str]]:
-    """Every (model, local models, seed, scheduler) to run, in the order they run.
+           models: Sequence[str] = ("mlp",), congestion_controls: Sequence[str] = ("cubic",)) -> list[Point]:
+    """Every point to run, in the order they run.
 
-    >>> points([2, 4], [1])
-    [('mlp', 2, 1, 'spff'), ('mlp', 2, 1, 'mst'), ('mlp', 4, 1, 'spff'), ('mlp', 4, 1, 'mst')]
+    >>> points([2, 4], [1], ["mst"])
+    [('mlp', 'cubic', 2, 1, 'mst'), ('mlp', 'cubic', 4, 1, 'mst')]
     """
-    return [(m, k, seed, s) for m in models for k in local_models for seed in seeds for s in schedulers]
+    return [(m, cc, k, seed, s) for m in models for cc in congestion_controls for k in local_models
+            for seed in seeds for s in schedulers]
 
 
-def point_folder(out: Path, model: str, k: int, seed: int, scheduler: str, several_models: bool) -> Path:
-    """Where one point's run goes: ``out/k4-seed1/mst``, with the model in front when the sweep has
-    several (``out/mlp-xl-k4-seed1/mst``)."""
-    name = f"k{k}-seed{seed}"
-    return out / (f"{run_folder_name(model)}-{name}" if several_models else name) / run_folder_name(scheduler)
+def point_folder(out: Path, point: Point, several_models: bool, several_transports: bool) -> Path:
+    """Where one point's run goes: ``out/k4-seed1/mst``, with the model and the congestion control
+    in front when the sweep has several (``out/mlp-xl-dctcp-k4-seed1/mst``)."""
+    model, cc, k, seed, scheduler = point
+    name = "-".join([run_folder_name(model)] * several_models + [run_folder_name(cc)] * several_transports
+                    + [f"k{k}-seed{seed}"])
+    return out / name / run_folder_name(scheduler)
 
 
 class Progress(Protocol):
@@ -157,9 +166,10 @@ class Progress(Protocol):
 
 def sweep(base: RunConfig, local_models: Sequence[int], seeds: Sequence[int], output: OutputFolder,
           progress: Progress, schedulers: Sequence[str] = DEFAULT_SCHEDULERS, models: Sequence[str] | None = None,
-          ray_address: str | None = None) -> list[dict[str, Any]]:
+          ray_address: str | None = None, congestion_controls: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Run every point for real, writing ``out/sweep.csv`` after each one; return its rows.
-    ``models`` (default: the configuration's) adds a dimension: each point runs with each model.
+    ``models`` and ``congestion_controls`` (default: the configuration's) add dimensions: each
+    point runs with each model and each congestion control.
     With ``ray_address`` the points run as tasks of that Ray cluster (:mod:`fedmst.run.distributed`),
     as many at once as it has emulation slots; the table is the same, in the same order.
     However the sweep ends, ``out/sweep.json`` says so: ``status`` and the points done of all."""
@@ -167,20 +177,25 @@ def sweep(base: RunConfig, local_models: Sequence[int], seeds: Sequence[int], ou
 
     check_schedulers(schedulers)
     models = list(dict.fromkeys(models or [base.model]))
-    host, resolved = check_host(base), {}
-    for model in models:  # every input is checked and planned before the first network is built
-        for k in local_models:
-            for seed in seeds:
-                for r in resolve(replace(base, model=model, local_models=k, seed=seed), schedulers, host):
-                    resolved[(model, k, seed, r.config.scheduler)] = r
-    order = points(local_models, seeds, schedulers, models)
+    transports = list(dict.fromkeys(congestion_controls or [base.congestion_control]))
+    resolved: dict[Point, ResolvedRun] = {}
+    for cc in transports:  # every input is checked and planned before the first network is built
+        host = check_host(replace(base, congestion_control=cc))
+        for model in models:
+            for k in local_models:
+                for seed in seeds:
+                    config = replace(base, model=model, congestion_control=cc, local_models=k, seed=seed)
+                    for r in resolve(config, schedulers, host):
+                        resolved[(model, cc, k, seed, r.config.scheduler)] = r
+    order = points(local_models, seeds, schedulers, models, transports)
     out = output.path
-    folders = {p: point_folder(out, *p, len(models) > 1) for p in order}
-    described = {(m, k, seed, s): f"{s}, {counted(k, 'local model')}, seed {seed}"
-                 + (f", {m}" if len(models) > 1 else "") for m, k, seed, s in order}
-    done: dict[tuple[str, int, int, str], list[SweepRow]] = {}
+    folders = {p: point_folder(out, p, len(models) > 1, len(transports) > 1) for p in order}
+    described = {(m, cc, k, seed, s): f"{s}, {counted(k, 'local model')}, seed {seed}"
+                 + (f", {m}" if len(models) > 1 else "") + (f", {cc}" if len(transports) > 1 else "")
+                 for m, cc, k, seed, s in order}
+    done: dict[Point, list[SweepRow]] = {}
 
-    def record(point: tuple[str, int, int, str], summary: Summary, node: str) -> None:
+    def record(point: Point, summary: Summary, node: str) -> None:
         done[point] = _rows(point, summary, folders[point], node)
         write_sweep(out / "sweep.csv", [row for p in order if p in done for row in done[p]])
         progress.finished(described[point], node)
@@ -225,13 +240,14 @@ def sweep_ended(folder: Path) -> str | None:
     return f"the sweep ({SWEEP_RECORD}) was {ended}"
 
 
-def _rows(point: tuple[str, int, int, str], summary: Summary, folder: Path, node: str) -> list[SweepRow]:
+def _rows(point: Point, summary: Summary, folder: Path, node: str) -> list[SweepRow]:
     """A finished point's rows of ``sweep.csv``: one per task and round."""
-    model, k, seed, scheduler = point
+    model, cc, k, seed, scheduler = point
     busy = {r["round"]: max(float(r[f"{p}_cpu_busy"] or 0) for p in TRANSFER_PHASES)
             for r in read_csv(folder / "rounds.csv")}
     return [SweepRow(
-        model=model, model_bytes=summary.model_bytes, scheduler=scheduler, local_models=k, seed=seed,
+        model=model, model_bytes=summary.model_bytes, congestion_control=cc, scheduler=scheduler, local_models=k,
+        seed=seed,
         task=r["task"], round=int(r["round"]), broadcast_s=float(r["broadcast_s"]), train_s=float(r["train_s"]),
         upload_s=float(r["upload_s"]), round_s=float(r["round_s"]), accuracy=float(r["accuracy"]),
         run_link_bytes_measured=summary.per_round_bytes,
@@ -255,7 +271,7 @@ same bytes)."""
 def read_sweep(path: Path) -> list[dict[str, Any]]:
     """The rows of a ``sweep.csv``, each column read as its :class:`SweepRow` field's type (to
     draw its figures again); a file of another format is refused in one line."""
-    rows = read_csv(path)
+    rows = [{"congestion_control": "unrecorded", **r} for r in read_csv(path)]  # a sweep from before the column
     missing = [f for f in SWEEP_FIELDS if rows and f not in rows[0]]
     if missing:
         raise FedmstError(f"{path} lacks the columns {', '.join(missing)}")
