@@ -13,6 +13,12 @@ how fast?
 retransmissions, queue drops, ECN marks, the worst per-link weight error, round latency and the
 time to accuracy, per scheduler.
 
+``queue``: how closely the ECN marker's virtual queue (docs/transports.md) tracks the real htb
+backlog of its link: TCP flows from a across a relay b to c, the b->c link ten times slower than
+a->b, so that the queue builds at b (a sender's own link holds little: TCP small queues keep the
+rest in the socket); both sampled side by side every few milliseconds: the mean gap, its 90th
+percentile, and how often the two disagree on the queue being above K.
+
 ``distance``: a two-node line at each one-way delay and capacity (time-scaled where the host
 needs it) under each congestion control: the mean broadcast time of one model against the fluid
 prediction as the bandwidth-delay product grows, with the TCP buffers the run set.
@@ -20,7 +26,7 @@ prediction as the bandwidth-delay product grows, with the TCP buffers the run se
 Run as root from the repository, e.g.
 ``.venv/bin/python scripts/bench_transports.py interleave --repeats 3``,
 ``... loss --topology nsfnet --local-models 8 --rounds 3``,
-``... distance --delays-ms 1,10,50 --capacities-mbps 100,10000``.
+``... distance --delays-ms 1,10,50 --capacities-mbps 100,10000``, ``... queue``.
 Prints markdown tables to stdout, progress to stderr.
 """
 
@@ -138,6 +144,65 @@ def loss(args: argparse.Namespace) -> None:
     print(f"\n{args.topology}, {args.local_models} local models, {args.rounds} rounds, totals over the rounds")
 
 
+def queue(args: argparse.Namespace) -> None:
+    import subprocess
+    import time
+
+    import networkx as nx
+
+    from fedmst.net import ecn
+    from fedmst.net.congestion import prepare_transport
+    from fedmst.net.emulation import Emulation
+
+    rate = args.capacity_mbps * 1e6 / 8
+    rows = []
+    for cc in args.congestion_controls.split(","):
+        _say(f"queue: {cc}")
+        graph = nx.Graph([("a", "b", {"capacity_mbps": 10 * args.capacity_mbps, "delay_s": args.delay_ms / 1e3}),
+                          ("b", "c", {"capacity_mbps": args.capacity_mbps, "delay_s": args.delay_ms / 1e3})])
+        transport = prepare_transport(cc, ecn_k=args.ecn_k)
+        with tempfile.TemporaryDirectory(prefix="fedmst-bench-") as scratch, \
+                Emulation(graph, delay_mode="userspace", transport=transport) as emu:
+            flows = emu.install_flows({f"f{i}": ("a", "b", "c") for i in range(args.flows)})
+            interface = emu.sender_interface("b", "c")
+            program = ecn.program_id(emu.cmd("b", f"tc -j filter show dev {interface} egress"))
+            shown = json.loads(subprocess.run(["bpftool", "-j", "prog", "show", "id", str(program)],
+                                              capture_output=True, text=True).stdout)
+            map_id = shown["map_ids"][0]
+            k = emu.tcp.ecn_k_bytes[("b", "c")]
+            procs = [emu.spawn(node, target, a, env={}, log=Path(scratch) / f"{name}{i}.log", name=name)
+                     for i, flow in enumerate(flows.values())
+                     for node, target, a, name in (("c", "fedmst.net.calibrate:sink", [flow.dst_addr], "sink"),
+                                                   ("a", "fedmst.net.calibrate:source",
+                                                    [flow.dst_addr, str(args.seconds)], "send"))]
+            samples = []
+            time.sleep(0.5)  # past the flows' start
+            deadline = time.monotonic() + args.seconds - 1.0
+            while time.monotonic() < deadline:
+                qdiscs = json.loads(emu.cmd("b", f"tc -s -j qdisc show dev {interface}") or "[]")
+                real = next(q["backlog"] for q in qdiscs if q["kind"] == "htb")
+                found = json.loads(subprocess.run(["bpftool", "-j", "map", "lookup", "id", str(map_id), "key",
+                                                   "0", "0", "0", "0"], capture_output=True, text=True).stdout)
+                now = time.monotonic_ns()
+                value = found["formatted"]["value"]
+                virtual = max(0.0, value["backlog"] - (now - value["last_ns"]) * rate / 1e9)
+                samples.append((real, virtual))
+            for proc in procs:
+                proc.wait()
+        gaps = [abs(r - v) for r, v in samples]
+        disagree = sum((r > k) != (v > k) for r, v in samples) / len(samples)
+        rows.append((cc, f"{k:,}", len(samples), f"{mean(r for r, _ in samples) / 1e3:.1f}",
+                     f"{mean(v for _, v in samples) / 1e3:.1f}", f"{mean(gaps) / 1e3:.1f}",
+                     f"{sorted(gaps)[int(0.9 * len(gaps))] / 1e3:.1f}", f"{100 * disagree:.1f}"))
+    print("| congestion control | K (bytes) | samples | htb backlog, mean (KB) | virtual queue, mean (KB) | "
+          "gap, mean (KB) | gap, 90th percentile (KB) | disagree on above K (%) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(map(str, row)) + " |")
+    print(f"\n{args.flows} TCP flows a->b->c, b->c {args.capacity_mbps:g} Mbit/s (a->b ten times that), "
+          f"{args.delay_ms:g} ms a link, {args.seconds:g} s, ECN marking at K = {args.ecn_k}")
+
+
 def distance(args: argparse.Namespace) -> None:
     rows = []
     for capacity in [float(c) for c in args.capacities_mbps.split(",")]:
@@ -190,12 +255,19 @@ def main() -> int:
     three.add_argument("--capacities-mbps", default="100,10000")
     three.add_argument("--model", default="mlp-large")
     three.add_argument("--rounds", type=int, default=3)
-    for part in (one, two, three):
+    four = parts.add_parser("queue", help="the ECN marker's virtual queue against the htb backlog")
+    four.add_argument("--congestion-controls", default="cubic,dctcp")
+    four.add_argument("--capacity-mbps", type=float, default=20)
+    four.add_argument("--delay-ms", type=float, default=5)
+    four.add_argument("--flows", type=int, default=2)
+    four.add_argument("--seconds", type=float, default=6)
+    four.add_argument("--ecn-k", default="20p")
+    for part in (one, two, three, four):
         part.add_argument("--out", default=f"runs/bench-transports-{part.prog.split()[-1]}")
     args = parser.parse_args()
     args.out = str(choose(Path(args.out), given=False).path)
     _say(f"results in {args.out}/")
-    {"interleave": interleave, "loss": loss, "distance": distance}[args.part](args)
+    {"interleave": interleave, "loss": loss, "distance": distance, "queue": queue}[args.part](args)
     return 0
 
 

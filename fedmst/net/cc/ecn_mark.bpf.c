@@ -6,7 +6,8 @@
  * by every packet the sender offers: the backlog an htb queue of that rate holds. A packet that
  * finds more than ECN_K_BYTES queued is marked CE, as DCTCP's switches mark on the instantaneous
  * queue. Only ECN-capable packets can be marked; the others pass untouched. It counts what it
- * saw, so a run reports the marks on every link. */
+ * saw, so a run reports the marks on every link. Packets are counted as the link carries them:
+ * a GSO packet as its segments. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 
@@ -26,7 +27,7 @@ struct ecn_queue {
 	struct bpf_spin_lock lock;
 	__u64 last_ns;
 	__u64 backlog;      /* the virtual queue, in bytes */
-	__u64 packets;      /* offered to the link */
+	__u64 packets;      /* offered to the link (a GSO packet counts once) */
 	__u64 marked;       /* marked CE here */
 	__u64 over_k;       /* found the queue above K, ECN-capable or not */
 	__u64 peak_backlog; /* the longest the virtual queue has been */
@@ -39,12 +40,29 @@ struct {
 	__type(value, struct ecn_queue);
 } ecn_queue SEC(".maps");
 
+/* The bytes a packet puts on the link, as htb counts them: a TCP stack may hand the link GSO
+ * packets of several segments even with offloads off (segmented after the qdisc), each segment
+ * with its own headers, so (segments - 1) more copies of them. */
+static __always_inline __u64 wire_bytes(struct __sk_buff *skb)
+{
+	__u8 ihl, doff;
+
+	if (skb->gso_segs <= 1)
+		return skb->len;
+	if (bpf_skb_load_bytes(skb, 14, &ihl, 1) < 0)
+		return skb->len;
+	ihl = (ihl & 0x0f) * 4;
+	if (bpf_skb_load_bytes(skb, 14 + ihl + 12, &doff, 1) < 0)
+		return skb->len;
+	return skb->len + (__u64)(skb->gso_segs - 1) * (14 + ihl + (doff >> 4) * 4);
+}
+
 SEC("tc")
 int ecn_mark(struct __sk_buff *skb)
 {
 	__u32 zero = 0;
 	struct ecn_queue *q = bpf_map_lookup_elem(&ecn_queue, &zero);
-	__u64 now = bpf_ktime_get_ns(), drained, backlog;
+	__u64 now = bpf_ktime_get_ns(), drained, backlog, bytes = wire_bytes(skb);
 	int over;
 
 	if (!q)
@@ -58,7 +76,7 @@ int ecn_mark(struct __sk_buff *skb)
 	}
 	q->last_ns = now;
 	over = backlog > ECN_K_BYTES;
-	q->backlog = backlog + skb->len;
+	q->backlog = backlog + bytes;
 	if (q->backlog > q->peak_backlog)
 		q->peak_backlog = q->backlog;
 	q->packets++;
