@@ -309,6 +309,8 @@ BPF_CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
     ("unknown-knob", _args("--congestion-control", "dctcp", "--cc-arg", "slope=1"),
      ("--cc-arg slope=1", "dctcp has no knob 'slope'", "g_shift")),
     ("knob-of-kernel-algorithm", _args("--cc-arg", "slope=1"), ("--cc-arg", "cubic has no knobs")),
+    ("told-bytes-in-containers", _args("--congestion-control", "mltcp", "--workers", "docker"),
+     ("--congestion-control mltcp", "container", "--workers process")),
 ]
 
 

@@ -210,6 +210,8 @@ class CongestionObject:
     name_offset: int
     """File offset of ``tcp_congestion_ops.name`` (16 bytes) in the ``.struct_ops`` section."""
     flags: int
+    maps: tuple[str, ...] = ()
+    """The names of the maps it declares."""
 
     @property
     def needs_ecn(self) -> bool:
@@ -267,7 +269,9 @@ def inspect(path: Path, shown: str | None = None) -> CongestionObject:
     at = sections[".struct_ops"][0] + var["offset"]
     name = data[at + members["name"]:at + members["name"] + 16].split(b"\0", 1)[0].decode(errors="replace")
     flags, = struct.unpack_from("<I", data, at + members["flags"])
-    return CongestionObject(path, name, at + members["name"], flags)
+    maps = next((t for t in types.values() if t["kind"] == "DATASEC" and t["name"] == ".maps"), {"vars": []})
+    return CongestionObject(path, name, at + members["name"], flags,
+                            tuple(types[v["type_id"]]["name"] for v in maps["vars"]))
 
 
 # registering ----------------------------------------------------------------------------------
@@ -411,6 +415,11 @@ class Transport:
     def kernel_name(self, run_id: str) -> str:
         """The algorithm's name in the kernel for run ``run_id``."""
         return self.asked if self.obj is None else kernel_name(run_id, self.label)
+
+    @property
+    def told_bytes(self) -> bool:
+        """Whether the agents tell it each connection's bytes (it declares ``iteration_bytes``)."""
+        return self.obj is not None and ITERATION_BYTES in self.obj.maps
 
 
 def ecn_marking(text: str | None, mtu: int) -> EcnMarking | None:

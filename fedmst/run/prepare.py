@@ -91,6 +91,10 @@ def check_host(config: RunConfig) -> Host:
     delay_mode = resolve_delay_mode(config.delay_mode, capabilities)
     require_tools(delay_mode, background=bool(config.traffic or config.traffic_file))
     transport = prepare_transport(config.congestion_control, config.cc_args, config.ecn_k, config.mtu)
+    if transport.told_bytes and config.workers == "docker":
+        raise FedmstError(f"--congestion-control {config.congestion_control}: the agents tell it each connection's "
+                          "bytes through a kernel map, which an agent in a container may not open: use --workers "
+                          "process")
     return Host(delay_mode=delay_mode, netem_available=capabilities.netem, transport=transport)
 
 
