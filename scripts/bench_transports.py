@@ -166,9 +166,9 @@ def queue(args: argparse.Namespace) -> None:
             flows = emu.install_flows({f"f{i}": ("a", "b", "c") for i in range(args.flows)})
             interface = emu.sender_interface("b", "c")
             program = ecn.program_id(emu.cmd("b", f"tc -j filter show dev {interface} egress"))
-            shown = json.loads(subprocess.run(["bpftool", "-j", "prog", "show", "id", str(program)],
-                                              capture_output=True, text=True).stdout)
-            map_id = shown["map_ids"][0]
+            map_id = ecn.queue_map(program) if program is not None else None
+            if map_id is None:
+                raise SystemExit(f"no ECN marker on {interface}")
             k = emu.tcp.ecn_k_bytes[("b", "c")]
             procs = [emu.spawn(node, target, a, env={}, log=Path(scratch) / f"{name}{i}.log", name=name)
                      for i, flow in enumerate(flows.values())

@@ -10,6 +10,7 @@ which :func:`read` collects per link direction for ``ecn.csv``.
 from __future__ import annotations
 
 import json
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,16 +74,18 @@ def program_id(filters_json: str) -> int | None:
     return None
 
 
+def queue_map(program: int) -> int | None:
+    """The id of the virtual queue's map of the marker whose program id is ``program`` (None if it is gone)."""
+    shown = subprocess.run(["bpftool", "-j", "prog", "show", "id", str(program)], capture_output=True, text=True)
+    map_ids = json.loads(shown.stdout).get("map_ids", []) if shown.returncode == 0 else []
+    return map_ids[0] if map_ids else None
+
+
 def read(program: int) -> MarkCounts | None:
     """The counters of the marker whose program id is ``program`` (None if it is gone)."""
-    import subprocess
-
-    shown = subprocess.run(["bpftool", "-j", "prog", "show", "id", str(program)], capture_output=True, text=True)
-    if shown.returncode != 0:
-        return None
-    for map_id in json.loads(shown.stdout).get("map_ids", []):
-        for entry in dump_map(map_id):
-            value = entry.get("formatted", {}).get("value", {})
-            if "marked" in value:
-                return MarkCounts(value["packets"], value["over_k"], value["marked"], value["peak_backlog"])
+    map_id = queue_map(program)
+    for entry in dump_map(map_id) if map_id is not None else []:
+        value = entry.get("formatted", {}).get("value", {})
+        if "marked" in value:
+            return MarkCounts(value["packets"], value["over_k"], value["marked"], value["peak_backlog"])
     return None
