@@ -40,6 +40,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 from statistics import mean, stdev
+from typing import Sequence
 
 from fedmst.run.config import RunConfig
 from fedmst.run.engine import run
@@ -51,6 +52,15 @@ WORKLOAD = Path(__file__).resolve().parents[1] / "topologies" / "workloads" / "d
 
 def _say(line: str) -> None:
     print(line, file=sys.stderr)
+
+
+def _table(columns: Sequence[str], rows: Sequence[Sequence[object]], caption: str) -> None:
+    """A markdown table on stdout, then its caption."""
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for row in rows:
+        print("| " + " | ".join(map(str, row)) + " |")
+    print(f"\n{caption}")
 
 
 def _tasks_rounds(folder: Path) -> dict[str, list[float]]:
@@ -84,12 +94,9 @@ def interleave(args: argparse.Namespace) -> None:
             spread = f" ± {stdev(means):.2f}" if len(means) > 1 else ""
             rows.append((queue, cc, shift, f"{mean(means):.2f}{spread}", f"{predicted:.2f}",
                          ", ".join(f"{m:.2f}" for m in means)))
-    print("| queue | congestion control | shifts | mean iteration time (s), measured | predicted (s) | each run |")
-    print("|---|---|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
-    print(f"\n{args.rounds} rounds, compute {args.compute_s:g} s, 1 epoch of real training, MTU {args.mtu}, "
-          f"model mlp-large, {args.repeats} run(s) each")
+    _table(("queue", "congestion control", "shifts", "mean iteration time (s), measured", "predicted (s)", "each run"),
+           rows, f"{args.rounds} rounds, compute {args.compute_s:g} s, 1 epoch of real training, MTU {args.mtu}, "
+                 f"model mlp-large, {args.repeats} run(s) each")
     _plot_convergence(curves, Path(args.out) / "convergence.png")
 
 
@@ -136,12 +143,9 @@ def loss(args: argparse.Namespace) -> None:
                          sum(int(r["queue_drops"]) for r in rounds), "-" if marks is None else marks,
                          f"{max(errors, default=0):.2f}", f"{summary.round_latency_s:.2f}",
                          "-" if tta is None else f"{tta:.2f}"))
-    print("| congestion control | scheduler | TCP retransmissions | queue drops | ECN marks | max per-link weight "
-          "error (%) | round latency (s) | time to accuracy (s) |")
-    print("|---|---|---|---|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(map(str, row)) + " |")
-    print(f"\n{args.topology}, {args.local_models} local models, {args.rounds} rounds, totals over the rounds")
+    _table(("congestion control", "scheduler", "TCP retransmissions", "queue drops", "ECN marks",
+            "max per-link weight error (%)", "round latency (s)", "time to accuracy (s)"), rows,
+           f"{args.topology}, {args.local_models} local models, {args.rounds} rounds, totals over the rounds")
 
 
 def queue(args: argparse.Namespace) -> None:
@@ -194,13 +198,10 @@ def queue(args: argparse.Namespace) -> None:
         rows.append((cc, f"{k:,}", len(samples), f"{mean(r for r, _ in samples) / 1e3:.1f}",
                      f"{mean(v for _, v in samples) / 1e3:.1f}", f"{mean(gaps) / 1e3:.1f}",
                      f"{sorted(gaps)[int(0.9 * len(gaps))] / 1e3:.1f}", f"{100 * disagree:.1f}"))
-    print("| congestion control | K (bytes) | samples | htb backlog, mean (KB) | virtual queue, mean (KB) | "
-          "gap, mean (KB) | gap, 90th percentile (KB) | disagree on above K (%) |")
-    print("|---|---|---|---|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(map(str, row)) + " |")
-    print(f"\n{args.flows} TCP flows a->b->c, b->c {args.capacity_mbps:g} Mbit/s (a->b ten times that), "
-          f"{args.delay_ms:g} ms a link, {args.seconds:g} s, ECN marking at K = {args.ecn_k}")
+    _table(("congestion control", "K (bytes)", "samples", "htb backlog, mean (KB)", "virtual queue, mean (KB)",
+            "gap, mean (KB)", "gap, 90th percentile (KB)", "disagree on above K (%)"), rows,
+           f"{args.flows} TCP flows a->b->c, b->c {args.capacity_mbps:g} Mbit/s (a->b ten times that), "
+           f"{args.delay_ms:g} ms a link, {args.seconds:g} s, ECN marking at K = {args.ecn_k}")
 
 
 def distance(args: argparse.Namespace) -> None:
@@ -226,12 +227,9 @@ def distance(args: argparse.Namespace) -> None:
                     rows.append((f"{capacity:g}", f"{delay_ms:g}", f"{bdp_kb:,.0f}", cc, f"{measured:.3f}",
                                  f"{predicted:.3f}", f"{measured / predicted:.2f}", f"{emulated['time_scale']:g}",
                                  f"{emulated['tcp_buffer_bytes']:,}"))
-    print("| capacity (Mbit/s) | one-way delay (ms) | BDP (KB) | congestion control | broadcast (s), measured | "
-          "predicted (s) | measured / predicted | time scale | TCP buffer (bytes) |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(map(str, row)) + " |")
-    print(f"\na-b line, one local model of {args.model}, {args.rounds} rounds each")
+    _table(("capacity (Mbit/s)", "one-way delay (ms)", "BDP (KB)", "congestion control", "broadcast (s), measured",
+            "predicted (s)", "measured / predicted", "time scale", "TCP buffer (bytes)"), rows,
+           f"a-b line, one local model of {args.model}, {args.rounds} rounds each")
 
 
 def main() -> int:
