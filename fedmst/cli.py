@@ -400,7 +400,8 @@ def _draw_sweep(rows: list[dict[str, Any]], folder: Path) -> None:
 
 CLUSTER_OPTIONS = ("topology", "slots", "jobs", "time_compress", "scheduler", "mode", "job_order", "placement",
                    "preempt", "rounds", "model", "dataset", "epochs", "compute_s", "seed", "lr", "batch_size",
-                   "optimizer", "strategy", "strategy_args", "chunk_bytes", "mtu", "delay_mode", "time_scale")
+                   "optimizer", "strategy", "strategy_args", "chunk_bytes", "mtu", "delay_mode", "congestion_control",
+                   "cc_args", "ecn_k", "time_scale")
 """The options of ``cluster``, in the order ``--help`` lists them."""
 
 

@@ -221,6 +221,15 @@ def test_bad_cluster_input(tmp_path: Path, mode: str, setup: Setup, fragments: t
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("extra", [["--congestion-control", "dctcp"], ["--ecn-k", "20p"], ["--cc-arg", "slope=1"]])
+def test_a_simulated_cluster_refuses_tcp_options(tmp_path: Path, extra: list[str]) -> None:
+    """The fluid model runs no TCP: a congestion control or ECN marking asked of it is refused."""
+    line = error_line(fedmst(tmp_path, "cluster", "--topology", "line3", "--jobs", "poisson:60,3", "--mode",
+                             "simulate", "--out", "out", *extra))
+    assert extra[0] in line and "--mode emulate" in line, line
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("schedulers,fragments", [
     ("spff,no-such-sched", ("'no-such-sched'", "choose one of")),
     ("spff,mst,spff", ("--schedulers", "spff given twice")),

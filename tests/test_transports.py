@@ -147,3 +147,19 @@ def test_a_sweep_makes_the_transport_an_axis(clean_host: None, tmp_path: Path) -
         emulated = json.loads((out / f"{cc}-k2-seed1" / "mst" / "summary.json").read_text())["emulated"]
         assert emulated["congestion_control"] == cc
         assert (out / f"latency_vs_local_models-{cc}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_emulated_clusters_jobs_run_the_congestion_control(clean_host: None, tmp_path: Path) -> None:
+    """`fedmst cluster --congestion-control dctcp`: every job's connections run the run's DCTCP,
+    and the shared links' markers are counted in the cluster folder's ecn.csv."""
+    out = tmp_path / "cluster"
+    proc = subprocess.run([FEDMST, "cluster", "--topology", "line3", "--slots", "1", "--jobs", "poisson:60,2",
+                           "--seed", "3", "--rounds", "1", "--model", "mlp", "--congestion-control", "dctcp",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert [r["status"] for r in read_csv(out / "jobs.csv")] == ["finished", "finished"]
+    for job in ("job0", "job1"):
+        workers = json.loads((out / "jobs" / job / "workers.json").read_text())
+        assert all(set(w["congestion_control"]) == {next(iter(w["congestion_control"]))} and
+                   OURS.match(next(iter(w["congestion_control"]))) for w in workers.values()), workers
+    assert len(read_csv(out / "ecn.csv")) == 4

@@ -422,6 +422,12 @@ def _check_together(config: RunConfig) -> None:
                                                                               DEFAULT_DATASET)) if v != d]
         if given:
             raise FedmstError(f"--client brings its own model and data: leave out {' and '.join(given)}")
+    if config.mode == "simulate":
+        default = options()["congestion_control"][0].default
+        given = [o for o, v in (("--congestion-control", config.congestion_control != default),
+                                ("--cc-arg", config.cc_args), ("--ecn-k", config.ecn_k)) if v]
+        if given:
+            raise FedmstError(f"{', '.join(given)}: the fluid model of --mode simulate runs no TCP; use --mode emulate")
     if config.interleave != "none" and config.clock != "independent":
         raise FedmstError(f"--interleave {config.interleave} shifts tasks on their own clocks: add --clock independent")
     if config.clock == "independent":
