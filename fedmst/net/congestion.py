@@ -311,6 +311,12 @@ def _struct_ops(*args: str) -> list[tuple[int, dict]]:
     return found
 
 
+def program_maps(program: int) -> list[int]:
+    """The ids of the maps BPF program ``program`` uses (none if it is gone)."""
+    shown = _bpftool("-j", "prog", "show", "id", str(program))
+    return json.loads(shown.stdout).get("map_ids", []) if shown.returncode == 0 else []
+
+
 def registered() -> dict[str, int]:
     """Every BPF congestion control registered on this host: name -> its struct_ops map id."""
     return {str(data["name"]): map_id for map_id, data in _struct_ops()}
@@ -328,12 +334,10 @@ class Registration:
         programs = {int(m.group(1)) for _, data in _struct_ops("id", str(self.struct_ops_id))
                     for v in data.values() if isinstance(v, str) for m in [re.search(r"prog_id:(\d+)", v)] if m}
         maps: dict[str, int] = {}
-        for prog in programs:
-            shown = _bpftool("-j", "prog", "show", "id", str(prog))
-            for map_id in json.loads(shown.stdout).get("map_ids", []) if shown.returncode == 0 else []:
-                info = _bpftool("-j", "map", "show", "id", str(map_id))
-                if info.returncode == 0:
-                    maps[json.loads(info.stdout)["name"]] = map_id
+        for map_id in (map_id for prog in programs for map_id in program_maps(prog)):
+            info = _bpftool("-j", "map", "show", "id", str(map_id))
+            if info.returncode == 0:
+                maps[json.loads(info.stdout)["name"]] = map_id
         return maps
 
     def unregister(self) -> None:

@@ -10,13 +10,12 @@ which :func:`read` collects per link direction for ``ecn.csv``.
 from __future__ import annotations
 
 import json
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import networkx as nx
 
-from fedmst.net.congestion import SOURCES, compile_bpf, dump_map
+from fedmst.net.congestion import SOURCES, compile_bpf, dump_map, program_maps
 
 MARKER = SOURCES / "ecn_mark.bpf.c"
 
@@ -76,8 +75,7 @@ def program_id(filters_json: str) -> int | None:
 
 def queue_map(program: int) -> int | None:
     """The id of the virtual queue's map of the marker whose program id is ``program`` (None if it is gone)."""
-    shown = subprocess.run(["bpftool", "-j", "prog", "show", "id", str(program)], capture_output=True, text=True)
-    map_ids = json.loads(shown.stdout).get("map_ids", []) if shown.returncode == 0 else []
+    map_ids = program_maps(program)
     return map_ids[0] if map_ids else None
 
 

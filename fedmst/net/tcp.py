@@ -46,13 +46,16 @@ class RunTcp:
         self.maps: dict[str, list[dict]] = {}
         """The BPF algorithm's own maps (name -> entries), as :meth:`read` found them."""
         self._registration: Registration | None = None
+        self._map_ids: dict[str, int] = {}
+        """The BPF algorithm's own maps by name, found once it is registered."""
 
     def start(self, run_id: str) -> None:
         """Register a BPF algorithm as run ``run_id``'s own."""
         if self.transport is not None and self.transport.obj is not None:
             self.congestion_control = self.transport.kernel_name(run_id)
             self._registration = register(self.transport.obj, self.congestion_control)
-            self.iteration_bytes_map = self._registration.maps().get(ITERATION_BYTES)
+            self._map_ids = self._registration.maps()
+            self.iteration_bytes_map = self._map_ids.get(ITERATION_BYTES)
 
     def buffer_command(self) -> str:
         """Set a host's TCP buffer ceilings (``tcp_rmem``/``tcp_wmem``, autotuning's maximum) to
@@ -76,8 +79,7 @@ class RunTcp:
                 counts = ecn.read(program) if program is not None else None
                 if counts is not None:
                     self.ecn_marks[hop] = counts
-        if self._registration is not None:
-            self.maps = {name: dump_map(map_id) for name, map_id in self._registration.maps().items()}
+        self.maps = {name: dump_map(map_id) for name, map_id in self._map_ids.items()}
 
     def stop(self) -> None:
         """Unregister the run's BPF algorithm (once its connections are gone). Safe to call twice."""
