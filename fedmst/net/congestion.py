@@ -47,6 +47,8 @@ NAME_LIMIT = 15
 CACHE_DIR = Path(os.environ.get("FEDMST_CACHE_DIR", "/var/cache/fedmst")) / "bpf"
 """Compiled objects and ``vmlinux.h``, by content: a second run builds nothing."""
 INSTALL = "apt-get install clang libbpf-dev bpftool (scripts/setup.sh does)"
+AVAILABLE = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+"""The congestion controls the kernel offers (the same in every namespace)."""
 
 
 @dataclass(frozen=True)
@@ -346,7 +348,7 @@ class Registration:
 
 def register(obj: CongestionObject, name: str) -> Registration:
     """Register the algorithm of ``obj`` as ``name``, refused in one line if that name is taken."""
-    if name in Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split():
+    if name in AVAILABLE.read_text().split():
         raise EmulationError(f"congestion control {name} is registered already (`fedmst clean` removes a dead run's)")
     with tempfile.TemporaryDirectory(prefix="fedmst-build-") as tmp:
         done = _bpftool("struct_ops", "register", str(obj.renamed(name, Path(tmp) / "cc.bpf.o")))
@@ -461,7 +463,7 @@ def prepare_transport(asked: str, cc_args: Sequence[str] = (), ecn_k: str | None
     if ecn is not None:
         require_toolchain(f"--ecn-k {ecn_k}")
     if asked in KERNEL_CONGESTION_CONTROLS:
-        available = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+        available = AVAILABLE.read_text().split()
         if asked not in available:
             raise EmulationError(f"--congestion-control {asked}: this kernel offers {', '.join(available)} "
                                  f"(load it with: modprobe tcp_{asked})")

@@ -55,8 +55,6 @@ class MarkCounts:
     """The longest the virtual queue grew."""
 
 
-FIELDS = ("packets", "over_k", "marked", "peak_backlog_bytes")
-
 
 def program_id(filters_json: str) -> int | None:
     """The BPF program id of an interface's egress filter, from ``tc -j filter show``.

@@ -36,8 +36,8 @@ class RunTcp:
         largest bandwidth-delay product (the fastest link over the longest round trip; a slowed
         run's capacity and delay scale inversely, so it is the network's figure too), or this
         host's own ceiling where that is higher."""
-        self.congestion_control: str | None = transport.asked if transport and transport.obj is None else None
-        """The name the kernel knows it by (a BPF one's: the run's own, from :meth:`start` on)."""
+        self.congestion_control: str | None = None
+        """The name the kernel knows it by (a BPF one's: the run's own), from :meth:`start` on."""
         self.iteration_bytes_map: int | None = None
         """The id of the algorithm's ``iteration_bytes`` map, where it has one (the agents write it)."""
         self.ecn_k_bytes: dict[LinkDir, int] = {}
@@ -50,9 +50,10 @@ class RunTcp:
         """The BPF algorithm's own maps by name, found once it is registered."""
 
     def start(self, run_id: str) -> None:
-        """Register a BPF algorithm as run ``run_id``'s own."""
-        if self.transport is not None and self.transport.obj is not None:
+        """Name the congestion control for run ``run_id``, and register a BPF one as its own."""
+        if self.transport is not None:
             self.congestion_control = self.transport.kernel_name(run_id)
+        if self.transport is not None and self.transport.obj is not None:
             self._registration = register(self.transport.obj, self.congestion_control)
             self._map_ids = self._registration.maps()
             self.iteration_bytes_map = self._map_ids.get(ITERATION_BYTES)

@@ -335,7 +335,7 @@ def _runner(resolved: ResolvedCluster, out: Path, report: Report) -> Iterator[Ru
                 yield runner
     finally:
         if emu is not None:
-            write_transport(out, emu, base.graph)
+            write_transport(out, emu.tcp, base.graph)
         try:
             backend.down()
         finally:

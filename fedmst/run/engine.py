@@ -122,7 +122,7 @@ class _Run:
             if self.emu is not None and self.emu.delay_stats and not gone:
                 write_json(out / "delay_lines.json", self.emu.delay_stats)
             if self.emu is not None and not gone:
-                write_transport(out, self.emu, self.resolved.graph)
+                write_transport(out, self.emu.tcp, self.resolved.graph)
             summary = None if gone else self.summarise()
         if gone:
             raise FedmstError(_gone(out))

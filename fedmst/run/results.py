@@ -16,11 +16,18 @@ import io
 import json
 import os
 import secrets
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from fedmst.errors import FedmstError
+from fedmst.net.congestion import AggressivenessBin
+from fedmst.net.ecn import MarkCounts
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+    from fedmst.net.tcp import RunTcp
 
 ROUND_FIELDS = (
     "round", "broadcast_s", "train_s", "upload_s", "round_s",
@@ -143,22 +150,20 @@ def _int(text: str) -> int:
     return int(float(text))
 
 
-ECN_FIELDS = ("link", "src", "dst", "capacity_mbps", "k_bytes", "packets", "over_k", "marked", "peak_backlog_bytes")
-MLTCP_FIELDS = ("bytes_ratio", "acked_packets", "mean_aggressiveness", "window_growth_packets")
+ECN_FIELDS = ("link", "src", "dst", "capacity_mbps", "k_bytes") + tuple(f.name for f in fields(MarkCounts))
+MLTCP_FIELDS = tuple(f.name for f in fields(AggressivenessBin))
 
 
-def write_transport(out: Path, emu: Any, graph: Any) -> None:
-    """``ecn.csv`` and ``mltcp.csv`` from what a closed emulation ``emu`` read of its transport
-    (nothing where it has neither); ``graph`` gives each link's capacity in the network's terms."""
+def write_transport(out: Path, tcp: RunTcp, graph: nx.Graph) -> None:
+    """``ecn.csv`` and ``mltcp.csv`` from what a closed emulation's TCP read (nothing where it has
+    neither); ``graph`` gives each link's capacity in the network's terms."""
     from fedmst.core.topology import node_order
     from fedmst.net.congestion import aggressiveness
 
-    if emu.tcp.ecn_marks:
+    if tcp.ecn_marks:
         rows = [{"link": "-".join(sorted((u, v), key=node_order)), "src": u, "dst": v,
-                 "capacity_mbps": graph.edges[u, v]["capacity_mbps"], "k_bytes": emu.tcp.ecn_k_bytes.get((u, v)), **{
-                     name: getattr(counts, name) for name in ECN_FIELDS[5:]}}
-                for (u, v), counts in emu.tcp.ecn_marks.items()]
+                 "capacity_mbps": graph.edges[u, v]["capacity_mbps"], "k_bytes": tcp.ecn_k_bytes.get((u, v)),
+                 **asdict(counts)} for (u, v), counts in tcp.ecn_marks.items()]
         write_csv(out / "ecn.csv", ECN_FIELDS, rows)
-    if "mltcp_stats" in emu.tcp.maps:
-        bins = aggressiveness(emu.tcp.maps["mltcp_stats"])
-        write_csv(out / "mltcp.csv", MLTCP_FIELDS, [{name: getattr(b, name) for name in MLTCP_FIELDS} for b in bins])
+    if "mltcp_stats" in tcp.maps:
+        write_csv(out / "mltcp.csv", MLTCP_FIELDS, [asdict(b) for b in aggressiveness(tcp.maps["mltcp_stats"])])

@@ -50,9 +50,6 @@ class IterationBytes:
         _bpf(_BPF_MAP_UPDATE_ELEM, struct.pack("=I4xQQQ", self.fd, ctypes.addressof(key),
                                                ctypes.addressof(value), 0))
 
-    def close(self) -> None:
-        os.close(self.fd)
-
 
 class Told:
     """The connections of each task that this agent tells the congestion control about: the
