@@ -23,6 +23,7 @@ import click
 from rich.console import Console
 
 from fedmst.errors import FedmstError
+from fedmst.net.congestion import CONGESTION_CONTROLS
 from fedmst.run.config import SWEEP, RunConfig, options, read_config_file, split_list, validate
 from fedmst.run.layout import SWEEP_RECORD
 from fedmst.wording import counted
@@ -309,9 +310,9 @@ def _int_list(_ctx: object, _param: object, value: str) -> list[int]:
                    "with, instead of --model; with several, the sweep also maps where each schedule wins.")
 @_schema_options("topology", "delay_mode", "time_scale", "strategy", "strategy_args", changed=SWEEP)
 @click.option("--congestion-control", "congestion_controls", default=None, metavar="NAME,...",
-              help="Comma-separated TCP congestion controls (cubic, bbr, reno, dctcp, mltcp, mltcp-cubic, "
-                   "PATH.bpf.c) to run every point with; with several, the transport is an axis of the figures.  "
-                   "[default: cubic]")
+              help=f"Comma-separated TCP congestion controls ({', '.join(CONGESTION_CONTROLS)}, PATH.bpf.c) to run "
+                   "every point with; with several, the transport is an axis of the figures.  [default: "
+                   f"{options()['congestion_control'][0].default}]")
 @click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
               help="Run the points as tasks of the Ray cluster at ADDRESS (host:port, or auto for the one on this "
                    "host), one per emulation slot its nodes offer (scripts/ray-local.sh start N makes one here).")

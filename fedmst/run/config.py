@@ -20,7 +20,8 @@ from fedmst.core.tasks import DEFAULT_DATASET, DEFAULT_MODEL
 from fedmst.core.wire import DEFAULT_MTU
 from fedmst.errors import FedmstError
 from fedmst.net.queues import QUEUES
-from fedmst.net.congestion import CONGESTION_CONTROLS, congestion_control_ok, ecn_k_ok
+from fedmst.net.congestion import (BPF_CONGESTION_CONTROLS, CONGESTION_CONTROLS, KERNEL_CONGESTION_CONTROLS,
+                                  congestion_control_ok, ecn_k_ok)
 from fedmst.workers import DEFAULT_IMAGE
 
 OPTIMIZERS = ("sgd", "momentum", "adam")
@@ -191,13 +192,15 @@ class RunConfig:
         check=(congestion_control_ok, f"choose one of {', '.join(CONGESTION_CONTROLS)}, or give PATH.bpf.c or "
                                       "PATH.bpf.o"),
         help="TCP congestion control of every transfer and background TCP flow, whatever this host's default: "
-             "the kernel's cubic (Linux's default), bbr or reno; fedmst's own in BPF, dctcp (ECN marks at every "
-             "link sender) or mltcp (MLTCP over Reno); or your own tcp_congestion_ops in BPF (docs/transports.md).")
+             f"the kernel's {', '.join(KERNEL_CONGESTION_CONTROLS)} (cubic is Linux's default); fedmst's own in BPF, "
+             f"{', '.join(BPF_CONGESTION_CONTROLS)}; or your own tcp_congestion_ops in BPF (docs/transports.md).")
     """Set on every flow's routes (:mod:`fedmst.net.routes`): a host's default may differ. A BPF
     one is built and registered for the run (:mod:`fedmst.net.congestion`)."""
     cc_args: tuple[str, ...] = option(
         (), "--cc-arg", metavar="KNOB=VALUE", check=(lambda v: all(_knob_ok(a) for a in v), "give KNOB=NUMBER"),
-        help="Set one of the congestion control's knobs (mltcp: slope, intercept; dctcp: g_shift); repeatable.")
+        help="Set one of the congestion control's knobs ("
+             + "; ".join(f"{name}: {', '.join(a.knobs)}" for name, a in BPF_CONGESTION_CONTROLS.items())
+             + "); repeatable.")
     ecn_k: str | None = option(
         None, "--ecn-k", metavar="BYTES|Np|auto",
         check=(ecn_k_ok, "give auto, or a positive number of bytes, or of packets as Np"),
