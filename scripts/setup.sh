@@ -9,7 +9,7 @@ if [[ $(id -u) -ne 0 ]]; then
     exit 1
 fi
 
-echo "== system packages (mininet for mnexec, net-tools for Mininet's ifconfig, iproute2/tc, ethtool, sysctl, ping, tcpdump; tmux for the tests of the live view; clang, libbpf-dev and bpftool for the congestion controls and ECN marking in BPF)"
+echo "== system packages (mininet for mnexec, net-tools for Mininet's ifconfig, iproute2/tc, ethtool, sysctl, ping, tcpdump; tmux for the tests of the live view; clang, libbpf-dev and bpftool for the congestion controls and ECN marking in BPF; gcc and libnetfilter-queue-dev for the delay line)"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 # net-tools and procps by name: Mininet exits without ifconfig, fedmst configures hosts with sysctl
@@ -23,6 +23,8 @@ echo "== virtual environment in .venv"
 # torch first and pinned: the CPU build (set TORCH_SPEC to pick another build or index)
 .venv/bin/pip install -q ${TORCH_SPEC:-torch==2.13.0}
 .venv/bin/pip install -q -e '.[test,ray,flower]'
+echo "== the compiled delay line (fedmst/net/delayline.c, against libnetfilter_queue)"
+.venv/bin/python -c "from fedmst.net.delayline import build; print(build())"
 
 # `fedmst` on the PATH, as every command in README.md and docs/ is written: a link to this
 # checkout's .venv/bin/fedmst (a link of another checkout is moved here; a file that is no link is left)

@@ -1,16 +1,20 @@
 """The user-space delay line: its scheduling rules with a fake clock, then real packets in Mininet.
 
-The pure tests drive :class:`DelayLine` with explicit times and fake packets. The integration
-tests hold real ICMP packets at a receiving host's ingress (iptables ``raw`` PREROUTING ->
-NFQUEUE -> ``python -m fedmst.net.delayline``) on topology ``line3`` and measure what ``ping`` sees.
+The pure tests drive :class:`DelayLine` with explicit times and fake packets, and play the same
+scripts through the compiled line's rules (``fedmst-delay replay``), which must decide every
+packet as the class does. The integration tests hold real ICMP packets at a receiving host's
+ingress (iptables ``raw`` PREROUTING -> NFQUEUE -> ``python -m fedmst.net.delayline``, in Python and
+compiled) on topology ``line3`` and measure what ``ping`` sees.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,7 +24,7 @@ from typing import IO, Any, Iterator
 import psutil
 import pytest
 
-from fedmst.net.delayline import DelayLine, ingress_rule, main
+from fedmst.net.delayline import DelayLine, build, ingress_rule, main
 
 
 class FakePacket:
@@ -175,6 +179,66 @@ def test_main_refuses_bad_parameters_in_one_line(capsys: pytest.CaptureFixture[s
     assert err.count("\n") == 1 and "delay" in err
 
 
+# the compiled line follows the class ------------------------------------------------------------
+def _script(rng: random.Random, steps: int) -> list[tuple]:
+    """Pushes (mostly) and releases at rising times, a retune now and then."""
+    t, script = 0.0, []
+    for _ in range(steps):
+        t += rng.expovariate(3000)
+        roll = rng.random()
+        if roll < 0.75:
+            script.append(("push", t))
+        elif roll < 0.99:
+            script.append(("release", t, rng.choice([0.0, 5e-5, 2e-3])))
+        else:
+            script.append(("retune", rng.choice([None, rng.uniform(0, 0.02)]), rng.choice([None, rng.random() / 2])))
+    return script
+
+
+def _by_class(line: DelayLine, script: list[tuple]) -> list[tuple]:
+    said: list[tuple] = []
+    for step in script:
+        if step[0] == "push":
+            lost, overflow = line.lost, line.overflow
+            line.push(FakePacket(line.received), step[1])
+            said.append(("lost",) if line.lost > lost else ("overflow",) if line.overflow > overflow
+                        else ("kept", line._last_due))
+        elif step[0] == "release":
+            out = line.release(step[1], step[2])
+            said.append(("released", len(out), out[-1].n if out else 0))
+        else:
+            line.retune(step[1], step[2])
+    return said
+
+
+def _by_program(program: Path, line_args: list[str], script: list[tuple]) -> tuple[list[tuple], dict]:
+    words = {"push": lambda t: f"push {t!r}", "release": lambda t, ahead: f"release {t!r} {ahead!r}",
+             "retune": lambda d, p: f"retune {'-' if d is None else repr(d)} {'-' if p is None else repr(p)}"}
+    text = "\n".join(words[step[0]](*step[1:]) for step in script) + "\nstats\n"
+    done = subprocess.run([str(program), "replay", *line_args], input=text, capture_output=True, text=True,
+                          check=True)
+    lines = done.stdout.splitlines()
+    start = lines.index("{")
+    said = [(w[0], float(w[1])) if w[0] == "kept" else (w[0], *map(int, w[1:])) for w in map(str.split, lines[:start])]
+    return said, json.loads("\n".join(lines[start:]))
+
+
+@pytest.mark.parametrize("capacity,delay_s,jitter_s,loss,seed", [
+    (4096, 0.010, 0.0, 0.0, 1), (4096, 0.010, 0.002, 0.0, 2), (40, 0.010, 0.004, 0.1, 3),
+    (8, 0.002, 0.003, 0.3, 0), (4096, 0.0, 0.0, 0.0, 7), (100, 0.005, 0.001, 0.05, 2**40 + 3)])
+def test_the_compiled_line_decides_every_packet_as_the_class_does(
+        capacity: int, delay_s: float, jitter_s: float, loss: float, seed: int) -> None:
+    """Same seed, same arrivals: the same packets lost or overflowing, the same due time (to the
+    last bit) for each kept one, the same packets released by each call, the same statistics."""
+    script = _script(random.Random(seed), 4000)
+    line = DelayLine(delay_s, jitter_s, loss, capacity, seed)
+    expected = _by_class(line, script)
+    said, stats = _by_program(build(), [str(capacity), repr(delay_s), repr(jitter_s), repr(loss), str(seed)], script)
+    assert said == expected
+    assert stats == {"implementation": "compiled", **line.stats()}
+    assert line.passed > 1000 and (line.lost > 0 or not loss) and (line.overflow > 0 or capacity > 40)
+
+
 # integration ------------------------------------------------------------------------------------
 QUEUE = 0  # NFQUEUE numbers are per network namespace: every host can use queue 0
 
@@ -187,6 +251,14 @@ def _addr(emu: object, node: str, intf: str) -> str:
 def _bound(emu: object, node: str, queue: int) -> bool:
     out = emu.cmd(node, "cat /proc/net/netfilter/nfnetlink_queue 2>/dev/null")  # type: ignore[attr-defined]
     return any(line.split() and line.split()[0] == str(queue) for line in out.splitlines())
+
+
+IMPLEMENTATIONS = ["python", "compiled"]
+
+
+def _as(implementation: str) -> list[str]:
+    """The delay line's arguments that pick ``implementation``."""
+    return ["--compiled", str(build())] if implementation == "compiled" else []
 
 
 def _start_delay_line(emu: object, node: str, intf: str, tmp: Path, *args: str) -> tuple[object, Path]:
@@ -230,8 +302,10 @@ def _gone(procs: list) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 @pytest.mark.parametrize("delay_ms", [10.0, 2.0])
-def test_ping_rtt_is_twice_the_one_way_delay(delay_ms: float, tmp_path: Path, clean_host: None) -> None:
+def test_ping_rtt_is_twice_the_one_way_delay(delay_ms: float, implementation: str, tmp_path: Path,
+                                             clean_host: None) -> None:
     """Median RTT through both delay lines against twice the delay plus the stack's own RTT. Not
     below 2 ms: each packet's verdict costs a few tens of microseconds that no delay can hide,
     and on an idle host that alone can exceed the 0.1 ms tolerance of a 1 ms delay (docs/delay-and-loss.md:
@@ -242,7 +316,8 @@ def test_ping_rtt_is_twice_the_one_way_delay(delay_ms: float, tmp_path: Path, cl
         _, _, base = _ping(emu, "a", b, "-c 20 -i 0.05", median=True)  # the stack's own RTT, no delay line yet
         assert base is not None
         for node, intf in (("b", emu.interfaces("b")[0]), ("a", emu.interfaces("a")[0])):  # a->b held at b, b->a at a
-            procs.append(_start_delay_line(emu, node, intf, tmp_path, "--delay-ms", str(delay_ms))[0])
+            procs.append(_start_delay_line(emu, node, intf, tmp_path, "--delay-ms", str(delay_ms),
+                                           *_as(implementation))[0])
         sent, got, rtt = _ping(emu, "a", b, "-c 20 -i 0.05", median=True)
     _gone(procs)
     assert sent == got == 20
@@ -257,16 +332,18 @@ def test_ping_rtt_is_twice_the_one_way_delay(delay_ms: float, tmp_path: Path, cl
     assert abs(rtt - (want + base)) <= tolerance, (rtt, base)
     for node in ("a", "b"):
         stats = json.loads((tmp_path / f"{node}-stats.json").read_text())  # written on SIGTERM
+        assert stats["implementation"] == implementation
         assert stats["passed"] >= 20 and stats["lost"] == stats["overflow"] == 0, stats
         assert stats["kernel_queue_dropped"] == 0 and stats["kernel_user_dropped"] == 0, stats
 
 
 @pytest.mark.integration
-def test_loss_on_one_direction(tmp_path: Path, clean_host: None) -> None:
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_loss_on_one_direction(implementation: str, tmp_path: Path, clean_host: None) -> None:
     with _line3() as emu:
         b = _addr(emu, "b", emu.interfaces("b")[0])
         proc, stats_file = _start_delay_line(emu, "b", emu.interfaces("b")[0], tmp_path,
-                                             "--delay-ms", "1", "--loss", "0.2", "--seed", "1")
+                                             "--delay-ms", "1", "--loss", "0.2", "--seed", "1", *_as(implementation))
         sent, got, _ = _ping(emu, "a", b, "-c 500 -i 0.005 -W 1")
     _gone([proc])
     stats = json.loads(stats_file.read_text())
@@ -280,16 +357,18 @@ def test_loss_on_one_direction(tmp_path: Path, clean_host: None) -> None:
 
 
 @pytest.mark.integration
-def test_a_dead_delay_line_stops_packets_instead_of_passing_them(tmp_path: Path, clean_host: None) -> None:
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_a_dead_delay_line_stops_packets_instead_of_passing_them(implementation: str, tmp_path: Path,
+                                                                  clean_host: None) -> None:
     with _line3() as emu:
         b = _addr(emu, "b", emu.interfaces("b")[0])
-        proc, _ = _start_delay_line(emu, "b", emu.interfaces("b")[0], tmp_path, "--delay-ms", "1")
+        proc, _ = _start_delay_line(emu, "b", emu.interfaces("b")[0], tmp_path, "--delay-ms", "1", *_as(implementation))
         assert _ping(emu, "a", b, "-c 5 -i 0.05 -W 1")[1] == 5
         # a second delay line cannot take the same queue: one line on stderr, exit status 1
         log = tmp_path / "second.log"
         with open(log, "w") as f:
             second = emu.popen("b", [sys.executable, "-m", "fedmst.net.delayline", "--queue", str(QUEUE),
-                                     "--delay-ms", "1"], env=dict(os.environ), log_file=f)
+                                     "--delay-ms", "1", *_as(implementation)], env=dict(os.environ), log_file=f)
             assert second.wait(timeout=30) == 1
         text = log.read_text()
         assert text.count("\n") == 1 and "cannot bind NFQUEUE 0" in text, text

@@ -19,9 +19,7 @@ registered until reboot. ECN-marking links for algorithms that ask for ECN are
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
 import shutil
 import struct
@@ -29,9 +27,10 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from fedmst.errors import EmulationError
+from fedmst.net.buildcache import CACHE_ROOT, cached, digest
 
 KERNEL_CONGESTION_CONTROLS = ("cubic", "bbr", "reno")
 """What Linux ships built in here; ``cubic`` is Linux's default. A host's own default can be
@@ -44,7 +43,7 @@ TCP_CONG_NEEDS_ECN = 0x2
 """``tcp_congestion_ops.flags``: the algorithm negotiates ECN (and wants marking links)."""
 NAME_LIMIT = 15
 """TCP_CA_NAME_MAX less its terminating zero."""
-CACHE_DIR = Path(os.environ.get("FEDMST_CACHE_DIR", "/var/cache/fedmst")) / "bpf"
+CACHE_DIR = CACHE_ROOT / "bpf"
 """Compiled objects and ``vmlinux.h``, by content: a second run builds nothing."""
 INSTALL = "apt-get install clang libbpf-dev bpftool (scripts/setup.sh does)"
 AVAILABLE = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
@@ -145,30 +144,6 @@ def require_toolchain(why: str) -> None:
         raise EmulationError(f"{why} needs libbpf's headers (/usr/include/bpf/bpf_helpers.h): {INSTALL}")
 
 
-def _digest(*parts: bytes) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(hashlib.sha256(part).digest())
-    return h.hexdigest()[:20]
-
-
-def _cached(name: str, make: Callable[[Path], None]) -> Path:
-    """``CACHE_DIR/name``, made by ``make(path)`` into a temporary file first if not there yet
-    (two runs building it at once each write their own and the last rename wins, unharmed)."""
-    path = CACHE_DIR / name
-    if path.exists():
-        return path
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=CACHE_DIR, prefix=f".{name}.")
-    os.close(fd)
-    try:
-        make(Path(tmp))
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    return path
-
-
 def vmlinux_header() -> Path:
     """``vmlinux.h`` of the running kernel, from its BTF (every kernel type, for CO-RE programs)."""
     btf = Path("/sys/kernel/btf/vmlinux").read_bytes()
@@ -177,7 +152,7 @@ def vmlinux_header() -> Path:
         with into.open("w") as out:
             subprocess.run(["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "c"],
                            stdout=out, stderr=subprocess.PIPE, check=True)
-    return _cached(f"vmlinux-{_digest(btf)}.h", dump)
+    return cached(CACHE_DIR / f"vmlinux-{digest(btf)}.h", dump)
 
 
 def compile_bpf(source: Path, defines: Mapping[str, int] = {}, shown: str | None = None) -> Path:
@@ -186,7 +161,7 @@ def compile_bpf(source: Path, defines: Mapping[str, int] = {}, shown: str | None
     header = vmlinux_header()
     includes = sorted(SOURCES.glob("*.h"))
     flags = [f"-D{name}={value}" for name, value in sorted(defines.items())]
-    key = _digest(source.read_bytes(), header.name.encode(), " ".join(flags).encode(),
+    key = digest(source.read_bytes(), header.name.encode(), " ".join(flags).encode(),
                   *(h.read_bytes() for h in includes))
 
     def build(into: Path) -> None:
@@ -199,7 +174,7 @@ def compile_bpf(source: Path, defines: Mapping[str, int] = {}, shown: str | None
             lines = done.stderr.splitlines()
             errors = [line for line in lines if "error:" in line] or lines[-1:] or ["clang failed"]
             raise EmulationError(f"{shown or source}: does not compile: {errors[0].strip()}")
-    return _cached(f"{source.name.split('.')[0]}-{key}.bpf.o", build)
+    return cached(CACHE_DIR / f"{source.name.split('.')[0]}-{key}.bpf.o", build)
 
 
 # the object's tcp_congestion_ops ----------------------------------------------------------------

@@ -11,12 +11,19 @@ Queues see the bytes as still queued in the host and throttle the flow; holding 
 would. So :func:`ingress_rule` (and :func:`ingress_rules`, the same for several interfaces) is the
 only rule this module offers.
 
-The module has two parts:
+The module has three parts:
 
 * :class:`DelayLine`, a pure scheduler with no I/O and an explicit clock, so its rules (order
-  kept, exact due times, seeded loss, bounded memory) are unit-tested with a fake clock;
+  kept, exact due times, seeded loss, bounded memory) are unit-tested with a fake clock: the
+  specification both processes follow;
+* ``delayline.c``, the same rules compiled (the same random numbers, so a seeded run drops the same
+  packets), reading packets many to a system call and accepting those due together with one
+  verdict: a few microseconds a packet where this Python process spends 15-42. :func:`build`
+  compiles it on this host, cached by content;
 * :func:`main`, the process (``python -m fedmst.net.delayline --queue N --delay-ms D ...``) that binds
-  an NFQUEUE queue of its network namespace and feeds it through a :class:`DelayLine`.
+  an NFQUEUE queue of its network namespace and feeds it through a :class:`DelayLine`, or, given
+  ``--compiled PATH``, checks the same arguments and becomes the compiled line. The Python line
+  stays for a host that cannot build the compiled one.
 
 The rule has no ``--queue-bypass``: if the delay line dies, packets stop instead of silently
 passing undelayed, so a broken emulation cannot pass for a working one.
@@ -30,11 +37,15 @@ import json
 import os
 import random
 import select
+import shutil
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Deque, Protocol, Sequence
+
+from fedmst.net.buildcache import CACHE_ROOT, cached, digest
 
 DEFAULT_CAPACITY = 4096
 """Packets one delay line may hold. 50 Mbit/s x 100 ms of 1500-byte frames is ~420 packets, and
@@ -234,6 +245,44 @@ def _rule(interface: str, queue: int) -> str:
     return f"-A PREROUTING -i {interface} -j NFQUEUE --queue-num {int(queue)}"
 
 
+# the compiled line -------------------------------------------------------------------------------
+SOURCE = Path(__file__).with_suffix(".c")
+PROGRAM = "fedmst-delay"
+"""The compiled line's file name, and so its process name: a fork server's ``fedmst-`` + kind."""
+BUILD = ("gcc", "-O2", "-Wall", "-Wextra")
+LIBRARIES = ("-lnetfilter_queue", "-lnfnetlink", "-lm")
+HEADER = Path("/usr/include/libnetfilter_queue/libnetfilter_queue.h")
+INSTALL = "apt-get install gcc libnetfilter-queue-dev (scripts/setup.sh does)"
+
+
+class BuildError(RuntimeError):
+    """Why this host cannot build the compiled line (one line)."""
+
+
+def build() -> Path:
+    """``delayline.c`` compiled for this host, cached by content under ``FEDMST_CACHE_DIR``; raises
+    :class:`BuildError` saying why not (no compiler, no libnetfilter_queue headers, a compile error)."""
+    if shutil.which(BUILD[0]) is None or not HEADER.exists():
+        raise BuildError(f"no {BUILD[0]} or libnetfilter_queue headers: {INSTALL}")
+
+    def make(into: Path) -> None:
+        done = subprocess.run([*BUILD, "-o", str(into), str(SOURCE), *LIBRARIES], capture_output=True, text=True)
+        if done.returncode != 0:
+            said = [line for line in done.stderr.splitlines() if "error" in line] or ["gcc failed"]
+            raise BuildError(f"{SOURCE.name} does not build: {said[0].strip()}")
+        into.chmod(0o755)
+    key = digest(SOURCE.read_bytes(), " ".join(BUILD + LIBRARIES).encode())
+    return cached(CACHE_ROOT / "delayline" / key / PROGRAM, make)
+
+
+def compiled_argv(args: argparse.Namespace, seed: int) -> list[str]:
+    """The compiled line's command for ``main``'s checked arguments: numbers as Python holds them
+    (``repr`` round-trips), so both lines compute the same due times."""
+    return [PROGRAM, "serve", str(args.queue), str(args.capacity + KERNEL_QUEUE_SLACK), str(args.capacity),
+            repr(args.delay_ms / 1e3), repr(args.jitter_ms / 1e3), repr(float(args.loss)), str(abs(seed)),
+            str(args.stats or "-"), str(args.control or "-")]
+
+
 # the process -------------------------------------------------------------------------------------
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
@@ -249,6 +298,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--stats", type=Path, default=None, help="write the counters here as JSON on exit")
     p.add_argument("--control", type=Path, default=None,
                    help='on SIGUSR1, read {"delay_ms": D, "loss": P} (either optional) from this file and apply it')
+    p.add_argument("--compiled", type=Path, default=None,
+                   help=f"run the line as this build of {SOURCE.name} ({__name__}.build() makes it)")
     return p.parse_args(argv)
 
 
@@ -397,7 +448,7 @@ def _finish(line: DelayLine, queue: int, pushed: _StampedPush) -> dict[str, obje
             packet.drop()
         except RuntimeError:
             pass
-    return {"queue": queue, **line.stats(), "dropped_at_exit": len(flushed),
+    return {"queue": queue, "implementation": "python", **line.stats(), "dropped_at_exit": len(flushed),
             "read_lag_mean_s": pushed.lag_sum / pushed.stamped if pushed.stamped else None,
             "stamped": pushed.stamped, **_kernel_queue_stats(queue)}
 
@@ -411,6 +462,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"fedmst.net.delayline: {exc}", file=sys.stderr)
         return 2
+    if args.compiled is not None:
+        seed = random.getrandbits(64) if args.seed is None else args.seed
+        if abs(seed) >= 2**64:
+            print(f"fedmst.net.delayline: the compiled line takes seeds below 2**64, got {seed}", file=sys.stderr)
+            return 2
+        _die_with_parent()  # kept across exec
+        try:
+            os.execv(args.compiled, compiled_argv(args, seed))
+        except OSError as exc:
+            print(f"fedmst.net.delayline: cannot run {args.compiled}: {exc}", file=sys.stderr)
+            return 1
     try:
         from netfilterqueue import COPY_META, NetfilterQueue
     except ImportError as exc:

@@ -197,7 +197,9 @@ class Emulation:
         note = {
             "netem": "propagation delay applied by netem",
             "userspace": "propagation delay applied by fedmst's NFQUEUE delay line at each receiver's ingress"
-            + ("" if self.capabilities.netem else " (this kernel has no sch_netem)"),
+            + ("" if self.capabilities.netem else " (this kernel has no sch_netem)")
+            + ("" if self._delay_lines.implementation in ("", "compiled") else
+               f"; its delay lines run in Python, at several times the CPU: {self._delay_lines.implementation}"),
             "off": "propagation delay NOT applied (--delay-mode off)",
         }[self.delay_mode]
         return {
@@ -205,6 +207,7 @@ class Emulation:
             "delay": self.delay_applied, "delay_mechanism": _MECHANISM[self.delay_mode],
             "loss": self.loss > 0, "loss_rate": self.loss, "jitter_s": self.jitter_s,
             "netem_available": self.capabilities.netem, "mtu": self.mtu, "note": note,
+            **({"delay_line": self._delay_lines.implementation} if self.delay_mode == "userspace" else {}),
             **self.tcp.terms(),
             "slow_start_after_idle": SLOW_START_AFTER_IDLE,
         }

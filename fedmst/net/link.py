@@ -206,14 +206,21 @@ class DelayLines:
     def __init__(self, hops: Mapping[LinkDir, EmulatedLink]) -> None:
         self._hops = hops
         self._scratch: Path | None = None
+        self.implementation = ""
+        """``compiled``, or ``python (why the compiled line could not be built)``, once started."""
 
     def start(self, shells: Mapping[str, HostShell], spawn: Callable[..., Process],
               check: Callable[[], None], scratch: Path) -> None:
         """Start every line (``spawn``: :meth:`fedmst.net.emulation.Emulation.spawn`), install the
         rules that feed them and return once all have bound their queues (``check`` raises if one
         died). Their logs go in ``scratch`` (a folder of the run's, which a dead run's clean-up removes)."""
-        from fedmst.net.delayline import DEFAULT_CAPACITY, ingress_rules
+        from fedmst.net.delayline import DEFAULT_CAPACITY, BuildError, build, ingress_rules
 
+        try:
+            compiled = ["--compiled", str(build())]
+            self.implementation = "compiled"
+        except BuildError as exc:
+            compiled, self.implementation = [], f"python ({exc})"
         self._scratch = scratch
         scratch.mkdir(exist_ok=True)
         rules: dict[str, list[tuple[str, int]]] = {}
@@ -224,8 +231,8 @@ class DelayLines:
             queue = len(rules.setdefault(v, []))
             rules[v].append((link.sender(v, u), queue))
             log = self._scratch / f"{u}-{v}.log"
-            proc = spawn(v, "fedmst.net.delayline:main", link.delay_line_args(queue, seed, log, DEFAULT_CAPACITY),
-                         env={}, log=log, name="delay", warm=False)
+            args = link.delay_line_args(queue, seed, log, DEFAULT_CAPACITY) + compiled
+            proc = spawn(v, "fedmst.net.delayline:main", args, env={}, log=log, name="delay", warm=False)
             link.delay_lines[(u, v)] = DelayLineProcess(proc, log)
         # one iptables-restore per node (while the lines start); nothing crosses a link before they bind
         for node, node_rules in rules.items():

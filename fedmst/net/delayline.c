@@ -1,0 +1,398 @@
+/* fedmst's delay line, compiled: the rules of DelayLine in delayline.py, at a few microseconds a packet.
+ *
+ * Why C: the Python line spends 15-42 us of CPU per packet (netfilterqueue calls back into Python for
+ * every packet, and every verdict is its own system call); here packets are read many to a system call
+ * (recvmmsg) and the packets due together are accepted by one batch verdict. The rules are the Python
+ * class's, in the same order and with the same random numbers (CPython's Mersenne Twister, seeded as
+ * random.Random(seed) seeds it), so a seeded run drops the same packets and holds each for the same time;
+ * `fedmst-delay replay` plays a script of pushes and releases through the rules alone, which the tests
+ * compare with the Python class.
+ *
+ *   fedmst-delay serve QUEUE MAXLEN CAPACITY DELAY_S JITTER_S LOSS SEED STATS|- CONTROL|-
+ *   fedmst-delay replay CAPACITY DELAY_S JITTER_S LOSS SEED   (stdin: push T | release T AHEAD | retune D|- L|- | stats)
+ *
+ * Run by `python -m fedmst.net.delayline`, which checks the arguments and execs this. No fail-open: if it
+ * dies, the kernel drops the queue's packets. Held packets are dropped, not passed, when it stops.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+#include <libnetfilter_queue/libnetfilter_queue.h>
+#include <linux/netfilter.h> /* NF_ACCEPT, NF_DROP */
+
+#define MAX_OVERSHOOT_S 0.0005 /* delayline.py's MAX_OVERSHOOT_S */
+#define BATCH 64               /* packets read per system call */
+#define MESSAGE_BYTES 2048     /* one packet's metadata (COPY_META: no payload) fits with room */
+
+/* CPython's random: MT19937, init_by_array over the seed's 32-bit words, 53-bit doubles ------------- */
+typedef struct { uint32_t mt[624]; int i; } twister;
+
+static void twister_seed(twister *t, uint64_t seed) {
+    uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    size_t n = key[1] ? 2 : 1, i = 1, j = 0, k;
+    t->mt[0] = 19650218U;
+    for (int m = 1; m < 624; m++) t->mt[m] = 1812433253U * (t->mt[m - 1] ^ (t->mt[m - 1] >> 30)) + (uint32_t)m;
+    for (k = 624 > n ? 624 : n; k; k--) {
+        t->mt[i] = (t->mt[i] ^ ((t->mt[i - 1] ^ (t->mt[i - 1] >> 30)) * 1664525U)) + key[j] + (uint32_t)j;
+        if (++i >= 624) { t->mt[0] = t->mt[623]; i = 1; }
+        if (++j >= n) j = 0;
+    }
+    for (k = 623; k; k--) {
+        t->mt[i] = (t->mt[i] ^ ((t->mt[i - 1] ^ (t->mt[i - 1] >> 30)) * 1566083941U)) - (uint32_t)i;
+        if (++i >= 624) { t->mt[0] = t->mt[623]; i = 1; }
+    }
+    t->mt[0] = 0x80000000U;
+    t->i = 624;
+}
+
+static uint32_t twister_next(twister *t) {
+    static const uint32_t mag01[2] = {0, 0x9908b0dfU};
+    if (t->i >= 624) {
+        int k;
+        uint32_t y;
+        for (k = 0; k < 624 - 397; k++) {
+            y = (t->mt[k] & 0x80000000U) | (t->mt[k + 1] & 0x7fffffffU);
+            t->mt[k] = t->mt[k + 397] ^ (y >> 1) ^ mag01[y & 1];
+        }
+        for (; k < 623; k++) {
+            y = (t->mt[k] & 0x80000000U) | (t->mt[k + 1] & 0x7fffffffU);
+            t->mt[k] = t->mt[k + (397 - 624)] ^ (y >> 1) ^ mag01[y & 1];
+        }
+        y = (t->mt[623] & 0x80000000U) | (t->mt[0] & 0x7fffffffU);
+        t->mt[623] = t->mt[396] ^ (y >> 1) ^ mag01[y & 1];
+        t->i = 0;
+    }
+    uint32_t y = t->mt[t->i++];
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9d2c5680U;
+    y ^= (y << 15) & 0xefc60000U;
+    return y ^ (y >> 18);
+}
+
+static double twister_random(twister *t) { /* random.random() */
+    uint32_t a = twister_next(t) >> 5, b = twister_next(t) >> 6;
+    return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0);
+}
+
+/* the rules: DelayLine ------------------------------------------------------------------------------ */
+typedef struct {
+    double delay_s, jitter_s, loss, last_due;
+    uint32_t capacity, head, count;
+    double *due;  /* a ring of `capacity` held packets, oldest at head */
+    uint32_t *id;
+    twister rng;
+    uint64_t received, passed, lost, overflow;
+    double error_sum_s, error_max_s, error_min_s;
+} line;
+
+enum outcome { KEPT, LOST, OVERFLOW };
+
+static int line_init(line *l, uint32_t capacity, double delay_s, double jitter_s, double loss, uint64_t seed) {
+    memset(l, 0, sizeof *l);
+    l->delay_s = delay_s, l->jitter_s = jitter_s, l->loss = loss, l->capacity = capacity;
+    l->last_due = -INFINITY;
+    l->due = calloc(capacity, sizeof *l->due);
+    l->id = calloc(capacity, sizeof *l->id);
+    twister_seed(&l->rng, seed);
+    return l->due && l->id ? 0 : -1;
+}
+
+static enum outcome line_push(line *l, uint32_t id, double now) {
+    l->received++;
+    if (l->loss != 0.0 && twister_random(&l->rng) < l->loss) { l->lost++; return LOST; }
+    if (l->count >= l->capacity) { l->overflow++; return OVERFLOW; }
+    double wait = l->delay_s;
+    if (l->jitter_s != 0.0) { /* random.uniform(-j, j) = -j + (j - -j) * random() */
+        double jittered = wait + (-l->jitter_s + (l->jitter_s - -l->jitter_s) * twister_random(&l->rng));
+        wait = jittered > 0.0 ? jittered : 0.0;
+    }
+    double due = now + wait;
+    if (l->last_due >= due) due = l->last_due; /* Python's max(last, due) keeps the first of equals */
+    l->last_due = due;
+    uint32_t at = (l->head + l->count++) % l->capacity;
+    l->due[at] = due, l->id[at] = id;
+    return KEPT;
+}
+
+static int line_next_due(const line *l, double *due) {
+    if (!l->count) return 0;
+    *due = l->due[l->head];
+    return 1;
+}
+
+/* Releases every packet due by now + ahead_s; returns how many, the newest one's id in *last. */
+static uint32_t line_release(line *l, double now, double ahead_s, uint32_t *last) {
+    uint32_t n = 0;
+    double limit = now + ahead_s;
+    while (l->count && l->due[l->head] <= limit) {
+        double error = now - l->due[l->head];
+        *last = l->id[l->head];
+        l->head = (l->head + 1) % l->capacity, l->count--, n++;
+        l->error_sum_s += error;
+        if (error > l->error_max_s) l->error_max_s = error;
+        else if (error < l->error_min_s) l->error_min_s = error;
+    }
+    l->passed += n;
+    return n;
+}
+
+static int line_retune(line *l, const double *delay_s, const double *loss) {
+    if (delay_s && !(*delay_s >= 0)) { fprintf(stderr, "fedmst-delay: delay must be >= 0 s, got %g\n", *delay_s); return -1; }
+    if (loss && !(*loss >= 0 && *loss <= 1)) {
+        fprintf(stderr, "fedmst-delay: loss must be a probability in [0, 1], got %g\n", *loss);
+        return -1;
+    }
+    if (delay_s) l->delay_s = *delay_s;
+    if (loss) l->loss = *loss;
+    return 0;
+}
+
+/* JSON numbers as Python writes them: floats keep a point, so readers see the same types */
+static void put_float(FILE *f, const char *key, double v) {
+    char s[40];
+    snprintf(s, sizeof s, "%.17g", v);
+    fprintf(f, ",\n \"%s\": %s%s", key, s, strpbrk(s, ".en") ? "" : ".0");
+}
+
+static void put_stats(FILE *f, const line *l) {
+    fprintf(f, " \"implementation\": \"compiled\"");
+    put_float(f, "delay_s", l->delay_s), put_float(f, "jitter_s", l->jitter_s), put_float(f, "loss", l->loss);
+    fprintf(f, ",\n \"capacity\": %u,\n \"received\": %llu,\n \"passed\": %llu,\n \"lost\": %llu,\n \"overflow\": %llu,"
+            "\n \"held\": %u", l->capacity, (unsigned long long)l->received, (unsigned long long)l->passed,
+            (unsigned long long)l->lost, (unsigned long long)l->overflow, l->count);
+    put_float(f, "release_error_mean_s", l->passed ? l->error_sum_s / (double)l->passed : 0.0);
+    put_float(f, "release_error_max_s", l->error_max_s), put_float(f, "release_error_min_s", l->error_min_s);
+}
+
+/* replay: the rules alone, driven by a script on stdin (the tests' comparison with DelayLine) --------- */
+static int replay(line *l) {
+    char word[16], a[64], b[64];
+    while (scanf("%15s", word) == 1) {
+        if (!strcmp(word, "push") && scanf("%63s", a) == 1) {
+            enum outcome o = line_push(l, (uint32_t)l->received, strtod(a, NULL));
+            if (o == KEPT) printf("kept %.17g\n", l->last_due);
+            else printf(o == LOST ? "lost\n" : "overflow\n");
+        } else if (!strcmp(word, "release") && scanf("%63s %63s", a, b) == 2) {
+            uint32_t last = 0, n = line_release(l, strtod(a, NULL), strtod(b, NULL), &last);
+            printf("released %u %u\n", n, n ? last : 0);
+        } else if (!strcmp(word, "retune") && scanf("%63s %63s", a, b) == 2) {
+            double d = strtod(a, NULL), p = strtod(b, NULL);
+            if (line_retune(l, strcmp(a, "-") ? &d : NULL, strcmp(b, "-") ? &p : NULL)) return 1;
+        } else if (!strcmp(word, "stats")) {
+            printf("{\n"), put_stats(stdout, l), printf("\n}\n");
+        } else {
+            fprintf(stderr, "fedmst-delay replay: bad command %s\n", word);
+            return 2;
+        }
+        fflush(stdout);
+    }
+    return 0;
+}
+
+/* serve: the NFQUEUE process ------------------------------------------------------------------------ */
+typedef struct {
+    line line;
+    struct nfq_q_handle *queue;
+    double lag_sum_s;
+    uint64_t stamped;
+} server;
+
+static double monotonic_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static double wall_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* One packet: its delay starts when it reached the interface (the kernel's receive stamp), not when it
+ * was read: our wake-up latency is not link delay. Lost and overflowing packets are dropped at once. */
+static int on_packet(struct nfq_q_handle *queue, struct nfgenmsg *msg, struct nfq_data *data, void *arg) {
+    (void)msg;
+    server *s = arg;
+    struct nfqnl_msg_packet_hdr *header = nfq_get_msg_packet_hdr(data);
+    if (!header) return 0;
+    uint32_t id = ntohl(header->packet_id);
+    double now = monotonic_s();
+    struct timeval stamp;
+    if (nfq_get_timestamp(data, &stamp) == 0 && (stamp.tv_sec || stamp.tv_usec)) {
+        double behind = wall_s() - ((double)stamp.tv_sec + stamp.tv_usec * 1e-6);
+        if (behind > 0.0 && behind < 1.0) { /* a stamp from a stepped wall clock is not believed */
+            now -= behind, s->lag_sum_s += behind, s->stamped++;
+        }
+    }
+    if (line_push(&s->line, id, now) != KEPT) nfq_set_verdict(queue, id, NF_DROP, 0, NULL);
+    return 0;
+}
+
+/* Reads what has arrived, up to a few batches, without blocking; -1 on a socket error. */
+static int read_packets(struct nfq_handle *h, int fd) {
+    static char buffers[BATCH][MESSAGE_BYTES];
+    struct mmsghdr messages[BATCH];
+    struct iovec vectors[BATCH];
+    for (int round = 0; round < 4; round++) {
+        for (int i = 0; i < BATCH; i++) {
+            vectors[i] = (struct iovec){buffers[i], MESSAGE_BYTES};
+            messages[i] = (struct mmsghdr){.msg_hdr = {.msg_iov = &vectors[i], .msg_iovlen = 1}};
+        }
+        int n = recvmmsg(fd, messages, BATCH, MSG_DONTWAIT, NULL);
+        if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ENOBUFS ? 0 : -1;
+        for (int i = 0; i < n; i++) nfq_handle_packet(h, buffers[i], (int)messages[i].msg_len);
+        if (n < BATCH) break;
+    }
+    return 0;
+}
+
+/* {"delay_ms": D|null, "loss": P|null}, as link.py writes it */
+static int read_control(const char *path, line *l) {
+    char text[512] = {0};
+    FILE *f = fopen(path, "r");
+    if (!f) { fprintf(stderr, "fedmst-delay: cannot read %s: %s\n", path, strerror(errno)); return -1; }
+    size_t got = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[got] = 0;
+    double values[2];
+    int given[2] = {0, 0};
+    const char *keys[2] = {"\"delay_ms\"", "\"loss\""};
+    for (int k = 0; k < 2; k++) {
+        char *at = strstr(text, keys[k]);
+        if (!at || !(at = strchr(at, ':'))) continue;
+        at += strspn(at + 1, " ") + 1;
+        if (strncmp(at, "null", 4)) given[k] = 1, values[k] = strtod(at, NULL);
+    }
+    double delay_s = values[0] / 1e3;
+    return line_retune(l, given[0] ? &delay_s : NULL, given[1] ? &values[1] : NULL);
+}
+
+static void kernel_queue_stats(FILE *f, unsigned queue) {
+    FILE *table = fopen("/proc/net/netfilter/nfnetlink_queue", "r");
+    unsigned q, pid, mode, range, waiting, dropped, user_dropped;
+    if (!table) return;
+    while (fscanf(table, "%u %u %u %u %u %u %u %*[^\n]", &q, &pid, &waiting, &mode, &range, &dropped,
+                  &user_dropped) == 7) {
+        if (q == queue) {
+            fprintf(f, ",\n \"kernel_queue_dropped\": %u,\n \"kernel_user_dropped\": %u", dropped, user_dropped);
+            break;
+        }
+    }
+    fclose(table);
+}
+
+static void write_stats(const char *path, server *s, unsigned queue, uint32_t dropped_at_exit) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) { fprintf(stderr, "fedmst-delay: cannot write %s: %s\n", tmp, strerror(errno)); return; }
+    fprintf(f, "{\n \"queue\": %u,\n", queue);
+    put_stats(f, &s->line);
+    fprintf(f, ",\n \"dropped_at_exit\": %u,\n \"read_lag_mean_s\": ", dropped_at_exit);
+    if (s->stamped) fprintf(f, "%.17g", s->lag_sum_s / (double)s->stamped);
+    else fprintf(f, "null");
+    fprintf(f, ",\n \"stamped\": %llu", (unsigned long long)s->stamped);
+    kernel_queue_stats(f, queue);
+    fprintf(f, "\n}\n");
+    fclose(f);
+    rename(tmp, path);
+}
+
+/* Releases each packet when due (early by the learned timer overshoot) until SIGTERM or SIGINT. */
+static int serve_loop(server *s, struct nfq_handle *h, int signals, const char *control) {
+    int fd = nfq_fd(h);
+    double overshoot = 50e-6; /* a typical timer wake-up latency; learned from then on */
+    for (;;) {
+        double due, now = monotonic_s(), timeout = -1;
+        if (line_next_due(&s->line, &due)) timeout = due - now - overshoot > 0 ? due - now - overshoot : 0;
+        struct timespec wait = {(time_t)timeout, (long)((timeout - (double)(time_t)timeout) * 1e9)};
+        struct pollfd polled[2] = {{fd, POLLIN, 0}, {signals, POLLIN, 0}};
+        int ready = ppoll(polled, 2, timeout < 0 ? NULL : &wait, NULL);
+        if (ready < 0 && errno != EINTR) { perror("fedmst-delay: ppoll"); return 1; }
+        double woke = monotonic_s();
+        if (ready == 0 && timeout > 0) { /* a timer wake-up: learn how late they come (EWMA), aim that early */
+            double late = woke - now - timeout;
+            late = late < 0 ? 0 : late > MAX_OVERSHOOT_S ? MAX_OVERSHOOT_S : late;
+            overshoot += (late - overshoot) * 0.2;
+        }
+        if (ready > 0 && (polled[0].revents & POLLIN)) {
+            if (read_packets(h, fd)) { perror("fedmst-delay: reading the queue"); return 1; }
+            woke = monotonic_s();
+        }
+        uint32_t last, released = line_release(&s->line, woke, overshoot, &last);
+        if (released) nfq_set_verdict_batch(s->queue, last, NF_ACCEPT);
+        if (ready > 0 && (polled[1].revents & POLLIN)) {
+            struct signalfd_siginfo info;
+            while (read(signals, &info, sizeof info) == sizeof info) {
+                if (info.ssi_signo != SIGUSR1) return 0;
+                if (strcmp(control, "-") && read_control(control, &s->line)) return 1;
+            }
+        }
+    }
+}
+
+static int serve(char **argv) {
+    unsigned queue = (unsigned)strtoul(argv[0], NULL, 10), maxlen = (unsigned)strtoul(argv[1], NULL, 10);
+    const char *stats = argv[7], *control = argv[8];
+    server s = {0};
+    if (line_init(&s.line, (uint32_t)strtoul(argv[2], NULL, 10), strtod(argv[3], NULL), strtod(argv[4], NULL),
+                  strtod(argv[5], NULL), strtoull(argv[6], NULL, 10))) {
+        fprintf(stderr, "fedmst-delay: out of memory\n");
+        return 1;
+    }
+    prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0); /* 1 ns instead of 50 us: the poll timeouts are release times */
+    sigset_t mask;
+    sigemptyset(&mask), sigaddset(&mask, SIGTERM), sigaddset(&mask, SIGINT), sigaddset(&mask, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    int signals = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    /* a socket asking for receive stamps makes the kernel stamp every packet, which NFQUEUE passes on */
+    int stamps = socket(AF_INET, SOCK_DGRAM, 0), on = 1;
+    if (stamps >= 0) setsockopt(stamps, SOL_SOCKET, SO_TIMESTAMP, &on, sizeof on);
+    struct nfq_handle *h = nfq_open();
+    s.queue = h ? nfq_create_queue(h, (uint16_t)queue, on_packet, &s) : NULL;
+    if (!s.queue || nfq_set_mode(s.queue, NFQNL_COPY_META, 0) < 0 || nfq_set_queue_maxlen(s.queue, maxlen) < 0) {
+        fprintf(stderr, "fedmst-delay: cannot bind NFQUEUE %u (%s); need root, and no other process may hold "
+                "that queue in this network namespace\n", queue, strerror(errno));
+        return 1;
+    }
+    nfnl_rcvbufsiz(nfq_nfnlh(h), 8u << 20);
+    setsockopt(nfq_fd(h), SOL_NETLINK, NETLINK_NO_ENOBUFS, &on, sizeof on);
+    int rc = serve_loop(&s, h, signals, control);
+    /* held packets are dropped, not passed early: stopping must never look like "no delay" */
+    uint32_t held = s.line.count;
+    if (held) nfq_set_verdict_batch(s.queue, s.line.id[(s.line.head + held - 1) % s.line.capacity], NF_DROP);
+    s.line.count = 0;
+    if (strcmp(stats, "-")) write_stats(stats, &s, queue, held);
+    nfq_destroy_queue(s.queue);
+    nfq_close(h);
+    if (stamps >= 0) close(stamps);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 11 && !strcmp(argv[1], "serve")) return serve(argv + 2);
+    if (argc == 7 && !strcmp(argv[1], "replay")) {
+        line l;
+        if (line_init(&l, (uint32_t)strtoul(argv[2], NULL, 10), strtod(argv[3], NULL), strtod(argv[4], NULL),
+                      strtod(argv[5], NULL), strtoull(argv[6], NULL, 10)))
+            return 1;
+        return replay(&l);
+    }
+    fprintf(stderr, "usage: fedmst-delay serve QUEUE MAXLEN CAPACITY DELAY_S JITTER_S LOSS SEED STATS|- CONTROL|-\n"
+                    "       fedmst-delay replay CAPACITY DELAY_S JITTER_S LOSS SEED\n");
+    return 2;
+}
