@@ -16,15 +16,19 @@ Scenarios: ``one-task`` (NSFNET, one task of 4 local models, ``mlp-large``, 2 ro
 ``poster`` (the default sweep's 15-local-model point: 30 tasks of 15 local models, the 19 KB
 ``mlp``, 120 wavelengths, one round).
 
+Each is run with each delay line (``--delay-lines python,compiled``: the Python line, as every
+run had it before the compiled one, and the compiled one), so the table shows both side by side.
+
 Run as root from the repository: ``.venv/bin/python scripts/bench_dataplane.py [--scenarios
-one-task,poster] [--schedulers spff,mst] [--time-scale 1] [--out runs/bench-dataplane]``. Prints a
-markdown table to stdout, progress to stderr.
+one-task,poster] [--schedulers spff,mst] [--delay-lines python,compiled] [--time-scale 1] [--out
+runs/bench-dataplane]``. Prints a markdown table to stdout, progress to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -36,6 +40,7 @@ import torch  # noqa: F401  (the warm fork server's children, the bare gloo ends
 
 from fedmst.core.wire import DEFAULT_MTU
 from fedmst.net.congestion import prepare_transport
+from fedmst.net.delayline import CHOICE_ENV
 from fedmst.net.emulation import Emulation
 from fedmst.run.config import SWEEP, RunConfig
 from fedmst.run.engine import run
@@ -116,36 +121,42 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenarios", default="one-task,poster")
     parser.add_argument("--schedulers", default="spff,mst")
+    parser.add_argument("--delay-lines", default="python,compiled", help="python, compiled or both")
     parser.add_argument("--time-scale", default="1", help="a factor, or auto")
     parser.add_argument("--out", default="runs/bench-dataplane")
     args = parser.parse_args()
     args.out = choose(Path(args.out), given=False).path  # a fresh folder: runs/bench-x, then runs/bench-x-2 ...
     print(f"results in {args.out}/", file=sys.stderr)
 
+    lines = args.delay_lines.split(",")
     rows = []
     # the bare transfers first: their ends fork from this process, which must not have started
     # threads yet (a run starts many; a gloo end forked after them can hang)
     bare = []
-    for kind, label in (("tcp", "bare TCP stream"), ("gloo", "bare gloo transfer")):
-        print(label, file=sys.stderr)
-        bare.append((f"{label}, a-b-c (its two ends)", measure_bare(kind)))
+    for line in lines:
+        os.environ[CHOICE_ENV] = line
+        for kind, label in (("tcp", "bare TCP stream"), ("gloo", "bare gloo transfer")):
+            print(f"{label}, {line} delay lines", file=sys.stderr)
+            bare.append((f"{label}, a-b-c (its two ends)", line, measure_bare(kind)))
     for scenario in args.scenarios.split(","):
         for scheduler in args.schedulers.split(","):
-            print(f"{scenario}, {scheduler}, time scale {args.time_scale}", file=sys.stderr)
-            config = RunConfig(**SCENARIOS[scenario], scheduler=scheduler, time_scale=args.time_scale,
-                               out=str(Path(args.out) / f"{scenario}-{scheduler}"))
-            rows.append((f"{scenario}, {scheduler}", measure_run(config)))
+            for line in lines:
+                os.environ[CHOICE_ENV] = line
+                print(f"{scenario}, {scheduler}, {line} delay lines, time scale {args.time_scale}", file=sys.stderr)
+                config = RunConfig(**SCENARIOS[scenario], scheduler=scheduler, time_scale=args.time_scale,
+                                   out=str(Path(args.out) / f"{scenario}-{scheduler}-{line}"))
+                rows.append((f"{scenario}, {scheduler}", line, measure_run(config)))
     rows += bare
 
     print(f"CPU of the broadcast and upload phases, time scale {args.time_scale} (the bare transfers: their "
           "whole life); agents' share of a bare transfer is its two ends\n")
-    print("| run | transfers | link GB | packets (k) | agents CPU (s) | per transfer (ms) | per link GB (s) "
-          "| delay lines CPU (s) | per packet (µs) | coordinator CPU (s) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for label, r in rows:
+    print("| run | delay lines | transfers | link GB | packets (k) | agents CPU (s) | per transfer (ms) "
+          "| per link GB (s) | delay lines CPU (s) | per packet (µs) | coordinator CPU (s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for label, line, r in rows:
         agents, delay, coordinator = r.get("agent", 0.0), r.get("delay", 0.0), r.get("coordinator", 0.0)
-        print(f"| {label} | {r['transfers']:.0f} | {r['gb']:.3f} | {r['packets'] / 1e3:.1f} | {agents:.2f} "
-              f"| {1e3 * agents / r['transfers']:.1f} | {agents / r['gb']:.1f} | {delay:.2f} "
+        print(f"| {label} | {line} | {r['transfers']:.0f} | {r['gb']:.3f} | {r['packets'] / 1e3:.1f} | {agents:.2f} "
+              f"| {1e3 * agents / r['transfers']:.2f} | {agents / r['gb']:.1f} | {delay:.2f} "
               f"| {1e6 * delay / r['packets']:.1f} | {coordinator:.2f} |")
     return 0
 

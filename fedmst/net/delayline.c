@@ -8,7 +8,7 @@
  * `fedmst-delay replay` plays a script of pushes and releases through the rules alone, which the tests
  * compare with the Python class.
  *
- *   fedmst-delay serve QUEUE MAXLEN CAPACITY DELAY_S JITTER_S LOSS SEED STATS|- CONTROL|-
+ *   fedmst-delay serve (NETNS|- QUEUE MAXLEN CAPACITY DELAY_S JITTER_S LOSS SEED STATS|- CONTROL|-)...
  *   fedmst-delay replay CAPACITY DELAY_S JITTER_S LOSS SEED   (stdin: push T | release T AHEAD | retune D|- L|- | stats)
  *
  * Run by `python -m fedmst.net.delayline`, which checks the arguments and execs this. No fail-open: if it
@@ -17,6 +17,8 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
@@ -36,6 +38,7 @@
 #define MAX_OVERSHOOT_S 0.0005 /* delayline.py's MAX_OVERSHOOT_S */
 #define BATCH 64               /* packets read per system call */
 #define MESSAGE_BYTES 2048     /* one packet's metadata (COPY_META: no payload) fits with room */
+#define LINE_FIELDS 10         /* serve's arguments per line */
 
 /* CPython's random: MT19937, init_by_array over the seed's 32-bit words, 53-bit doubles ------------- */
 typedef struct { uint32_t mt[624]; int i; } twister;
@@ -202,13 +205,25 @@ static int replay(line *l) {
     return 0;
 }
 
-/* serve: the NFQUEUE process ------------------------------------------------------------------------ */
+/* serve: the NFQUEUE process, for one or many lines ------------------------------------------------- */
+/* One process serves many lines (each link direction's queue, in its receiving host's namespace): a
+ * timer wake-up costs far more CPU than the work of releasing a packet (about 25 us on a virtual
+ * machine, against a few), and the packets of all its lines that fall due together share one. */
 typedef struct {
     line line;
+    struct nfq_handle *handle;
     struct nfq_q_handle *queue;
+    int fd, netns;
+    unsigned number, maxlen;
+    const char *stats, *control;
     double lag_sum_s;
-    uint64_t stamped;
-} server;
+    uint64_t stamped, verdicts;
+} served;
+
+typedef struct {
+    uint64_t wakeups, timer_wakeups;
+    size_t lines;
+} process_counts;
 
 static double monotonic_s(void) {
     struct timespec t;
@@ -226,7 +241,7 @@ static double wall_s(void) {
  * was read: our wake-up latency is not link delay. Lost and overflowing packets are dropped at once. */
 static int on_packet(struct nfq_q_handle *queue, struct nfgenmsg *msg, struct nfq_data *data, void *arg) {
     (void)msg;
-    server *s = arg;
+    served *s = arg;
     struct nfqnl_msg_packet_hdr *header = nfq_get_msg_packet_hdr(data);
     if (!header) return 0;
     uint32_t id = ntohl(header->packet_id);
@@ -243,7 +258,7 @@ static int on_packet(struct nfq_q_handle *queue, struct nfgenmsg *msg, struct nf
 }
 
 /* Reads what has arrived, up to a few batches, without blocking; -1 on a socket error. */
-static int read_packets(struct nfq_handle *h, int fd) {
+static int read_packets(served *s) {
     static char buffers[BATCH][MESSAGE_BYTES];
     struct mmsghdr messages[BATCH];
     struct iovec vectors[BATCH];
@@ -252,19 +267,23 @@ static int read_packets(struct nfq_handle *h, int fd) {
             vectors[i] = (struct iovec){buffers[i], MESSAGE_BYTES};
             messages[i] = (struct mmsghdr){.msg_hdr = {.msg_iov = &vectors[i], .msg_iovlen = 1}};
         }
-        int n = recvmmsg(fd, messages, BATCH, MSG_DONTWAIT, NULL);
+        int n = recvmmsg(s->fd, messages, BATCH, MSG_DONTWAIT, NULL);
         if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ENOBUFS ? 0 : -1;
-        for (int i = 0; i < n; i++) nfq_handle_packet(h, buffers[i], (int)messages[i].msg_len);
+        for (int i = 0; i < n; i++) nfq_handle_packet(s->handle, buffers[i], (int)messages[i].msg_len);
         if (n < BATCH) break;
     }
     return 0;
 }
 
-/* {"delay_ms": D|null, "loss": P|null}, as link.py writes it */
+/* {"delay_ms": D|null, "loss": P|null}, as link.py writes it (whole, by a rename); none there: no change */
 static int read_control(const char *path, line *l) {
     char text[512] = {0};
     FILE *f = fopen(path, "r");
-    if (!f) { fprintf(stderr, "fedmst-delay: cannot read %s: %s\n", path, strerror(errno)); return -1; }
+    if (!f) {
+        if (errno == ENOENT) return 0;
+        fprintf(stderr, "fedmst-delay: cannot read %s: %s\n", path, strerror(errno));
+        return -1;
+    }
     size_t got = fread(text, 1, sizeof text - 1, f);
     fclose(f);
     text[got] = 0;
@@ -281,8 +300,9 @@ static int read_control(const char *path, line *l) {
     return line_retune(l, given[0] ? &delay_s : NULL, given[1] ? &values[1] : NULL);
 }
 
+/* The kernel's own counters of the queue, in this thread's namespace (drops we never saw). */
 static void kernel_queue_stats(FILE *f, unsigned queue) {
-    FILE *table = fopen("/proc/net/netfilter/nfnetlink_queue", "r");
+    FILE *table = fopen("/proc/thread-self/net/netfilter/nfnetlink_queue", "r");
     unsigned q, pid, mode, range, waiting, dropped, user_dropped;
     if (!table) return;
     while (fscanf(table, "%u %u %u %u %u %u %u %*[^\n]", &q, &pid, &waiting, &mode, &range, &dropped,
@@ -295,65 +315,102 @@ static void kernel_queue_stats(FILE *f, unsigned queue) {
     fclose(table);
 }
 
-static void write_stats(const char *path, server *s, unsigned queue, uint32_t dropped_at_exit) {
+static void write_stats(served *s, const process_counts *p, uint32_t dropped_at_exit) {
     char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    snprintf(tmp, sizeof tmp, "%s.tmp", s->stats);
     FILE *f = fopen(tmp, "w");
     if (!f) { fprintf(stderr, "fedmst-delay: cannot write %s: %s\n", tmp, strerror(errno)); return; }
-    fprintf(f, "{\n \"queue\": %u,\n", queue);
+    fprintf(f, "{\n \"queue\": %u,\n", s->number);
     put_stats(f, &s->line);
     fprintf(f, ",\n \"dropped_at_exit\": %u,\n \"read_lag_mean_s\": ", dropped_at_exit);
     if (s->stamped) fprintf(f, "%.17g", s->lag_sum_s / (double)s->stamped);
     else fprintf(f, "null");
-    fprintf(f, ",\n \"stamped\": %llu", (unsigned long long)s->stamped);
-    kernel_queue_stats(f, queue);
+    fprintf(f, ",\n \"stamped\": %llu,\n \"verdicts\": %llu,\n \"process_lines\": %zu,\n \"process_wakeups\": %llu,"
+            "\n \"process_timer_wakeups\": %llu", (unsigned long long)s->stamped, (unsigned long long)s->verdicts,
+            p->lines, (unsigned long long)p->wakeups, (unsigned long long)p->timer_wakeups);
+    if (s->netns < 0 || setns(s->netns, CLONE_NEWNET) == 0) kernel_queue_stats(f, s->number);
     fprintf(f, "\n}\n");
     fclose(f);
-    rename(tmp, path);
+    rename(tmp, s->stats);
 }
 
 /* Releases each packet when due (early by the learned timer overshoot) until SIGTERM or SIGINT. */
-static int serve_loop(server *s, struct nfq_handle *h, int signals, const char *control) {
-    int fd = nfq_fd(h);
+static int serve_loop(served *lines, process_counts *p, struct pollfd *polled, int signals) {
+    size_t n = p->lines;
     double overshoot = 50e-6; /* a typical timer wake-up latency; learned from then on */
+    for (size_t i = 0; i < n; i++) polled[i] = (struct pollfd){lines[i].fd, POLLIN, 0};
+    polled[n] = (struct pollfd){signals, POLLIN, 0};
     for (;;) {
-        double due, now = monotonic_s(), timeout = -1;
-        if (line_next_due(&s->line, &due)) timeout = due - now - overshoot > 0 ? due - now - overshoot : 0;
+        double due, earliest = INFINITY, now = monotonic_s(), timeout = -1;
+        for (size_t i = 0; i < n; i++)
+            if (line_next_due(&lines[i].line, &due) && due < earliest) earliest = due;
+        if (earliest < INFINITY) timeout = earliest - now - overshoot > 0 ? earliest - now - overshoot : 0;
         struct timespec wait = {(time_t)timeout, (long)((timeout - (double)(time_t)timeout) * 1e9)};
-        struct pollfd polled[2] = {{fd, POLLIN, 0}, {signals, POLLIN, 0}};
-        int ready = ppoll(polled, 2, timeout < 0 ? NULL : &wait, NULL);
+        int ready = ppoll(polled, n + 1, timeout < 0 ? NULL : &wait, NULL);
         if (ready < 0 && errno != EINTR) { perror("fedmst-delay: ppoll"); return 1; }
         double woke = monotonic_s();
+        p->wakeups++, p->timer_wakeups += ready == 0;
         if (ready == 0 && timeout > 0) { /* a timer wake-up: learn how late they come (EWMA), aim that early */
             double late = woke - now - timeout;
             late = late < 0 ? 0 : late > MAX_OVERSHOOT_S ? MAX_OVERSHOOT_S : late;
             overshoot += (late - overshoot) * 0.2;
         }
-        if (ready > 0 && (polled[0].revents & POLLIN)) {
-            if (read_packets(h, fd)) { perror("fedmst-delay: reading the queue"); return 1; }
-            woke = monotonic_s();
+        for (size_t i = 0; ready > 0 && i < n; i++) {
+            if ((polled[i].revents & POLLIN) && read_packets(&lines[i])) {
+                perror("fedmst-delay: reading a queue");
+                return 1;
+            }
         }
-        uint32_t last, released = line_release(&s->line, woke, overshoot, &last);
-        if (released) nfq_set_verdict_batch(s->queue, last, NF_ACCEPT);
-        if (ready > 0 && (polled[1].revents & POLLIN)) {
+        woke = monotonic_s();
+        for (size_t i = 0; i < n; i++) {
+            uint32_t last, released = line_release(&lines[i].line, woke, overshoot, &last);
+            if (released) nfq_set_verdict_batch(lines[i].queue, last, NF_ACCEPT), lines[i].verdicts++;
+        }
+        if (ready > 0 && (polled[n].revents & POLLIN)) {
             struct signalfd_siginfo info;
             while (read(signals, &info, sizeof info) == sizeof info) {
                 if (info.ssi_signo != SIGUSR1) return 0;
-                if (strcmp(control, "-") && read_control(control, &s->line)) return 1;
+                for (size_t i = 0; i < n; i++) /* each line's file holds its latest change */
+                    if (strcmp(lines[i].control, "-") && read_control(lines[i].control, &lines[i].line)) return 1;
             }
         }
     }
 }
 
-static int serve(char **argv) {
-    unsigned queue = (unsigned)strtoul(argv[0], NULL, 10), maxlen = (unsigned)strtoul(argv[1], NULL, 10);
-    const char *stats = argv[7], *control = argv[8];
-    server s = {0};
-    if (line_init(&s.line, (uint32_t)strtoul(argv[2], NULL, 10), strtod(argv[3], NULL), strtod(argv[4], NULL),
-                  strtod(argv[5], NULL), strtoull(argv[6], NULL, 10))) {
+/* Binds one line's queue in its namespace (NETNS: a /proc/PID/ns/net path, or - for our own). */
+static int bind_line(served *s, char **field) {
+    const char *netns = field[0];
+    s->number = (unsigned)strtoul(field[1], NULL, 10), s->maxlen = (unsigned)strtoul(field[2], NULL, 10);
+    s->stats = field[8], s->control = field[9], s->netns = -1;
+    if (line_init(&s->line, (uint32_t)strtoul(field[3], NULL, 10), strtod(field[4], NULL), strtod(field[5], NULL),
+                  strtod(field[6], NULL), strtoull(field[7], NULL, 10))) {
         fprintf(stderr, "fedmst-delay: out of memory\n");
-        return 1;
+        return -1;
     }
+    if (strcmp(netns, "-") && ((s->netns = open(netns, O_RDONLY | O_CLOEXEC)) < 0 || setns(s->netns, CLONE_NEWNET))) {
+        fprintf(stderr, "fedmst-delay: cannot enter the network namespace %s: %s\n", netns, strerror(errno));
+        return -1;
+    }
+    int on = 1;
+    s->handle = nfq_open(); /* its socket lives in the namespace it was made in */
+    s->queue = s->handle ? nfq_create_queue(s->handle, (uint16_t)s->number, on_packet, s) : NULL;
+    if (!s->queue || nfq_set_mode(s->queue, NFQNL_COPY_META, 0) < 0 || nfq_set_queue_maxlen(s->queue, s->maxlen) < 0) {
+        fprintf(stderr, "fedmst-delay: cannot bind NFQUEUE %u (%s); need root, and no other process may hold "
+                "that queue in this network namespace\n", s->number, strerror(errno));
+        return -1;
+    }
+    nfnl_rcvbufsiz(nfq_nfnlh(s->handle), 8u << 20);
+    s->fd = nfq_fd(s->handle);
+    setsockopt(s->fd, SOL_NETLINK, NETLINK_NO_ENOBUFS, &on, sizeof on);
+    return 0;
+}
+
+static int serve(int count, char **fields) {
+    size_t n = (size_t)count / LINE_FIELDS;
+    served *lines = calloc(n, sizeof *lines);
+    struct pollfd *polled = calloc(n + 1, sizeof *polled);
+    process_counts p = {0, 0, n};
+    int home = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC), rc = 1;
     prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0); /* 1 ns instead of 50 us: the poll timeouts are release times */
     sigset_t mask;
     sigemptyset(&mask), sigaddset(&mask, SIGTERM), sigaddset(&mask, SIGINT), sigaddset(&mask, SIGUSR1);
@@ -362,29 +419,26 @@ static int serve(char **argv) {
     /* a socket asking for receive stamps makes the kernel stamp every packet, which NFQUEUE passes on */
     int stamps = socket(AF_INET, SOCK_DGRAM, 0), on = 1;
     if (stamps >= 0) setsockopt(stamps, SOL_SOCKET, SO_TIMESTAMP, &on, sizeof on);
-    struct nfq_handle *h = nfq_open();
-    s.queue = h ? nfq_create_queue(h, (uint16_t)queue, on_packet, &s) : NULL;
-    if (!s.queue || nfq_set_mode(s.queue, NFQNL_COPY_META, 0) < 0 || nfq_set_queue_maxlen(s.queue, maxlen) < 0) {
-        fprintf(stderr, "fedmst-delay: cannot bind NFQUEUE %u (%s); need root, and no other process may hold "
-                "that queue in this network namespace\n", queue, strerror(errno));
-        return 1;
+    size_t bound = 0;
+    if (!lines || !polled || home < 0) { fprintf(stderr, "fedmst-delay: cannot start: %s\n", strerror(errno)); return 1; }
+    while (bound < n && bind_line(&lines[bound], fields + bound * LINE_FIELDS) == 0) bound++;
+    if (bound == n && setns(home, CLONE_NEWNET) == 0) rc = serve_loop(lines, &p, polled, signals);
+    for (size_t i = 0; i < bound; i++) {
+        /* held packets are dropped, not passed early: stopping must never look like "no delay" */
+        served *s = &lines[i];
+        uint32_t held = s->line.count;
+        if (held) nfq_set_verdict_batch(s->queue, s->line.id[(s->line.head + held - 1) % s->line.capacity], NF_DROP);
+        s->line.count = 0;
+        if (strcmp(s->stats, "-")) write_stats(s, &p, held);
+        nfq_destroy_queue(s->queue);
+        nfq_close(s->handle);
     }
-    nfnl_rcvbufsiz(nfq_nfnlh(h), 8u << 20);
-    setsockopt(nfq_fd(h), SOL_NETLINK, NETLINK_NO_ENOBUFS, &on, sizeof on);
-    int rc = serve_loop(&s, h, signals, control);
-    /* held packets are dropped, not passed early: stopping must never look like "no delay" */
-    uint32_t held = s.line.count;
-    if (held) nfq_set_verdict_batch(s.queue, s.line.id[(s.line.head + held - 1) % s.line.capacity], NF_DROP);
-    s.line.count = 0;
-    if (strcmp(stats, "-")) write_stats(stats, &s, queue, held);
-    nfq_destroy_queue(s.queue);
-    nfq_close(h);
-    if (stamps >= 0) close(stamps);
     return rc;
 }
 
 int main(int argc, char **argv) {
-    if (argc == 11 && !strcmp(argv[1], "serve")) return serve(argv + 2);
+    if (argc >= 2 + LINE_FIELDS && (argc - 2) % LINE_FIELDS == 0 && !strcmp(argv[1], "serve"))
+        return serve(argc - 2, argv + 2);
     if (argc == 7 && !strcmp(argv[1], "replay")) {
         line l;
         if (line_init(&l, (uint32_t)strtoul(argv[2], NULL, 10), strtod(argv[3], NULL), strtod(argv[4], NULL),
@@ -392,7 +446,7 @@ int main(int argc, char **argv) {
             return 1;
         return replay(&l);
     }
-    fprintf(stderr, "usage: fedmst-delay serve QUEUE MAXLEN CAPACITY DELAY_S JITTER_S LOSS SEED STATS|- CONTROL|-\n"
-                    "       fedmst-delay replay CAPACITY DELAY_S JITTER_S LOSS SEED\n");
+    fprintf(stderr, "usage: fedmst-delay serve (NETNS|- QUEUE MAXLEN CAPACITY DELAY_S JITTER_S LOSS SEED STATS|- "
+                    "CONTROL|-)...\n       fedmst-delay replay CAPACITY DELAY_S JITTER_S LOSS SEED\n");
     return 2;
 }

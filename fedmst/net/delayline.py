@@ -42,6 +42,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Deque, Protocol, Sequence
 
@@ -275,12 +276,66 @@ def build() -> Path:
     return cached(CACHE_ROOT / "delayline" / key / PROGRAM, make)
 
 
-def compiled_argv(args: argparse.Namespace, seed: int) -> list[str]:
-    """The compiled line's command for ``main``'s checked arguments: numbers as Python holds them
-    (``repr`` round-trips), so both lines compute the same due times."""
-    return [PROGRAM, "serve", str(args.queue), str(args.capacity + KERNEL_QUEUE_SLACK), str(args.capacity),
-            repr(args.delay_ms / 1e3), repr(args.jitter_ms / 1e3), repr(float(args.loss)), str(abs(seed)),
-            str(args.stats or "-"), str(args.control or "-")]
+CHOICE_ENV = "FEDMST_DELAY_LINE"
+"""Set to ``python`` to run the Python line where the compiled one would run (a benchmark's
+before-and-after, or a suspected fault in the compiled line)."""
+
+
+def choose() -> tuple[Path | None, str]:
+    """The compiled line to run (None: the Python one), and which runs: ``compiled``, or ``python (why)``."""
+    if os.environ.get(CHOICE_ENV) == "python":
+        return None, f"python ({CHOICE_ENV}=python)"
+    try:
+        return build(), "compiled"
+    except BuildError as exc:
+        return None, f"python ({exc})"
+
+
+@dataclass(frozen=True)
+class LineSpec:
+    """One delay line: its queue, its rules' settings and its files; what :func:`main`'s options
+    and the compiled line's fields both say."""
+
+    queue: int
+    delay_s: float
+    jitter_s: float = 0.0
+    loss: float = 0.0
+    capacity: int = DEFAULT_CAPACITY
+    seed: int = 0
+    stats: Path | None = None
+    """Where it writes its counters when it stops (JSON)."""
+    control: Path | None = None
+    """Where a change of delay or loss is written (whole, by a rename) before a SIGUSR1."""
+
+    def options(self) -> list[str]:
+        """:func:`main`'s options for this line (ms, as a person would type them)."""
+        files = [("--stats", self.stats), ("--control", self.control)]
+        return ["--queue", str(self.queue), "--capacity", str(self.capacity), "--delay-ms", repr(self.delay_s * 1e3),
+                "--jitter-ms", repr(self.jitter_s * 1e3), "--loss", repr(self.loss), "--seed", str(self.seed),
+                *(word for option, path in files if path is not None for word in (option, str(path)))]
+
+    def fields(self, netns: str = "-") -> list[str]:
+        """The compiled line's fields for this line, in namespace ``netns`` (a ``/proc/PID/ns/net``
+        path; ``-``: its own): numbers as Python holds them (``repr`` round-trips), so both lines
+        compute the same due times."""
+        return [netns, str(self.queue), str(self.capacity + KERNEL_QUEUE_SLACK), str(self.capacity),
+                repr(self.delay_s), repr(self.jitter_s), repr(float(self.loss)), str(abs(self.seed)),
+                str(self.stats or "-"), str(self.control or "-")]
+
+
+def compiled_command(program: Path, lines: Sequence[tuple[str, LineSpec]]) -> list[str]:
+    """:func:`run_compiled`'s arguments: one compiled process serving every (namespace, line)."""
+    return [str(program), *(word for netns, spec in lines for word in spec.fields(netns))]
+
+
+def run_compiled(args: Sequence[str]) -> int:
+    """Become the compiled line (``args``: :func:`compiled_command`'s), dying with our parent."""
+    _die_with_parent()  # kept across exec
+    try:
+        os.execv(args[0], [PROGRAM, "serve", *args[1:]])
+    except OSError as exc:
+        print(f"fedmst.net.delayline: cannot run {args[0]}: {exc}", file=sys.stderr)
+    return 1
 
 
 # the process -------------------------------------------------------------------------------------
@@ -467,12 +522,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if abs(seed) >= 2**64:
             print(f"fedmst.net.delayline: the compiled line takes seeds below 2**64, got {seed}", file=sys.stderr)
             return 2
-        _die_with_parent()  # kept across exec
-        try:
-            os.execv(args.compiled, compiled_argv(args, seed))
-        except OSError as exc:
-            print(f"fedmst.net.delayline: cannot run {args.compiled}: {exc}", file=sys.stderr)
-            return 1
+        spec = LineSpec(args.queue, args.delay_ms / 1e3, args.jitter_ms / 1e3, args.loss, args.capacity, seed,
+                        args.stats, args.control)
+        return run_compiled(compiled_command(args.compiled, [("-", spec)]))
     try:
         from netfilterqueue import COPY_META, NetfilterQueue
     except ImportError as exc:

@@ -402,14 +402,16 @@ class Emulation:
         return self.track(host.popen(list(argv), env=dict(env), stdout=log_file,  # type: ignore[attr-defined]
                                      stderr=subprocess.STDOUT))
 
-    def spawn(self, node: str, target: str, args: Sequence[str], *, env: Mapping[str, str], log: Path,
+    def spawn(self, node: str | None, target: str, args: Sequence[str], *, env: Mapping[str, str], log: Path,
               name: str, warm: bool = True) -> Process:
-        """Fork ``module:function(args)`` inside ``node``'s host from the fork server (``warm``: the
-        one that ran ``preload``), with ``env`` added to its environment, its output appended to
-        ``log`` and the process name ``fedmst-NAME``; it is ended by :meth:`close`."""
+        """Fork ``module:function(args)`` inside ``node``'s host (None: outside every host, as the
+        compiled delay lines, which enter their hosts' namespaces themselves) from the fork server
+        (``warm``: the one that ran ``preload``), with ``env`` added to its environment, its output
+        appended to ``log`` and the process name ``fedmst-NAME``; it is ended by :meth:`close`."""
         if not self._shells:
             raise EmulationError("spawn: the emulation is not running (use it inside `with`)")
-        return self._processes.spawn(self._shells[node].pid, target, args, env=env, log=log, name=name, warm=warm)
+        netns = None if node is None else self._shells[node].pid
+        return self._processes.spawn(netns, target, args, env=env, log=log, name=name, warm=warm)
 
     def track(self, proc: Process) -> Process:
         """Record a process started elsewhere (e.g. a ``docker exec`` client running an agent):

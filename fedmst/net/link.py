@@ -11,6 +11,7 @@ keeps what a link trace set live in its own state instead.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -23,6 +24,7 @@ from fedmst.core.plan import LinkDir
 from fedmst.core.topology import node_order
 from fedmst.errors import EmulationError
 from fedmst.net import queues
+from fedmst.net.delayline import DEFAULT_CAPACITY, LineSpec, choose, compiled_command, ingress_rules
 from fedmst.net.processes import Process
 from fedmst.net.shell import HostShell
 
@@ -61,10 +63,12 @@ class LinkShaping:
 
 @dataclass(frozen=True)
 class DelayLineProcess:
-    """A running delay line: its process and its log, beside which lie its control and stats files."""
+    """A running delay line: the process that serves it (a compiled one serves several), its log,
+    and the line's own settings with its control and stats files."""
 
     proc: Process
     log: Path
+    spec: LineSpec
 
 
 class EmulatedLink:
@@ -122,16 +126,14 @@ class EmulatedLink:
         s = self.shaping
         return self.delay_s > 0 or bool(s.loss) or bool(s.jitter_s) or self.changing
 
-    def delay_line_args(self, queue: int, seed: int, log: Path, min_capacity: int) -> list[str]:
-        """The arguments of one direction's delay line (:mod:`fedmst.net.delayline`), with room
-        for twice the frames a full link keeps in flight over its delay."""
+    def delay_line(self, queue: int, seed: int, files: Path) -> LineSpec:
+        """One direction's delay line (:mod:`fedmst.net.delayline`), with room for twice the frames
+        a full link keeps in flight over its delay; its stats and control files are ``files``.json
+        and ``files``.control."""
         s = self.shaping
         in_flight = self.capacity_mbps * 1e6 * (self.delay_s + s.jitter_s) / 8 / s.mtu
-        capacity = max(min_capacity, 2 * int(in_flight) + 1)
-        return ["--queue", str(queue), "--capacity", str(capacity),
-                "--delay-ms", f"{self.delay_s * 1e3:.6f}", "--jitter-ms", f"{s.jitter_s * 1e3:.6f}",
-                "--loss", str(s.loss), "--seed", str(seed), "--stats", str(log.with_suffix(".json")),
-                "--control", str(log.with_suffix(".control"))]
+        return LineSpec(queue, self.delay_s, s.jitter_s, s.loss, max(DEFAULT_CAPACITY, 2 * int(in_flight) + 1), seed,
+                        files.with_suffix(".json"), files.with_suffix(".control"))
 
     # measurement ----------------------------------------------------------------------------
     def sent(self, tx: Mapping[str, int]) -> dict[LinkDir, int]:
@@ -176,8 +178,12 @@ class EmulatedLink:
         if (a, b) not in self.delay_lines:
             raise EmulationError(f"link {a}->{b} has no delay line to change (name it in `changing`)")
         line = self.delay_lines[(a, b)]
-        control = line.log.with_suffix(".control")
-        control.write_text(json.dumps({"delay_ms": None if delay_s is None else delay_s * 1e3, "loss": loss}))
+        control = line.spec.control
+        assert control is not None
+        written = control.with_name(control.name + ".tmp")  # whole, by a rename: a process serving
+        # several lines reads every line's file on each signal
+        written.write_text(json.dumps({"delay_ms": None if delay_s is None else delay_s * 1e3, "loss": loss}))
+        written.replace(control)
         line.proc.send_signal(signal.SIGUSR1)
 
     def set_state(self, shells: Mapping[str, HostShell], first: str, *, up: bool) -> int:
@@ -213,27 +219,36 @@ class DelayLines:
               check: Callable[[], None], scratch: Path) -> None:
         """Start every line (``spawn``: :meth:`fedmst.net.emulation.Emulation.spawn`), install the
         rules that feed them and return once all have bound their queues (``check`` raises if one
-        died). Their logs go in ``scratch`` (a folder of the run's, which a dead run's clean-up removes)."""
-        from fedmst.net.delayline import DEFAULT_CAPACITY, BuildError, build, ingress_rules
-
-        try:
-            compiled = ["--compiled", str(build())]
-            self.implementation = "compiled"
-        except BuildError as exc:
-            compiled, self.implementation = [], f"python ({exc})"
+        died). Compiled lines run as one process per core, each serving a share of the lines in
+        their hosts' namespaces (a wake-up then releases the due packets of many lines); Python ones
+        as one process per line, in its host. Their files go in ``scratch`` (a folder of the run's,
+        which a dead run's clean-up removes)."""
         self._scratch = scratch
         scratch.mkdir(exist_ok=True)
+        program, self.implementation = choose()
         rules: dict[str, list[tuple[str, int]]] = {}
+        lines: list[tuple[LinkDir, EmulatedLink, LineSpec]] = []
         for seed, (u, v) in enumerate(sorted(self._hops, key=_hop_order)):
             link = self._hops[(u, v)]
-            if not link.needs_delay_lines():
-                continue
-            queue = len(rules.setdefault(v, []))
-            rules[v].append((link.sender(v, u), queue))
-            log = self._scratch / f"{u}-{v}.log"
-            args = link.delay_line_args(queue, seed, log, DEFAULT_CAPACITY) + compiled
-            proc = spawn(v, "fedmst.net.delayline:main", args, env={}, log=log, name="delay", warm=False)
-            link.delay_lines[(u, v)] = DelayLineProcess(proc, log)
+            if link.needs_delay_lines():
+                queue = len(rules.setdefault(v, []))
+                rules[v].append((link.sender(v, u), queue))
+                lines.append(((u, v), link, link.delay_line(queue, seed, scratch / f"{u}-{v}")))
+        if program is None:
+            for (u, v), link, spec in lines:
+                log = scratch / f"{u}-{v}.log"
+                proc = spawn(v, "fedmst.net.delayline:main", spec.options(), env={}, log=log, name="delay", warm=False)
+                link.delay_lines[(u, v)] = DelayLineProcess(proc, log, spec)
+        else:
+            processes = min(len(lines), os.cpu_count() or 1)
+            for i in range(processes):
+                share = lines[i::processes]
+                log = scratch / f"lines{i}.log"
+                served = [(f"/proc/{shells[v].pid}/ns/net", spec) for (_, v), _, spec in share]
+                proc = spawn(None, "fedmst.net.delayline:run_compiled", compiled_command(program, served), env={},
+                             log=log, name="delay", warm=False)
+                for hop, link, spec in share:
+                    link.delay_lines[hop] = DelayLineProcess(proc, log, spec)
         # one iptables-restore per node (while the lines start); nothing crosses a link before they bind
         for node, node_rules in rules.items():
             shells[node].iptables_restore([ingress_rules(node_rules)], f"installing the delay lines of node {node}")
@@ -248,8 +263,8 @@ class DelayLines:
         """Forget the (stopped) lines and return what each wrote when it stopped, by ``u->v``."""
         stats: dict[str, dict[str, object]] = {}
         for (u, v), line in self.running():
-            written = line.log.with_suffix(".json")
-            if written.exists():
+            written = line.spec.stats
+            if written is not None and written.exists():
                 stats[f"{u}->{v}"] = json.loads(written.read_text())
         for link in self._hops.values():
             link.delay_lines.clear()

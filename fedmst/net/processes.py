@@ -49,7 +49,7 @@ class HostProcesses:
         state.add(self._forks.pid)
         state.add(self._line_forks.pid)
 
-    def spawn(self, netns_pid: int, target: str, args: Sequence[str], *, env: Mapping[str, str], log: Path,
+    def spawn(self, netns_pid: int | None, target: str, args: Sequence[str], *, env: Mapping[str, str], log: Path,
               name: str, warm: bool = True) -> Process:
         """Fork ``module:function(args)`` into the namespace of ``netns_pid`` (see
         :meth:`fedmst.net.emulation.Emulation.spawn`)."""
