@@ -103,28 +103,37 @@ def test_auto_slows_a_run_until_the_host_keeps_up_in_every_phase() -> None:
     """The busiest phase decides; each criterion alone can, and a faster host needs less."""
     quiet = PhaseLoad(seconds=1.0, transfers=2, packets=1_000)
     busy = PhaseLoad(seconds=0.1, transfers=400, packets=1_000)
-    scale, why = pick_scale([quiet, busy], MEASURED_COSTS, cores=2, fastest_mbps=100, ceiling_mbps=2546)
+    costs = MEASURED_COSTS["python"]
+    scale, why = pick_scale([quiet, busy], costs, cores=2, fastest_mbps=100, ceiling_mbps=2546)
     assert scale == 32 and why == "400 transfers' fixed costs in 0.1 s"
-    assert pick_scale([quiet], MEASURED_COSTS, cores=2, fastest_mbps=100, ceiling_mbps=2546)[0] == 1
-    faster = MEASURED_COSTS.on_host(4 * 2546)
+    assert pick_scale([quiet], costs, cores=2, fastest_mbps=100, ceiling_mbps=2546)[0] == 1
+    faster = costs.on_host(4 * 2546)
     assert pick_scale([busy], faster, cores=8, fastest_mbps=100, ceiling_mbps=4 * 2546)[0] == 2
     bulk = PhaseLoad(seconds=0.5, transfers=1, packets=200_000)
-    assert pick_scale([bulk], MEASURED_COSTS, cores=2, fastest_mbps=100, ceiling_mbps=None) == (
+    assert pick_scale([bulk], costs, cores=2, fastest_mbps=100, ceiling_mbps=None) == (
         8, "200,000 packets in 0.5 s")
-    assert pick_scale([quiet], MEASURED_COSTS, cores=2, fastest_mbps=1e9, ceiling_mbps=1000)[0] == 512  # capped
+    # the compiled delay line's packets cost less: the same phase needs half the slowing
+    fewer = PhaseLoad(seconds=0.5, transfers=1, packets=120_000)
+    assert [pick_scale([fewer], MEASURED_COSTS[line], cores=2, fastest_mbps=100, ceiling_mbps=None)[0]
+            for line in ("python", "compiled")] == [8, 4]
+    assert pick_scale([quiet], costs, cores=2, fastest_mbps=1e9, ceiling_mbps=1000)[0] == 512  # capped
 
 
 def test_a_compare_runs_every_scheduler_at_the_largest_scale_auto_picks_for_any(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The README's main job: SPFF alone keeps up in real time, MST's shorter phases with the same
-    packet rate per link need 2; both run at 2, so their training is counted on one clock."""
-    from fedmst.net import calibrate
+    """The README's main job with Python delay lines: SPFF alone keeps up in real time, MST's
+    shorter phases with the same packet rate per link need 2; both run at 2, so their training is
+    counted on one clock. With compiled ones both keep up in real time."""
+    from fedmst.net import calibrate, delayline
     from fedmst.run.prepare import Host, resolve
 
     monkeypatch.setattr(calibrate, "link_ceiling_mbps", lambda *a, **k: 2546.0)  # the development machine's
     monkeypatch.setattr("os.cpu_count", lambda: 2)  # ... and its cores
     config = RunConfig(topology="nsfnet", local_models=8, rounds=5, time_scale="auto")
     host = Host(delay_mode="userspace", netem_available=False)
+    monkeypatch.setattr(delayline, "running_kind", lambda: "compiled")
+    assert [r.time_scale for r in resolve(config, ["spff", "mst"], host)] == [1.0, 1.0]
+    monkeypatch.setattr(delayline, "running_kind", lambda: "python")
     alone = {s: resolve(config, [s], host)[0].time_scale for s in ("spff", "mst")}
     assert alone == {"spff": 1.0, "mst": 2.0}
     spff, mst = resolve(config, ["spff", "mst"], host)

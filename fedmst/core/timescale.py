@@ -119,30 +119,34 @@ class PhaseLoad:
 @dataclass(frozen=True)
 class HostCosts:
     """The host's CPU seconds per transfer (the agents' set-up of one, whatever its size) and per
-    packet on a link (each passes a delay line at its receiver, and the kernel's forwarding)."""
+    packet on a link (each passes a delay line at its receiver, and the kernel's forwarding), as
+    measured on a host where one emulated link carried ``ceiling_mbps``."""
 
     per_transfer_s: float
     per_packet_s: float
+    ceiling_mbps: float
 
     def on_host(self, ceiling_mbps: float | None) -> HostCosts:
-        """These costs, measured where one emulated link carried :data:`REFERENCE_CEILING_MBPS`, on
-        a host whose link ceiling is ``ceiling_mbps`` (a faster host forwards and wakes faster).
+        """These costs on a host whose link ceiling is ``ceiling_mbps`` (a faster host forwards and
+        wakes faster; None: not known, the costs as measured).
 
-        >>> HostCosts(0.002, 3e-5).on_host(2 * REFERENCE_CEILING_MBPS)
-        HostCosts(per_transfer_s=0.001, per_packet_s=1.5e-05)
+        >>> HostCosts(0.002, 3e-5, 1000.0).on_host(2000.0)
+        HostCosts(per_transfer_s=0.001, per_packet_s=1.5e-05, ceiling_mbps=2000.0)
         """
         if not ceiling_mbps:
             return self
-        faster = ceiling_mbps / REFERENCE_CEILING_MBPS
-        return HostCosts(self.per_transfer_s / faster, self.per_packet_s / faster)
+        faster = ceiling_mbps / self.ceiling_mbps
+        return HostCosts(self.per_transfer_s / faster, self.per_packet_s / faster, ceiling_mbps)
 
 
-REFERENCE_CEILING_MBPS = 2546.0
-"""One emulated link's ceiling on the 2-core development machine, where :data:`MEASURED_COSTS`
-were measured."""
-MEASURED_COSTS = HostCosts(per_transfer_s=0.0015, per_packet_s=3e-5)
-"""``scripts/bench_dataplane.py`` on the development machine (docs/time-scale.md): the agents'
-1.5-1.9 ms of CPU per transfer at the poster's scale, the delay lines' 14-44 µs per packet."""
+MEASURED_COSTS = {
+    "compiled": HostCosts(per_transfer_s=0.002, per_packet_s=2e-5, ceiling_mbps=2130.0),
+    "python": HostCosts(per_transfer_s=0.0015, per_packet_s=3e-5, ceiling_mbps=2546.0),
+}
+"""By the delay line a run has, ``scripts/bench_dataplane.py`` on the 2-core development machine
+(docs/time-scale.md), with that boot's link ceiling: the agents' CPU per transfer at the poster's
+scale (2.0-2.2 ms on 2026-11-26; 1.5-1.9 ms on 2026-11-25) and the delay lines' per packet (the
+compiled line's 12-25 µs, the Python line's 14-44 µs)."""
 PACKET_BUSY = 0.8
 """Above this share of the host's CPUs for the packets, a phase's bulk transfers slow down."""
 TRANSFER_BUSY = 0.15
@@ -161,14 +165,15 @@ def pick_scale(phases: Sequence[PhaseLoad], costs: HostCosts, *, cores: int, fas
     :data:`TRANSFER_BUSY`, and the ``fastest_mbps`` link at most :data:`LINK_SHARE` of the
     ``ceiling_mbps`` one emulated link carries (None: not known). 1 where the host keeps up.
 
+    >>> costs = MEASURED_COSTS["compiled"]
     >>> bulk = PhaseLoad(seconds=1.61, transfers=8, packets=84_000)  # the README's main job, SPFF
-    >>> pick_scale([bulk], MEASURED_COSTS, cores=2, fastest_mbps=100, ceiling_mbps=2546)
+    >>> pick_scale([bulk], costs, cores=2, fastest_mbps=100, ceiling_mbps=2130)
     (1, 'the host keeps up')
     >>> many = PhaseLoad(seconds=0.144, transfers=450, packets=23_000)  # 30 tasks of 15 local models
-    >>> pick_scale([many], MEASURED_COSTS, cores=2, fastest_mbps=100, ceiling_mbps=2546)
-    (16, "450 transfers' fixed costs in 0.144 s")
-    >>> pick_scale([bulk], MEASURED_COSTS, cores=2, fastest_mbps=10_000, ceiling_mbps=2546)
-    (8, '10000 Mbit/s links against 2546 Mbit/s one link carries here')
+    >>> pick_scale([many], costs, cores=2, fastest_mbps=100, ceiling_mbps=2130)
+    (32, "450 transfers' fixed costs in 0.144 s")
+    >>> pick_scale([bulk], costs, cores=2, fastest_mbps=10_000, ceiling_mbps=2130)
+    (16, '10000 Mbit/s links against 2130 Mbit/s one link carries here')
     """
     needs = [(1.0, "the host keeps up")]
     for p in phases:

@@ -10,7 +10,8 @@ presented as emulated.
 The measurement builds a two-host emulation as a run would (htb far above any real rate, the same
 delay mechanism, 0.1 ms of delay so a delay line is in the path), sends one TCP stream across it for
 a fraction of a second, and takes the best rate the sender's interface counter shows over short
-windows. The result is cached in fedmst's state directory for this boot, delay mode and MTU.
+windows. The result is cached in fedmst's state directory for this boot, delay mode (and delay
+line) and MTU.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Callable, Sequence
 import networkx as nx
 
 from fedmst.net.cleanup import STATE_DIR
+from fedmst.net.delayline import running_kind
 from fedmst.errors import EmulationError
 from fedmst.net.emulation import Capabilities, Emulation
 
@@ -44,7 +46,8 @@ def link_ceiling_mbps(delay_mode: str, mtu: int, capabilities: Capabilities,
     """The most one emulated link of this host carries, in Mbit/s (measured once per boot; one
     measurement at a time on the host, so two runs starting together do not halve each other's).
     Raises :class:`EmulationError` if it cannot be measured."""
-    key = f"{delay_mode}/{mtu}"
+    # the delay lines' own cost per packet sets much of it: the compiled and the Python line differ
+    key = f"{delay_mode}-{running_kind()}/{mtu}" if delay_mode == "userspace" else f"{delay_mode}/{mtu}"
     boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     with open(CACHE.with_suffix(".lock"), "w") as lock:

@@ -323,6 +323,11 @@ class LineSpec:
                 str(self.stats or "-"), str(self.control or "-")]
 
 
+def running_kind() -> str:
+    """``compiled`` or ``python``: which line a run here would run (:func:`choose`)."""
+    return "python" if choose()[0] is None else "compiled"
+
+
 def compiled_command(program: Path, lines: Sequence[tuple[str, LineSpec]]) -> list[str]:
     """:func:`run_compiled`'s arguments: one compiled process serving every (namespace, line)."""
     return [str(program), *(word for netns, spec in lines for word in spec.fields(netns))]

@@ -229,6 +229,7 @@ def pick_time_scale(config: RunConfig, host: Host, graph: nx.Graph, workload: Wo
     if config.time_scale != "auto":
         return float(config.time_scale), ""
     from fedmst.net.calibrate import link_ceiling_mbps
+    from fedmst.net.delayline import running_kind
     from fedmst.net.emulation import Capabilities
 
     try:
@@ -244,7 +245,8 @@ def pick_time_scale(config: RunConfig, host: Host, graph: nx.Graph, workload: Wo
         packets=sum(b for p in workload.plans for b in predicted_link_bytes(p, phase, mtu=config.mtu).values())
         / frame * (1 + ACKS_PER_PACKET),
     ) for phase in TRANSFER_PHASES]
-    scale, reason = pick_scale(loads, MEASURED_COSTS.on_host(ceiling), cores=os.cpu_count() or 1,
+    line = running_kind() if host.delay_mode == "userspace" else "compiled"  # netem's cost: not measured
+    scale, reason = pick_scale(loads, MEASURED_COSTS[line].on_host(ceiling), cores=os.cpu_count() or 1,
                                fastest_mbps=max(float(c) for _, _, c in graph.edges(data="capacity_mbps")),
                                ceiling_mbps=ceiling)
     return float(scale), reason
