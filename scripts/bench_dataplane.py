@@ -17,7 +17,10 @@ Scenarios: ``one-task`` (NSFNET, one task of 4 local models, ``mlp-large``, 2 ro
 ``mlp``, 120 wavelengths, one round).
 
 Each is run with each delay line (``--delay-lines python,compiled``: the Python line, as every
-run had it before the compiled one, and the compiled one), so the table shows both side by side.
+run had it before the compiled one, and the compiled one), so the table shows both side by side;
+the bare transfers also with none, and with the whole host's CPU per packet: what the delay lines
+add to the host is the difference to that row (the kernel's work for a packet a line releases,
+forwarding it on, is charged to the line's process, and would be done without it too).
 
 Run as root from the repository: ``.venv/bin/python scripts/bench_dataplane.py [--scenarios
 one-task,poster] [--schedulers spff,mst] [--delay-lines python,compiled] [--time-scale 1] [--out
@@ -36,6 +39,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import networkx as nx
+import psutil
 import torch  # noqa: F401  (the warm fork server's children, the bare gloo ends, find it imported)
 
 from fedmst.core.wire import DEFAULT_MTU
@@ -75,17 +79,25 @@ def measure_run(config: RunConfig) -> dict[str, float]:
     return {**cpu, "transfers": transfers, "gb": weight / 1e9, "packets": packets}
 
 
-def measure_bare(kind: str, nbytes: int = 40_000_000, capacity_mbps: float = 100.0) -> dict[str, float]:
+def host_busy_s() -> float:
+    """CPU seconds every core of this host has spent busy since boot (processes and the kernel)."""
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + t.irq + t.softirq
+
+
+def measure_bare(kind: str, delay_mode: str = "userspace", nbytes: int = 40_000_000,
+                 capacity_mbps: float = 100.0) -> dict[str, float]:
     """One bare transfer of ``nbytes`` from a to c across a-b-c, each hop ``capacity_mbps`` with a
-    0.5 ms delay line and TCP as a run sets it: a plain TCP stream (``kind`` "tcp": a Python socket
-    writing 1 MiB at a time) or a gloo send and receive in 256 KB chunks (``kind`` "gloo", as an
-    agent sends, without the agent). The CPU of its two ends and of the delay lines, the bytes and
-    packets it put on the links."""
+    0.5 ms delay line (``delay_mode`` "off": none, the baseline of what the lines add) and TCP as a
+    run sets it: a plain TCP stream (``kind`` "tcp": a Python socket writing 1 MiB at a time) or a
+    gloo send and receive in 256 KB chunks (``kind`` "gloo", as an agent sends, without the agent).
+    The CPU of its two ends, of the delay lines and of the whole host, the bytes and packets it put
+    on the links."""
     graph = nx.Graph([("a", "b", {"capacity_mbps": capacity_mbps, "delay_s": 5e-4}),
                       ("b", "c", {"capacity_mbps": capacity_mbps, "delay_s": 5e-4})])
     run = RunConfig()  # TCP and chunks as a run's defaults set them
     with tempfile.TemporaryDirectory(prefix="fedmst-bench-") as scratch, \
-            Emulation(graph, delay_mode="userspace", transport=prepare_transport(run.congestion_control)) as emu:
+            Emulation(graph, delay_mode=delay_mode, transport=prepare_transport(run.congestion_control)) as emu:
         flow = emu.install_flows({"probe": ("a", "b", "c")})["probe"]
         logs, store = Path(scratch), str(Path(scratch) / "store")
         if kind == "tcp":
@@ -97,7 +109,7 @@ def measure_bare(kind: str, nbytes: int = 40_000_000, capacity_mbps: float = 100
                      [rank, store, address, str(nbytes), str(run.chunk_bytes)], name)
                     for node, rank, address, name in (("c", "1", flow.dst_addr, "sink"),
                                                       ("a", "0", flow.src_addr, "send"))]
-        before, counters = emu.cpu_seconds(), emu.counters()
+        before, counters, busy = emu.cpu_seconds(), emu.counters(), host_busy_s()
         procs = [emu.spawn(node, target, args, env={}, log=logs / f"{name}.log", name=name)
                  for node, target, args, name in ends]
         # the two ends' CPU is read while they live (they exit when the transfer ends, and an
@@ -108,12 +120,12 @@ def measure_bare(kind: str, nbytes: int = 40_000_000, capacity_mbps: float = 100
             time.sleep(0.02)
         if any(p.returncode for p in procs):
             raise SystemExit(f"the bare {kind} transfer failed: see {logs}")
-        after = emu.counters()
+        after, busy = emu.counters(), host_busy_s() - busy
     data = sum(after[hop] - counters[hop] for hop in (("a", "b"), ("b", "c")))
     acks = sum(after[hop] - counters[hop] for hop in (("c", "b"), ("b", "a")))
     return {"agent": last.get("send", 0.0) + last.get("sink", 0.0),
             "delay": last.get("delay", 0.0) - before.get("delay", 0.0),
-            "coordinator": 0.0, "transfers": 1, "gb": data / 1e9,
+            "coordinator": 0.0, "host": busy, "transfers": 1, "gb": data / 1e9,
             "packets": data / (DEFAULT_MTU + 14) + acks / ACK_BYTES}
 
 
@@ -133,11 +145,12 @@ def main() -> int:
     # the bare transfers first: their ends fork from this process, which must not have started
     # threads yet (a run starts many; a gloo end forked after them can hang)
     bare = []
-    for line in lines:
+    for line in ["none", *lines]:  # none: the same transfers with no delay line, what the host spends anyway
         os.environ[CHOICE_ENV] = line
         for kind, label in (("tcp", "bare TCP stream"), ("gloo", "bare gloo transfer")):
             print(f"{label}, {line} delay lines", file=sys.stderr)
-            bare.append((f"{label}, a-b-c (its two ends)", line, measure_bare(kind)))
+            bare.append((f"{label}, a-b-c (its two ends)", line,
+                         measure_bare(kind, delay_mode="off" if line == "none" else "userspace")))
     for scenario in args.scenarios.split(","):
         for scheduler in args.schedulers.split(","):
             for line in lines:
@@ -151,13 +164,15 @@ def main() -> int:
     print(f"CPU of the broadcast and upload phases, time scale {args.time_scale} (the bare transfers: their "
           "whole life); agents' share of a bare transfer is its two ends\n")
     print("| run | delay lines | transfers | link GB | packets (k) | agents CPU (s) | per transfer (ms) "
-          "| per link GB (s) | delay lines CPU (s) | per packet (µs) | coordinator CPU (s) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| per link GB (s) | delay lines CPU (s) | per packet (µs) | coordinator CPU (s) | host CPU per packet (µs) "
+          "|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for label, line, r in rows:
         agents, delay, coordinator = r.get("agent", 0.0), r.get("delay", 0.0), r.get("coordinator", 0.0)
+        host = f"{1e6 * r['host'] / r['packets']:.1f}" if "host" in r else ""
         print(f"| {label} | {line} | {r['transfers']:.0f} | {r['gb']:.3f} | {r['packets'] / 1e3:.1f} | {agents:.2f} "
               f"| {1e3 * agents / r['transfers']:.2f} | {agents / r['gb']:.1f} | {delay:.2f} "
-              f"| {1e6 * delay / r['packets']:.1f} | {coordinator:.2f} |")
+              f"| {1e6 * delay / r['packets']:.1f} | {coordinator:.2f} | {host} |")
     return 0
 
 
