@@ -563,7 +563,8 @@ def plot(run_dir: Path, out: Path | None, task: str | None, link: str | None, ac
 @main.command()
 def clean() -> None:
     """Remove every namespace, interface, process and container that crashed fedmst runs left behind,
-    naming the run each belonged to; a live run's are left alone."""
+    naming the run each belonged to; a live run's are left alone. Puts back Ray's address file once
+    scripts/ray-local.sh's cluster is gone."""
     def both() -> list[str]:
         from fedmst.net.cleanup import clean as clean_network
         from fedmst.workers.docker import clean_dead

@@ -10,6 +10,9 @@
 # (not a later process given the PID). It takes its Ray processes down when it gets SIGTERM; stop
 # also waits for those processes (its descendants, listed before the TERM, each with its start
 # time), KILLs what is left of them after 60 s, and then runs `fedmst clean`: nothing by name.
+# While the cluster runs, Ray's address file (/tmp/ray/ray_current_cluster, which a plain ray.init()
+# on this host joins) names it; start keeps what the file held before in $RAY_LOCAL_DIR and stop's
+# `fedmst clean` puts that back (or removes the file), as it does after a killed cluster.
 # Run as root from the repository, after scripts/setup.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +21,15 @@ DIR=${RAY_LOCAL_DIR:-/run/fedmst-ray}
 PORT=${RAY_LOCAL_PORT:-6390}
 RAY=.venv/bin/ray
 SLOT='{"fedmst_emulation": 1}'
+ADDRESS_FILE=${RAY_TMPDIR:-${TMPDIR:-/tmp}}/ray/ray_current_cluster  # Ray's temp folder, as Ray finds it
+SAVED=ray_current_cluster.before  # in $DIR; fedmst.net.cleanup.SAVED_RAY_ADDRESS
+
+# With RAY_AUTH_MODE unset, Ray decides token authentication per process: `ray start --head` turns it
+# on once a token exists (~/.ray/auth_token, which any local ray.init(), Flower's simulation included,
+# writes), while `ray start --address` and ray.init(address=...) leave it off, so the head would refuse
+# its own nodes and the probe below. RAY_AUTH_MODE is the one setting all of them honour: the user's,
+# else disabled, as for Ray's clients given an address; `fedmst sweep --ray` sets the same.
+export RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
 
 die() { echo "ray-local.sh: $*" >&2; exit 1; }
 
@@ -71,6 +83,11 @@ start() {
     [[ -z $(running) ]] || die "a cluster started here already runs (PIDs $(running | xargs)); stop it first"
     mkdir -p "$DIR"
     rm -f "$DIR"/node*.pid
+    # the head points Ray's address file at the cluster: keep what it held for stop to put back, once
+    # `fedmst clean` has put back what a killed cluster of ours left there
+    .venv/bin/fedmst clean >&2
+    rm -f "$DIR/$SAVED"
+    [[ ! -e $ADDRESS_FILE ]] || cp "$ADDRESS_FILE" "$DIR/$SAVED"
     local common=(--block --node-ip-address 127.0.0.1 --num-cpus "$(nproc)" --resources "$SLOT" --object-store-memory 200000000
                   --disable-usage-stats)
     echo "starting the head node on port $PORT" >&2
@@ -119,7 +136,8 @@ stop() {
         [[ -z ${pids// /} ]] || { echo "killing what is left of them (PIDs $pids)" >&2; kill -KILL $pids 2>/dev/null || true; }
     fi
     rm -f "$DIR"/node*.pid
-    # a point interrupted by the stop cleans up after itself; one killed outright leaves a record
+    # a point interrupted by the stop cleans up after itself; one killed outright leaves a record;
+    # and Ray's address file gets back what it held before start
     .venv/bin/fedmst clean >&2
 }
 

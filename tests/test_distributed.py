@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 
 import pytest
@@ -54,3 +55,29 @@ def test_a_listening_address_is_handed_to_ray(monkeypatch: pytest.MonkeyPatch) -
         with pytest.raises(FedmstError, match="no Ray cluster there .*not a Ray cluster"):
             distributed.connect(address)
     assert asked == [address]
+
+
+@pytest.mark.parametrize("users", [None, "token", "disabled"])
+def test_the_driver_joins_with_the_user_s_ray_auth_mode_else_none(
+        users: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray turns token authentication on for ``auto`` where ~/.ray/auth_token exists but not for an
+    explicit address: the driver sets RAY_AUTH_MODE (as scripts/ray-local.sh does for its nodes)
+    unless the user did."""
+    import ray
+
+    seen: list[str | None] = []
+
+    def init(address: str, **_: object) -> None:
+        seen.append(os.environ.get("RAY_AUTH_MODE"))
+        raise ConnectionError("not a Ray cluster")
+
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setenv("RAY_AUTH_MODE", users or "")
+    if users is None:
+        monkeypatch.delenv("RAY_AUTH_MODE")  # set first, so that the test's end removes what connect sets
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        with pytest.raises(FedmstError):
+            distributed.connect(f"127.0.0.1:{server.getsockname()[1]}")
+    assert seen == [users or "disabled"]

@@ -1,14 +1,19 @@
 """Sweeps on a real Ray cluster of two nodes on this host (scripts/ray-local.sh): the same table as
 without Ray, points spread over both nodes, a point whose node dies run again on the other, and
-nothing left running after ``ray-local.sh stop``."""
+nothing left running after ``ray-local.sh stop``; and the script's clusters and the user's own Ray
+leave each other alone: a plain ``ray.init()`` works after a stop, a Ray token in ~/.ray changes
+nothing."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
+import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -16,6 +21,7 @@ import psutil
 import pytest
 
 from conftest import FEDMST, leftovers
+from fedmst.net.cleanup import is_ray_local, ray_address_file
 from fedmst.run.results import read_csv
 
 pytestmark = [pytest.mark.integration,
@@ -29,12 +35,22 @@ SWEEP = ["sweep", "--topology", "small", "--local-models", "2,3", "--seeds", "1"
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[int]]]:
     """Two Ray nodes started by the script, shared by this module's tests (starting a cluster takes
     10 s): (address, PIDs of their `ray start` processes). The host is clean before; the script
-    stops them however the tests end, and then every process under them (raylets, GCS, workers; a
-    zombie holds nothing and waits for init to reap it) is gone and nothing of any run is left.
-    The test that kills a node comes last in this file."""
+    stops them however the tests end (:func:`_script_cluster` checks what that leaves). The test
+    that kills a node comes last in this file."""
     assert not leftovers(), f"host not clean before the cluster: {leftovers()}"
-    env = {**os.environ, "RAY_LOCAL_DIR": str(tmp_path_factory.mktemp("ray"))}
-    started = subprocess.run(["bash", str(SCRIPT), "start", "2"], capture_output=True, text=True, env=env,
+    with _script_cluster(2, {**os.environ, "RAY_LOCAL_DIR": str(tmp_path_factory.mktemp("ray"))}) as found:
+        yield found
+
+
+@contextmanager
+def _script_cluster(nodes: int, env: dict[str, str]) -> Iterator[tuple[str, list[int]]]:
+    """A cluster of ``nodes`` started by the script with ``env``: (address, PIDs of its `ray start`
+    processes). The script stops it however the block ends, and then every process under them
+    (raylets, GCS, workers; a zombie holds nothing and waits for init to reap it) is gone, nothing
+    of any run is left, and Ray's address file holds what it held before (nothing where that named
+    a stopped cluster of the script, as older fedmst versions left it)."""
+    before = _ray_address()
+    started = subprocess.run(["bash", str(SCRIPT), "start", str(nodes)], capture_output=True, text=True, env=env,
                              timeout=300)
     pids = [int(p.read_text()) for p in sorted(Path(env["RAY_LOCAL_DIR"]).glob("node*.pid"))]
     try:
@@ -48,6 +64,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, lis
         left = [p.pid for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         assert not left, f"ray-local.sh stop left processes of the cluster running: {left}"
         assert not leftovers(), f"left behind: {leftovers()}"
+        expected = None if before is not None and is_ray_local(before) else before
+        assert _ray_address() == expected, f"{ray_address_file()}: {_ray_address()!r}, before the cluster {before!r}"
+
+
+def _ray_address() -> str | None:
+    """What Ray's address file (the cluster a plain ``ray.init()`` on this host joins) holds."""
+    return ray_address_file().read_text() if ray_address_file().exists() else None
 
 
 def _with_descendants(pids: list[int]) -> list[psutil.Process]:
@@ -77,6 +100,78 @@ def test_a_sweep_at_an_address_without_a_cluster_stops_in_one_line(tmp_path: Pat
     (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("fedmst: error: ")]
     assert f"--ray 127.0.0.1:{port}: no Ray cluster there" in line, proc.stderr
     assert not (tmp_path / "s" / "sweep.csv").exists()
+
+
+PLAIN_RAY_INIT = "import ray; ray.init(log_to_driver=False); print(ray.cluster_resources()); ray.shutdown()"
+JOIN = ("import sys; from fedmst.run.distributed import SLOT, connect; connect(sys.argv[1]); import ray; "
+        "print(ray.cluster_resources()[SLOT]); ray.shutdown()")
+
+
+def test_once_the_script_s_cluster_is_stopped_a_plain_ray_init_works(tmp_path: Path, clean_host: None) -> None:
+    """A user's own Ray job after the script's cluster (or Flower's simulation engine, which starts
+    Ray): ``ray.init()`` without an address, in a fresh process, starts a Ray of its own (or joins
+    the one Ray's address file named before) instead of waiting on the stopped cluster's address.
+    HOME is a temporary folder: Ray writes the token of a Ray it starts there. This and the next
+    test run before the module's cluster: two clusters at once would contend for Ray's ports."""
+    with _script_cluster(1, {**os.environ, "RAY_LOCAL_DIR": str(tmp_path / "ray")}):
+        pass
+    (tmp_path / "home").mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    proc = subprocess.Popen([sys.executable, "-c", PLAIN_RAY_INIT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**env, "HOME": str(tmp_path / "home")}, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    finally:
+        left = _end_session(proc.pid, 30)
+    assert proc.returncode == 0 and "CPU" in out, err[-2000:]
+    assert not left, f"ray.init()'s Ray left processes after ray.shutdown(), KILLed: {left}"
+
+
+def _end_session(sid: int, wait_s: float) -> list[int]:
+    """Wait until the processes of session ``sid`` (one this test started) are gone; KILL, by PID,
+    those still there after ``wait_s`` and return their PIDs."""
+    deadline = time.monotonic() + wait_s
+    while (procs := _in_session(sid)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            continue
+    return [proc.pid for proc in procs]
+
+
+def _in_session(sid: int) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getsid(proc.pid) == sid:
+                found.append(proc)
+        except ProcessLookupError:
+            continue
+    return found
+
+
+def test_the_script_s_cluster_and_a_sweep_s_driver_agree_where_the_user_has_a_ray_token(
+        tmp_path: Path, clean_host: None) -> None:
+    """Once a local Ray has run (a user's ``ray.init()``, Flower's simulation engine) Ray keeps a
+    token in ~/.ray/auth_token, and a head node started with one there requires it, which neither
+    ``ray start --address`` nor a client given an address sends: the script's two nodes must still
+    come up, and a sweep's driver (:func:`fedmst.run.distributed.connect`, in a fresh process) join
+    them at their address and as ``auto`` (with which Ray itself would send the token). HOME is a
+    temporary folder holding such a token."""
+    (tmp_path / "home" / ".ray").mkdir(parents=True)
+    (tmp_path / "home" / ".ray" / "auth_token").write_text(secrets.token_hex(32))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH_") and k != "RAY_ADDRESS"}
+    env |= {"HOME": str(tmp_path / "home"), "RAY_LOCAL_DIR": str(tmp_path / "ray")}
+    with _script_cluster(2, env) as (address, _):
+        for given in (address, "auto"):
+            joined = subprocess.run([sys.executable, "-c", JOIN, given], capture_output=True, text=True, env=env,
+                                    timeout=120)
+            assert joined.returncode == 0 and joined.stdout.split() == ["2.0"], (given, joined.stderr[-2000:])
 
 
 def test_a_sweep_on_ray_spreads_over_both_nodes_and_matches_the_sweep_without_it(

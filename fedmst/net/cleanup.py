@@ -15,7 +15,8 @@ frees their namespaces, removes its scratch folder, then unregisters any TCP con
 dead run registered (:func:`fedmst.net.congestion.leftovers`) and deletes any emulated interface
 it left in the root namespace. A live run's things are never touched, and nothing is killed by name.
 Worker containers are the Docker backend's to remove (:func:`fedmst.workers.docker.clean_dead`),
-by the same rule.
+by the same rule. Once the Ray cluster of ``scripts/ray-local.sh`` is gone, ``clean`` also puts back
+Ray's address file as it was before the script started (:func:`restore_ray_address`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import os
 import random
 import re
 import shutil
+import socket
 import string
 import subprocess
 import tempfile
@@ -53,6 +55,11 @@ its names."""
 POINT_PREFIX = "fedmst-ray-point-"
 """A Ray sweep point's scratch folder: ``fedmst-ray-point-PID-...``, PID the worker running it."""
 _POINT = re.compile(rf"^{POINT_PREFIX}(\d+)-")
+RAY_LOCAL_DIR = Path(os.environ.get("RAY_LOCAL_DIR", "/run/fedmst-ray"))
+RAY_LOCAL_PORT = os.environ.get("RAY_LOCAL_PORT", "6390")
+"""scripts/ray-local.sh's folder and its head node's port (the same variables, the same defaults)."""
+SAVED_RAY_ADDRESS = "ray_current_cluster.before"
+"""In :data:`RAY_LOCAL_DIR`: what Ray's address file held when the script started (absent: nothing)."""
 
 
 def point_prefix() -> str:
@@ -220,6 +227,7 @@ def clean() -> list[str]:
             shutil.rmtree(folder, ignore_errors=True)
             done.append(f"removed {folder}, a Ray sweep point's scratch folder (process {owner.group(1)} is gone)")
     done += leftovers(live)
+    done += restore_ray_address(ray_address_file(), RAY_LOCAL_DIR / SAVED_RAY_ADDRESS)
     for iface in interfaces:
         run, prober = _IFACE.match(iface).groups()  # type: ignore[union-attr]
         if run in live or (prober is not None and psutil.pid_exists(int(prober))):
@@ -228,6 +236,54 @@ def clean() -> list[str]:
             done.append(f"run {run}: deleted interface {iface}" if run else
                         f"deleted interface {iface} (kernel probe of process {prober})")
     return done or ["nothing to clean"]
+
+
+def ray_address_file() -> Path:
+    """Where ``ray start`` writes its cluster's address, which a plain ``ray.init()`` on this host
+    then joins (in Ray's temp folder: $RAY_TMPDIR, else $TMPDIR, else /tmp)."""
+    return Path(os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp") / "ray" / "ray_current_cluster"
+
+
+def is_ray_local(address: str, port: str = RAY_LOCAL_PORT) -> bool:
+    """Whether ``address`` (host:port) is ``port`` on this host, as ray-local.sh's nodes write it
+    (Ray writes the host's own address for their 127.0.0.1).
+
+    >>> is_ray_local("127.0.0.1:6390", "6390"), is_ray_local("127.0.0.1:6379", "6390")
+    (True, False)
+    >>> is_ray_local("203.0.113.9:6390", "6390")
+    False
+    """
+    host, _, named = address.strip().rpartition(":")
+    ours = {"localhost"} | {a.address.split("%")[0] for found in psutil.net_if_addrs().values() for a in found}
+    return named == port and host.strip("[]") in ours
+
+
+def restore_ray_address(address_file: Path, saved: Path, port: str = RAY_LOCAL_PORT) -> list[str]:
+    """Once Ray's address file names ray-local.sh's cluster and nothing listens there, put back what
+    it held before the script started (kept in ``saved``), or remove it where it held nothing or a
+    cluster of ours too: a plain ``ray.init()`` on this host would wait on that dead address and fail."""
+    try:
+        address = address_file.read_text().strip()
+    except OSError:
+        return []
+    if not is_ray_local(address, port) or _listens(address):
+        return []
+    before = saved.read_text() if saved.is_file() else None
+    saved.unlink(missing_ok=True)
+    if before is None or is_ray_local(before, port):
+        address_file.unlink()
+        return [f"removed {address_file}: it named {address}, a stopped cluster of scripts/ray-local.sh"]
+    address_file.write_text(before)
+    return [f"put back {address_file} as before scripts/ray-local.sh started: {before.strip()}"]
+
+
+def _listens(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def _scratch_of(run: str, record: dict) -> Path | None:

@@ -15,6 +15,7 @@ Ray is an optional extra (``pip install -e '.[ray]'``): imported only here, only
 
 from __future__ import annotations
 
+import os
 import socket
 import tempfile
 from dataclasses import dataclass, replace
@@ -54,6 +55,12 @@ class Finished:
 def connect(address: str) -> None:
     """Join the Ray cluster at ``address`` (``auto``: the one running on this host), or fail in
     one line saying what is missing (Ray, the cluster, a node offering an emulation slot)."""
+    # With RAY_AUTH_MODE unset, Ray's token authentication depends on how a process starts:
+    # ray.init("auto") and `ray start --head` turn it on once ~/.ray/auth_token exists, an explicit
+    # address and `ray start --address` never do. One rule for every address, that of
+    # scripts/ray-local.sh's nodes: the user's RAY_AUTH_MODE, else disabled. Set before Ray is
+    # imported, which reads it once.
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     try:
         import ray
     except ImportError:
