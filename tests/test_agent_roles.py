@@ -22,9 +22,9 @@ from fedmst.fl import aggregation, data, models
 from fedmst.fl.strategies import Strategy, build_strategy
 from fedmst.run.results import write_atomic
 from fedmst.run.session import connect
-from fedmst.protocol import (ABORT_FILE, AgentSpec, Broadcast, Evaluate, Evaluated, Failed, PhaseDone, Reply, Replan,
-                             RoundsDone, RunRounds, Setup, SetupDone, TaskSpec, Train, Trained, TransferSpec, Upload,
-                             decode, encode)
+from fedmst.protocol import (ABORT_FILE, ARRIVALS_SUFFIX, AgentSpec, Broadcast, Evaluate, Evaluated, Failed, PhaseDone,
+                             Reply, Replan, RoundsDone, RunRounds, Setup, SetupDone, TaskSpec, Train, Trained,
+                             TransferSpec, Upload, decode, encode, read_arrivals)
 from fedmst.workers import transport
 from fedmst.workers.agent import Agent
 
@@ -132,7 +132,8 @@ def _progress(tmp_path: Path, task: TaskSpec, phase: str, rnd: int) -> Iterator[
     folder = tmp_path / f"progress-{rnd}-{phase}"
     folder.mkdir()
     yield str(folder)
-    assert sorted(p.name for p in folder.iterdir()) == sorted(t.key for t in task.transfers if t.phase == phase)
+    assert sorted(read_arrivals(folder)) == sorted(t.key for t in task.transfers if t.phase == phase)
+    assert all(p.name.endswith(ARRIVALS_SUFFIX) for p in folder.iterdir())  # each agent's file of marks, no more
 
 
 def _round(agents: dict[str, Agent], task: TaskSpec, samples: dict[int, int], rnd: int, tmp_path: Path,
@@ -255,7 +256,7 @@ def test_an_aborted_phase_fails_at_once_with_the_coordinators_reason(agents: dic
         replies = {n: f.result(timeout=25) for n, f in futures.items()}  # within the 30 s phase timeout
     assert {n: r.error for n, r in replies.items()} == {
         n: "PhaseAborted: transfer task0-000-broadcast stalled: test" for n in waiting}
-    assert [p.name for p in folder.iterdir()] == [ABORT_FILE]
+    assert read_arrivals(folder) == []
 
 
 @pytest.mark.parametrize("agents", [TREE, RING], ids=["tree", "ring"], indirect=True)

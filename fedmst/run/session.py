@@ -29,7 +29,7 @@ from fedmst.fl.strategies import strategy_knobs
 from fedmst.errors import FedmstError
 from fedmst.net.capture import Captures, parse_links
 from fedmst.net.emulation import Emulation
-from fedmst.protocol import ABORT_FILE, AgentSpec, Setup, TaskSpec, TransferSpec, root_id
+from fedmst.protocol import ABORT_FILE, AgentSpec, read_arrivals, Setup, TaskSpec, TransferSpec, root_id
 from fedmst.run.prepare import ResolvedRun
 from fedmst.run.livestate import LivePublisher, base_status
 from fedmst.run.measure import CounterSampler
@@ -147,7 +147,7 @@ class PhaseWatch:
         self._looked = looked
         now = self.clock()
         watch.observe(now, counters())
-        watch.arrive((p.name for p in progress.iterdir() if p.name != ABORT_FILE), now)
+        watch.arrive(read_arrivals(progress), now)
         self.stall = watch.stalled(now)
         if self.stall is not None:
             # whole or not at all: an agent that read it half written gave "aborted", not the reason

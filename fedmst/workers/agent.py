@@ -33,9 +33,10 @@ from fedmst.fl import models
 from fedmst.fl import training
 from fedmst.fl.flower import Fitted, load_client_fn
 from fedmst.fl.strategies import Strategy, build_strategy
-from fedmst.protocol import (ABORT_FILE, AgentSpec, Broadcast, Checkpoint, Command, Done, Evaluate, Evaluated, Failed,
-                             PhaseDone, PhaseSpan, ProtocolError, Replan, Reply, Restore, RoundsDone, RunRounds, RunsIn,
-                             Save, Setup, SetupDone, Stop, TaskSpec, Train, Trained, TransferSpec, Upload, root_id)
+from fedmst.protocol import (ABORT_FILE, ARRIVALS_SUFFIX, AgentSpec, Broadcast, Checkpoint, Command, Done, Evaluate,
+                             Evaluated, Failed, PhaseDone, PhaseSpan, ProtocolError, Replan, Reply, Restore, RoundsDone,
+                             RunRounds, RunsIn, Save, Setup, SetupDone, Stop, TaskSpec, Train, Trained, TransferSpec,
+                             Upload, root_id)
 from fedmst.workers import control
 from fedmst.workers import dataflow
 from fedmst.workers import learners
@@ -81,13 +82,19 @@ class PhaseAborted(RuntimeError):
 
 class Progress:
     """A transfer phase's folder, shared with the coordinator: the agent marks there each transfer
-    whose last chunk arrived, and looks there for the coordinator's abort file."""
+    whose last chunk arrived (a line in its own file, :data:`ARRIVALS_SUFFIX`), and looks there for
+    the coordinator's abort file."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, node: str) -> None:
         self.folder = folder
+        # unbuffered: each mark is one append, whole, whichever transfer thread makes it
+        self._marks = open(folder / f"{node}{ARRIVALS_SUFFIX}", "ab", buffering=0)  # noqa: SIM115
 
     def arrived(self, key: str) -> None:
-        (self.folder / key).touch()
+        self._marks.write(f"{key}\n".encode())
+
+    def close(self) -> None:
+        self._marks.close()
 
     def abort_reason(self) -> str | None:
         """Why the coordinator aborted the phase, or None while it has not."""
@@ -234,7 +241,7 @@ class Agent:
         no error to those): that thread is left to end at its own timeout, holding only the
         connections the re-plan replaces.
         """
-        progress = Progress(Path(progress_dir))
+        progress = Progress(Path(progress_dir), self.node)
         outcome: dict[str, Any] = {}
 
         def phase() -> None:
@@ -252,6 +259,7 @@ class Agent:
                 transport.abort_connections()
                 worker.join(1.0)
                 raise PhaseAborted(reason)
+        progress.close()  # every transfer thread is done (an aborted phase's may not be: left open)
         if "error" in outcome:
             reason = progress.abort_reason()
             if reason is not None:
