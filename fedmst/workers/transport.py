@@ -121,7 +121,7 @@ def idle_loops() -> int:
     changed = 0
     for task in Path("/proc/self/task").iterdir():
         try:
-            slack = task / "timerslack_ns"
+            slack = Path("/proc") / task.name / "timerslack_ns"  # a thread's is /proc/TID's, not under task/
             if int(slack.read_text()) == LOOP_TIMER_SLACK_NS:
                 slack.write_text(str(IDLE_LOOP_SLACK_NS))
                 changed += 1
