@@ -15,4 +15,4 @@ fi
 # time, since two emulations on these cores change each other's timings (a selection with no test: fine)
 pytest() { .venv/bin/python -m pytest -q "$@" || { rc=$?; [[ $rc -eq 5 ]] || exit $rc; }; }
 pytest -n auto -m "not integration and not host" "$@"
-pytest -m "integration or host" "$@"
+pytest -m "integration or host" --durations=15 "$@"  # the slowest, each run: where the suite's time goes
