@@ -18,6 +18,7 @@ import pytest
 
 from fedmst.errors import EmulationError
 from fedmst.net import calibrate
+from fedmst.net.delayline import running_kind
 from fedmst.net.emulation import Capabilities, Emulation, probe_capabilities
 from fedmst.run.measure import CPU_BOUND
 from fedmst.run.results import read_csv
@@ -53,7 +54,7 @@ def test_the_ceiling_is_measured_once_per_boot(tmp_path: Path, monkeypatch: pyte
     assert calibrate.link_ceiling_mbps("userspace", 1500, caps, report=said.append) == first
     assert len(said) == 1, "the second call reads the cache"
     cached = json.loads((tmp_path / "link-ceiling").read_text())
-    assert cached["ceilings"] == {"userspace/1500": first}
+    assert cached["ceilings"] == {f"userspace-{running_kind()}/1500": first}  # per delay line
     # a cache from another boot is not believed
     cached["boot_id"] = "another-boot"
     (tmp_path / "link-ceiling").write_text(json.dumps(cached))
