@@ -72,30 +72,3 @@ def test_aborting_the_connections_wakes_a_blocked_wait(tmp_path: Path) -> None:
     got = _both_ends(tmp_path / "t", lambda p: received.wait(30), receive, numel=(4, 4))
     assert "Connection closed" in str(got[1]) and "Timed out" not in str(got[1])
     assert shut and shut[0] >= 1  # the abort shut the pair's sockets: nothing else closed them
-
-
-def test_idle_loops_slackens_only_the_connections_loops() -> None:
-    """The threads a connection's device started (timer slack LOOP_TIMER_SLACK_NS) get the idle
-    slack; every other thread keeps its own."""
-    import ctypes
-
-    slacks = (transport.LOOP_TIMER_SLACK_NS, transport.LOOP_TIMER_SLACK_NS, 50_000)
-    ready, release = threading.Barrier(len(slacks) + 1), threading.Event()
-
-    def thread(slack: int) -> None:
-        transport._libc.prctl(transport._PR_SET_TIMERSLACK, ctypes.c_ulong(slack), 0, 0, 0)
-        ready.wait()
-        release.wait(10)
-
-    started = [threading.Thread(target=thread, args=(s,)) for s in slacks]
-    for t in started:
-        t.start()
-    try:
-        ready.wait(10)
-        assert transport.idle_loops() >= 2  # and any connection of an earlier test still open
-        slack = [int(Path(f"/proc/{t.native_id}/timerslack_ns").read_text()) for t in started]
-    finally:
-        release.set()
-        for t in started:
-            t.join()
-    assert slack == [transport.IDLE_LOOP_SLACK_NS] * 2 + [50_000]

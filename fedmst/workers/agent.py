@@ -193,14 +193,14 @@ class Agent:
 
         dataflow.run_all([partial(open_, name, role) for role in self.roles
                           for name in dict.fromkeys(t.connection for t in role.transfers)])
-        transport.idle_loops()
 
     def replan(self, cmd: Replan) -> Done:
-        """Take up a new plan (after a link failure or a dead worker): close every transfer (all at once: each close
-        waits for its loop's next turn, transport.IDLE_LOOP_SLACK_NS), then open the new plan's. Models, data shards
-        and trained weights stay; only the local models listed as ``active`` train and send from now on."""
-        dataflow.run_all([partial(transport.close_pair, pair) for role in self.roles for pair in role.pairs.values()])
+        """Take up a new plan (after a link failure or a dead worker): close every transfer, then
+        open the new plan's. Models, data shards and trained weights stay; only the local models
+        listed as ``active`` train and send from now on."""
         for role in self.roles:
+            for pair in role.pairs.values():
+                transport.close_pair(pair)
             role.pairs.clear()
         self.told.forget()
         kept = {r.name: r for r in self.roles}

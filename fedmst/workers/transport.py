@@ -73,17 +73,12 @@ def open_pair(store_file: Path, *, rank: int, address: str, timeout_s: float, nu
 
 
 LOOP_TIMER_SLACK_NS = 50_000_000
-"""Timer slack of each connection's gloo event loop while it connects: the loop waits for socket
-events, or 10 ms to look for its own shutdown, and a run keeps hundreds of connections per agent
-(30 tasks of 15 local models: about 126 an agent, 1,800 loops), whose idle wake-ups alone kept
-both cores of a 2-core host busy. 50 ms of slack lets the kernel wake an idle loop about 20 times
-a second instead of 100; a socket event still wakes it at once."""
-IDLE_LOOP_SLACK_NS = 500_000_000
-"""The loops' slack once every connection is open (:func:`idle_loops`): 2 wake-ups a second. A
-timer wake-up costs a virtual machine's core some 25 µs, so 20 a second in each of 1,800 loops
-still took most of a core, and a slowed run's long phases paid it throughout. Socket events
-still wake a loop at once; only closing a connection, which waits for its loop's next turn,
-waits up to this long (an agent closes them all at once)."""
+"""Timer slack of each connection's gloo event loop: the loop waits for socket events, or 10 ms
+to look for its own shutdown, and a run keeps hundreds of connections per agent (30 tasks of 15
+local models: about 126 an agent, 1,800 loops), whose idle wake-ups alone kept both cores of a
+2-core host busy. 50 ms of slack lets the kernel wake an idle loop about 20 times a second
+instead of 100; a socket event still wakes it at once, and closing a connection, which waits for
+the loop's next turn, waits at most that much longer."""
 
 
 @contextmanager
@@ -111,23 +106,6 @@ def close_pair(pair: Pair) -> None:
         pair.group.shutdown()
     except RuntimeError:  # a pair whose transfer failed may already be half closed
         pass
-
-
-def idle_loops() -> int:
-    """Give every connection's event loop of this process :data:`IDLE_LOOP_SLACK_NS` of timer
-    slack (they are the threads with :data:`LOOP_TIMER_SLACK_NS`; call it once none is being
-    opened). Returns how many; none where the host does not let this process set its threads'
-    slack (a container without CAP_SYS_NICE), which only costs CPU."""
-    changed = 0
-    for task in Path("/proc/self/task").iterdir():
-        try:
-            slack = Path("/proc") / task.name / "timerslack_ns"  # a thread's is /proc/TID's, not under task/
-            if int(slack.read_text()) == LOOP_TIMER_SLACK_NS:
-                slack.write_text(str(IDLE_LOOP_SLACK_NS))
-                changed += 1
-        except (OSError, ValueError):  # a thread that ended meanwhile, or no permission
-            continue
-    return changed
 
 
 def _tcp_connections() -> Iterator[socket.socket]:
