@@ -161,15 +161,9 @@ class _Phase:
         # what it sends: a copy of the global model received, G's model, or sums (its own updates,
         # plus the sums that feed it; all of them where it completes the global model)
         copy = next((f for f in feeds if f.spec.carries == "global"), None) if t.carries == "global" else None
-        if copy is not None:
-            base = None
-        elif self.phase == "broadcast":
-            assert self.inp.model is not None, f"{t.key}: only G's node starts a broadcast"
-            base = self.inp.model
-        else:
-            base = self._own(None if t.carries == "global" else t.models)
-            if feeds:
-                end.buf = torch.empty(end.hi - end.lo)
+        base = None if copy is not None else self._held_here(t)
+        if copy is None and self.phase == "upload" and feeds:
+            end.buf = torch.empty(end.hi - end.lo)
         pair, first, sends = self.inp.pairs[t.connection], self.tag[t.key], []
         for j, part in end.chunks:
             if copy is not None:
@@ -186,6 +180,15 @@ class _Phase:
             transport.wait(work, pair)
         end.done.set()
 
+    def _held_here(self, t: TransferSpec) -> torch.Tensor:
+        """What ``t`` starts from at its source, before any sum that feeds it: G's model in a
+        broadcast, else this node's own updates among ``t``'s models (all of them where it carries
+        the global model)."""
+        if self.phase == "broadcast":
+            assert self.inp.model is not None, f"{t.key}: only G's node starts a broadcast"
+            return self.inp.model
+        return self._own(None if t.carries == "global" else t.models)
+
     def _post_all(self) -> None:
         """Post every chunk of every transfer at once from this thread, then wait for them: where
         nothing this node sends waits on another transfer (a star, a tree's root and leaves), a
@@ -198,9 +201,7 @@ class _Phase:
             if t.dst == node:
                 works = [transport.post_recv(pair, end.view(part), first + j) for j, part in end.chunks]
             else:
-                base = self.inp.model if self.phase == "broadcast" else self._own(
-                    None if t.carries == "global" else t.models)
-                assert base is not None, f"{t.key}: only G's node starts a broadcast"
+                base = self._held_here(t)
                 works = [transport.post_send(pair, base[part], first + j) for j, part in end.chunks]
             posted.append((end, pair, works))
         try:
