@@ -419,6 +419,13 @@ def _kernel_queue_stats(queue: int) -> dict[str, int]:
     return {}
 
 
+def write_control(path: Path, delay_s: float | None, loss: float | None) -> None:
+    """Ask a line to change its delay or loss (None: keep it) through its control file, before
+    its SIGUSR1: written whole, by a rename, since a compiled process serving several lines reads
+    every line's file on each signal."""
+    _write_json(path, {"delay_ms": None if delay_s is None else delay_s * 1e3, "loss": loss})
+
+
 def _write_json(path: Path, data: dict[str, object]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=1) + "\n")

@@ -24,7 +24,7 @@ from fedmst.core.plan import LinkDir
 from fedmst.core.topology import node_order
 from fedmst.errors import EmulationError
 from fedmst.net import queues
-from fedmst.net.delayline import DEFAULT_CAPACITY, LineSpec, choose, compiled_command, ingress_rules
+from fedmst.net.delayline import DEFAULT_CAPACITY, LineSpec, choose, compiled_command, ingress_rules, write_control
 from fedmst.net.processes import Process
 from fedmst.net.shell import HostShell
 
@@ -178,12 +178,8 @@ class EmulatedLink:
         if (a, b) not in self.delay_lines:
             raise EmulationError(f"link {a}->{b} has no delay line to change (name it in `changing`)")
         line = self.delay_lines[(a, b)]
-        control = line.spec.control
-        assert control is not None
-        written = control.with_name(control.name + ".tmp")  # whole, by a rename: a process serving
-        # several lines reads every line's file on each signal
-        written.write_text(json.dumps({"delay_ms": None if delay_s is None else delay_s * 1e3, "loss": loss}))
-        written.replace(control)
+        assert line.spec.control is not None
+        write_control(line.spec.control, delay_s, loss)
         line.proc.send_signal(signal.SIGUSR1)
 
     def set_state(self, shells: Mapping[str, HostShell], first: str, *, up: bool) -> int:
