@@ -3,10 +3,12 @@ counter readings in, live.json and what the view shows out."""
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from fedmst.errors import FedmstError
 from fedmst.run import livestate
 from fedmst.run.livestate import LiveStatus, LivePublisher, read_status
 from fedmst.run.measure import CounterSampler
-from fedmst.views.live import check_watchable, follow, plain, render, show
+from fedmst.views.live import check_watchable, follow, plain, render, show, watch
 
 A, B, C = ("a", "b"), ("b", "a"), ("b", "c")
 
@@ -145,6 +147,28 @@ def test_a_folder_with_no_run_is_refused(tmp_path: Path) -> None:
         check_watchable(tmp_path)
     with pytest.raises(FedmstError, match="no such folder"):
         check_watchable(tmp_path / "nope")
+
+
+def test_watch_waits_for_a_folder_that_appears_empty_to_hold_the_run(tmp_path: Path) -> None:
+    """A run makes its folder a moment before it writes into it: a watch started beside it waits
+    for what it writes, not only for the folder, and follows the run once it is there."""
+    folder = tmp_path / "run"
+
+    def start_the_run() -> None:
+        folder.mkdir()
+        time.sleep(0.6)  # more than the watch's poll: it sees the empty folder
+        (folder / "live.json").write_text(LiveStatus(run_dir=str(folder), scheduler="mst", topology="t",
+                                                     coordinator=os.getpid(), rounds=1, phase="finished",
+                                                     finished=True).to_json())
+
+    starter = threading.Timer(0.3, start_the_run)
+    starter.start()
+    try:
+        console = Console(file=io.StringIO(), force_terminal=False)
+        watch(folder, console, wait_s=20)
+    finally:
+        starter.join()
+    assert "finished" in console.file.getvalue()
 
 
 def test_watch_stopped_by_sigterm_says_so_without_a_network_it_never_built(tmp_path: Path) -> None:

@@ -100,12 +100,16 @@ def _current(folder: Path, coordinator: int | None) -> tuple[Path | None, LiveSt
     return None, None
 
 
+def _holds_run(folder: Path) -> bool:
+    """Whether ``folder`` is a run's or a compare's (its live view or its configuration is written)."""
+    return any(any(folder.glob(pattern)) for pattern in (LIVE_FILE, f"*/{LIVE_FILE}", "config.json", "*/config.json"))
+
+
 def check_watchable(folder: Path) -> None:
     """Refuse, in one line, a folder that holds no run."""
     if not folder.is_dir():
         raise FedmstError(f"{folder}: no such folder")
-    if not (folder / LIVE_FILE).exists() and not any(folder.glob(f"*/{LIVE_FILE}")) \
-            and not (folder / "config.json").exists() and not any(folder.glob("*/config.json")):
+    if not _holds_run(folder):
         raise FedmstError(f"{folder}: not a fedmst run or compare folder (no {LIVE_FILE}); "
                           "give the --out of a run started with this version")
 
@@ -117,7 +121,8 @@ def watch(folder: Path, console: Console, wait_s: float = 60.0) -> None:
     if not folder.exists():  # started beside the run, before the run made its folder
         err = Console(stderr=True)
         err.print(f"fedmst watch: waiting up to {wait_s:g} s for {folder} to appear", markup=False, soft_wrap=True)
-        while not folder.exists() and time.monotonic() < deadline:
+        # the run makes its folder a moment before it writes anything into it
+        while not (folder.is_dir() and _holds_run(folder)) and time.monotonic() < deadline:
             time.sleep(POLL_S)
     check_watchable(folder)
     while _current(folder, None)[1] is None:
