@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Set up fedmst on a fresh Debian/Ubuntu host, as root: system packages, a virtual environment in
-# .venv, and fedmst installed editable with its test extras. Safe to run again.
+# .venv, and fedmst installed editable. Safe to run again.
+#
+#   scripts/setup.sh         what runs, compares and sweeps need (the README's main job)
+#   scripts/setup.sh --all   also what optional features and the tests need: tcpdump (--pcap), clang,
+#                            libbpf-dev and bpftool (congestion controls and ECN marking in BPF), tmux
+#                            (the tests of the live view), and fedmst's extras test, ray and flower
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -8,22 +13,75 @@ if [[ $(id -u) -ne 0 ]]; then
     echo "setup.sh: run as root (Mininet needs it)" >&2
     exit 1
 fi
+case ${1:-} in
+    "") all=no ;;
+    --all) all=yes ;;
+    *) echo "setup.sh: unknown argument: $1 (the only option is --all)" >&2; exit 1 ;;
+esac
+# "== what" lines; each step's time is printed when the next one starts, and at the end.
+step() {
+    [[ -n ${step_start:-} ]] && echo "   ($((SECONDS - step_start)) s)"
+    step_start=$SECONDS
+    [[ $# -eq 0 ]] || echo "== $*"
+}
 
-echo "== system packages (mininet for mnexec, net-tools for Mininet's ifconfig, iproute2/tc, ethtool, sysctl, ping, tcpdump; tmux for the tests of the live view; clang, libbpf-dev and bpftool for the congestion controls and ECN marking in BPF; gcc and libnetfilter-queue-dev for the delay line)"
+# mininet for mnexec, net-tools for Mininet's ifconfig, procps for sysctl, iptables for the delay
+# lines' NFQUEUE rules, gcc, python3-dev and libnetfilter-queue-dev to build the compiled delay line
+# and NetfilterQueue (pip builds it from source)
+packages=(mininet net-tools iproute2 ethtool procps iputils-ping python3-dev gcc iptables libnetfilter-queue-dev)
+extras=()
+if [[ $all == yes ]]; then
+    packages+=(tcpdump clang libbpf-dev bpftool tmux)
+    extras=("[test,ray,flower]")
+fi
+step "python3-venv, then in the background: ${packages[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-# net-tools and procps by name: Mininet exits without ifconfig, fedmst configures hosts with sysctl
-apt-get install -y -qq --no-install-recommends \
-    mininet net-tools iproute2 ethtool procps iputils-ping python3 python3-venv python3-dev gcc \
-    iptables libnetfilter-queue-dev tcpdump tmux clang libbpf-dev bpftool >/dev/null
+apt-get install -y -qq --no-install-recommends python3 python3-venv >/dev/null
+# the other packages while torch installs, which needs none of them (each takes a third of the time)
+apt_log=$(mktemp)
+apt-get install -y -qq --no-install-recommends "${packages[@]}" >"$apt_log" 2>&1 &
+apt_pid=$!
 
-echo "== virtual environment in .venv"
+step "virtual environment in .venv"
 [[ -x .venv/bin/python ]] || python3 -m venv .venv
-.venv/bin/pip install -q --upgrade pip
+.venv/bin/pip install -q --upgrade pip  # Debian 12's pip 23.0 takes 10 s longer for the dependencies alone
+# --no-compile: pip would byte-compile every module of every package, half of torch's install time;
+# the step after the install compiles those that runs import
+step "torch (${TORCH_SPEC:-torch==2.13.0})"
 # torch first and pinned: the CPU build (set TORCH_SPEC to pick another build or index)
-.venv/bin/pip install -q ${TORCH_SPEC:-torch==2.13.0}
-.venv/bin/pip install -q -e '.[test,ray,flower]'
-echo "== the compiled delay line (fedmst/net/delayline.c, against libnetfilter_queue)"
+.venv/bin/pip install -q --no-compile ${TORCH_SPEC:-torch==2.13.0}
+step "waiting for the system packages"
+if ! wait "$apt_pid"; then
+    cat "$apt_log" >&2
+    echo "setup.sh: apt-get install ${packages[*]} failed" >&2
+    exit 1
+fi
+rm -f "$apt_log"
+step "fedmst${extras[*]} and its dependencies"
+.venv/bin/pip install -q --no-compile -e ".${extras[*]}"
+# Written as pip would write them, whatever PYTHONDONTWRITEBYTECODE says: without them every process
+# of every run would compile its modules again.
+if [[ $all == yes ]]; then
+    step "byte-compiling every installed module (the tests import from all of them)"
+    # as under pip, a module that does not compile is left (torch ships some in a newer Python's syntax)
+    env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -m compileall -q -j 0 .venv/lib/python3*/site-packages \
+        >/dev/null || true
+else
+    step "byte-compiling the modules a run imports (fedmst's, and what they import)"
+    env -u PYTHONDONTWRITEBYTECODE .venv/bin/python - <<'END'
+import importlib
+import pkgutil
+
+import fedmst
+
+for module in pkgutil.walk_packages(fedmst.__path__, "fedmst."):
+    if not module.name.endswith("__main__"):
+        importlib.import_module(module.name)
+importlib.import_module("mininet.net")  # imported when a network is built, not before
+END
+fi
+step "the compiled delay line (fedmst/net/delayline.c, against libnetfilter_queue)"
 .venv/bin/python - <<'END'
 from fedmst.net.delayline import BuildError, build
 try:
@@ -41,4 +99,5 @@ if [[ -e $link && ! -L $link ]]; then
 else
     ln -sfn "$PWD/.venv/bin/fedmst" "$link"
 fi
-echo "== ready: fedmst ($link -> $PWD/.venv/bin/fedmst)"
+step
+echo "== ready in $SECONDS s: fedmst ($link -> $PWD/.venv/bin/fedmst)"

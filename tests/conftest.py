@@ -151,5 +151,5 @@ def missing_bpf() -> str | None:
         return "this kernel has no BTF (CONFIG_DEBUG_INFO_BTF: /sys/kernel/btf/vmlinux)"
     for tool in ("clang", "bpftool"):
         if shutil.which(tool) is None:
-            return f"{tool} is not installed (scripts/setup.sh installs clang, libbpf-dev, bpftool)"
+            return f"{tool} is not installed (scripts/setup.sh --all installs clang, libbpf-dev, bpftool)"
     return None

@@ -55,7 +55,7 @@ class Terminal:
 
 @pytest.fixture
 def terminal() -> Iterator[Callable[[str], Terminal]]:
-    assert shutil.which("tmux"), "tmux is missing: bash scripts/setup.sh installs it"
+    assert shutil.which("tmux"), "tmux is missing: bash scripts/setup.sh --all installs it"
     opened: list[Terminal] = []
     yield lambda command: opened.append(Terminal(command)) or opened[-1]
     for t in opened:

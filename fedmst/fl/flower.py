@@ -49,7 +49,7 @@ def load_client_fn(spec: str) -> Callable[..., Any]:
         import flwr  # noqa: F401 - only to say so when it is missing
     except ImportError:
         raise ClientError(f"--client {spec}: Flower (flwr) is not installed here; pip install 'fedmst[flower]' "
-                          "(bash scripts/setup.sh does)") from None
+                          "(bash scripts/setup.sh --all does)") from None
     fn = import_object(spec, "Flower client_fn", ClientError)
     if not callable(fn):
         raise ClientError(f"--client {spec}: {spec.partition(':')[2]} is not a function (a Flower client_fn)")

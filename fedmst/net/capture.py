@@ -108,7 +108,8 @@ class CaptureFile:
 def require_tcpdump() -> str:
     path = shutil.which("tcpdump")
     if path is None:
-        raise FedmstError("--pcap needs tcpdump, which this host lacks (apt install tcpdump; scripts/setup.sh does)")
+        raise FedmstError("--pcap needs tcpdump, which this host lacks "
+                          "(apt install tcpdump; scripts/setup.sh --all does)")
     return path
 
 

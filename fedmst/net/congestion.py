@@ -45,7 +45,7 @@ NAME_LIMIT = 15
 """TCP_CA_NAME_MAX less its terminating zero."""
 CACHE_DIR = CACHE_ROOT / "bpf"
 """Compiled objects and ``vmlinux.h``, by content: a second run builds nothing."""
-INSTALL = "apt-get install clang libbpf-dev bpftool (scripts/setup.sh does)"
+INSTALL = "apt-get install clang libbpf-dev bpftool (scripts/setup.sh --all does)"
 AVAILABLE = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 """The congestion controls the kernel offers (the same in every namespace)."""
 

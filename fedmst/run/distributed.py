@@ -64,7 +64,7 @@ def connect(address: str) -> None:
     try:
         import ray
     except ImportError:
-        raise FedmstError("--ray needs Ray: pip install -e '.[ray]' (scripts/setup.sh installs it)") from None
+        raise FedmstError("--ray needs Ray: pip install -e '.[ray]' (scripts/setup.sh --all installs it)") from None
     import logging
 
     _probe(address)
