@@ -48,9 +48,17 @@ step "virtual environment in .venv"
 .venv/bin/pip install -q --upgrade pip  # Debian 12's pip 23.0 takes 10 s longer for the dependencies alone
 # --no-compile: pip would byte-compile every module of every package, half of torch's install time;
 # the step after the install compiles those that runs import
-step "torch (${TORCH_SPEC:-torch==2.13.0})"
-# torch first and pinned: the CPU build (set TORCH_SPEC to pick another build or index)
-.venv/bin/pip install -q --no-compile ${TORCH_SPEC:-torch==2.13.0}
+# torch first and pinned. On a host without an NVIDIA GPU, the CPU build from PyTorch's own index when
+# that answers: PyPI's torch for Linux brings CUDA's libraries, gigabytes more. TORCH_SPEC chooses
+# another build or index.
+torch_spec=${TORCH_SPEC:-torch==2.13.0}
+cpu_index=https://download.pytorch.org/whl/cpu
+if [[ -z ${TORCH_SPEC:-} && ! -e /proc/driver/nvidia ]] && .venv/bin/python -c \
+        "import urllib.request as r; r.urlopen('$cpu_index/torch/', timeout=5)" 2>/dev/null; then
+    torch_spec="$torch_spec --index-url $cpu_index"
+fi
+step "torch ($torch_spec)"
+.venv/bin/pip install -q --no-compile $torch_spec
 step "waiting for the system packages"
 if ! wait "$apt_pid"; then
     cat "$apt_log" >&2
