@@ -46,8 +46,6 @@ apt_pid=$!
 step "virtual environment in .venv"
 [[ -x .venv/bin/python ]] || python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip  # Debian 12's pip 23.0 takes 10 s longer for the dependencies alone
-# --no-compile: pip would byte-compile every module of every package, half of torch's install time;
-# the step after the install compiles those that runs import
 # torch first and pinned. On a host without an NVIDIA GPU, the CPU build from PyTorch's own index when
 # that answers: PyPI's torch for Linux brings CUDA's libraries, gigabytes more. TORCH_SPEC chooses
 # another build or index.
@@ -58,6 +56,8 @@ if [[ -z ${TORCH_SPEC:-} && ! -e /proc/driver/nvidia ]] && .venv/bin/python -c \
     torch_spec="$torch_spec --index-url $cpu_index"
 fi
 step "torch ($torch_spec)"
+# --no-compile: pip would byte-compile every module of every package, half of torch's install time;
+# the step after the install compiles those that runs import
 .venv/bin/pip install -q --no-compile $torch_spec
 step "waiting for the system packages"
 if ! wait "$apt_pid"; then
