@@ -139,9 +139,11 @@ class _Phase:
             return self.sums[key]
 
     def _wait(self, event: threading.Event) -> None:
-        while not event.wait(0.05):
-            if self.failed.is_set():
-                raise PhaseFailed("another transfer of this phase failed at this node")
+        """Block until ``event``, without polling: a failure sets every event (``_guarded``), so
+        a transfer waiting on one that will never come wakes at once and sees why."""
+        event.wait()
+        if self.failed.is_set():
+            raise PhaseFailed("another transfer of this phase failed at this node")
 
     def _receive(self, end: _End) -> None:
         pair, first = self.inp.pairs[end.spec.connection], self.tag[end.spec.key]
@@ -220,6 +222,10 @@ class _Phase:
             fn(end)
         except BaseException:
             self.failed.set()
+            for other in self.ends.values():
+                other.done.set()
+                for ready in other.ready.values():
+                    ready.set()
             raise
 
 
