@@ -40,6 +40,7 @@ apt-get update -qq
 apt-get install -y -qq --no-install-recommends python3 python3-venv >/dev/null
 # the other packages while torch installs, which needs none of them (each takes a third of the time)
 apt_log=$(mktemp)
+trap 'rm -f "$apt_log"' EXIT  # also when a later step fails
 apt-get install -y -qq --no-install-recommends "${packages[@]}" >"$apt_log" 2>&1 &
 apt_pid=$!
 
@@ -65,7 +66,6 @@ if ! wait "$apt_pid"; then
     echo "setup.sh: apt-get install ${packages[*]} failed" >&2
     exit 1
 fi
-rm -f "$apt_log"
 step "fedmst${extras[*]} and its dependencies"
 .venv/bin/pip install -q --no-compile -e ".${extras[*]}"
 # Written as pip would write them, whatever PYTHONDONTWRITEBYTECODE says: without them every process
