@@ -9,7 +9,6 @@ never load torch.
 from __future__ import annotations
 
 import atexit
-import gc
 import os
 import signal
 import sys
@@ -193,11 +192,34 @@ def _guard(fn: Callable[[], Any], emulates: bool = False) -> Any:
 @click.group(cls=_Group)
 def main() -> None:
     """fedmst: federated learning over emulated links, MST trees with in-path aggregation vs SPFF."""
-    # at exit, the interpreter's last collections would walk every object torch made: 0.7 s of a
-    # run's fixed cost on this host. Frozen objects are skipped (cycles among them are not
-    # collected: nothing of fedmst's needs a finaliser at exit).
-    atexit.unregister(gc.freeze)
-    atexit.register(gc.freeze)
+
+
+def entry() -> None:
+    """The ``fedmst`` console script: :func:`main`, then an exit without the interpreter's teardown.
+
+    Once a command is done, the interpreter would free every object of every module one by one,
+    torch's included: 0.6 s of this host's CPU at the end of every run (0.26 s with the heap
+    frozen). The teardown frees nothing the kernel does not, so the exit skips it: it comes once
+    the non-daemon threads are done and after every other exit handler (this one is registered
+    first, so it runs last), with stdout and stderr flushed and the command's exit code.
+    """
+    code = 1  # an exception that escapes: Python prints its traceback, then exits with 1
+    atexit.register(lambda: _exit_now(code))
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        raise
+
+
+def _exit_now(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+            pass
+    os._exit(code)
 
 
 _live_option = click.option(
