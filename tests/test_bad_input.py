@@ -1,9 +1,10 @@
 """Bad input through the real ``fedmst`` command: one clear line, exit 1, nothing left behind.
 
-Every case runs the installed console script as a subprocess and checks that it fails with a
-single ``fedmst: error: ...`` line naming the input at fault, and that it leaves no process, no
-emulated interface in the root namespace and no new clean-up state file, and never touches
-results already in the output folder.
+Every case runs the command in a fresh process (:func:`conftest.fedmst_cli`; the installed
+console script itself where the case changes the environment or runs it under another command)
+and checks that it fails with a single ``fedmst: error: ...`` line naming the input at fault,
+and that it leaves no process, no emulated interface in the root namespace and no new clean-up
+state file, and never touches results already in the output folder.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Callable
 
 import pytest
 
-from conftest import leftovers, missing_bpf
+from conftest import fedmst_cli, leftovers, missing_bpf
 
 pytestmark = pytest.mark.host
 
@@ -29,9 +30,12 @@ def fedmst(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
            prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     """Run the real command (after ``prefix``) in ``tmp_path`` and check that it left nothing behind."""
     assert not leftovers(), "host not clean before the test"
-    full_env = {**os.environ, "COLUMNS": "60", **(env or {})}  # narrow: a message must not wrap
-    proc = subprocess.run([*prefix, str(FEDMST), *args], cwd=tmp_path, env=full_env, text=True,
-                          capture_output=True, timeout=120)
+    if env or prefix:
+        full_env = {**os.environ, "COLUMNS": "60", **(env or {})}  # narrow: a message must not wrap
+        proc = subprocess.run([*prefix, str(FEDMST), *args], cwd=tmp_path, env=full_env, text=True,
+                              capture_output=True, timeout=120)
+    else:
+        proc = fedmst_cli(*args, cwd=tmp_path, timeout=120, columns=60)
     left = leftovers()
     assert not left, f"left behind: {left}\nstderr: {proc.stderr}"
     return proc

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import networkx as nx
@@ -23,7 +21,8 @@ from fedmst.net.emulation import Capabilities, Emulation, probe_capabilities
 from fedmst.run.measure import CPU_BOUND
 from fedmst.run.results import read_csv
 
-FEDMST = Path(sys.executable).with_name("fedmst")
+from conftest import fedmst_cli
+
 ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
 
 
@@ -81,9 +80,9 @@ def test_a_run_names_the_links_this_host_cannot_carry(tmp_path: Path, clean_host
         "links": [{"a": "a", "b": "b", "km": 10, "capacity_mbps": 1e9}, {"a": "b", "b": "c", "km": 10}],
     }))
     out = tmp_path / "run"
-    proc = subprocess.run([FEDMST, "run", "--topology", str(topo), "--scheduler", "mst", "--rounds", "1", "-k", "2",
-                           "--global-node", "a", "--local-nodes", "b,c", "--time-scale", "1", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300)  # in real time: auto would slow it 512 times
+    proc = fedmst_cli("run", "--topology", str(topo), "--scheduler", "mst", "--rounds", "1", "-k", "2",
+                      "--global-node", "a", "--local-nodes", "b,c", "--time-scale", "1", "--out", str(out),
+                      timeout=300)  # in real time: auto would slow it 512 times
     assert proc.returncode == 0, proc.stderr[-2000:]
     emulated = json.loads((out / "summary.json").read_text())["emulated"]
     assert emulated["bandwidth_cpu_bound"] == ["a-b"]

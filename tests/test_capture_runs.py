@@ -13,7 +13,7 @@ import pytest
 from scapy.layers import inet, l2  # noqa: F401 - registers Ethernet, IP and TCP for the reader
 from scapy.utils import PcapReader
 
-from conftest import FEDMST
+from conftest import FEDMST, fedmst_cli
 from test_bad_input import error_line, fedmst
 
 RUN = ["--topology", "nsfnet", "--scheduler", "mst", "--local-models", "6", "--rounds", "2", "--model", "mlp"]
@@ -22,8 +22,7 @@ RUN = ["--topology", "nsfnet", "--scheduler", "mst", "--local-models", "6", "--r
 @pytest.mark.integration
 def test_every_loaded_link_directions_capture_holds_what_links_csv_counted(tmp_path: Path, clean_host: None) -> None:
     out = tmp_path / "run"
-    proc = subprocess.run([FEDMST, "run", *RUN, "--pcap", "all", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600)
+    proc = fedmst_cli("run", *RUN, "--pcap", "all", "--out", str(out), timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     index = json.loads((out / "pcap" / "index.json").read_text())
     assert len(index["captures"]) == 2 * 21  # NSFNET's 21 links, both directions

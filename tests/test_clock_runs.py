@@ -9,15 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FEDMST
 from fedmst.run.results import read_csv
+
+from conftest import fedmst_cli
 
 pytestmark = pytest.mark.integration
 WORKLOADS = Path(__file__).resolve().parents[1] / "topologies" / "workloads"
 
 
 def fedmst(*args: str) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([FEDMST, *args], capture_output=True, text=True, timeout=600)
+    proc = fedmst_cli(*args, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
@@ -112,7 +113,7 @@ def test_tasks_run_on_their_own_clocks(clean_host: None, tmp_path: Path) -> None
     plans = {t["task"]: t for t in json.loads((out / "plan.json").read_text())["tasks"]}
     assert (plans["A"]["model"], plans["B"]["model"]) == ("mlp", "cnn")
     assert plans["B"]["model_bytes"] > 5 * plans["A"]["model_bytes"]
-    plot = subprocess.run([FEDMST, "plot", str(out), "--timeline"], capture_output=True, text=True, timeout=120)
+    plot = fedmst_cli("plot", str(out), "--timeline", timeout=120)
     assert plot.returncode == 0, plot.stderr
     assert (out / "timeline.png").stat().st_size > 10_000
 

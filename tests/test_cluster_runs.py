@@ -16,7 +16,7 @@ from typing import Iterator
 import psutil
 import pytest
 
-from conftest import FEDMST, children_running
+from conftest import FEDMST, children_running, fedmst_cli
 from fedmst.run.cluster_records import NODE_SEPARATOR
 from fedmst.run.results import read_links
 
@@ -86,7 +86,7 @@ def test_jobs_queue_run_for_real_and_end(tmp_path: Path, clean_host: None) -> No
     links = read_links(out / "links.csv")
     predicted, weights = sum(r.predicted_bytes for r in links), sum(r.measured_weight_bytes for r in links)
     assert predicted > 0 and abs(weights - predicted) / predicted < 0.15, (weights, predicted)
-    shown = subprocess.run([FEDMST, "links", str(out)], capture_output=True, text=True, timeout=60)
+    shown = fedmst_cli("links", str(out), timeout=60)
     assert shown.returncode == 0 and "total" in shown.stdout, shown.stderr
 
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import functools
 import re
-import subprocess
 from pathlib import Path
 
 import networkx as nx
 import pytest
 
-from conftest import FEDMST, children_running, run_past_round_one
+from conftest import children_running, fedmst_cli, run_past_round_one
 from fedmst.net.emulation import Emulation, probe_capabilities
 from fedmst.core.topology import validate_topology
 
@@ -90,8 +89,8 @@ def test_a_dying_delay_line_stops_the_run(tmp_path: Path, clean_host: None) -> N
 @pytest.mark.host
 @pytest.mark.skipif("netem()", reason="the kernel has sch_netem, so asking for it is not an error")
 def test_netem_mode_without_netem_is_refused_in_one_line(tmp_path: Path) -> None:
-    proc = subprocess.run([FEDMST, "run", "--topology", "line3", "--model", "mlp", "--delay-mode", "netem",
-                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    proc = fedmst_cli("run", "--topology", "line3", "--model", "mlp", "--delay-mode", "netem", "--out",
+                      str(tmp_path / "out"), timeout=120)
     assert proc.returncode == 1
     lines = [x for x in proc.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and "no sch_netem" in lines[0], proc.stderr

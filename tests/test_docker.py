@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import FEDMST, assert_fedavg, assert_strategy, run_past_round_one
+from conftest import assert_fedavg, assert_strategy, fedmst_cli, run_past_round_one
 from fedmst.core.wire import DEFAULT_MTU
 from fedmst.workers import DEFAULT_IMAGE, docker as containers
 from fedmst.run.results import read_csv
@@ -48,8 +47,7 @@ TASK = ["--topology", "small", "--local-models", "4", "--rounds", "2", "--global
 
 
 def _compare(out: Path, *extra: str) -> dict:
-    proc = subprocess.run([FEDMST, "compare", *TASK, "--out", str(out), *extra],
-                          capture_output=True, text=True, timeout=900)
+    proc = fedmst_cli("compare", *TASK, "--out", str(out), *extra, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads((out / "comparison.json").read_text())["summaries"]
 
@@ -93,8 +91,8 @@ def test_containers_run_a_median_over_the_selected_models_exactly(tmp_path: Path
     from fedmst.fl import aggregation, data, models
 
     out = tmp_path / "run"
-    proc = subprocess.run([FEDMST, "run", *TASK, "--scheduler", "mst", "--workers", "docker", "--strategy", "fedmedian",
-                           "--clients-per-round", "3", "--out", str(out)], capture_output=True, text=True, timeout=900)
+    proc = fedmst_cli("run", *TASK, "--scheduler", "mst", "--workers", "docker", "--strategy", "fedmedian",
+                      "--clients-per-round", "3", "--out", str(out), timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["workers"]["backend"] == "docker" and summary["local_models_per_round"] == [3, 3]
@@ -109,8 +107,8 @@ def test_containers_run_a_median_over_the_selected_models_exactly(tmp_path: Path
 
 
 def test_missing_image_is_one_line_and_leaves_nothing(tmp_path: Path, clean_host: None) -> None:
-    proc = subprocess.run([FEDMST, "run", *TASK, "--workers", "docker", "--image", "fedmst-no-such-image",
-                           "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+    proc = fedmst_cli("run", *TASK, "--workers", "docker", "--image", "fedmst-no-such-image", "--out",
+                      str(tmp_path / "run"), timeout=120)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert "fedmst-no-such-image" in lines[0] and "not found" in lines[0]
@@ -132,7 +130,7 @@ def test_sigkill_then_clean_removes_the_containers(tmp_path: Path, clean_host: N
         proc.kill()
         proc.wait(timeout=30)
     assert len(names) >= 3 and [name for name, _ in containers.labelled()] == names  # left behind...
-    cleaned = subprocess.run([FEDMST, "clean"], capture_output=True, text=True, timeout=120)
+    cleaned = fedmst_cli("clean", timeout=120)
     assert cleaned.returncode == 0, cleaned.stderr
     for name in names:  # ...and removed by name, one line each
         assert f"removed container {name}" in cleaned.stdout
@@ -141,8 +139,8 @@ def test_sigkill_then_clean_removes_the_containers(tmp_path: Path, clean_host: N
 def test_a_killed_container_worker_leaves_the_round_to_the_survivors(tmp_path: Path, clean_host: None) -> None:
     """--kill-worker on a container kills every process in it; the round goes on without it."""
     out = tmp_path / "run"
-    proc = subprocess.run([FEDMST, "run", *TASK, "--rounds", "3", "--workers", "docker", "--kill-worker", "4@2",
-                           "--out", str(out)], capture_output=True, text=True, timeout=900)
+    proc = fedmst_cli("run", *TASK, "--rounds", "3", "--workers", "docker", "--kill-worker", "4@2", "--out", str(out),
+                      timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["local_models_per_round"] == [4, 3, 3]
@@ -158,10 +156,9 @@ def test_docker_workers_run_tasks_on_their_own_clocks(tmp_path: Path, clean_host
     shifts and a background flow work with Docker workers as with processes."""
     workload = Path(__file__).resolve().parents[1] / "topologies" / "workloads" / "dumbbell-2tasks.json"
     out = tmp_path / "run"
-    proc = subprocess.run([FEDMST, "run", "--workers", "docker", "--topology", "dumbbell", "--workload", str(workload),
-                           "--clock", "independent", "--interleave", "cassini", "--compute-s", "0.3", "--rounds", "2",
-                           "--epochs", "1", "--traffic", "g1-w1:10mbit:udp", "--out", str(out)],
-                          capture_output=True, text=True, timeout=900)
+    proc = fedmst_cli("run", "--workers", "docker", "--topology", "dumbbell", "--workload", str(workload), "--clock",
+                      "independent", "--interleave", "cassini", "--compute-s", "0.3", "--rounds", "2", "--epochs", "1",
+                      "--traffic", "g1-w1:10mbit:udp", "--out", str(out), timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["workers"]["backend"] == "docker" and summary["clock"] == "independent"

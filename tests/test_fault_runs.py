@@ -5,12 +5,11 @@ the local models that took part, and (through ``clean_host``) leave nothing behi
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import FEDMST, assert_fedavg
+from conftest import assert_fedavg, fedmst_cli
 from fedmst.run.results import read_csv
 
 pytestmark = pytest.mark.integration
@@ -21,8 +20,8 @@ TASK = ["--topology", "small", "--local-models", "4", "--global-node", "0",
 
 
 def _run(out: Path, scheduler: str, *extra: str, rounds: int = 3, task: list[str] = TASK) -> dict:
-    proc = subprocess.run([FEDMST, "run", "--scheduler", scheduler, *task, "--rounds", str(rounds),
-                           "--out", str(out), *extra], capture_output=True, text=True, timeout=900)
+    proc = fedmst_cli("run", "--scheduler", scheduler, *task, "--rounds", str(rounds), "--out", str(out), *extra,
+                      timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["rounds"] == rounds

@@ -15,14 +15,14 @@ from typing import Callable
 
 import pytest
 
-from conftest import FEDMST
+from conftest import FEDMST, fedmst_cli
 
 pytestmark = pytest.mark.integration
 SMALL = ("--topology", "small", "--local-models", "3", "--model", "cnn", "--epochs", "1")
 
 
 def fedmst(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([FEDMST, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
+    return fedmst_cli(*args, cwd=cwd, timeout=timeout)
 
 
 def one_error_line(proc: subprocess.CompletedProcess[str], code: int = 1) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import FEDMST, agent_of, assert_fedavg, assert_strategy, run_past_round_one
+from conftest import FEDMST, agent_of, assert_fedavg, assert_strategy, fedmst_cli, run_past_round_one
 from fedmst.net.cleanup import STATE_DIR
 from fedmst.net.emulation import Emulation
 from fedmst.run.results import read_csv
@@ -128,10 +128,9 @@ def test_a_server_optimizer_steps_from_the_same_mean_under_every_scheduler(tmp_p
     from fedmst.fl import aggregation, data, models
 
     out = tmp_path / "cmp"
-    proc = subprocess.run(
-        [FEDMST, "compare", "--topology", "small", "--local-models", "4", "--rounds", "2", "--epochs", "1",
-         "--model", "mlp", "--global-node", "0", "--local-nodes", "2,3,3,4", "--save-models", "--out", str(out),
-         "--schedulers", "spff,mst,ring", "--strategy", "fedadam"], capture_output=True, text=True, timeout=600)
+    proc = fedmst_cli("compare", "--topology", "small", "--local-models", "4", "--rounds", "2", "--epochs", "1",
+                      "--model", "mlp", "--global-node", "0", "--local-nodes", "2,3,3,4", "--save-models", "--out",
+                      str(out), "--schedulers", "spff,mst,ring", "--strategy", "fedadam", timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "strategy fedadam" in " ".join(proc.stdout.split())
     digits = data.load_dataset("digits")
@@ -159,10 +158,9 @@ def test_a_median_gets_every_update_whole_and_the_links_carry_what_the_plan_says
     from fedmst.fl import aggregation, data, models
 
     out = tmp_path / "cmp"
-    proc = subprocess.run(
-        [FEDMST, "compare", "--topology", "small", "--local-models", "4", "--rounds", "2", "--epochs", "1",
-         "--model", "mlp", "--global-node", "0", "--local-nodes", "2,3,3,4", "--save-models", "--out", str(out),
-         "--strategy", "fedmedian"], capture_output=True, text=True, timeout=600)
+    proc = fedmst_cli("compare", "--topology", "small", "--local-models", "4", "--rounds", "2", "--epochs", "1",
+                      "--model", "mlp", "--global-node", "0", "--local-nodes", "2,3,3,4", "--save-models", "--out",
+                      str(out), "--strategy", "fedmedian", timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     digits = data.load_dataset("digits")
     torch.manual_seed(1)
@@ -176,8 +174,8 @@ def test_a_median_gets_every_update_whole_and_the_links_carry_what_the_plan_says
     plan = json.loads((out / "mst" / "plan.json").read_text())["tasks"][0]
     uploads = [f for f in plan["flows"] if f["phase"] == "upload"]
     assert len(uploads) > len({tuple(f["path"]) for f in uploads})  # a path carries several updates whole
-    ring = subprocess.run([FEDMST, "run", "--topology", "small", "--scheduler", "ring", "--strategy", "fedmedian",
-                           "--out", str(tmp_path / "ring")], capture_output=True, text=True, timeout=120)
+    ring = fedmst_cli("run", "--topology", "small", "--scheduler", "ring", "--strategy", "fedmedian", "--out",
+                      str(tmp_path / "ring"), timeout=120)
     assert ring.returncode == 1 and ring.stderr.count("\n") == 1, ring.stderr
     assert "ring cannot carry each update to G whole" in ring.stderr
 
@@ -189,11 +187,9 @@ def test_a_median_on_tasks_own_clocks_is_the_lockstep_median(tmp_path: Path, cle
     accuracy = {}
     for clock in ("lockstep", "independent"):
         out = tmp_path / clock
-        proc = subprocess.run(
-            [FEDMST, "run", "--topology", "small", "--scheduler", "mst", "--local-models", "4", "--rounds", "2",
-             "--epochs", "1", "--model", "mlp", "--global-node", "0", "--local-nodes", "2,3,3,4",
-             "--strategy", "fedmedian", "--clock", clock, "--out", str(out)], capture_output=True, text=True,
-            timeout=600)
+        proc = fedmst_cli("run", "--topology", "small", "--scheduler", "mst", "--local-models", "4", "--rounds", "2",
+                          "--epochs", "1", "--model", "mlp", "--global-node", "0", "--local-nodes", "2,3,3,4",
+                          "--strategy", "fedmedian", "--clock", clock, "--out", str(out), timeout=600)
         assert proc.returncode == 0, proc.stderr[-2000:]
         summary = json.loads((out / "summary.json").read_text())
         assert summary["strategy"] == "fedmedian" and summary["clock"] == clock
@@ -258,7 +254,7 @@ def test_sigkill_then_clean_leaves_nothing(tmp_path: Path, clean_host: None) -> 
     [record] = [r for r in map(json.loads, map(Path.read_text, STATE_DIR.glob("*.json")))
                 if r["coordinator"] == proc.pid]
     assert record["pids"], record
-    cleaned = subprocess.run([FEDMST, "clean"], capture_output=True, text=True, timeout=120)
+    cleaned = fedmst_cli("clean", timeout=120)
     assert cleaned.returncode == 0, cleaned.stderr
     assert f"run {record['run']}: removed its record (coordinator {proc.pid} is gone)" in cleaned.stdout
     assert not (STATE_DIR / f"{record['run']}.json").exists()
@@ -270,11 +266,8 @@ def test_sigkill_then_clean_leaves_nothing(tmp_path: Path, clean_host: None) -> 
 
 def test_concurrent_tasks_share_the_links_and_each_aggregates_exactly(tmp_path: Path, clean_host: None) -> None:
     out = tmp_path / "multi"
-    proc = subprocess.run(
-        [FEDMST, "compare", "--topology", "small", "--tasks", "3", "--local-models", "3", "--rounds", "1",
-         "--epochs", "1", "--model", "mlp", "--save-models", "--out", str(out)],
-        capture_output=True, text=True, timeout=900,
-    )
+    proc = fedmst_cli("compare", "--topology", "small", "--tasks", "3", "--local-models", "3", "--rounds", "1",
+                      "--epochs", "1", "--model", "mlp", "--save-models", "--out", str(out), timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     comparison = json.loads((out / "comparison.json").read_text())
     for scheduler in ("spff", "mst"):
@@ -297,11 +290,8 @@ def test_sweep_writes_a_tidy_table_and_both_figures(tmp_path: Path, clean_host: 
     from fedmst.run.experiments import SWEEP_FIELDS
 
     out = tmp_path / "sweep"
-    proc = subprocess.run(
-        [FEDMST, "sweep", "--topology", "small", "--local-models", "2,3", "--seeds", "1", "--tasks", "2",
-         "--out", str(out)],
-        capture_output=True, text=True, timeout=900,
-    )
+    proc = fedmst_cli("sweep", "--topology", "small", "--local-models", "2,3", "--seeds", "1", "--tasks", "2", "--out",
+                      str(out), timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = read_csv(out / "sweep.csv")
     assert tuple(rows[0]) == SWEEP_FIELDS
@@ -310,18 +300,15 @@ def test_sweep_writes_a_tidy_table_and_both_figures(tmp_path: Path, clean_host: 
     assert len(rows) == len(keys) == 2 * 2 * 1 * 2 * 1
     for name in ("latency_vs_local_models.png", "bandwidth_vs_local_models.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    picture = subprocess.run([FEDMST, "plot", str(out / "k3-seed1")], capture_output=True, text=True, timeout=300)
+    picture = fedmst_cli("plot", str(out / "k3-seed1"), timeout=300)
     assert picture.returncode == 0, picture.stderr
     assert (out / "k3-seed1" / "links.png").is_file()
 
 
 def test_a_sweep_over_models_maps_where_each_schedule_wins(tmp_path: Path, clean_host: None) -> None:
     out = tmp_path / "regime"
-    proc = subprocess.run(
-        [FEDMST, "sweep", "--topology", "small", "--schedulers", "spff,ring", "--local-models", "2", "--seeds", "1",
-         "--tasks", "1", "--models", "mlp,cnn", "--out", str(out)],
-        capture_output=True, text=True, timeout=900,
-    )
+    proc = fedmst_cli("sweep", "--topology", "small", "--schedulers", "spff,ring", "--local-models", "2", "--seeds",
+                      "1", "--tasks", "1", "--models", "mlp,cnn", "--out", str(out), timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = read_csv(out / "sweep.csv")
     assert sorted({(r["model"], r["scheduler"]) for r in rows}) == [

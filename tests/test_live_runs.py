@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from conftest import FEDMST
+from conftest import FEDMST, fedmst_cli
 from fedmst.run.livestate import read_status
 from test_bad_input import error_line, fedmst
 
@@ -113,13 +113,13 @@ def test_watch_from_a_second_terminal_follows_a_run_and_exits_when_it_ends(
 
 
 def test_live_without_a_terminal_writes_the_plain_lines(tmp_path: Path, clean_host: None) -> None:
-    proc = subprocess.run([FEDMST, "run", "--topology", "line3", "-k", "2", "--rounds", "1", "--model", "mlp",
-                           "--live", "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=300)
+    proc = fedmst_cli("run", "--topology", "line3", "-k", "2", "--rounds", "1", "--model", "mlp", "--live", "--out",
+                      str(tmp_path / "run"), timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "--live: the output is not a terminal" in proc.stdout
     assert "round 1/1: broadcast" in proc.stdout and "results in" in proc.stdout
     assert "of capacity" not in proc.stdout and "█" not in proc.stdout
-    watched = subprocess.run([FEDMST, "watch", str(tmp_path / "run")], capture_output=True, text=True, timeout=60)
+    watched = fedmst_cli("watch", str(tmp_path / "run"), timeout=60)
     assert watched.returncode == 0 and "[mst] round 1/1 finished" in watched.stdout, watched.stdout
     _ends_on_the_last_upload(tmp_path / "run")
 

@@ -20,7 +20,7 @@ from typing import Iterator
 import psutil
 import pytest
 
-from conftest import FEDMST, leftovers
+from conftest import FEDMST, fedmst_cli, leftovers
 from fedmst.net.cleanup import is_ray_local, ray_address_file
 from fedmst.run.results import read_csv
 
@@ -94,8 +94,7 @@ def test_a_sweep_at_an_address_without_a_cluster_stops_in_one_line(tmp_path: Pat
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.run([FEDMST, *SWEEP, "--ray", f"127.0.0.1:{port}", "--out", str(tmp_path / "s")],
-                          capture_output=True, text=True, timeout=300)
+    proc = fedmst_cli(*SWEEP, "--ray", f"127.0.0.1:{port}", "--out", str(tmp_path / "s"), timeout=300)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("fedmst: error: ")]
     assert f"--ray 127.0.0.1:{port}: no Ray cluster there" in line, proc.stderr
@@ -177,11 +176,9 @@ def test_the_script_s_cluster_and_a_sweep_s_driver_agree_where_the_user_has_a_ra
 def test_a_sweep_on_ray_spreads_over_both_nodes_and_matches_the_sweep_without_it(
         tmp_path: Path, cluster: tuple[str, list[int]]) -> None:
     address, _ = cluster
-    on_ray = subprocess.run([FEDMST, *SWEEP, "--ray", address, "--out", str(tmp_path / "ray-sweep")],
-                            capture_output=True, text=True, timeout=900)
+    on_ray = fedmst_cli(*SWEEP, "--ray", address, "--out", str(tmp_path / "ray-sweep"), timeout=900)
     assert on_ray.returncode == 0, on_ray.stdout[-2000:] + on_ray.stderr[-2000:]
-    here = subprocess.run([FEDMST, *SWEEP, "--out", str(tmp_path / "sweep")], capture_output=True, text=True,
-                          timeout=900)
+    here = fedmst_cli(*SWEEP, "--out", str(tmp_path / "sweep"), timeout=900)
     assert here.returncode == 0, here.stderr[-2000:]
     rows = read_csv(tmp_path / "ray-sweep" / "sweep.csv")
     assert len({r["ray_node"] for r in rows}) == 2 and all(len(r["ray_node"]) == 8 for r in rows)

@@ -4,14 +4,14 @@ time, rate and change the run reports is the network's (each test leaves nothing
 from __future__ import annotations
 
 import json
-import subprocess
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
-from conftest import FEDMST
 from fedmst.run.results import read_csv
+
+from conftest import fedmst_cli
 
 pytestmark = pytest.mark.integration
 SCALE = 2
@@ -27,11 +27,9 @@ def test_a_slowed_run_reports_the_networks_times_rates_and_changes(clean_host: N
     trace = tmp_path / "trace.json"
     trace.write_text(json.dumps({"changes": [{"at_s": 0.3, "a": "b", "b": "c", "loss": 0.0}]}))
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [FEDMST, "run", "--topology", "line3", "--global-node", "a", "--local-nodes", "b,c", "--local-models", "2",
-         "--rounds", "1", "--epochs", "1", "--time-scale", str(SCALE), "--traffic", "a-c:5mbit:udp",
-         "--link-trace", str(trace), "--out", str(out)],
-        capture_output=True, text=True, timeout=600)
+    proc = fedmst_cli("run", "--topology", "line3", "--global-node", "a", "--local-nodes", "b,c", "--local-models",
+                      "2", "--rounds", "1", "--epochs", "1", "--time-scale", str(SCALE), "--traffic", "a-c:5mbit:udp",
+                      "--link-trace", str(trace), "--out", str(out), timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "time scale 2: 50 Mbit/s links run at 25 Mbit/s; times are the network's" in " ".join(proc.stdout.split())
     summary = json.loads((out / "summary.json").read_text())
@@ -77,9 +75,8 @@ def test_every_connection_runs_the_congestion_control_asked_for(clean_host: None
     agents read it back from each of their connections (reno: neither Linux's default, cubic,
     nor this development machine's, bbr). Slow start after idle is off in every host."""
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [FEDMST, "run", "--topology", "line3", "--local-models", "2", "--rounds", "1", "--model", "mlp",
-         "--congestion-control", "reno", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    proc = fedmst_cli("run", "--topology", "line3", "--local-models", "2", "--rounds", "1", "--model", "mlp",
+                      "--congestion-control", "reno", "--out", str(out), timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "TCP congestion control reno" in " ".join(proc.stdout.split())
     assert json.loads((out / "summary.json").read_text())["emulated"]["congestion_control"] == "reno"

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import FEDMST, missing_bpf, run_past_round_one
+from conftest import fedmst_cli, missing_bpf, run_past_round_one
 from fedmst.run.results import read_csv
 
 pytestmark = [pytest.mark.integration,
@@ -55,9 +54,8 @@ def available() -> list[str]:
 
 def run(out: Path, *extra: str, topology: str = "line3") -> dict:
     """A real one-round run on ``topology``; its summary.json."""
-    proc = subprocess.run([FEDMST, "run", "--topology", topology, "--local-models", "2", "--rounds", "1",
-                           "--model", "mlp-large", "--epochs", "1", "--out", str(out), *extra],
-                          capture_output=True, text=True, timeout=600)
+    proc = fedmst_cli("run", "--topology", topology, "--local-models", "2", "--rounds", "1", "--model", "mlp-large",
+                      "--epochs", "1", "--out", str(out), *extra, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads((out / "summary.json").read_text())
 
@@ -128,7 +126,7 @@ def test_a_users_own_algorithm_runs_and_leaves_nothing_registered(clean_host: No
         proc.kill()
         proc.wait()
     assert left[0] in available()  # a SIGKILL leaves it registered ...
-    cleaned = subprocess.run([FEDMST, "clean"], capture_output=True, text=True, timeout=120)
+    cleaned = fedmst_cli("clean", timeout=120)
     assert f"unregistered TCP congestion control {left[0]}" in cleaned.stdout, cleaned.stdout
     assert left[0] not in available()  # ... until clean
 
@@ -137,9 +135,8 @@ def test_a_sweep_makes_the_transport_an_axis(clean_host: None, tmp_path: Path) -
     """`fedmst sweep --congestion-control cubic,dctcp` runs every point under each, into its own
     folder, with the congestion control a column of sweep.csv and each its own figures."""
     out = tmp_path / "sweep"
-    proc = subprocess.run([FEDMST, "sweep", "--topology", "small", "--schedulers", "mst", "--local-models", "2",
-                           "--seeds", "1", "--tasks", "1", "--congestion-control", "cubic,dctcp", "--out", str(out)],
-                          capture_output=True, text=True, timeout=900)
+    proc = fedmst_cli("sweep", "--topology", "small", "--schedulers", "mst", "--local-models", "2", "--seeds", "1",
+                      "--tasks", "1", "--congestion-control", "cubic,dctcp", "--out", str(out), timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = read_csv(out / "sweep.csv")
     assert [r["congestion_control"] for r in rows] == ["cubic", "dctcp"]
@@ -153,9 +150,9 @@ def test_an_emulated_clusters_jobs_run_the_congestion_control(clean_host: None, 
     """`fedmst cluster --congestion-control dctcp`: every job's connections run the run's DCTCP,
     and the shared links' markers are counted in the cluster folder's ecn.csv."""
     out = tmp_path / "cluster"
-    proc = subprocess.run([FEDMST, "cluster", "--topology", "line3", "--slots", "1", "--jobs", "poisson:60,2",
-                           "--seed", "3", "--rounds", "1", "--model", "mlp", "--congestion-control", "dctcp",
-                           "--out", str(out)], capture_output=True, text=True, timeout=600)
+    proc = fedmst_cli("cluster", "--topology", "line3", "--slots", "1", "--jobs", "poisson:60,2", "--seed", "3",
+                      "--rounds", "1", "--model", "mlp", "--congestion-control", "dctcp", "--out", str(out),
+                      timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert [r["status"] for r in read_csv(out / "jobs.csv")] == ["finished", "finished"]
     for job in ("job0", "job1"):
