@@ -72,3 +72,25 @@ def test_aborting_the_connections_wakes_a_blocked_wait(tmp_path: Path) -> None:
     got = _both_ends(tmp_path / "t", lambda p: received.wait(30), receive, numel=(4, 4))
     assert "Connection closed" in str(got[1]) and "Timed out" not in str(got[1])
     assert shut and shut[0] >= 1  # the abort shut the pair's sockets: nothing else closed them
+
+
+def test_idle_loops_slow_only_the_connections_loops_where_closing_can_wake_them(tmp_path: Path) -> None:
+    """Once a connection is open, its two event loops (one an end) get the idle slack, and no
+    other thread does, but only where the process handles WAKE_SIGNAL; closed and dropped while
+    their loops are woken, the connections' loops end."""
+    import gc
+    import signal
+
+    pairs = _both_ends(tmp_path / "t", lambda p: p, lambda p: p, numel=(4, 4))
+    before = signal.getsignal(transport.WAKE_SIGNAL)
+    try:
+        assert transport.idle_loops() == 0  # nothing could wake them: left as they were
+        assert transport.enable_loop_wakes()
+        assert transport.idle_loops() >= 2  # and any connection of an earlier test still open
+        idle = transport._loop_threads((transport.IDLE_LOOP_SLACK_NS,))
+        assert not set(idle) & {t.native_id for t in threading.enumerate()}  # gloo's threads, not Python's
+        transport.close_all([pairs])  # type: ignore[list-item]
+        gc.collect()
+    finally:
+        signal.signal(transport.WAKE_SIGNAL, before)
+    assert len(set(idle) - set(transport._loop_threads((transport.IDLE_LOOP_SLACK_NS,)))) >= 2

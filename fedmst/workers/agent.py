@@ -193,15 +193,13 @@ class Agent:
 
         dataflow.run_all([partial(open_, name, role) for role in self.roles
                           for name in dict.fromkeys(t.connection for t in role.transfers)])
+        transport.idle_loops()
 
     def replan(self, cmd: Replan) -> Done:
         """Take up a new plan (after a link failure or a dead worker): close every transfer, then
         open the new plan's. Models, data shards and trained weights stay; only the local models
         listed as ``active`` train and send from now on."""
-        for role in self.roles:
-            for pair in role.pairs.values():
-                transport.close_pair(pair)
-            role.pairs.clear()
+        transport.close_all(role.pairs for role in self.roles)
         self.told.forget()
         kept = {r.name: r for r in self.roles}
         roles = []
@@ -557,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     spec = AgentSpec.from_json(Path(args.spec).read_text())
     torch.set_num_threads(1)
+    transport.enable_loop_wakes()
     chan = control.connect(spec.control_socket, node=args.node, token=os.environ["FEDMST_TOKEN"])
     agent = Agent(spec, args.node)
     while True:
