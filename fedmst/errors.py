@@ -4,6 +4,11 @@ Every message names the input at fault (a file, a node, a model) and what is wro
 """
 
 
+SET_UP_ALL = "scripts/setup.sh --all"
+"""What installs the tools and extras only some options need (tcpdump, clang and bpftool, Ray,
+Flower): every error that finds one missing names it."""
+
+
 class FedmstError(Exception):
     """Base of every error fedmst raises on purpose."""
 

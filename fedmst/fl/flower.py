@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from fedmst.errors import ClientError
+from fedmst.errors import SET_UP_ALL, ClientError
 from fedmst.plugins import import_object, one_line
 
 ConfigValue = bool | float | int | str
@@ -49,7 +49,7 @@ def load_client_fn(spec: str) -> Callable[..., Any]:
         import flwr  # noqa: F401 - only to say so when it is missing
     except ImportError:
         raise ClientError(f"--client {spec}: Flower (flwr) is not installed here; pip install 'fedmst[flower]' "
-                          "(bash scripts/setup.sh --all does)") from None
+                          f"({SET_UP_ALL} does)") from None
     fn = import_object(spec, "Flower client_fn", ClientError)
     if not callable(fn):
         raise ClientError(f"--client {spec}: {spec.partition(':')[2]} is not a function (a Flower client_fn)")

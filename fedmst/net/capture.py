@@ -29,7 +29,7 @@ from typing import IO, Iterable, Mapping, Protocol, Sequence
 import networkx as nx
 
 from fedmst.core.route import LinkDir
-from fedmst.errors import EmulationError, FedmstError
+from fedmst.errors import SET_UP_ALL, EmulationError, FedmstError
 
 DEFAULT_SNAPLEN = 128
 """Bytes kept of each frame: Ethernet (14), IPv4 (20) and TCP with options (up to 60), and more."""
@@ -109,7 +109,7 @@ def require_tcpdump() -> str:
     path = shutil.which("tcpdump")
     if path is None:
         raise FedmstError("--pcap needs tcpdump, which this host lacks "
-                          "(apt install tcpdump; scripts/setup.sh --all does)")
+                          f"(apt install tcpdump; {SET_UP_ALL} does)")
     return path
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from fedmst.errors import EmulationError
+from fedmst.errors import SET_UP_ALL, EmulationError
 from fedmst.net.buildcache import CACHE_ROOT, cached, digest
 
 KERNEL_CONGESTION_CONTROLS = ("cubic", "bbr", "reno")
@@ -45,7 +45,7 @@ NAME_LIMIT = 15
 """TCP_CA_NAME_MAX less its terminating zero."""
 CACHE_DIR = CACHE_ROOT / "bpf"
 """Compiled objects and ``vmlinux.h``, by content: a second run builds nothing."""
-INSTALL = "apt-get install clang libbpf-dev bpftool (scripts/setup.sh --all does)"
+INSTALL = f"apt-get install clang libbpf-dev bpftool ({SET_UP_ALL} does)"
 AVAILABLE = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 """The congestion controls the kernel offers (the same in every namespace)."""
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Hashable, Mapping
 
-from fedmst.errors import FedmstError
+from fedmst.errors import SET_UP_ALL, FedmstError
 from fedmst.net.cleanup import point_prefix
 from fedmst.run.prepare import ResolvedRun
 from fedmst.run.report import Summary
@@ -64,7 +64,7 @@ def connect(address: str) -> None:
     try:
         import ray
     except ImportError:
-        raise FedmstError("--ray needs Ray: pip install -e '.[ray]' (scripts/setup.sh --all installs it)") from None
+        raise FedmstError(f"--ray needs Ray: pip install -e '.[ray]' ({SET_UP_ALL} does)") from None
     import logging
 
     _probe(address)
