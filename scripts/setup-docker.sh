@@ -9,7 +9,7 @@
 #   scripts/setup-docker.sh --stop   stop the dockerd that this script started, and only that one
 #
 # FEDMST_BASE_IMAGE=NAME builds on an existing image instead of making one with debootstrap.
-# TORCH_SPEC picks the torch build for the wheelhouse (default torch==2.13.0, the CPU build here).
+# TORCH_SPEC picks the torch build for the wheelhouse (default: the version scripts/setup.sh put in .venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -108,7 +108,9 @@ step "wheelhouse $WHEELS (from .venv's pip)"
 mapfile -t build_requires < <(.venv/bin/python -c \
     'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))')
 # (pip's warnings about this machine's local index directories are filtered out: noise.)
-.venv/bin/pip wheel -q --wheel-dir "$WHEELS" . "${TORCH_SPEC:-torch==2.13.0}" "${build_requires[@]}" \
+# the workers run the torch the host's .venv runs (its version, without a local label such as +cpu)
+torch_spec=${TORCH_SPEC:-torch==$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("torch").split("+")[0])')}
+.venv/bin/pip wheel -q --wheel-dir "$WHEELS" . "$torch_spec" "${build_requires[@]}" \
     2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
 rm -f "$WHEELS"/fedmst-*.whl
 # The image is Python 3.11 on glibc: every wheel must be pure Python, cp311 or stable-ABI (abi3) for
