@@ -40,9 +40,11 @@ apt-get update -qq
 apt-get install -y -qq --no-install-recommends python3 python3-venv >/dev/null
 # the other packages while torch installs, which needs none of them (each takes a third of the time)
 apt_log=$(mktemp)
-trap 'rm -f "$apt_log"' EXIT  # also when a later step fails
 apt-get install -y -qq --no-install-recommends "${packages[@]}" >"$apt_log" 2>&1 &
 apt_pid=$!
+# a step that fails meanwhile waits for apt-get (stopping it could leave dpkg half done), so nothing
+# of this script runs on after it; the log goes in any case
+trap 'wait "$apt_pid" 2>/dev/null; rm -f "$apt_log"' EXIT
 
 step "virtual environment in .venv"
 [[ -x .venv/bin/python ]] || python3 -m venv .venv
