@@ -21,13 +21,13 @@ import argparse
 import os
 import resource
 import tempfile
-import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
 
-from fedmst.workers import transport
+from fedmst.workers import dataflow, transport
 
 
 def _cpu_s() -> float:
@@ -55,8 +55,8 @@ def _end(rank: int, store: Path, args: argparse.Namespace, out: Path) -> None:
         "one connection, in turn": lambda: move(pairs[0], args.transfers, 0),
         f"{args.connections} connections, in turn": lambda: [move(pairs[j % len(pairs)], 1, 10_000 + j)
                                                             for j in range(args.transfers)],
-        f"{args.threads} threads at once": lambda: _threads(
-            [lambda i=i: move(pairs[i % len(pairs)], args.transfers // args.threads, 20_000 + 1000 * i)
+        f"{args.threads} threads at once": lambda: dataflow.run_all(
+            [partial(move, pairs[i % len(pairs)], args.transfers // args.threads, 20_000 + 1000 * i)
              for i in range(args.threads)]),
     }
     for name, way in ways.items():
@@ -66,14 +66,6 @@ def _end(rank: int, store: Path, args: argparse.Namespace, out: Path) -> None:
     out.write_text("\n".join(lines))
     for pair in pairs:
         transport.close_pair(pair)
-
-
-def _threads(fns: list) -> None:
-    started = [threading.Thread(target=fn) for fn in fns]
-    for t in started:
-        t.start()
-    for t in started:
-        t.join()
 
 
 def main() -> None:

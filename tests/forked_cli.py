@@ -27,9 +27,6 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
-FEDMST = str(Path(sys.executable).with_name("fedmst"))
-
-
 def _child(request: dict[str, object]) -> None:
     """Become the command: never returns (SystemExit carries its code up to the interpreter's exit)."""
     os.chdir(str(request["cwd"]))

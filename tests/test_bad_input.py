@@ -13,17 +13,15 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
-from conftest import fedmst_cli, leftovers, missing_bpf
+from conftest import FEDMST, fedmst_cli, leftovers, missing_bpf
 
 pytestmark = pytest.mark.host
 
-FEDMST = Path(sys.executable).with_name("fedmst")
 
 
 def fedmst(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
@@ -32,7 +30,7 @@ def fedmst(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
     assert not leftovers(), "host not clean before the test"
     if env or prefix:
         full_env = {**os.environ, "COLUMNS": "60", **(env or {})}  # narrow: a message must not wrap
-        proc = subprocess.run([*prefix, str(FEDMST), *args], cwd=tmp_path, env=full_env, text=True,
+        proc = subprocess.run([*prefix, FEDMST, *args], cwd=tmp_path, env=full_env, text=True,
                               capture_output=True, timeout=120)
     else:
         proc = fedmst_cli(*args, cwd=tmp_path, timeout=120, columns=60)

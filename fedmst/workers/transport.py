@@ -126,12 +126,17 @@ def _loop_threads(slacks: tuple[int, ...]) -> list[int]:
     event loops, which :func:`open_pair` starts with :data:`LOOP_TIMER_SLACK_NS`."""
     found = []
     for task in Path("/proc/self/task").iterdir():
-        try:  # a thread's slack is /proc/TID/timerslack_ns, not under task/
-            if int((Path("/proc") / task.name / "timerslack_ns").read_text()) in slacks:
+        try:
+            if int(_slack_file(int(task.name)).read_text()) in slacks:
                 found.append(int(task.name))
         except (OSError, ValueError):  # a thread that ended meanwhile
             continue
     return found
+
+
+def _slack_file(tid: int) -> Path:
+    """Thread ``tid``'s timer slack: /proc/TID/timerslack_ns (not under /proc/self/task/TID)."""
+    return Path("/proc") / str(tid) / "timerslack_ns"
 
 
 def idle_loops() -> int:
@@ -144,7 +149,7 @@ def idle_loops() -> int:
     changed = 0
     for tid in _loop_threads((LOOP_TIMER_SLACK_NS,)):
         try:
-            (Path("/proc") / str(tid) / "timerslack_ns").write_text(str(IDLE_LOOP_SLACK_NS))
+            _slack_file(tid).write_text(str(IDLE_LOOP_SLACK_NS))
             changed += 1
         except OSError:  # ended meanwhile, or no permission
             continue
@@ -164,7 +169,7 @@ def close_all(pair_maps: Iterable[dict[str, Pair]]) -> None:
 @contextmanager
 def waking_loops(every_s: float = 0.005) -> Iterator[None]:
     """Wake every connection's event loop each ``every_s`` while the block runs: closing and
-    dropping connections there (a re-plan replaces them, an agent stops) waits for each one's
+    dropping connections there (a re-plan replaces them) waits for each one's
     loop's next turn, up to :data:`IDLE_LOOP_SLACK_NS` (12 connections dropped took 7.0-7.9 s
     without the wakes, 0.3 s with them)."""
     done, pid = threading.Event(), os.getpid()
