@@ -35,10 +35,12 @@
 #include <libnetfilter_queue/libnetfilter_queue.h>
 #include <linux/netfilter.h> /* NF_ACCEPT, NF_DROP */
 
-#define MAX_OVERSHOOT_S 0.0005 /* delayline.py's MAX_OVERSHOOT_S */
 #define BATCH 64               /* packets read per system call */
 #define MESSAGE_BYTES 2048     /* one packet's metadata (COPY_META: no payload) fits with room */
 #define LINE_FIELDS 10         /* serve's arguments per line */
+#define AIM_GAIN_LATER 0.1     /* delayline.py's AIM_GAIN_LATER, AIM_GAIN_EARLIER and MAX_AIM_S */
+#define AIM_GAIN_EARLIER 0.3
+#define MAX_AIM_S 0.0005
 
 /* CPython's random: MT19937, init_by_array over the seed's 32-bit words, 53-bit doubles ------------- */
 typedef struct { uint32_t mt[624]; int i; } twister;
@@ -98,7 +100,7 @@ typedef struct {
     uint32_t *id;
     twister rng;
     uint64_t received, passed, lost, overflow;
-    double error_sum_s, error_max_s, error_min_s;
+    double error_sum_s, error_max_s;
 } line;
 
 enum outcome { KEPT, LOST, OVERFLOW };
@@ -136,17 +138,15 @@ static int line_next_due(const line *l, double *due) {
     return 1;
 }
 
-/* Releases every packet due by now + ahead_s; returns how many, the newest one's id in *last. */
-static uint32_t line_release(line *l, double now, double ahead_s, uint32_t *last) {
+/* Releases every packet due by now, never earlier; returns how many, the newest one's id in *last. */
+static uint32_t line_release(line *l, double now, uint32_t *last) {
     uint32_t n = 0;
-    double limit = now + ahead_s;
-    while (l->count && l->due[l->head] <= limit) {
+    while (l->count && l->due[l->head] <= now) {
         double error = now - l->due[l->head];
         *last = l->id[l->head];
         l->head = (l->head + 1) % l->capacity, l->count--, n++;
         l->error_sum_s += error;
         if (error > l->error_max_s) l->error_max_s = error;
-        else if (error < l->error_min_s) l->error_min_s = error;
     }
     l->passed += n;
     return n;
@@ -177,7 +177,7 @@ static void put_stats(FILE *f, const line *l) {
             "\n \"held\": %u", l->capacity, (unsigned long long)l->received, (unsigned long long)l->passed,
             (unsigned long long)l->lost, (unsigned long long)l->overflow, l->count);
     put_float(f, "release_error_mean_s", l->passed ? l->error_sum_s / (double)l->passed : 0.0);
-    put_float(f, "release_error_max_s", l->error_max_s), put_float(f, "release_error_min_s", l->error_min_s);
+    put_float(f, "release_error_max_s", l->error_max_s);
 }
 
 /* replay: the rules alone, driven by a script on stdin (the tests' comparison with DelayLine) --------- */
@@ -188,8 +188,8 @@ static int replay(line *l) {
             enum outcome o = line_push(l, (uint32_t)l->received, strtod(a, NULL));
             if (o == KEPT) printf("kept %.17g\n", l->last_due);
             else printf(o == LOST ? "lost\n" : "overflow\n");
-        } else if (!strcmp(word, "release") && scanf("%63s %63s", a, b) == 2) {
-            uint32_t last = 0, n = line_release(l, strtod(a, NULL), strtod(b, NULL), &last);
+        } else if (!strcmp(word, "release") && scanf("%63s", a) == 1) {
+            uint32_t last = 0, n = line_release(l, strtod(a, NULL), &last);
             printf("released %u %u\n", n, n ? last : 0);
         } else if (!strcmp(word, "retune") && scanf("%63s %63s", a, b) == 2) {
             double d = strtod(a, NULL), p = strtod(b, NULL);
@@ -245,14 +245,13 @@ static int on_packet(struct nfq_q_handle *queue, struct nfgenmsg *msg, struct nf
     struct nfqnl_msg_packet_hdr *header = nfq_get_msg_packet_hdr(data);
     if (!header) return 0;
     uint32_t id = ntohl(header->packet_id);
-    double now = monotonic_s();
     struct timeval stamp;
-    if (nfq_get_timestamp(data, &stamp) == 0 && (stamp.tv_sec || stamp.tv_usec)) {
-        double behind = wall_s() - ((double)stamp.tv_sec + stamp.tv_usec * 1e-6);
-        if (behind > 0.0 && behind < 1.0) { /* a stamp from a stepped wall clock is not believed */
-            now -= behind, s->lag_sum_s += behind, s->stamped++;
-        }
-    }
+    double behind = 0.0;
+    if (nfq_get_timestamp(data, &stamp) == 0 && (stamp.tv_sec || stamp.tv_usec)) /* truncated to the us: its end */
+        behind = wall_s() - ((double)stamp.tv_sec + (stamp.tv_usec + 1) * 1e-6);
+    double now = monotonic_s(); /* read after the wall clock: the gap between them only delays more */
+    if (behind > 0.0 && behind < 1.0) /* a stamp from a stepped wall clock is not believed */
+        now -= behind, s->lag_sum_s += behind, s->stamped++;
     if (line_push(&s->line, id, now) != KEPT) nfq_set_verdict(queue, id, NF_DROP, 0, NULL);
     return 0;
 }
@@ -334,36 +333,38 @@ static void write_stats(served *s, const process_counts *p, uint32_t dropped_at_
     rename(tmp, s->stats);
 }
 
-/* Releases each packet when due (early by the learned timer overshoot) until SIGTERM or SIGINT. */
+/* delayline.py's aim_after: how early the next timer is aimed, after one that came `late` */
+static double aim_after(double aim, double late) {
+    if (late > MAX_AIM_S) late = MAX_AIM_S;
+    return aim + (late - aim) * (late >= aim ? AIM_GAIN_LATER : AIM_GAIN_EARLIER);
+}
+
+/* Releases each packet when due, never earlier, until SIGTERM or SIGINT. The timer is aimed early by what
+ * its wake-ups' lateness has been (aim_after); a wake-up before the due time polls until it. */
 static int serve_loop(served *lines, process_counts *p, struct pollfd *polled, int signals) {
     size_t n = p->lines;
-    double overshoot = 50e-6; /* a typical timer wake-up latency; learned from then on */
+    double aim = 50e-6; /* learned from then on */
     for (size_t i = 0; i < n; i++) polled[i] = (struct pollfd){lines[i].fd, POLLIN, 0};
     polled[n] = (struct pollfd){signals, POLLIN, 0};
     for (;;) {
         double due, earliest = INFINITY, now = monotonic_s(), timeout = -1;
         for (size_t i = 0; i < n; i++)
             if (line_next_due(&lines[i].line, &due) && due < earliest) earliest = due;
-        if (earliest < INFINITY) timeout = earliest - now - overshoot > 0 ? earliest - now - overshoot : 0;
+        if (earliest < INFINITY) timeout = earliest - now - aim > 0 ? earliest - now - aim : 0; /* 0 polls */
         struct timespec wait = {(time_t)timeout, (long)((timeout - (double)(time_t)timeout) * 1e9)};
         int ready = ppoll(polled, n + 1, timeout < 0 ? NULL : &wait, NULL);
         if (ready < 0 && errno != EINTR) { perror("fedmst-delay: ppoll"); return 1; }
-        double woke = monotonic_s();
-        p->wakeups++, p->timer_wakeups += ready == 0;
-        if (ready == 0 && timeout > 0) { /* a timer wake-up: learn how late they come (EWMA), aim that early */
-            double late = woke - now - timeout;
-            late = late < 0 ? 0 : late > MAX_OVERSHOOT_S ? MAX_OVERSHOOT_S : late;
-            overshoot += (late - overshoot) * 0.2;
-        }
+        if (ready > 0 || timeout != 0) p->wakeups++; /* a poll until due is not a wake-up */
+        if (ready == 0 && timeout > 0) p->timer_wakeups++, aim = aim_after(aim, monotonic_s() - now - timeout);
         for (size_t i = 0; ready > 0 && i < n; i++) {
             if ((polled[i].revents & POLLIN) && read_packets(&lines[i])) {
                 perror("fedmst-delay: reading a queue");
                 return 1;
             }
         }
-        woke = monotonic_s();
+        double woke = monotonic_s();
         for (size_t i = 0; i < n; i++) {
-            uint32_t last, released = line_release(&lines[i].line, woke, overshoot, &last);
+            uint32_t last, released = line_release(&lines[i].line, woke, &last);
             if (released) nfq_set_verdict_batch(lines[i].queue, last, NF_ACCEPT), lines[i].verdicts++;
         }
         if (ready > 0 && (polled[n].revents & POLLIN)) {

@@ -57,8 +57,26 @@ KERNEL_QUEUE_SLACK = 1024
 ``overflow`` here rather than dropped unseen by the kernel while we are a little behind."""
 
 
-MAX_OVERSHOOT_S = 0.0005
-"""Most a timer wake-up is believed to overshoot: the early-release correction never exceeds it."""
+AIM_GAIN_LATER = 0.1
+AIM_GAIN_EARLIER = 0.3
+"""How far one timer wake-up moves a line's aim towards its lateness: a wake-up comes late by
+the host's latency (on an idle virtual machine often 0.1-0.3 ms), so a line aims its timer that
+much before the due time. Moving down faster than up keeps the aim low in lateness's spread:
+most wake-ups still land after the due time, and those before it poll until it."""
+
+MAX_AIM_S = 0.0005
+"""The aim never exceeds this, and one late wake-up counts as no later: a line never polls
+for longer than this, and an outlier moves the aim no further than this one would."""
+
+
+def aim_after(aim: float, late: float) -> float:
+    """The next aim, after a timer wake-up that came ``late`` seconds after it was asked for.
+
+    >>> round(aim_after(50e-6, 0.003) * 1e6, 3), round(aim_after(50e-6, 0.0) * 1e6, 3)
+    (95.0, 35.0)
+    """
+    late = min(late, MAX_AIM_S)
+    return aim + (late - aim) * (AIM_GAIN_LATER if late >= aim else AIM_GAIN_EARLIER)
 
 
 class Verdictable(Protocol):
@@ -126,7 +144,6 @@ class DelayLine:
         self.overflow = 0
         self.error_sum_s = 0.0
         self.error_max_s = 0.0
-        self.error_min_s = 0.0
 
     def __len__(self) -> int:
         """Packets held now."""
@@ -166,26 +183,23 @@ class DelayLine:
         """When the oldest held packet is due, or ``None`` when nothing is held."""
         return self._held[0][0] if self._held else None
 
-    def release(self, now: float, ahead_s: float = 0.0) -> list[Verdictable]:
-        """Remove and return, oldest first, every packet due at or before ``now + ahead_s``.
+    def release(self, now: float) -> list[Verdictable]:
+        """Remove and return, oldest first, every packet due at or before ``now``.
 
-        ``ahead_s`` lets a caller whose verdicts are known to reach the wire that much late
-        (its wake-up latency) release that much early, so the *mean* error is zero. The error
-        ``now - due`` of every packet is summed, its extremes kept: the delay line's own timing
-        error, reported rather than assumed away.
+        Never earlier, as on a wire and as netem: a link's delay is a floor, which TCP's minimum
+        RTT and delay-based congestion control read. The error ``now - due`` of every packet (the
+        caller's wake-up latency) is summed, its extremes kept: the delay line's own timing error,
+        reported rather than assumed away.
         """
         out = []
         held = self._held
-        limit = now + ahead_s
-        while held and held[0][0] <= limit:
+        while held and held[0][0] <= now:
             due, packet = held.popleft()
             out.append(packet)
             error = now - due
             self.error_sum_s += error
             if error > self.error_max_s:
                 self.error_max_s = error
-            elif error < self.error_min_s:
-                self.error_min_s = error
         self.passed += len(out)
         return out
 
@@ -208,7 +222,6 @@ class DelayLine:
             "held": len(self._held),
             "release_error_mean_s": self.error_sum_s / self.passed if self.passed else 0.0,
             "release_error_max_s": self.error_max_s,
-            "release_error_min_s": self.error_min_s,
         }
 
 
@@ -467,9 +480,9 @@ class _StampedPush:
         self.push, self.lag_sum, self.stamped = line.push, 0.0, 0
 
     def __call__(self, packet: Verdictable) -> None:
-        now = time.monotonic()
         stamp = packet.get_timestamp()  # type: ignore[attr-defined]
-        behind = time.time() - stamp if stamp > 0 else 0.0
+        behind = time.time() - (stamp + 1e-6) if stamp > 0 else 0.0  # stamped to the microsecond, truncated
+        now = time.monotonic()  # read after the wall clock: the gap between them only delays more
         if 0.0 < behind < 1.0:  # a stamp from a stepped wall clock is not believed
             now -= behind
             self.lag_sum += behind
@@ -478,25 +491,21 @@ class _StampedPush:
 
 
 def _serve(line: DelayLine, nfq: object, signals: _Signals, control: Path | None) -> None:
-    """Read packets and release each when due until asked to stop."""
+    """Read packets and release each when due, never earlier, until asked to stop."""
     clock = time.monotonic
     fd = nfq.get_fd()  # type: ignore[attr-defined]
-    overshoot = 50e-6  # a typical timer wake-up latency here; learned from then on
+    aim = 50e-6  # how early a timer is aimed; learned from then on (aim_after)
     while not signals.stop:
         due = line.next_due()
-        timeout = None if due is None else max(0.0, due - clock() - overshoot)
+        timeout = None if due is None else max(0.0, due - clock() - aim)  # 0 polls until due
         asked = clock()
         # select(), not epoll: its timeout has microsecond, not millisecond, resolution
         readable, _, _ = select.select([fd, signals.wake_r], [], [], timeout)
-        now = clock()
         if not readable and timeout:
-            # a timer wake-up: learn how late such wake-ups come (EWMA), and aim that early
-            late = min(max(now - asked - timeout, 0.0), MAX_OVERSHOOT_S)
-            overshoot += (late - overshoot) * 0.2
+            aim = aim_after(aim, clock() - asked - timeout)
         if fd in readable:
             nfq.run(block=False)  # type: ignore[attr-defined]
-            now = clock()
-        for packet in line.release(now, overshoot):
+        for packet in line.release(clock()):
             packet.accept()  # type: ignore[attr-defined]
         if signals.wake_r in readable:
             signals.drain()
