@@ -38,9 +38,7 @@
 #define BATCH 64               /* packets read per system call */
 #define MESSAGE_BYTES 2048     /* one packet's metadata (COPY_META: no payload) fits with room */
 #define LINE_FIELDS 10         /* serve's arguments per line */
-#define AIM_GAIN_LATER 0.1     /* delayline.py's AIM_GAIN_LATER, AIM_GAIN_EARLIER and MAX_AIM_S */
-#define AIM_GAIN_EARLIER 0.3
-#define MAX_AIM_S 0.0005
+/* AIM_GAIN_LATER, AIM_GAIN_EARLIER, FIRST_AIM_S and MAX_AIM_S: delayline.py's, given by its build (-D) */
 
 /* CPython's random: MT19937, init_by_array over the seed's 32-bit words, 53-bit doubles ------------- */
 typedef struct { uint32_t mt[624]; int i; } twister;
@@ -343,7 +341,7 @@ static double aim_after(double aim, double late) {
  * its wake-ups' lateness has been (aim_after); a wake-up before the due time polls until it. */
 static int serve_loop(served *lines, process_counts *p, struct pollfd *polled, int signals) {
     size_t n = p->lines;
-    double aim = 50e-6; /* learned from then on */
+    double aim = FIRST_AIM_S; /* learned from then on */
     for (size_t i = 0; i < n; i++) polled[i] = (struct pollfd){lines[i].fd, POLLIN, 0};
     polled[n] = (struct pollfd){signals, POLLIN, 0};
     for (;;) {

@@ -64,6 +64,9 @@ the host's latency (on an idle virtual machine often 0.1-0.3 ms), so a line aims
 much before the due time. Moving down faster than up keeps the aim low in lateness's spread:
 most wake-ups still land after the due time, and those before it poll until it."""
 
+FIRST_AIM_S = 50e-6
+"""A line's aim before its first timer wake-up: a typical wake-up latency of this host's."""
+
 MAX_AIM_S = 0.0005
 """The aim never exceeds this, and one late wake-up counts as no later: a line never polls
 for longer than this, and an outlier moves the aim no further than this one would."""
@@ -264,6 +267,10 @@ SOURCE = Path(__file__).with_suffix(".c")
 PROGRAM = "fedmst-delay"
 """The compiled line's file name, and so its process name: a fork server's ``fedmst-`` + kind."""
 BUILD = ("gcc", "-O2", "-Wall", "-Wextra")
+RULES = tuple(f"-D{name}={value!r}" for name, value in (
+    ("AIM_GAIN_LATER", AIM_GAIN_LATER), ("AIM_GAIN_EARLIER", AIM_GAIN_EARLIER), ("FIRST_AIM_S", FIRST_AIM_S),
+    ("MAX_AIM_S", MAX_AIM_S)))
+"""The timer's rules, declared above, given to the compiled line as it is built."""
 LIBRARIES = ("-lnetfilter_queue", "-lnfnetlink", "-lm")
 HEADER = Path("/usr/include/libnetfilter_queue/libnetfilter_queue.h")
 INSTALL = "apt-get install gcc libnetfilter-queue-dev (scripts/setup.sh does)"
@@ -280,12 +287,13 @@ def build() -> Path:
         raise BuildError(f"no {BUILD[0]} or libnetfilter_queue headers: {INSTALL}")
 
     def make(into: Path) -> None:
-        done = subprocess.run([*BUILD, "-o", str(into), str(SOURCE), *LIBRARIES], capture_output=True, text=True)
+        done = subprocess.run([*BUILD, *RULES, "-o", str(into), str(SOURCE), *LIBRARIES], capture_output=True,
+                              text=True)
         if done.returncode != 0:
             said = [line for line in done.stderr.splitlines() if "error" in line] or ["gcc failed"]
             raise BuildError(f"{SOURCE.name} does not build: {said[0].strip()}")
         into.chmod(0o755)
-    key = digest(SOURCE.read_bytes(), " ".join(BUILD + LIBRARIES).encode())
+    key = digest(SOURCE.read_bytes(), " ".join(BUILD + RULES + LIBRARIES).encode())
     return cached(CACHE_ROOT / "delayline" / key / PROGRAM, make)
 
 
@@ -494,7 +502,7 @@ def _serve(line: DelayLine, nfq: object, signals: _Signals, control: Path | None
     """Read packets and release each when due, never earlier, until asked to stop."""
     clock = time.monotonic
     fd = nfq.get_fd()  # type: ignore[attr-defined]
-    aim = 50e-6  # how early a timer is aimed; learned from then on (aim_after)
+    aim = FIRST_AIM_S  # how early a timer is aimed; learned from then on (aim_after)
     while not signals.stop:
         due = line.next_due()
         timeout = None if due is None else max(0.0, due - clock() - aim)  # 0 polls until due
