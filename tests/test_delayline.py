@@ -24,7 +24,7 @@ from typing import IO, Any, Iterator
 import psutil
 import pytest
 
-from fedmst.net.delayline import DelayLine, build, ingress_rule, main
+from fedmst.net.delayline import MAX_AIM_S, DelayLine, aim_after, build, ingress_rule, main, wait_before
 
 
 class FakePacket:
@@ -185,15 +185,20 @@ def test_main_refuses_bad_parameters_in_one_line(capsys: pytest.CaptureFixture[s
 
 # the compiled line follows the class ------------------------------------------------------------
 def _script(rng: random.Random, steps: int) -> list[tuple]:
-    """Pushes (mostly) and releases at rising times, a retune now and then."""
+    """Pushes (mostly) and releases at rising times, a retune now and then, and the timer's rules
+    (aim_after, wait_before) asked of both sides with aims and lateness around their bounds."""
     t, script = 0.0, []
     for _ in range(steps):
         t += rng.expovariate(3000)
         roll = rng.random()
-        if roll < 0.75:
+        if roll < 0.70:
             script.append(("push", t))
-        elif roll < 0.99:
+        elif roll < 0.93:
             script.append(("release", t))
+        elif roll < 0.96:
+            script.append(("aim", rng.uniform(0, MAX_AIM_S), rng.uniform(-1e-5, 2 * MAX_AIM_S)))
+        elif roll < 0.99:
+            script.append(("wait", rng.uniform(-1e-4, 3 * MAX_AIM_S), rng.uniform(0, MAX_AIM_S)))
         else:
             script.append(("retune", rng.choice([None, rng.uniform(0, 0.02)]), rng.choice([None, rng.random() / 2])))
     return script
@@ -210,6 +215,10 @@ def _by_class(line: DelayLine, script: list[tuple]) -> list[tuple]:
         elif step[0] == "release":
             out = line.release(step[1])
             said.append(("released", len(out), out[-1].n if out else 0))
+        elif step[0] == "aim":
+            said.append(("aim", aim_after(*step[1:])))
+        elif step[0] == "wait":
+            said.append(("wait", wait_before(*step[1:])))
         else:
             line.retune(step[1], step[2])
     return said
@@ -217,13 +226,15 @@ def _by_class(line: DelayLine, script: list[tuple]) -> list[tuple]:
 
 def _by_program(program: Path, line_args: list[str], script: list[tuple]) -> tuple[list[tuple], dict]:
     words = {"push": lambda t: f"push {t!r}", "release": lambda t: f"release {t!r}",
+             "aim": lambda a, late: f"aim {a!r} {late!r}", "wait": lambda d, a: f"wait {d!r} {a!r}",
              "retune": lambda d, p: f"retune {'-' if d is None else repr(d)} {'-' if p is None else repr(p)}"}
     text = "\n".join(words[step[0]](*step[1:]) for step in script) + "\nstats\n"
     done = subprocess.run([str(program), "replay", *line_args], input=text, capture_output=True, text=True,
                           check=True)
     lines = done.stdout.splitlines()
     start = lines.index("{")
-    said = [(w[0], float(w[1])) if w[0] == "kept" else (w[0], *map(int, w[1:])) for w in map(str.split, lines[:start])]
+    said = [(w[0], float(w[1])) if w[0] in ("kept", "aim", "wait") else (w[0], *map(int, w[1:]))
+            for w in map(str.split, lines[:start])]
     return said, json.loads("\n".join(lines[start:]))
 
 
@@ -234,7 +245,7 @@ def test_the_compiled_line_decides_every_packet_as_the_class_does(
         capacity: int, delay_s: float, jitter_s: float, loss: float, seed: int) -> None:
     """Same seed, same arrivals: the same packets lost or overflowing, the same due time (to the
     last bit) for each kept one, the same packets released by each call, the same statistics."""
-    script = _script(random.Random(seed), 4500)
+    script = _script(random.Random(seed), 5000)  # enough releases for the last check
     line = DelayLine(delay_s, jitter_s, loss, capacity, seed)
     expected = _by_class(line, script)
     said, stats = _by_program(build(), [str(capacity), repr(delay_s), repr(jitter_s), repr(loss), str(seed)], script)

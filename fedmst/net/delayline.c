@@ -9,7 +9,8 @@
  * compare with the Python class.
  *
  *   fedmst-delay serve (NETNS|- QUEUE MAXLEN CAPACITY DELAY_S JITTER_S LOSS SEED STATS|- CONTROL|-)...
- *   fedmst-delay replay CAPACITY DELAY_S JITTER_S LOSS SEED   (stdin: push T | release T AHEAD | retune D|- L|- | stats)
+ *   fedmst-delay replay CAPACITY DELAY_S JITTER_S LOSS SEED
+ *       (stdin: push T | release T | retune D|- L|- | aim AIM LATE | wait DUE_IN AIM | stats)
  *
  * Run by `python -m fedmst.net.delayline`, which checks the arguments and execs this. No fail-open: if it
  * dies, the kernel drops the queue's packets. Held packets are dropped, not passed, when it stops.
@@ -38,7 +39,11 @@
 #define BATCH 64               /* packets read per system call */
 #define MESSAGE_BYTES 2048     /* one packet's metadata (COPY_META: no payload) fits with room */
 #define LINE_FIELDS 10         /* serve's arguments per line */
-/* AIM_GAIN_LATER, AIM_GAIN_EARLIER, FIRST_AIM_S and MAX_AIM_S: delayline.py's, given by its build (-D) */
+/* AIM_GAIN_LATER, AIM_GAIN_EARLIER, FIRST_AIM_S, MAX_AIM_S and MAX_POLL_S: delayline.py's, given by its build */
+#if !defined(AIM_GAIN_LATER) || !defined(AIM_GAIN_EARLIER) || !defined(FIRST_AIM_S) || !defined(MAX_AIM_S) \
+    || !defined(MAX_POLL_S)
+#error "built by fedmst.net.delayline.build(), which passes the timer's rules (RULES) as -D flags"
+#endif
 
 /* CPython's random: MT19937, init_by_array over the seed's 32-bit words, 53-bit doubles ------------- */
 typedef struct { uint32_t mt[624]; int i; } twister;
@@ -178,6 +183,18 @@ static void put_stats(FILE *f, const line *l) {
     put_float(f, "release_error_max_s", l->error_max_s);
 }
 
+/* delayline.py's aim_after: how early the next timer is aimed, after one that came `late` */
+static double aim_after(double aim, double late) {
+    late = late < 0.0 ? 0.0 : late > MAX_AIM_S ? MAX_AIM_S : late;
+    return aim + (late - aim) * (late >= aim ? AIM_GAIN_LATER : AIM_GAIN_EARLIER);
+}
+
+/* delayline.py's wait_before: how long to sleep (0: poll) for a packet due in `due_in` */
+static double wait_before(double due_in, double aim) {
+    if (due_in > aim) return due_in - aim;
+    return due_in > MAX_POLL_S ? due_in : 0.0;
+}
+
 /* replay: the rules alone, driven by a script on stdin (the tests' comparison with DelayLine) --------- */
 static int replay(line *l) {
     char word[16], a[64], b[64];
@@ -192,6 +209,10 @@ static int replay(line *l) {
         } else if (!strcmp(word, "retune") && scanf("%63s %63s", a, b) == 2) {
             double d = strtod(a, NULL), p = strtod(b, NULL);
             if (line_retune(l, strcmp(a, "-") ? &d : NULL, strcmp(b, "-") ? &p : NULL)) return 1;
+        } else if (!strcmp(word, "aim") && scanf("%63s %63s", a, b) == 2) {
+            printf("aim %.17g\n", aim_after(strtod(a, NULL), strtod(b, NULL)));
+        } else if (!strcmp(word, "wait") && scanf("%63s %63s", a, b) == 2) {
+            printf("wait %.17g\n", wait_before(strtod(a, NULL), strtod(b, NULL)));
         } else if (!strcmp(word, "stats")) {
             printf("{\n"), put_stats(stdout, l), printf("\n}\n");
         } else {
@@ -229,12 +250,6 @@ static double monotonic_s(void) {
     return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static double wall_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 /* One packet: its delay starts when it reached the interface (the kernel's receive stamp), not when it
  * was read: our wake-up latency is not link delay. Lost and overflowing packets are dropped at once. */
 static int on_packet(struct nfq_q_handle *queue, struct nfgenmsg *msg, struct nfq_data *data, void *arg) {
@@ -245,8 +260,13 @@ static int on_packet(struct nfq_q_handle *queue, struct nfgenmsg *msg, struct nf
     uint32_t id = ntohl(header->packet_id);
     struct timeval stamp;
     double behind = 0.0;
-    if (nfq_get_timestamp(data, &stamp) == 0 && (stamp.tv_sec || stamp.tv_usec)) /* truncated to the us: its end */
-        behind = wall_s() - ((double)stamp.tv_sec + (stamp.tv_usec + 1) * 1e-6);
+    if (nfq_get_timestamp(data, &stamp) == 0 && (stamp.tv_sec || stamp.tv_usec)) {
+        struct timespec wall; /* in whole ns: a double of seconds since 1970 is coarser than the stamp */
+        clock_gettime(CLOCK_REALTIME, &wall);
+        long long ns = ((long long)wall.tv_sec - stamp.tv_sec) * 1000000000LL + wall.tv_nsec
+                       - ((long long)stamp.tv_usec + 1) * 1000LL; /* the stamp's end: it is truncated to the us */
+        behind = (double)ns * 1e-9;
+    }
     double now = monotonic_s(); /* read after the wall clock: the gap between them only delays more */
     if (behind > 0.0 && behind < 1.0) /* a stamp from a stepped wall clock is not believed */
         now -= behind, s->lag_sum_s += behind, s->stamped++;
@@ -331,14 +351,9 @@ static void write_stats(served *s, const process_counts *p, uint32_t dropped_at_
     rename(tmp, s->stats);
 }
 
-/* delayline.py's aim_after: how early the next timer is aimed, after one that came `late` */
-static double aim_after(double aim, double late) {
-    if (late > MAX_AIM_S) late = MAX_AIM_S;
-    return aim + (late - aim) * (late >= aim ? AIM_GAIN_LATER : AIM_GAIN_EARLIER);
-}
-
 /* Releases each packet when due, never earlier, until SIGTERM or SIGINT. The timer is aimed early by what
- * its wake-ups' lateness has been (aim_after); a wake-up before the due time polls until it. */
+ * its wake-ups' lateness has been (aim_after); a wake-up before the due time sleeps or polls until it
+ * (wait_before). */
 static int serve_loop(served *lines, process_counts *p, struct pollfd *polled, int signals) {
     size_t n = p->lines;
     double aim = FIRST_AIM_S; /* learned from then on */
@@ -348,11 +363,11 @@ static int serve_loop(served *lines, process_counts *p, struct pollfd *polled, i
         double due, earliest = INFINITY, now = monotonic_s(), timeout = -1;
         for (size_t i = 0; i < n; i++)
             if (line_next_due(&lines[i].line, &due) && due < earliest) earliest = due;
-        if (earliest < INFINITY) timeout = earliest - now - aim > 0 ? earliest - now - aim : 0; /* 0 polls */
+        if (earliest < INFINITY) timeout = wait_before(earliest - now, aim);
         struct timespec wait = {(time_t)timeout, (long)((timeout - (double)(time_t)timeout) * 1e9)};
         int ready = ppoll(polled, n + 1, timeout < 0 ? NULL : &wait, NULL);
         if (ready < 0 && errno != EINTR) { perror("fedmst-delay: ppoll"); return 1; }
-        if (ready > 0 || timeout != 0) p->wakeups++; /* a poll until due is not a wake-up */
+        if (timeout != 0) p->wakeups++; /* a poll is not a wake-up */
         if (ready == 0 && timeout > 0) p->timer_wakeups++, aim = aim_after(aim, monotonic_s() - now - timeout);
         for (size_t i = 0; ready > 0 && i < n; i++) {
             if ((polled[i].revents & POLLIN) && read_packets(&lines[i])) {
