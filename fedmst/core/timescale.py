@@ -148,8 +148,8 @@ MEASURED_COSTS = {
 scale (2.0-3.1 ms on 2026-11-26, where 2.0 ms kept every phase of the default sweep within 5% of
 its prediction; 1.9-2.6 ms at scales 8 and 16 on 2026-11-27, with the idle loops slowed; 1.5-1.9
 ms on 2026-11-25) and the delay lines' per packet (the compiled line's 11-26 µs and the Python
-line's 14-44 µs; since they release nothing early, 14-33 µs and 28-88 µs on 2026-11-27, the
-compiled line's 20 µs at the poster's point; the README's main job, run twice at scale 1, had
+line's 14-44 µs; since they release nothing early, 13-33 µs and 28-83 µs on 2026-11-27, the
+compiled line's 19-21 µs at the poster's point; the README's main job, run three times at scale 1, had
 its phases within 7% of their prediction but SPFF's broadcast once, 11% over with 78 packets
 lost to its star's queues)."""
 PACKET_BUSY = 0.8
