@@ -27,6 +27,7 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
+
 def _child(request: dict[str, object]) -> None:
     """Become the command: never returns (SystemExit carries its code up to the interpreter's exit)."""
     os.chdir(str(request["cwd"]))

@@ -62,7 +62,8 @@ AIM_GAIN_EARLIER = 0.3
 """How far one timer wake-up moves a line's aim towards its lateness: a wake-up comes late by
 the host's latency (on an idle virtual machine often 0.1-0.3 ms), so a line aims its timer that
 much before the due time. Moving down faster than up keeps the aim low in lateness's spread:
-most wake-ups still land after the due time, and those before it poll until it."""
+most wake-ups still land after the due time, and those before it wait out the rest
+(:func:`wait_before`)."""
 
 FIRST_AIM_S = 50e-6
 """A line's aim before its first timer wake-up: a busy host's wake-up latency (an idle one's is
