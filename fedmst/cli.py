@@ -449,7 +449,7 @@ def cluster(ctx: click.Context, overwrite: bool, **kw: Any) -> None:
 
     def prepared() -> tuple[Any, OutputFolder, Any]:
         config, extra = _config(ctx, kw)
-        policies = cluster_.parse_policies(extra["policies"]) if extra["policies"] else None
+        policies = cluster_.parse_policies(extra["policies"]) if extra["policies"] is not None else None
         config, folder = _output(config, extra, overwrite)
         return cluster_.resolve(config), folder, policies
 

@@ -201,6 +201,8 @@ CLUSTER_CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
     ("policy-unknown-order", _args("--policies", "fifo/random,nope/pack"), ("queue order 'nope'", "fifo, las, sjf")),
     ("policy-four-parts", _args("--policies", "fifo/random/las/x"), ("--policies fifo/random/las/x", "4 parts")),
     ("policy-unknown-preemption", _args("--policies", "fifo/random/nope"), ("preemption 'nope'", "las, network, none")),
+    ("policies-empty", _args("--jobs", "poisson:60,3", "--policies", ""), ("--policies is empty", "fifo/random")),
+    ("policies-blank", _args("--jobs", "poisson:60,3", "--policies", " "), ("--policies is empty",)),
     ("unknown-preemption", _args("--jobs", "poisson:60,3", "--preempt", "nope"), ("preemption 'nope'", "las")),
     ("preemption-not-a-preemption", _args("--jobs", "poisson:60,3", "--preempt", "fedmst.core.cluster.policies:Fifo"),
      ("fedmst.core.cluster.policies:Fifo", "subclass of fedmst.api.Preemption")),

@@ -333,6 +333,15 @@ def test_policies_compare_on_one_trace_into_their_folders(tmp_path: Path) -> Non
 
     figure = plot_jobs(tmp_path / "c")  # every policy's JCT distribution side by side
     assert figure == tmp_path / "c" / "jobs.png" and figure.stat().st_size > 10_000
+    from fedmst.views.gantt import policies_figure
+
+    fig = policies_figure(tmp_path / "c")  # titled by the trace and the topology, not by where the folder lies
+    try:
+        assert fig.get_suptitle() == "3 policies on one trace: poisson:180,12 on nsfnet", fig.get_suptitle()
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
 
 
 def test_delay_waits_for_a_consolidated_placement_then_takes_a_looser_one() -> None:

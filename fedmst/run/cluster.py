@@ -354,6 +354,9 @@ def parse_policies(spec: str) -> list[Policies]:
     >>> parse_policies("fifo/random,las/network/network")
     [('fifo', 'random', 'none'), ('las', 'network', 'network')]
     """
+    if not spec.strip():
+        raise FedmstError("--policies is empty: give ORDER/PLACEMENT[/PREEMPT] items separated by commas, "
+                          "e.g. fifo/random,las/network/network (or leave the option out for one cluster)")
     policies = []
     for item in split_list(spec, "--policies"):
         parts = item.split("/")

@@ -213,9 +213,27 @@ def policies_figure(folder: Path) -> Any:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="lower right")
     jct.set_ylabel("share of finished jobs")
-    fig.suptitle(f"{folder}: {len(finished)} policies on one trace")
+    fig.suptitle(f"{len(finished)} policies on one trace: {_trace_label(folder, names, record)}")
     fig.tight_layout()
     return fig
+
+
+def _trace_label(folder: Path, names: Sequence[str], record: dict[str, Any]) -> str:
+    """``JOBS on TOPOLOGY`` of a comparison, from its policies' config.json and summaries (a file's
+    name, not its path: the figure is read away from the folder); the folder's name where none says."""
+    jobs = topology = None
+    for name in names:
+        try:
+            jobs = jobs or json.loads((folder / name / "config.json").read_text()).get("jobs")
+        except (OSError, ValueError, AttributeError):
+            pass
+        summary = (record.get("summaries") or {}).get(name) or {}
+        topology = topology or (summary.get("topology") if isinstance(summary, dict) else None)
+    if not jobs:
+        return folder.name or str(folder)
+    kind, colon, source = str(jobs).rpartition(":")  # poisson:60,3, philly:/data/trace.json, /data/jobs.csv
+    trace = kind + colon + Path(source).name
+    return f"{trace} on {Path(str(topology)).name}" if topology else trace
 
 
 def _title(folder: Path, summary: ClusterSummary | None) -> str:
