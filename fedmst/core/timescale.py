@@ -20,13 +20,16 @@ False
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Sequence
 
 import networkx as nx
 
 from fedmst.core.linktrace import LinkChange
+from fedmst.core.plan import Phase, Plan
 from fedmst.core.traffic import BackgroundFlow
+from fedmst.core.wire import ETH_HEADER, wire_bytes
 
 TCP_RTO_MIN_S = 0.2
 """Linux's floor on TCP's retransmission timeout (``TCP_RTO_MIN``): it does not follow the
@@ -109,54 +112,101 @@ class TimeScale:
 @dataclass(frozen=True)
 class PhaseLoad:
     """What one transfer phase of a run asks of the host: its predicted length (the network's
-    seconds), its transfers, and the packets its weights and their ACKs put on the links."""
+    seconds), its transfers, the packets its weights and their ACKs put on the links (one per
+    link they cross), and the weights' bytes the agents move (each transfer's payload sent at its
+    source and received, relayed or summed, at its destination), in all and at the busiest node."""
 
     seconds: float
     transfers: int
     packets: float
+    agent_bytes: float = 0.0
+    busiest_agent_bytes: float = 0.0
+
+
+ACKS_PER_PACKET = 0.5
+"""A receiver acknowledges every second full segment: half a packet back for every one sent."""
+
+
+def phase_load(plans: Sequence[Plan], phase: Phase, seconds: float, *, mtu: int) -> PhaseLoad:
+    """What ``plans``' ``phase``, predicted to last ``seconds``, asks of the host.
+
+    >>> from fedmst.core.plan import Plan, Transfer
+    >>> from fedmst.core.tasks import Task
+    >>> task = Task("t", "a", ("c",), 1_000_000)
+    >>> chain = Plan("x", task, (Transfer("broadcast", ("a", "b"), frozenset({0})),
+    ...                          Transfer("broadcast", ("b", "c"), frozenset({0}))))
+    >>> load = phase_load([chain], "broadcast", 0.1, mtu=1500)
+    >>> load.transfers, round(load.packets), load.agent_bytes, load.busiest_agent_bytes
+    (2, 2072, 4000000.0, 2000000.0)
+    """
+    moved: dict[str, float] = defaultdict(float)
+    frames = 0.0
+    for plan in plans:
+        for t in plan.phase(phase):
+            payload = t.payload(plan.task.model_bytes)
+            moved[t.src] += payload
+            moved[t.dst] += payload
+            frames += wire_bytes(payload, mtu) / (mtu + ETH_HEADER) * len(t.hops)
+    return PhaseLoad(seconds=seconds, transfers=sum(len(p.phase(phase)) for p in plans),
+                     packets=frames * (1 + ACKS_PER_PACKET), agent_bytes=sum(moved.values()),
+                     busiest_agent_bytes=max(moved.values(), default=0.0))
 
 
 @dataclass(frozen=True)
 class HostCosts:
-    """The host's CPU seconds per transfer (the agents' set-up of one, whatever its size) and per
-    packet on a link (each passes a delay line at its receiver, and the kernel's forwarding), as
-    measured on a host where one emulated link carried ``ceiling_mbps``."""
+    """The host's CPU seconds per transfer (the agents' set-up of one, whatever its size), per
+    packet on a link (each passes a delay line at its receiver, and the kernel's forwarding) and
+    per byte of weights an agent moves (sends, receives, relays or sums: gloo's copies and the
+    agent's chunk by chunk handling), as measured on a host where one emulated link carried
+    ``ceiling_mbps``."""
 
     per_transfer_s: float
     per_packet_s: float
+    per_agent_byte_s: float
     ceiling_mbps: float
 
     def on_host(self, ceiling_mbps: float | None) -> HostCosts:
-        """These costs on a host whose link ceiling is ``ceiling_mbps`` (a faster host forwards and
-        wakes faster; None: not known, the costs as measured).
+        """These costs on a host whose link ceiling is ``ceiling_mbps``: higher where it carries
+        less than the host they were measured on, never lower (None: not known, the costs as
+        measured). A ceiling above the reference's is no sign that agents and wake-ups cost less:
+        one boot of the development machine measured 4,719 Mbit/s, twice the reference, and the
+        phases that costs scaled down by it let through ran up to 1.76 times their prediction.
 
-        >>> HostCosts(0.002, 3e-5, 1000.0).on_host(2000.0)
-        HostCosts(per_transfer_s=0.001, per_packet_s=1.5e-05, ceiling_mbps=2000.0)
+        >>> HostCosts(0.002, 3e-5, 5e-9, 1000.0).on_host(500.0)
+        HostCosts(per_transfer_s=0.004, per_packet_s=6e-05, per_agent_byte_s=1e-08, ceiling_mbps=500.0)
+        >>> HostCosts(0.002, 3e-5, 5e-9, 1000.0).on_host(2000.0).per_packet_s
+        3e-05
         """
-        if not ceiling_mbps:
+        if not ceiling_mbps or ceiling_mbps >= self.ceiling_mbps:
             return self
-        faster = ceiling_mbps / self.ceiling_mbps
-        return HostCosts(self.per_transfer_s / faster, self.per_packet_s / faster, ceiling_mbps)
+        slower = self.ceiling_mbps / ceiling_mbps
+        return HostCosts(self.per_transfer_s * slower, self.per_packet_s * slower, self.per_agent_byte_s * slower,
+                         ceiling_mbps)
 
 
 MEASURED_COSTS = {
-    "compiled": HostCosts(per_transfer_s=0.002, per_packet_s=2e-5, ceiling_mbps=2130.0),
-    "python": HostCosts(per_transfer_s=0.0015, per_packet_s=3e-5, ceiling_mbps=2546.0),
+    "compiled": HostCosts(per_transfer_s=0.0015, per_packet_s=2e-5, per_agent_byte_s=5e-9, ceiling_mbps=2130.0),
+    "python": HostCosts(per_transfer_s=0.0015, per_packet_s=3e-5, per_agent_byte_s=5e-9, ceiling_mbps=2546.0),
 }
 """By the delay line a run has, ``scripts/bench_dataplane.py`` on the 2-core development machine
 (docs/time-scale.md), with that boot's link ceiling: the agents' CPU per transfer at the poster's
-scale (2.0-3.1 ms on 2026-11-26, where 2.0 ms kept every phase of the default sweep within 5% of
-its prediction; 1.9-2.6 ms at scales 8 and 16 on 2026-11-27, with the idle loops slowed; 1.5-1.9
-ms on 2026-11-25) and the delay lines' per packet (the compiled line's 11-26 µs and the Python
+scale (2.0-3.1 ms on 2026-11-26; 1.9-2.6 ms at scales 8 and 16 on 2026-11-27, with the idle loops
+slowed; 1.1-1.5 ms at scales 8 to 32 later that day, ``scripts/bench_timescale.py``'s poster cases;
+1.5-1.9 ms on 2026-11-25) and the delay lines' per packet (the compiled line's 11-26 µs and the Python
 line's 14-44 µs; since they release nothing early, 13-33 µs and 28-83 µs on 2026-11-27, the
-compiled line's 19-21 µs at the poster's point; the README's main job, run three times at scale 1, had
-its phases within 7% of their prediction but SPFF's broadcast once, 11% over with 78 packets
-lost to its star's queues)."""
+compiled line's 19-21 µs at the poster's point). Per byte an agent moves, ``scripts/bench_timescale.py``
+on 2026-11-27: the agents' CPU over the bytes they sent and received in a phase, 2.3-5.3 ns in
+bulk phases (forwarding least, summing most), 5.0-5.6 ns in a 10 Gbit/s line's upload."""
 PACKET_BUSY = 0.8
 """Above this share of the host's CPUs for the packets, a phase's bulk transfers slow down."""
 TRANSFER_BUSY = 0.15
 """Above this share for the transfers' own costs, many small transfers queue for the CPU and
 each one's latency grows (measured: the poster's point kept 1.3x its prediction at 57-88% busy)."""
+AGENT_BUSY = 0.3
+"""Above this share for the agents' handling of the weights' bytes, a phase slows down although
+the host is far from busy: relays receive, sum and forward chunk by chunk on the phase's critical
+path, and each waits for a core (docs/time-scale.md: a 10 Gbit/s line's upload at 35% took 1.24x
+its prediction, NSFNET's MST phases at 29% 1.03x)."""
 LINK_SHARE = 0.5
 """The most of one emulated link's ceiling a slowed link may ask for."""
 MAX_AUTO = 512
@@ -167,18 +217,20 @@ def pick_scale(phases: Sequence[PhaseLoad], costs: HostCosts, *, cores: int, fas
     """The time scale a run needs so that its host keeps up, with the reason (for the console):
     the smallest power of two at which, in every transfer phase, the packets take at most
     :data:`PACKET_BUSY` of the host's ``cores``, the transfers' fixed costs at most
-    :data:`TRANSFER_BUSY`, and the ``fastest_mbps`` link at most :data:`LINK_SHARE` of the
-    ``ceiling_mbps`` one emulated link carries (None: not known). 1 where the host keeps up.
+    :data:`TRANSFER_BUSY`, the agents' handling of the weights at most :data:`AGENT_BUSY`, and the
+    ``fastest_mbps`` link at most :data:`LINK_SHARE` of the ``ceiling_mbps`` one emulated link
+    carries (None: not known). 1 where the host keeps up.
 
     >>> costs = MEASURED_COSTS["compiled"]
-    >>> bulk = PhaseLoad(seconds=1.61, transfers=8, packets=84_000)  # the README's main job, SPFF
+    >>> bulk = PhaseLoad(seconds=0.614, transfers=8, packets=42_007, agent_bytes=72.1e6)  # README's job, MST
     >>> pick_scale([bulk], costs, cores=2, fastest_mbps=100, ceiling_mbps=2130)
     (1, 'the host keeps up')
     >>> many = PhaseLoad(seconds=0.144, transfers=450, packets=23_000)  # 30 tasks of 15 local models
     >>> pick_scale([many], costs, cores=2, fastest_mbps=100, ceiling_mbps=2130)
-    (32, "450 transfers' fixed costs in 0.144 s")
-    >>> pick_scale([bulk], costs, cores=2, fastest_mbps=10_000, ceiling_mbps=2130)
-    (16, '10000 Mbit/s links against 2130 Mbit/s one link carries here')
+    (16, "450 transfers' fixed costs in 0.144 s")
+    >>> line = PhaseLoad(seconds=0.0403, transfers=2, packets=93_695, agent_bytes=181e6)  # 10 Gbit/s, mlp-xl
+    >>> pick_scale([line], costs, cores=2, fastest_mbps=10_000, ceiling_mbps=2130)
+    (64, '181 MB through the agents in 0.0403 s')
     """
     needs = [(1.0, "the host keeps up")]
     for p in phases:
@@ -189,6 +241,8 @@ def pick_scale(phases: Sequence[PhaseLoad], costs: HostCosts, *, cores: int, fas
                       f"{p.packets:,.0f} packets in {p.seconds:.3g} s"))
         needs.append((p.transfers * costs.per_transfer_s / (TRANSFER_BUSY * budget),
                       f"{p.transfers} transfers' fixed costs in {p.seconds:.3g} s"))
+        needs.append((p.agent_bytes * costs.per_agent_byte_s / (AGENT_BUSY * budget),
+                      f"{p.agent_bytes / 1e6:,.0f} MB through the agents in {p.seconds:.3g} s"))
     if ceiling_mbps:
         needs.append((fastest_mbps / (LINK_SHARE * ceiling_mbps),
                       f"{fastest_mbps:g} Mbit/s links against {ceiling_mbps:g} Mbit/s one link carries here"))
@@ -199,7 +253,49 @@ def pick_scale(phases: Sequence[PhaseLoad], costs: HostCosts, *, cores: int, fas
     return scale, why
 
 
+HOST_BOUND_RATIO = 1.2
+"""A transfer phase that takes more than this times its prediction ..."""
+HOST_BOUND_CORES = 0.9
+"""... while the host's CPUs were busy for at least this many cores' worth on average is reported
+as bound by the host: a slow phase on an idle host is TCP's or the plan's (a loss, a rendezvous),
+one on a busy host its CPUs' (one core's worth covers a single relay or line that cannot keep up)."""
+SATURATED = 0.95
+"""A transfer phase with the host's CPUs at least this busy is bound by the host whatever its
+prediction says: it ran as fast as the host could, and a prediction it beat was too pessimistic
+(a ring's synchronous steps on Geant2012 measured 0.83x at 98% busy, 0.42x slowed twice)."""
+
+
+def keeps_up_at(factor: float, ratio: float, busy: float, *, cores: int) -> int | None:
+    """The time scale at which a transfer phase that ran at ``factor`` and took ``ratio`` times its
+    prediction with the host's ``cores`` CPUs ``busy`` (0-1) would have kept up; None where the
+    host did not bind it (:data:`HOST_BOUND_RATIO` with :data:`HOST_BOUND_CORES`, or :data:`SATURATED`).
+
+    The phase's CPU time (``busy`` x ``cores`` x its real length) spread over the prediction's real
+    length at the new scale takes at most :data:`PACKET_BUSY` of the cores, and the scale at least
+    doubles: a phase bound by one process's core is less busy than its host.
+
+    >>> keeps_up_at(1, ratio=1.64, busy=0.87, cores=2)  # Geant2012 under MST in real time
+    2
+    >>> keeps_up_at(1, ratio=8.0, busy=0.99, cores=2)  # the poster's point in real time
+    16
+    >>> keeps_up_at(16, ratio=1.15, busy=0.5, cores=2) is None  # within the rule
+    True
+    >>> keeps_up_at(8, ratio=1.5, busy=0.2, cores=2) is None  # an idle host: not the host's doing
+    True
+    >>> keeps_up_at(1, ratio=0.83, busy=0.98, cores=2)  # faster than predicted, on saturated CPUs
+    2
+    """
+    if busy < SATURATED and (ratio <= HOST_BOUND_RATIO or busy * cores < HOST_BOUND_CORES):
+        return None
+    need = max(2 * factor, factor * ratio * busy / PACKET_BUSY)
+    scale = 1
+    while scale < need:
+        scale *= 2
+    return scale
+
+
 REAL_TIME = TimeScale()
 """No slowing: the emulation runs at the network's own speed."""
 
-__all__ = ["MEASURED_COSTS", "REAL_TIME", "TCP_RTO_MIN_S", "HostCosts", "PhaseLoad", "TimeScale", "pick_scale"]
+__all__ = ["HOST_BOUND_CORES", "HOST_BOUND_RATIO", "MEASURED_COSTS", "REAL_TIME", "SATURATED", "TCP_RTO_MIN_S",
+           "HostCosts", "PhaseLoad", "TimeScale", "keeps_up_at", "phase_load", "pick_scale"]

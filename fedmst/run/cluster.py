@@ -13,8 +13,6 @@ length, the agents as a floor they train up to), so that they differ only in the
 
 from __future__ import annotations
 
-import math
-import os
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
@@ -111,7 +109,7 @@ def resolve(config: RunConfig) -> ResolvedCluster:
 def _emulated(resolved: ResolvedCluster) -> ResolvedCluster:
     """``resolved`` with the cluster as one run to emulate: the host checked, every node with a
     slot a worker node, and the time scale ``auto`` picks for a full cluster (:func:`_full`)."""
-    from fedmst.run.prepare import check_host, pick_time_scale
+    from fedmst.run.prepare import check_host, pick_time_scale, training_scale
     from fedmst.workers.backends import backend_for, check_backend
 
     config = resolved.config
@@ -119,13 +117,9 @@ def _emulated(resolved: ResolvedCluster) -> ResolvedCluster:
     host = check_host(config)
     full = _full(resolved)
     scale, reason = float(config.time_scale) if config.time_scale != "auto" else 1.0, ""
-    if config.time_scale == "auto":
-        scale, reason = pick_time_scale(config, host, resolved.graph, full)
-        trainers = sum(p.task.k for p in full.plans)
-        cores = os.cpu_count() or 1
-        if trainers / cores > scale:  # the full cluster's trainings must fit the cores, each in its time
-            scale = float(2 ** math.ceil(math.log2(trainers / cores)))
-            reason = f"{counted(trainers, 'local model')} of a full cluster training on {counted(cores, 'core')}"
+    if config.time_scale == "auto":  # jobs run on their own clocks: a full cluster's trainings must fit the cores
+        scale, reason = training_scale(full, *pick_time_scale(config, host, resolved.graph, full),
+                                       what="of a full cluster ")
     base = ResolvedRun(
         config=config, graph=resolved.graph, workload=full, link_failures=(), kills=(), slow={},
         worker_nodes=tuple(n for n, k in resolved.slots.items() if k), limits={}, delay_mode=host.delay_mode,

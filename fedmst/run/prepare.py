@@ -9,6 +9,7 @@ exists, and ``compare`` and ``sweep`` load, size and schedule everything once.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
@@ -18,12 +19,12 @@ import networkx as nx
 from fedmst.core import faults
 from fedmst.core.contention import Profile, capacities, cassini_offsets, profile_of
 from fedmst.core.linktrace import LinkChange, read_link_trace
-from fedmst.core.plan import TRANSFER_PHASES, predicted_link_bytes, predicted_phase_seconds
+from fedmst.core.plan import TRANSFER_PHASES, predicted_phase_seconds
 from fedmst.core.ordering import shortest_jobs_first
 from fedmst.core.schedulers import get_scheduler
 from fedmst.core.selection import SELECTIONS, participants
 from fedmst.core.tasks import Task, place_task
-from fedmst.core.timescale import MEASURED_COSTS, PhaseLoad, TimeScale, pick_scale
+from fedmst.core.timescale import MEASURED_COSTS, PhaseLoad, TimeScale, phase_load, pick_scale
 from fedmst.core.topology import load_topology, node_order
 from fedmst.core.traffic import BackgroundFlow, parse_flow, read_traffic_file
 from fedmst.core.workload import TaskEntry, WorkloadPlan, make_tasks, read_workload, schedule_workload
@@ -33,6 +34,7 @@ from fedmst.net.capture import parse_links, require_tcpdump
 from fedmst.net.congestion import Transport, prepare_transport
 from fedmst.run.config import RunConfig, validate
 from fedmst.workers.backends import WorkerLimits, backend_for, check_backend, worker_limits
+from fedmst.wording import counted
 
 
 @dataclass(frozen=True)
@@ -218,8 +220,25 @@ def _plan(config: RunConfig, host: Host, inputs: _Inputs, scheduler: str) -> Res
     )
 
 
-ACKS_PER_PACKET = 0.5
-"""A receiver acknowledges every second full segment: half a packet back for every one sent."""
+def phase_loads(config: RunConfig, host: Host, graph: nx.Graph, workload: WorkloadPlan) -> list[PhaseLoad]:
+    """What each transfer phase of the run's plans asks of the host (:func:`phase_load`)."""
+    with_delay = host.delay_mode != "off"
+    return [phase_load(workload.plans, phase, predicted_phase_seconds(
+        workload.plans, graph, phase, chunk_bytes=config.chunk_bytes, with_delay=with_delay, mtu=config.mtu),
+        mtu=config.mtu) for phase in TRANSFER_PHASES]
+
+
+def training_scale(workload: WorkloadPlan, scale: float, reason: str, *, what: str = "") -> tuple[float, str]:
+    """``scale`` (and its ``reason``) raised, where needed, until the workload's local models
+    training at once fit the host's cores: on independent clocks a model's training is waited out
+    as N times its CPU time, so at most N models a core each train within their wait (the dumbbell
+    of docs/contention.md: six models on two cores trained 2.1-2.3 s against 0.8 s of compute)."""
+    trainers = sum(p.task.k for p in workload.plans)
+    cores = os.cpu_count() or 1
+    if trainers / cores <= scale:
+        return scale, reason
+    return (float(2 ** math.ceil(math.log2(trainers / cores))),
+            f"{counted(trainers, 'local model')} {what}training on {counted(cores, 'core')}")
 
 
 def pick_time_scale(config: RunConfig, host: Host, graph: nx.Graph, workload: WorkloadPlan) -> tuple[float, str]:
@@ -237,18 +256,13 @@ def pick_time_scale(config: RunConfig, host: Host, graph: nx.Graph, workload: Wo
                                                   Capabilities(netem=host.netem_available))
     except FedmstError:  # the costs keep their reference and links go unchecked against it
         ceiling = None
-    with_delay, frame = host.delay_mode != "off", config.mtu + 14
-    loads = [PhaseLoad(
-        seconds=predicted_phase_seconds(workload.plans, graph, phase, chunk_bytes=config.chunk_bytes,
-                                        with_delay=with_delay, mtu=config.mtu),
-        transfers=sum(len(p.phase(phase)) for p in workload.plans),
-        packets=sum(b for p in workload.plans for b in predicted_link_bytes(p, phase, mtu=config.mtu).values())
-        / frame * (1 + ACKS_PER_PACKET),
-    ) for phase in TRANSFER_PHASES]
+    loads = phase_loads(config, host, graph, workload)
     line = running_kind() if host.delay_mode == "userspace" else "compiled"  # netem's cost: not measured
     scale, reason = pick_scale(loads, MEASURED_COSTS[line].on_host(ceiling), cores=os.cpu_count() or 1,
                                fastest_mbps=max(float(c) for _, _, c in graph.edges(data="capacity_mbps")),
                                ceiling_mbps=ceiling)
+    if config.clock == "independent":  # trainings are waited out beside the transfers, not counted
+        return training_scale(workload, float(scale), reason)
     return float(scale), reason
 
 
@@ -287,4 +301,4 @@ def _worker_nodes(config: RunConfig, graph: nx.Graph, workload: WorkloadPlan) ->
     return tuple(sorted(set().union(*(p.nodes for p in workload.plans)), key=node_order))
 
 
-__all__ = ["Host", "ResolvedRun", "check_host", "pick_time_scale", "resolve"]
+__all__ = ["Host", "ResolvedRun", "check_host", "phase_loads", "pick_time_scale", "resolve", "training_scale"]
