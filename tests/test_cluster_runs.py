@@ -190,6 +190,53 @@ def test_a_preempted_job_resumes_from_its_checkpoint_elsewhere_and_loses_no_roun
     assert summary["preemptions"] == 1 and summary["preempt"] == "las" and summary["jobs_finished"] == 2
 
 
+NETWORK_PREEMPTION = """job,submit_s,local_models,rounds,compute_s
+slow,0,2,5,1.0
+chatty,1,2,2,0.01
+"""
+"""On ``small``: the delay placement puts slow on 0, 1 and 4 (consolidated around 0), leaving 2 and 3;
+chatty, whose rounds are nearly all communication (network-sensitive), cannot be consolidated on
+two slots, while slow, whose rounds are nearly all training, is not sensitive: the network
+preemption stops slow for it once slow has finished a round."""
+
+
+def test_network_preemption_stops_an_insensitive_job_for_real_and_it_resumes_bit_exact(
+        tmp_path: Path, clean_host: None) -> None:
+    """Seed 002's network-sensitive preemption, emulated: the job stopped at a round boundary,
+    its checkpoint taken up again bit for bit when it is placed again, every round run once, and
+    the rounds' bytes (the resumed run's broadcast of the checkpoint among them) on the links."""
+    import torch
+
+    (tmp_path / "jobs.csv").write_text(NETWORK_PREEMPTION)
+    proc = subprocess.run(_cluster(tmp_path / "out", tmp_path / "jobs.csv", "--placement", "delay",
+                                   "--preempt", "network"), capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "out"
+    jobs = _rows(out / "jobs.csv")
+    assert {n: (r["status"], r["rounds"], r["preemptions"]) for n, r in jobs.items()} == {
+        "slow": ("finished", "5", "1"), "chatty": ("finished", "2", "0")}
+    with (out / "preemptions.csv").open(newline="") as f:
+        (stop,) = list(csv.DictReader(f))
+    assert (stop["job"], stop["by"]) == ("slow", "chatty") and stop["reason"].startswith("network: chatty")
+    done = int(stop["rounds_done"])
+    assert 1 <= done < 5 and float(stop["asked_s"]) <= float(stop["stopped_s"]) <= float(jobs["chatty"]["start_s"])
+    checkpoint, resumed = (out / "jobs" / "slow" / f"{kind}-{done}" / "slow-global.pt"
+                           for kind in ("checkpoint", "resumed"))
+    assert torch.equal(torch.load(checkpoint), torch.load(resumed))
+    with (out / "tasks.csv").open(newline="") as f:
+        rounds = [int(r["round"]) for r in csv.DictReader(f) if r["task"] == "slow"]
+    assert sorted(rounds) == list(range(1, 6))
+    _held_once(out / "slots.csv")
+    assert (out / "jobs" / "slow" / "run-2" / "plan.json").is_file()  # placed again: a run of its own
+    # slow's bytes are its plans' over all five rounds, the resumed run's first broadcast of the
+    # checkpoint included, and the links carried at least every job's (plus the set-ups' and ACKs')
+    assert int(jobs["slow"]["link_bytes"]) > 2 * int(jobs["chatty"]["link_bytes"]) > 0
+    carried = sum(row.measured_bytes for row in read_links(out / "links.csv"))
+    assert carried >= sum(int(r["link_bytes"]) for r in jobs.values())
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["preemptions"] == 1 and summary["preempt"] == "network" and summary["jobs_finished"] == 2
+
+
 def test_the_seeds_policies_run_for_real_on_one_trace(tmp_path: Path, clean_host: None) -> None:
     """SJF-BCO's, Cassini's and the delay scheduler with network preemption, each on the same jobs."""
     (tmp_path / "jobs.csv").write_text(JOBS)
