@@ -18,7 +18,7 @@ from fedmst.errors import EmulationError
 from fedmst.net import calibrate
 from fedmst.net.delayline import running_kind
 from fedmst.net.emulation import Capabilities, Emulation, probe_capabilities
-from fedmst.run.measure import CPU_BOUND
+from fedmst.core.timescale import keeps_up_at
 from fedmst.run.results import read_csv
 
 from conftest import fedmst_cli
@@ -88,11 +88,13 @@ def test_a_run_names_the_links_this_host_cannot_carry(tmp_path: Path, clean_host
     assert emulated["bandwidth_cpu_bound"] == ["a-b"]
     assert 10 < emulated["link_ceiling_mbps"] < 1e9
     assert "warning: 1 link(s) (a-b) have a capacity above the" in proc.stdout
-    # how busy the host's CPUs were in each phase is measured, and said when it bound the phase
+    # how busy the host's CPUs were in each phase is measured, and a phase the host bound is said
     (row,) = read_csv(out / "rounds.csv")
     assert all(0 < float(row[f"{p}_cpu_busy"]) <= 1 for p in ("broadcast", "train", "upload")), row
-    assert emulated["phases_cpu_bound"] == [f"round 1 {p}" for p in ("broadcast", "upload")
-                                            if float(row[f"{p}_cpu_busy"]) >= CPU_BOUND]
+    bound = [p for p in ("broadcast", "upload") if keeps_up_at(1, float(row[f"{p}_s"]) / float(row[f"predicted_{p}_s"]),
+                                                               float(row[f"{p}_cpu_busy"]), cores=os.cpu_count() or 1)]
+    assert [b["phase"] for b in emulated["host_bound_phases"]] == bound
+    assert row["host_bound"] == ";".join(bound)
 
 
 def test_a_ceiling_that_cannot_be_measured_is_a_warning_not_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:

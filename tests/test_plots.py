@@ -296,7 +296,7 @@ def sweep_rows(scheduler: str, scale: float) -> list[dict[str, Any]]:
              "broadcast_s": 0.1, "train_s": 1.0, "upload_s": 0.1, "round_s": scale * k + seed / 10, "accuracy": 0.9,
              "run_link_bytes_measured": scale * k * 1e6, "run_link_bytes_predicted": scale * k * 1e6,
              "run_reserved_capacity_mbps": scale * 1e4, "run_tasks_blocked": 0, "run_predicted_comm_s": scale * k,
-             "time_scale": 1.0, "cpu_busy": 0.5}
+             "time_scale": 1.0, "cpu_busy": 0.5, "host_bound": ""}
             for k in (2, 4) for seed in (1, 2)]
 
 
@@ -406,7 +406,8 @@ def test_sweep_csv_reads_back_with_its_numbers_typed(tmp_path: Path) -> None:
     from fedmst.run.experiments import SWEEP_FIELDS, SweepRow, read_sweep, write_sweep
 
     rows = [SweepRow(**{**row, "model": "mlp", "model_bytes": 19_240, "congestion_control": "dctcp", "round_s": 1.25,
-                        "ray_node": node}) for row, node in zip(sweep_rows("mst", 0.5), ("", "10.0.0.2", "", ""))]
+                        "ray_node": node, "host_bound": bound})
+            for row, node, bound in zip(sweep_rows("mst", 0.5), ("", "10.0.0.2", "", ""), ("", "upload", "", ""))]
     write_sweep(tmp_path / "sweep.csv", rows)
     assert (tmp_path / "sweep.csv").read_text().splitlines()[0] == ",".join(SWEEP_FIELDS)
     back = read_sweep(tmp_path / "sweep.csv")

@@ -85,3 +85,27 @@ def test_every_connection_runs_the_congestion_control_asked_for(clean_host: None
     assert all(s and set(s) == {"reno"} for s in seen), seen
     # and every host keeps TCP's window across the training's idle time, whatever the host's own setting
     assert [w["slow_start_after_idle"] for w in workers.values()] == [False] * len(workers), workers
+
+
+def test_a_run_too_fast_for_its_host_flags_its_host_bound_phases(clean_host: None, tmp_path: Path) -> None:
+    """The poster's point (30 tasks of 15 local models) forced to real time on this host: its
+    phases take several times their prediction with the CPUs busy, and the run says so in the
+    console, in rounds.csv and in summary.json, with a larger scale that would keep up."""
+    out = tmp_path / "run"
+    proc = fedmst_cli("run", "--topology", "nsfnet", "--tasks", "30", "--local-models", "15", "--model", "mlp",
+                      "--wavelengths", "120", "--rounds", "1", "--epochs", "1", "--scheduler", "spff",
+                      "--time-scale", "1", "--out", str(out), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (row,) = read_csv(out / "rounds.csv")
+    bound = row["host_bound"].split(";") if row["host_bound"] else []
+    assert bound, row  # at least one transfer phase was the host's
+    for phase in bound:
+        assert float(row[f"{phase}_s"]) > 1.2 * float(row[f"predicted_{phase}_s"]), row
+    assert int(row["keeps_up_at"]) >= 2 and float(row["time_scale"]) == 1
+    flagged = json.loads((out / "summary.json").read_text())["emulated"]["host_bound_phases"]
+    assert [f["phase"] for f in flagged] == bound
+    assert all(f["measured_over_predicted"] > 1.2 and 2 <= f["keeps_up_at"] <= int(row["keeps_up_at"])
+               for f in flagged), flagged
+    said = " ".join(proc.stdout.split())
+    assert "bound by the host, not the links" in said
+    assert f"--time-scale {row['keeps_up_at']} would keep up" in said

@@ -3,13 +3,15 @@ to the graph, background flows, link traces and TCP's timeout floor (no network 
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 import networkx as nx
 import pytest
 
 from fedmst.core.linktrace import LinkChange
-from fedmst.core.timescale import MEASURED_COSTS, REAL_TIME, TCP_RTO_MIN_S, PhaseLoad, TimeScale, pick_scale
+from fedmst.core.timescale import (MEASURED_COSTS, REAL_TIME, TCP_RTO_MIN_S, PhaseLoad, TimeScale, keeps_up_at,
+                                   pick_scale)
 from fedmst.core.traffic import BackgroundFlow
 from fedmst.errors import FedmstError
 from fedmst.net.link import EmulatedLink, LinkEnd, LinkShaping
@@ -107,8 +109,10 @@ def test_auto_slows_a_run_until_the_host_keeps_up_in_every_phase() -> None:
     scale, why = pick_scale([quiet, busy], costs, cores=2, fastest_mbps=100, ceiling_mbps=2546)
     assert scale == 32 and why == "400 transfers' fixed costs in 0.1 s"
     assert pick_scale([quiet], costs, cores=2, fastest_mbps=100, ceiling_mbps=2546)[0] == 1
-    faster = costs.on_host(4 * 2546)
-    assert pick_scale([busy], faster, cores=8, fastest_mbps=100, ceiling_mbps=4 * 2546)[0] == 2
+    assert pick_scale([busy], costs, cores=8, fastest_mbps=100, ceiling_mbps=2546)[0] == 8  # more cores
+    # a host whose links carry more is not taken to be faster; one whose links carry less is slower
+    assert costs.on_host(4 * 2546) == costs
+    assert pick_scale([busy], costs.on_host(2546 / 4), cores=2, fastest_mbps=100, ceiling_mbps=2546 / 4)[0] == 128
     bulk = PhaseLoad(seconds=0.5, transfers=1, packets=200_000)
     assert pick_scale([bulk], costs, cores=2, fastest_mbps=100, ceiling_mbps=None) == (
         8, "200,000 packets in 0.5 s")
@@ -117,6 +121,10 @@ def test_auto_slows_a_run_until_the_host_keeps_up_in_every_phase() -> None:
     assert [pick_scale([fewer], MEASURED_COSTS[line], cores=2, fastest_mbps=100, ceiling_mbps=None)[0]
             for line in ("python", "compiled")] == [8, 4]
     assert pick_scale([quiet], costs, cores=2, fastest_mbps=1e9, ceiling_mbps=1000)[0] == 512  # capped
+    # weights moved through the agents: a fast line's relays need slowing though its packets would not
+    relayed = PhaseLoad(seconds=0.04, transfers=2, packets=1_000, agent_bytes=180e6)
+    assert pick_scale([relayed], costs, cores=2, fastest_mbps=100, ceiling_mbps=None) == (
+        64, "180 MB through the agents in 0.04 s")
 
 
 def test_a_compare_runs_every_scheduler_at_the_largest_scale_auto_picks_for_any(
@@ -140,3 +148,43 @@ def test_a_compare_runs_every_scheduler_at_the_largest_scale_auto_picks_for_any(
     assert spff.time_scale == mst.time_scale == 2.0
     assert spff.scale_reason == f"as mst: {mst.scale_reason}" and mst.scale_reason.endswith("packets in 0.614 s")
     assert [r.time_scale for r in resolve(replace(config, time_scale="3"), ["spff", "mst"], host)] == [3.0, 3.0]
+
+
+def test_a_phase_is_host_bound_only_when_slow_with_the_cpus_busy() -> None:
+    """The rule: more than 1.2x the prediction while the CPUs were busy for at least 0.9 of a core,
+    or CPUs all but saturated whatever the ratio; the scale offered at least doubles, and grows with
+    how far off and how busy the phase was."""
+    from fedmst.core.timescale import HOST_BOUND_CORES, HOST_BOUND_RATIO, SATURATED
+
+    assert keeps_up_at(1, HOST_BOUND_RATIO, 0.9, cores=2) is None  # at the ratio: not above it
+    assert keeps_up_at(1, 0.5, SATURATED, cores=2) == 2  # it beat a prediction on saturated CPUs
+    assert keeps_up_at(1, 1.5, HOST_BOUND_CORES / 2 - 0.01, cores=2) is None  # an idle host
+    assert keeps_up_at(1, 1.5, HOST_BOUND_CORES / 2, cores=2) == 2
+    assert keeps_up_at(1, 1.5, 0.1, cores=16) == 2  # 1.6 cores busy of 16
+    assert keeps_up_at(16, 1.6, 0.7, cores=2) == 32
+    assert keeps_up_at(1, 20.0, 0.99, cores=2) == 32
+    assert [keeps_up_at(4, r, 0.9, cores=2) for r in (1.3, 2.0, 4.0)] == [8, 16, 32]
+
+
+def test_a_round_names_the_phases_the_host_bound_and_the_run_ends_saying_so() -> None:
+    from fedmst.core.plan import Plan, Transfer
+    from fedmst.core.tasks import Task
+    from fedmst.run.measure import RoundResult, host_bound_line, host_bound_phases
+
+    task = Task("t", "a", ("b",), 1_000)
+    plan = Plan("mst", task, (Transfer("broadcast", ("a", "b"), frozenset({0})),
+                              Transfer("upload", ("b", "a"), frozenset({0}))))
+    res = RoundResult(round=3, time_scale=2.0, seconds={"broadcast": 1.0, "train": 5.0, "upload": 1.5},
+                      predicted_s={"broadcast": 1.0, "upload": 1.0}, plans={"broadcast": (plan,), "upload": (plan,)},
+                      cpu_busy={"broadcast": 0.9, "train": 1.0, "upload": 0.9})
+    cores = os.cpu_count() or 1
+    expected = keeps_up_at(2.0, 1.5, 0.9, cores=cores)
+    assert res.host_bound == ({"upload": expected} if expected else {})
+    if expected:  # on a host with at least one core's worth at 90%: the upload, not the broadcast on time
+        (bound,) = host_bound_phases([res])
+        assert bound == {"round": 3, "phase": "upload", "measured_over_predicted": 1.5, "cpu_busy": 0.9,
+                         "time_scale": 2.0, "keeps_up_at": expected}
+        line = host_bound_line([bound])
+        assert line and "(round 3 upload 1.50x of their prediction)" in line
+        assert f"--time-scale {expected} would keep up" in line
+    assert host_bound_line([]) is None

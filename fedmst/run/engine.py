@@ -25,7 +25,7 @@ from fedmst.run import folders, livestate
 from fedmst.run.prepare import ResolvedRun
 from fedmst.run.independent import IndependentRun
 from fedmst.run.lockstep import LockstepRun
-from fedmst.run.measure import Prediction, RoundResult, rounds_planned, summarise, summarise_clock
+from fedmst.run.measure import Prediction, RoundResult, host_bound_line, rounds_planned, summarise, summarise_clock
 from fedmst.run.report import Report, RunStatus, Summary, breakdown_line, failed
 from fedmst.run.results import write_json, write_transport
 from fedmst.run.session import Session
@@ -180,6 +180,9 @@ class _Run:
         summary = (summarise_clock(self.resolved, clock, **common) if clock is not None
                    else summarise(self.resolved, self.rounds, **common))
         summary.write(self.out / "summary.json")
+        warning = host_bound_line(summary.emulated.get("host_bound_phases", []))
+        if warning:
+            self.report(f"{self.tag} {warning}")
         return summary
 
 

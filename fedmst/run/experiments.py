@@ -56,10 +56,13 @@ class SweepRow:
     time_scale: float
     """How many times slower than its network the point ran (``--time-scale``)."""
     cpu_busy: float
-    """The host's busiest transfer phase of the round, as a fraction of its CPUs: at 0.95 or
-    more the phase measured the host, not the network."""
+    """The host's busiest transfer phase of the round, as a fraction of its CPUs."""
     ray_node: str
     """The Ray node the point ran on ('' without Ray)."""
+    host_bound: str
+    """The round's transfer phases the host bound rather than the links (``rounds.csv``'s
+    ``host_bound``: more than 1.2x their prediction with the CPUs busy; '' where none, or the
+    point ran before it was recorded)."""
 
 
 SWEEP_FIELDS = tuple(f.name for f in fields(SweepRow))
@@ -243,8 +246,9 @@ def sweep_ended(folder: Path) -> str | None:
 def _rows(point: Point, summary: Summary, folder: Path, node: str) -> list[SweepRow]:
     """A finished point's rows of ``sweep.csv``: one per task and round."""
     model, cc, k, seed, scheduler = point
-    busy = {r["round"]: max(float(r[f"{p}_cpu_busy"] or 0) for p in TRANSFER_PHASES)
-            for r in read_csv(folder / "rounds.csv")}
+    rounds = read_csv(folder / "rounds.csv")
+    busy = {r["round"]: max(float(r[f"{p}_cpu_busy"] or 0) for p in TRANSFER_PHASES) for r in rounds}
+    bound = {r["round"]: r["host_bound"] for r in rounds}
     return [SweepRow(
         model=model, model_bytes=summary.model_bytes, congestion_control=cc, scheduler=scheduler, local_models=k,
         seed=seed,
@@ -255,6 +259,7 @@ def _rows(point: Point, summary: Summary, folder: Path, node: str) -> list[Sweep
         run_reserved_capacity_mbps=summary.reserved_capacity_mbps, run_tasks_blocked=summary.tasks_blocked,
         run_predicted_comm_s=summary.predicted_broadcast_s + summary.predicted_upload_s,
         time_scale=float(summary.emulated.get("time_scale", 1.0)), cpu_busy=busy[r["round"]], ray_node=node,
+        host_bound=bound[r["round"]],
     ) for r in read_csv(folder / "tasks.csv")]
 
 
@@ -271,7 +276,8 @@ same bytes)."""
 def read_sweep(path: Path) -> list[dict[str, Any]]:
     """The rows of a ``sweep.csv``, each column read as its :class:`SweepRow` field's type (to
     draw its figures again); a file of another format is refused in one line."""
-    rows = [{"congestion_control": "unrecorded", **r} for r in read_csv(path)]  # a sweep from before the column
+    rows = [{"congestion_control": "unrecorded", "host_bound": "", **r}  # a sweep from before the columns
+            for r in read_csv(path)]
     missing = [f for f in SWEEP_FIELDS if rows and f not in rows[0]]
     if missing:
         raise FedmstError(f"{path} lacks the columns {', '.join(missing)}")

@@ -72,13 +72,14 @@ class LockstepRun:
                 f"{size_label(sum(sum(b.values()) for b in res.link_bytes.values()))} of weights on links"
                 + (f" ({size_label(background)} background)" if background else "")
                 + f", accuracy {res.accuracy:.3f}"
-                + "".join(f"; the {p} was bound by the CPU ({res.cpu_busy[p]:.0%} busy), not by the links"
-                          for p in res.cpu_bound)
+                + "".join(f"; the {p} took {res.seconds[p] / res.predicted_s[p]:.2f}x its prediction with the "
+                          f"host's CPUs {res.cpu_busy[p]:.0%} busy: bound by the host, not the links "
+                          f"(--time-scale {scale} would keep up)" for p, scale in res.host_bound.items())
                 + overrun(compute, [res.seconds["train"]])
             )
 
     def round(self, r: int) -> RoundResult:
-        res = RoundResult(round=r)
+        res = RoundResult(round=r, time_scale=self.session.scale.factor)
         session, emu = self.session, self.emu
         if r > 1 and self.config.link_state == "measured":
             self.follow_load(res)

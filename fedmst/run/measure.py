@@ -8,6 +8,7 @@ phase had to run again after a fault, the bytes of the attempt that was given up
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from contextlib import contextmanager
@@ -24,7 +25,7 @@ from fedmst.core.plan import TRANSFER_PHASES, Plan, predicted_phase_seconds
 from fedmst.core.route import LinkDir
 from fedmst.core.schedulers import get_scheduler
 from fedmst.core.span import PhaseSpan
-from fedmst.core.timescale import REAL_TIME, TimeScale
+from fedmst.core.timescale import REAL_TIME, TimeScale, keeps_up_at
 from fedmst.core.topology import node_order
 from fedmst.core.workload import link_state
 from fedmst.fl.strategies import build_strategy, knobs, strategy_knobs
@@ -32,9 +33,6 @@ from fedmst.run.recovery import FaultEvent
 from fedmst.run.report import Summary, time_to_accuracy
 from fedmst.workers.description import BackendDescription
 from fedmst.run.results import CPU_FIELDS, ROUND_FIELDS, TASK_FIELDS, TIMELINE_FIELDS, LinkRow, write_csv, write_links
-
-CPU_BOUND = 0.95
-"""A transfer phase with the host's CPUs at least this busy is reported as bound by the CPU."""
 
 
 def cpu_busy(before: Any, after: Any) -> float:
@@ -87,13 +85,19 @@ class RoundResult:
     links: list[LinkRow] = field(default_factory=list)
     """The round's rows of links.csv, once it ended (:meth:`Prediction.settle`)."""
 
+    time_scale: float = 1.0
+    """The time scale the round ran at."""
+
     @property
-    def cpu_bound(self) -> list[str]:
-        """The transfer phases during which the host's CPUs were all but saturated: their links
-        ran as fast as the host could forward, not as the plan's fluid model says. (A phase with
-        nothing to move, as a ring's broadcast, is bound by nothing.)"""
-        return [p for p in TRANSFER_PHASES if self.cpu_busy.get(p, 0.0) >= CPU_BOUND
-                and any(plan.phase(p) for plan in self.plans.get(p, ()))]
+    def host_bound(self) -> dict[str, int]:
+        """The transfer phases the host's CPUs bound rather than the links, each with the time scale
+        that would have kept up (:func:`fedmst.core.timescale.keeps_up_at`), once the round is settled.
+        (A phase with nothing to move, as a ring's broadcast, is bound by nothing.)"""
+        bound = {p: keeps_up_at(self.time_scale, self.seconds[p] / self.predicted_s[p], self.cpu_busy.get(p, 0.0),
+                                cores=os.cpu_count() or 1)
+                 for p in TRANSFER_PHASES if self.predicted_s.get(p) and p in self.seconds
+                 and any(plan.phase(p) for plan in self.plans.get(p, ()))}
+        return {p: scale for p, scale in bound.items() if scale is not None}
 
     @property
     def local_models(self) -> dict[str, int]:
@@ -237,6 +241,8 @@ def write_tables(out: Path, rounds: list[RoundResult]) -> None:
             "replan_s": sum(f.replan_s for f in res.faults),
             **{f"{p}_cpu_busy": res.cpu_busy.get(p, "") for p in ROUND_PHASES},
             **{f"{p}_host_s": res.host_seconds.get(p, "") for p in ROUND_PHASES},
+            "time_scale": res.time_scale, "host_bound": ";".join(res.host_bound),
+            "keeps_up_at": max(res.host_bound.values(), default=""),
         })
     write_csv(out / "rounds.csv", ROUND_FIELDS, round_rows)
     write_csv(out / "cpu.csv", CPU_FIELDS, ({"round": res.round, "phase": p, "process": kind, "cpu_s": s}
@@ -357,8 +363,40 @@ def summarise(run: Any, rounds: list[RoundResult], *, emulated: dict[str, Any],
         bytes_to_accuracy=sum(row.measured_bytes for r in rounds[:reached[0]] for row in r.links) if reached else None,
         final_accuracy=rounds[-1].accuracy,
         accuracy_per_round=[r.accuracy for r in rounds],
-        emulated={**emulated, "phases_cpu_bound": [f"round {r.round} {p}" for r in rounds for p in r.cpu_bound]},
+        emulated={**emulated, "host_bound_phases": host_bound_phases(rounds)},
     )
+
+
+def host_bound_phases(rounds: Sequence[RoundResult]) -> list[dict[str, Any]]:
+    """summary.json's ``emulated.host_bound_phases``: every transfer phase the host bound, with
+    how far it was from its prediction, how busy the CPUs were and the scale that would have kept up."""
+    return [{"round": r.round, "phase": p, "measured_over_predicted": round(r.seconds[p] / r.predicted_s[p], 3),
+             "cpu_busy": r.cpu_busy[p], "time_scale": r.time_scale, "keeps_up_at": scale}
+            for r in rounds for p, scale in r.host_bound.items()]
+
+
+def _iterations_bound(run: Any, mean_s: float, predicted: Mapping[Any, float], busy: float) -> list[dict[str, Any]]:
+    """An independent clock's ``host_bound_phases``: its mean iteration, where the host bound it
+    (the phases overlap across tasks, so only the iteration has a prediction to hold them to)."""
+    if not predicted or not mean_s:
+        return []
+    ratio = mean_s / mean(predicted.values())
+    scale = keeps_up_at(run.time_scale, ratio, busy, cores=os.cpu_count() or 1)
+    return [] if scale is None else [{"round": 0, "phase": "iteration", "measured_over_predicted": round(ratio, 3),
+                                      "cpu_busy": busy, "time_scale": run.time_scale, "keeps_up_at": scale}]
+
+
+def host_bound_line(bound: Sequence[Mapping[str, Any]]) -> str | None:
+    """The warning a run ends with when the host bound any of its phases (summary.json's
+    ``emulated.host_bound_phases``; None: it bound none)."""
+    if not bound:
+        return None
+    shown = ", ".join(("round %d " % b["round"] if b["round"] else "")
+                      + f"{b['phase']} {b['measured_over_predicted']:.2f}x" for b in bound[:4])
+    return (f"warning: {len(bound)} phase(s) were bound by the host's CPUs, not the links ({shown}"
+            f"{', ...' if len(bound) > 4 else ''} of their prediction): those figures are this host's, not the "
+            f"network's; --time-scale {max(b['keeps_up_at'] for b in bound)} would keep up "
+            "(summary.json: emulated.host_bound_phases)")
 
 
 @dataclass
@@ -515,7 +553,9 @@ def summarise_clock(run: Any, clock: ClockRun, *, emulated: dict[str, Any],
         predicted_upload_s=mean(a.upload.seconds for a in clock.alone),
         faults=[], local_models_per_round=[sum(p.task.k for p in workload.plans)] * len(per_round),
         late_updates_per_round=[0] * len(per_round), final_accuracy=per_round[-1] if per_round else 0.0,
-        accuracy_per_round=per_round, emulated={**emulated, "rounds_cpu_busy": clock.cpu_busy},
+        accuracy_per_round=per_round, emulated={
+            **emulated, "rounds_cpu_busy": clock.cpu_busy,
+            "host_bound_phases": _iterations_bound(run, mean_s, predicted_iterations, clock.cpu_busy)},
         clock="independent", round_latency_by_task_s=by_task, start_offsets_s=clock.offsets,
         predicted_round_latency_s=mean(predicted_iterations.values()) if predicted_iterations else None,
     )

@@ -34,7 +34,7 @@ ROUND_FIELDS = (
     "predicted_broadcast_s", "predicted_upload_s",
     "bytes_measured", "bytes_predicted", "bytes_aborted", "retransmitted_segments", "queue_drops", "accuracy",
     "local_models", "faults", "replan_s", "late_updates", "broadcast_cpu_busy", "train_cpu_busy", "upload_cpu_busy",
-    "broadcast_host_s", "train_host_s", "upload_host_s",
+    "broadcast_host_s", "train_host_s", "upload_host_s", "time_scale", "host_bound", "keeps_up_at",
 )
 TASK_FIELDS = ("round", "task", "broadcast_s", "train_s", "upload_s", "round_s", "accuracy", "local_models",
                "start_s", "end_s", "predicted_round_s")
