@@ -31,8 +31,10 @@ if TYPE_CHECKING:
     from fedmst.run.folders import OutputFolder
 
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+console = Console(highlight=False, markup=False, emoji=False)
+err_console = Console(stderr=True, highlight=False, markup=False, emoji=False)
+"""Everything fedmst prints quotes what the user gave literally: no markup (``[red]``) or emoji code
+(``:abc:``) in a path, trace or name may change it, in lines, tables and progress bars alike."""
 
 
 class _Group(click.Group):
@@ -362,7 +364,7 @@ def sweep(ctx: click.Context, ks: list[int], seeds: list[int], overwrite: bool, 
 
     config, out, schedulers, models, transports, ray_address = _guard(lists)
     folder = out.path
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+    columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("left"), TimeRemainingColumn())
     with Progress(*columns, console=console) as bar:
         total = len(points(ks, seeds, schedulers, models, transports))
@@ -461,7 +463,8 @@ def cluster(ctx: click.Context, overwrite: bool, **kw: Any) -> None:
             + (f"policies {', '.join(cluster_.policy_spec(*p) for p in policies)}" if policies else
                f"order {resolved.config.job_order}, placement {resolved.config.placement}, "
                f"preemption {resolved.config.preempt}"))
-    columns = (TextColumn("{task.description}"), BarColumn(bar_width=12), MofNCompleteColumn(), TextColumn("jobs"),
+    columns = (TextColumn("{task.description}", markup=False), BarColumn(bar_width=12), MofNCompleteColumn(),
+               TextColumn("jobs"),
                TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as bar:
         shown = bar.add_task("starting", total=len(resolved.jobs))

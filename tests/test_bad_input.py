@@ -135,6 +135,9 @@ CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
      ("t.json", "a-c is not a link")),
     ("unknown-congestion-control", _args("--congestion-control", "vegas"),
      ("--congestion-control vegas", "dctcp", "mltcp", "PATH.bpf.c")),
+    # what the user typed is quoted literally: no emoji code or markup in it applies
+    ("congestion-control-emoji-code", _args("--congestion-control", "/x:rocket:"), ("/x:rocket:",)),
+    ("scheduler-markup", _args("--scheduler", "[red]x[/red]:y"), ("[red]x[/red]:y",)),
     ("ecn-k-not-positive", _args("--ecn-k", "0"), ("--ecn-k 0", "positive")),
     ("link-trace-delay-without-delay", lambda p: (["--delay-mode", "off", "--link-trace", _write_topology(
         p, "t.json", '{"changes": [{"at_s": 1, "a": "a", "b": "b", "delay_ms": 5}]}')], {}),
@@ -193,6 +196,7 @@ CLUSTER_CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
     ("jobs-unknown-model", _jobs("j.csv", "job,submit_s,local_models,rounds,model\na,0,1,1,no-such-model\n"),
      ("job a", "'no-such-model'")),
     ("poisson-malformed", _args("--jobs", "poisson:60"), ("--jobs poisson:60", "poisson:RATE,N")),
+    ("poisson-emoji-code", _args("--jobs", "poisson:abc"), ("--jobs poisson:abc",)),
     ("philly-not-philly", _jobs("p.json", '{"jobs": []}'), ("--jobs philly:p.json", "Philly")),
     ("helios-not-helios", _jobs("h.csv", "id,gpus\n1,2\n"), ("--jobs helios:h.csv", "Helios")),
     ("time-compress-zero", _args("--jobs", "poisson:60,3", "--time-compress", "0"),

@@ -119,7 +119,7 @@ def watch(folder: Path, console: Console, wait_s: float = 60.0) -> None:
     a run folder not yet written (the run is preparing) is waited for up to ``wait_s``."""
     deadline = time.monotonic() + wait_s
     if not folder.exists():  # started beside the run, before the run made its folder
-        err = Console(stderr=True)
+        err = Console(stderr=True, markup=False, emoji=False)
         err.print(f"fedmst watch: waiting up to {wait_s:g} s for {folder} to appear", markup=False, soft_wrap=True)
         # the run makes its folder a moment before it writes anything into it
         while not (folder.is_dir() and _holds_run(folder)) and time.monotonic() < deadline:
