@@ -116,6 +116,14 @@ def test_tasks_run_on_their_own_clocks(clean_host: None, tmp_path: Path) -> None
     plot = fedmst_cli("plot", str(out), "--timeline", timeout=120)
     assert plot.returncode == 0, plot.stderr
     assert (out / "timeline.png").stat().st_size > 10_000
+    # rounds.csv has no bytes per round here (they overlap): the accuracy figure says so instead of failing
+    assert {r["bytes_measured"] for r in read_csv(out / "rounds.csv")} == {""}
+    plot = fedmst_cli("plot", str(out), "--accuracy", timeout=120)
+    assert plot.returncode == 0, plot.stdout + plot.stderr
+    assert (out / "accuracy.png").stat().st_size > 10_000
+    links = fedmst_cli("links", str(out), "--round", "1", timeout=120)
+    assert links.returncode == 1 and "Traceback" not in links.stderr
+    assert "measured over the whole run" in links.stderr and "leave out --round" in links.stderr
 
 
 def test_cassini_shifts_a_contending_task(clean_host: None, tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from fedmst.core.cluster.simulate import SimulatedRunner
 from fedmst.core.cluster.slots import Occupancy, SlotInterval, node_slots
 from fedmst.core.contention import Demand, Fluid, Profile, simulate
 from fedmst.core.topology import load_topology
-from fedmst.errors import TopologyError
+from fedmst.errors import FedmstError, TopologyError
 
 
 def _topology(tmp_path: Path, nodes: list[object], suffix: str = ".json") -> Path:
@@ -622,3 +622,25 @@ def test_cassini_shifts_a_jobs_first_round_between_the_running_jobs_communicatio
                                          {"a": 3, "b": 3}, capacities(g)))
 
     assert mean_round(placed.start_at_s) < mean_round(ready) - 0.01  # taking turns beats starting when ready
+
+
+def test_links_of_a_cluster_folder_without_counters_says_why(tmp_path: Path) -> None:
+    """A simulated cluster measured no link; an emulated one killed before its end (config.json
+    says emulate, no summary.json: what a kill -9 leaves) never wrote its counters: each is said."""
+    from fedmst.run import cluster
+    from fedmst.run.config import RunConfig
+    from fedmst.run.folders import OutputFolder
+    from fedmst.views.links import link_table
+
+    out = tmp_path / "c"
+    resolved = cluster.resolve(RunConfig(topology="line3", slots=1, jobs="poisson:60,2", seed=3, rounds=1,
+                                         model="mlp", mode="simulate", compute_s=0.2, out=str(out)))
+    cluster.run(resolved, OutputFolder(out, False), report=lambda line: None)
+    with pytest.raises(FedmstError, match=r"fluid model \(--mode simulate\) measured no link"):
+        link_table(out)
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, "mode": "emulate"}))
+    (out / "summary.json").unlink()
+    with pytest.raises(FedmstError, match=r"an emulated cluster that did not end \(killed") as caught:
+        link_table(out)
+    assert "simulate" not in str(caught.value)

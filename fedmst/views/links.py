@@ -168,6 +168,9 @@ def link_table(run_dir: Path, *, sort: str = "measured", round_: int | None = No
     rounds = _read(run_dir / "rounds.csv", _ROUND_COLUMNS)
     if round_ is not None:
         present = sorted({r.round for r in links})
+        if present == [0]:  # links.csv's round 0 is a whole run
+            raise FedmstError(f"{run_dir}: its links were measured over the whole run, not round by round (tasks on "
+                              "independent clocks, or a cluster's jobs, overlap): leave out --round")
         if round_ not in present:
             raise FedmstError(f"{run_dir} has no round {round_} (rounds: {', '.join(map(str, present)) or 'none'})")
         links = [r for r in links if r.round == round_]
@@ -463,14 +466,30 @@ def _check_run_dir(run_dir: Path) -> None:
                           f"({', '.join(str(path) for _, path in runs)}) for one scheduler's links")
     check_measured(run_dir)
     if (run_dir / JOBS).is_file() and not (run_dir / "links.csv").is_file():
-        raise FedmstError(f"{run_dir}: a cluster that ran on the fluid model (--mode simulate) measured no link; "
-                          "--mode emulate measures them")
+        raise FedmstError(_no_cluster_links(run_dir))
     missing = [name for name in ("links.csv", "rounds.csv") if not (run_dir / name).is_file()]
     if missing:
         inside = _scan(run_dir)
         raise FedmstError(f"{run_dir} is not a run folder (missing {', '.join(missing)}) nor a compare folder ("
                           + (f"only one run folder inside: give {inside[0][1]}" if inside else
                              f"no {COMPARISON}, no run folders inside") + ")")
+
+
+def _no_cluster_links(run_dir: Path) -> str:
+    """Why a cluster folder has no links.csv: it ran on the fluid model, or it was emulated and
+    ended before writing its counters (killed: no summary.json either)."""
+    try:
+        mode = json.loads((run_dir / "config.json").read_text()).get("mode")
+    except (OSError, ValueError, AttributeError):
+        mode = None
+    if mode == "simulate":
+        return (f"{run_dir}: a cluster that ran on the fluid model (--mode simulate) measured no link; "
+                "--mode emulate measures them")
+    if not (run_dir / "summary.json").is_file():
+        return (f"{run_dir}: an emulated cluster that did not end (killed, it wrote no summary.json) and never wrote "
+                "its link counters (links.csv, written when the command ends): its jobs.csv and slots.csv hold what "
+                "finished")
+    return f"{run_dir}: a cluster folder without links.csv (its summary.json says how it ended)"
 
 
 def _read(path: Path, needed: tuple[str, ...]) -> list[dict[str, str]]:
