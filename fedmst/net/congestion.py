@@ -269,10 +269,10 @@ def _bpftool(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["bpftool", *args], capture_output=True, text=True)
 
 
-def _struct_ops(*args: str) -> list[tuple[int, dict]]:
-    """``bpftool struct_ops dump``: each tcp_congestion_ops as (its map id, its fields). bpftool
-    prints each as two JSON values, its map's info then its data (in a list, or one after the
-    other for one id)."""
+def _struct_ops(*args: str) -> list[tuple[int, dict, dict]]:
+    """``bpftool struct_ops dump``: each tcp_congestion_ops as (its map id, its fields, its common
+    part: ``state`` and ``refcnt``). bpftool prints each as two JSON values, its map's info then its
+    data (in a list, or one after the other for one id)."""
     shown = _bpftool("-j", "struct_ops", "dump", *args)
     values, text, at = [], shown.stdout.strip(), 0
     decoder = json.JSONDecoder()
@@ -284,7 +284,8 @@ def _struct_ops(*args: str) -> list[tuple[int, dict]]:
     found = []
     for info, ops in zip(values, values[1:]):
         if "bpf_map_info" in info and "bpf_struct_ops_tcp_congestion_ops" in ops:
-            found.append((info["bpf_map_info"]["id"], ops["bpf_struct_ops_tcp_congestion_ops"]["data"]))
+            value = ops["bpf_struct_ops_tcp_congestion_ops"]
+            found.append((info["bpf_map_info"]["id"], value["data"], value.get("common", {})))
     return found
 
 
@@ -294,9 +295,17 @@ def program_maps(program: int) -> list[int]:
     return json.loads(shown.stdout).get("map_ids", []) if shown.returncode == 0 else []
 
 
-def registered() -> dict[str, int]:
-    """Every BPF congestion control registered on this host: name -> its struct_ops map id."""
-    return {str(data["name"]): map_id for map_id, data in _struct_ops()}
+FREEING = "BPF_STRUCT_OPS_STATE_TOBEFREE"
+"""The state of an algorithm already unregistered that sockets still hold: the kernel frees it when
+the last of them closes (nothing to unregister)."""
+
+
+def registered() -> dict[str, tuple[int, str, int]]:
+    """Every BPF congestion control on this host: name -> its struct_ops map id, its state
+    (:data:`FREEING` once unregistered) and its reference count (one its own, one a socket using it)."""
+    return {str(data["name"]): (map_id, str(common.get("state", "")),
+                                int(common.get("refcnt", {}).get("refs", {}).get("counter", 0)))
+            for map_id, data, common in _struct_ops()}
 
 
 @dataclass(frozen=True)
@@ -308,7 +317,7 @@ class Registration:
 
     def maps(self) -> dict[str, int]:
         """The algorithm's own maps (name -> id), found through its programs."""
-        programs = {int(m.group(1)) for _, data in _struct_ops("id", str(self.struct_ops_id))
+        programs = {int(m.group(1)) for _, data, _ in _struct_ops("id", str(self.struct_ops_id))
                     for v in data.values() if isinstance(v, str) for m in [re.search(r"prog_id:(\d+)", v)] if m}
         maps: dict[str, int] = {}
         for map_id in (map_id for prog in programs for map_id in program_maps(prog)):
@@ -339,11 +348,17 @@ def leftovers(live: set[str]) -> list[str]:
     if shutil.which("bpftool") is None:
         return []
     done = []
-    for name, map_id in registered().items():
+    for name, (map_id, state, refs) in registered().items():
         owner = _OURS.match(name)
-        if owner is not None and owner.group(1) not in live:
-            Registration(name, map_id).unregister()
-            done.append(f"run {owner.group(1)}: unregistered TCP congestion control {name}")
+        if owner is None or owner.group(1) in live:
+            continue
+        if state == FREEING:  # unregistered by its run; sockets of its dead namespaces still hold it
+            done.append(f"run {owner.group(1)}: TCP congestion control {name} was unregistered; the kernel frees it "
+                        f"once the last of its {max(refs - 1, 1)} socket(s) in the run's dead namespaces closes "
+                        "(nothing to remove)")
+            continue
+        Registration(name, map_id).unregister()
+        done.append(f"run {owner.group(1)}: unregistered TCP congestion control {name}")
     return done
 
 

@@ -119,8 +119,14 @@ class HostShell:
     def stop(self, intfs: Sequence[str] = ()) -> None:
         """End the host's shell, the last process in its namespace: with it go the namespace and
         its veth ends (and so both ends of each link), without one ``ip link del`` per interface.
-        ``intfs`` are deleted first: a container's namespace outlives the shell. Never raises."""
+        ``intfs`` are deleted first: a container's namespace outlives the shell. Never raises.
+
+        The namespace's TCP sockets are ended first (``ss -K``): the processes that held them are
+        gone, but a socket whose FIN was still unacknowledged when the links went would linger,
+        orphaned in the dying namespace, for minutes of retransmissions, and hold the run's BPF
+        congestion control in the kernel (``BPF_STRUCT_OPS_STATE_TOBEFREE``) all that time."""
         try:
+            self.cmd("ss -K -tan >/dev/null 2>&1")
             if intfs:
                 self.script([f"ip link del dev {i}" for i in intfs])
             self.host.terminate()  # type: ignore[attr-defined]
