@@ -50,6 +50,23 @@ def test_a_udp_background_flow_is_counted_apart_from_the_weights(clean_host: Non
     assert json.loads((out / "background.json").read_text()) == summary["background"]
 
 
+def test_background_bytes_leave_a_small_models_weights_exact(clean_host: None, tmp_path: Path) -> None:
+    """20 Mbit/s of UDP beside a 17 KB model: the background's bytes and every byte are counted in
+    one snapshot at each link's receiver, so no field of links.csv goes negative and every loaded
+    direction's weights are within 1% of the plan (read at two hosts a moment apart, a->b once
+    read 8.7 KB below its weights)."""
+    out = tmp_path / "run"
+    fedmst("run", "--topology", "line3", "--traffic", "a-c:20mbit:udp", "--model", "mlp", "--rounds", "2",
+           "--epochs", "1", "--out", str(out))
+    rows = read_csv(out / "links.csv")
+    numeric = ("measured_bytes", "measured_weight_bytes", "measured_other_bytes", "broadcast_bytes", "upload_bytes",
+               "background_bytes")
+    assert all(int(row[f]) >= 0 for row in rows for f in numeric), rows
+    loaded = [row for row in rows if int(row["predicted_bytes"])]
+    assert loaded and all(abs(float(row["error_pct"])) <= 1.0 for row in loaded), loaded
+    assert sum(int(row["background_bytes"]) for row in rows) > 2 * sum(int(row["predicted_bytes"]) for row in loaded)
+
+
 def test_a_tcp_background_flow_backs_off_and_is_counted_both_ways(clean_host: None, tmp_path: Path) -> None:
     """A TCP flow from c to a starting 0.5 s into the run: its data on c->b and b->a, its ACKs the
     other way; and compute time in lockstep holds the training phase for at least its seconds."""

@@ -16,9 +16,10 @@ from fedmst.net.routes import BACKGROUND_NET, Flow
 from fedmst.net.shell import HostShell
 
 BACKGROUND_PORT = 5201
-_BACKGROUND_RULE = re.compile(r"^\s*(\d+)\s+(\d+)\s+\S+\s+--\s+(\S+)\s+\*\s+" + re.escape(str(BACKGROUND_NET)),
-                              re.MULTILINE)
-"""A counting rule (no target) of ``iptables -t raw -L PREROUTING -v -x -n``: packets, bytes, in-interface."""
+_COUNTING_RULE = re.compile(r"^\s*(\d+)\s+(\d+)\s+\S+\s+--\s+(\S+)\s+\*\s+(\S+)\s+0\.0\.0\.0/0\s*$", re.MULTILINE)
+"""A counting rule (no target) of ``iptables -t raw -L PREROUTING -v -x -n``: packets, bytes,
+in-interface, source (the background's addresses, or ``0.0.0.0/0``: every packet)."""
+EVERY = "0.0.0.0/0"
 _ETH_HEADER = 14
 
 
@@ -35,15 +36,17 @@ class BackgroundTraffic:
         return [f"bg{len(self._senders) + i}" for i in range(n)]
 
     def count_on(self, shells: Mapping[str, HostShell], ports: Mapping[str, Sequence[str]]) -> None:
-        """Add, once, on every link interface, a rule that counts the background packets arriving
-        there: what crossed the link (a packet the sender's queue dropped never arrives), counted
-        first thing at ingress, before a delay line may drop it as lost, as the sender's interface
-        counter counted it."""
+        """Add, once, on every link interface, two rules that count the packets arriving there,
+        the background's and all: what crossed the link (a packet the sender's queue dropped never
+        arrives), counted first thing at ingress, before a delay line may drop it as lost. Both
+        are read in one listing (:func:`arrived_bytes`), so the weights' bytes (all less the
+        background's) are never a moment's background off, however fast it comes."""
         if self.counting:
             return
         for node, shell in shells.items():
             if ports[node]:
-                rules = [f"-I PREROUTING 1 -i {i} -s {BACKGROUND_NET}" for i in ports[node]]
+                rules = [rule for i in ports[node]
+                         for rule in (f"-I PREROUTING 1 -i {i} -s {BACKGROUND_NET}", f"-I PREROUTING 1 -i {i}")]
                 shell.iptables_restore(["*raw", *rules, "COMMIT"], f"counting background traffic on node {node}")
         self.counting = True
 
@@ -87,8 +90,12 @@ class BackgroundTraffic:
                       for key, proc, stats in self._senders if proc.poll()]
 
 
-def arrived_bytes(shell: HostShell) -> dict[str, int]:
-    """Background bytes counted arriving on each of the host's interfaces (frames, Ethernet
-    header included, as the interface counters count them)."""
+def arrived_bytes(shell: HostShell) -> tuple[dict[str, int], dict[str, int]]:
+    """Bytes counted arriving on each of the host's interfaces, of the background and of every
+    packet, in one snapshot (frames, Ethernet header included, as interface counters count them)."""
     out = shell.cmd("iptables -t raw -L PREROUTING -v -x -n")
-    return {intf: int(size) + _ETH_HEADER * int(pkts) for pkts, size, intf in _BACKGROUND_RULE.findall(out)}
+    counted: dict[str, dict[str, int]] = {str(BACKGROUND_NET): {}, EVERY: {}}
+    for pkts, size, intf, source in _COUNTING_RULE.findall(out):
+        if source in counted:
+            counted[source][intf] = int(size) + _ETH_HEADER * int(pkts)
+    return counted[str(BACKGROUND_NET)], counted[EVERY]

@@ -360,24 +360,21 @@ class Emulation:
         return self._per_hop(lambda link: link.sent(tx))
 
     def counters_and_background(self) -> tuple[dict[LinkDir, int], dict[LinkDir, int]]:
-        """:meth:`counters` and, read with them, the bytes of background traffic (frames, Ethernet
-        header included, as the interface counters count them) each link direction has carried so
-        far (zeros before any flow was started). Each host's two readings are taken one right after
-        the other, every host at once (a thread each), so that weight bytes (the first less the
-        second) are never a reading's few milliseconds of background traffic off."""
+        """The bytes each link direction has carried so far and, of them, the background
+        traffic's (frames, Ethernet header included, as interface counters count them): before any
+        flow was started, :meth:`counters` and zeros; from then on both counted arriving at the
+        link's receiver, in one snapshot of its counters (every host at once, a thread each), so
+        that weight bytes (the first less the second) are exact: read at two hosts, a moment apart,
+        20 Mbit/s of background made a 17 KB model's link read 8.7 KB negative."""
         if not self._background.counting:
             return self.counters(), {hop: 0 for hop in self._hops}
 
-        def read(shell: HostShell) -> tuple[dict[str, int], dict[str, int]]:
-            arrived = arrived_bytes(shell)
-            return shell.tx_bytes(), arrived
-
         with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
-            parts = list(pool.map(read, [s for node, s in self._shells.items() if self._ports[node]]))
-        tx = {intf: n for part, _ in parts for intf, n in part.items()}
-        arrived = {intf: n for _, part in parts for intf, n in part.items()}
-        # link direction u->v: sent on u's interface, counted arriving on v's
-        return self._per_hop(lambda link: link.sent(tx)), self._per_hop(lambda link: link.arrived(arrived))
+            parts = list(pool.map(arrived_bytes, [s for node, s in self._shells.items() if self._ports[node]]))
+        background = {intf: n for part, _ in parts for intf, n in part.items()}
+        every = {intf: n for _, part in parts for intf, n in part.items()}
+        # link direction u->v: counted arriving on v's interface
+        return self._per_hop(lambda link: link.arrived(every)), self._per_hop(lambda link: link.arrived(background))
 
     def queue_drops(self) -> dict[LinkDir, int]:
         """Packets each link direction's htb queue has dropped so far: congestion at its sender."""
