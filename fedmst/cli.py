@@ -106,11 +106,14 @@ def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return _schema_options(*WORKER_OPTIONS)(_config_file(_schema_options(*RUN_OPTIONS)(fn)))
 
 
-def _config(ctx: click.Context, kw: dict[str, Any],
-            changed: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[RunConfig, dict[str, Any]]:
+def _config(ctx: click.Context, kw: dict[str, Any], changed: Mapping[str, Mapping[str, Any]] | None = None,
+            own: Mapping[str, str] = {}, refused: Mapping[str, str] = {}) -> tuple[RunConfig, dict[str, Any]]:
     """The run configuration from the defaults (the command's ``changed`` ones first), then
     ``--config FILE``, then what the command line gives explicitly; and the command's other options
-    (e.g. ``schedulers``) merged the same way."""
+    (e.g. ``schedulers``) merged the same way. ``own``: keys a file may give that the command takes
+    itself, not as run options (a sweep's ``local_models`` and ``seeds`` lists), by the name of the
+    command's parameter, into ``extra`` where the command line did not give them; ``refused``: run
+    options the command replaces, each with what to give instead (nothing in a file is ignored)."""
     path = kw.pop("config_file", None)
     schema = options()
     values = {name: how["default"] for name, how in (changed or {}).items() if "default" in how}
@@ -124,16 +127,25 @@ def _config(ctx: click.Context, kw: dict[str, Any],
             elif opt.unit != 1:
                 value *= opt.unit
         values[param] = value
+    own_values: dict[str, Any] = {}
     if path is not None:
-        from_file = read_config_file(path, extra_keys=tuple(k for k in kw if k not in schema))
+        from_file = read_config_file(path, extra_keys=(*(k for k in kw if k not in schema), *own))
         if path.suffix == ".json":  # an earlier run's config.json: re-running it must not overwrite it
             from_file.pop("out", None)
+        for key, instead in refused.items():
+            if key in from_file:
+                raise FedmstError(f"--config {path}: {key!r} is not an option of this command; {instead}")
         explicit = {p for p in ctx.params
                     if ctx.get_parameter_source(p) in (click.core.ParameterSource.COMMANDLINE,
                                                        click.core.ParameterSource.ENVIRONMENT)}
+        own_values = {key: from_file.pop(key) for key in own if key in from_file}
+        own_values = {key: v for key, v in own_values.items() if own[key] not in explicit}  # the command line wins
+        # a list in a file stands for a comma-separated option's items
+        from_file = {k: ",".join(map(str, v)) if isinstance(v, list) and k not in schema else v
+                     for k, v in from_file.items()}
         values.update({k: v for k, v in from_file.items() if k not in explicit})
     config = RunConfig(**{k: v for k, v in values.items() if k in schema})
-    extra = {k: v for k, v in values.items() if k not in schema}
+    extra = {**{k: v for k, v in values.items() if k not in schema}, **own_values}
     extra["out_given"] = (ctx.get_parameter_source("out") == click.core.ParameterSource.COMMANDLINE
                           or (path is not None and "out" in from_file))
     return config, extra
@@ -301,6 +313,22 @@ def compare(ctx: click.Context, live: bool, overwrite: bool, **kw: Any) -> None:
     console.print(f"results in {config.out}/ (one folder per scheduler, comparison.json)")
 
 
+def _ints_from(path: Path | None, key: str, value: Any) -> list[int]:
+    """A sweep's list of positive whole numbers as its option or its file gave it: a list, one
+    number, or the option's own text (``2,4,8``, ``2-14:2``)."""
+    if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+                                                 for v in value):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return [value]
+    if isinstance(value, str):
+        try:
+            return _int_list(None, None, value)
+        except click.BadParameter as exc:
+            raise FedmstError(f"--config {path}: {key} {exc.message}") from None
+    raise FedmstError(f"--config {path}: {key} = {value!r}: give positive whole numbers, e.g. [2, 4, 8]")
+
+
 def _int_list(_ctx: object, _param: object, value: str) -> list[int]:
     """Parse ``2,4,8`` or a range ``2-15:2`` (start-stop:step, stop included)."""
     try:
@@ -352,8 +380,14 @@ def sweep(ctx: click.Context, ks: list[int], seeds: list[int], overwrite: bool, 
 
     from fedmst.run.experiments import points, sweep as sweep_
 
+    kw_path = kw.get("config_file")
+
     def lists() -> tuple[RunConfig, OutputFolder, list[str], list[str], list[str], str | None]:
-        config, extra = _config(ctx, kw, SWEEP)
+        nonlocal ks, seeds
+        config, extra = _config(ctx, kw, SWEEP, own={"local_models": "ks", "seeds": "seeds"}, refused={
+            "seed": "give seeds = [1, 2]", "scheduler": 'give schedulers = ["spff", "mst"]'})
+        ks = _ints_from(kw_path, "local_models", extra.get("local_models", ks))
+        seeds = _ints_from(kw_path, "seeds", extra.get("seeds", seeds))
         config, out = _output(config, extra, overwrite)
         models = split_list(extra["models"] or config.model, "--models")
         transports = split_list(extra["congestion_controls"] or config.congestion_control, "--congestion-control")

@@ -305,6 +305,33 @@ def test_sweep_writes_a_tidy_table_and_both_figures(tmp_path: Path, clean_host: 
     assert (out / "k3-seed1" / "links.png").is_file()
 
 
+def test_a_sweeps_config_file_takes_a_sweeps_options_and_ignores_none(tmp_path: Path, clean_host: None) -> None:
+    """A sweep's TOML file gives its lists as lists (or as the options' own text) and every key is
+    used: local_models and seeds choose the points, the command line still wins, and a run's
+    singular option the sweep replaces is refused, naming what to give instead."""
+    ok = tmp_path / "sweep.toml"
+    ok.write_text('local_models = [2]\nseeds = [1]\nschedulers = ["mst"]\ntasks = 1\ntopology = "small"\n')
+    proc = fedmst_cli("sweep", "--config", str(ok), "--out", str(tmp_path / "a"), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = read_csv(tmp_path / "a" / "sweep.csv")
+    assert {(r["scheduler"], r["local_models"], r["seed"]) for r in rows} == {("mst", "2", "1")}
+    text = tmp_path / "text.toml"
+    text.write_text('local-models = "3"\nseeds = "2"\nschedulers = "mst"\ntasks = 1\ntopology = "small"\n')
+    proc = fedmst_cli("sweep", "--config", str(text), "--local-models", "2", "--out", str(tmp_path / "b"), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = read_csv(tmp_path / "b" / "sweep.csv")
+    assert {(r["scheduler"], r["local_models"], r["seed"]) for r in rows} == {("mst", "2", "2")}
+    for line, fragment in (("seed = 3", "'seed' is not an option of this command; give seeds = [1, 2]"),
+                           ('scheduler = "mst"', "give schedulers = "),
+                           ('local_models = "x"', "local_models 'x': give numbers like 2,4,8"),
+                           ("seeds = [0]", "seeds = [0]: give positive whole numbers")):
+        bad = tmp_path / "bad.toml"
+        bad.write_text(line + "\n")
+        proc = fedmst_cli("sweep", "--config", str(bad), "--out", str(tmp_path / "c"), timeout=120)
+        assert proc.returncode == 1 and fragment in proc.stderr, (line, proc.stderr)
+        assert not (tmp_path / "c").exists()
+
+
 def test_a_sweep_over_models_maps_where_each_schedule_wins(tmp_path: Path, clean_host: None) -> None:
     out = tmp_path / "regime"
     proc = fedmst_cli("sweep", "--topology", "small", "--schedulers", "spff,ring", "--local-models", "2", "--seeds",
