@@ -149,10 +149,17 @@ def test_an_interrupted_cluster_keeps_what_finished(tmp_path: Path, clean_host: 
         _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "interrupted" in err
-    rows = _rows(jobs)
-    assert list(rows) == ["quick"] and rows["quick"]["status"] == "finished"
+    rows = _rows(jobs)  # every job is accounted for: the one running with the rounds it finished
+    assert {n: r["status"] for n, r in rows.items()} == {"quick": "finished", "long": "interrupted"}
+    long = rows["long"]
+    assert 0 <= int(long["rounds"]) < 200 and long["reason"] == "running when the command was interrupted"
+    assert long["start_s"] and float(long["end_s"]) >= float(long["start_s"]) and long["nodes"]
+    with (tmp_path / "out" / "slots.csv").open(newline="") as f:  # and the slots it held until the stop
+        held = [r for r in csv.DictReader(f) if r["job"] == "long"]
+    assert len(held) == 3 and all(float(r["to_s"]) == pytest.approx(float(long["end_s"])) for r in held), held
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["jobs_finished"] == 1 and summary["jobs"] == 2
+    assert summary["jobs_interrupted"] == 1
 
 
 def test_a_preempted_job_resumes_from_its_checkpoint_elsewhere_and_loses_no_round(tmp_path: Path,

@@ -426,7 +426,8 @@ def _summarise(resolved: ResolvedCluster, out: Path, status: str, wall_s: float)
         topology=resolved.graph.graph["name"], slots=total, jobs=len(resolved.jobs),
         jobs_finished=sum(r.status == "finished" for r in rows),
         jobs_rejected=sum(r.status == "rejected" for r in rows),
-        jobs_failed=sum(r.status == "failed" for r in rows), **figures(rows, held, total),  # type: ignore[arg-type]
+        jobs_failed=sum(r.status == "failed" for r in rows),
+        jobs_interrupted=sum(r.status == "interrupted" for r in rows), **figures(rows, held, total),  # type: ignore[arg-type]
         time_scale=resolved.time_scale, wall_s=wall_s, skipped=resolved.trace.skipped,
     ).write(out)
 

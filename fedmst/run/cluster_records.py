@@ -180,6 +180,8 @@ class ClusterSummary:
     preempt: str = "none"
     preemptions: int = 0
     """Times a preemption stopped a job (preemptions.csv's rows)."""
+    jobs_interrupted: int = 0
+    """Jobs the command's interruption caught: running (with the rounds they finished), waiting or to come."""
 
     def write(self, folder: Path) -> None:
         write_json(folder / SUMMARY, asdict(self))

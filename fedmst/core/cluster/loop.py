@@ -24,6 +24,7 @@ slots than the cluster has is rejected when it arrives, with the reason; the oth
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Literal, Mapping, Protocol, Sequence, TypeVar
 
@@ -44,8 +45,9 @@ from fedmst.wording import counted
 if TYPE_CHECKING:
     import networkx as nx
 
-Status = Literal["finished", "rejected", "failed", "preempted"]
-"""How a run of a job ended; "preempted" only between its runs (it goes back to the queue)."""
+Status = Literal["finished", "rejected", "failed", "preempted", "interrupted"]
+"""How a run of a job ended; "preempted" only between its runs (it goes back to the queue);
+"interrupted": the command was stopped while it ran, waited or was still to come."""
 
 
 @dataclass(frozen=True)
@@ -277,6 +279,34 @@ class _Loop:
         built once per change, not once per job a policy is asked about."""
 
     def run(self) -> list[Ended]:
+        try:
+            return self._run()
+        except KeyboardInterrupt:  # every job is still accounted for, as far as can be, then the command stops
+            with contextlib.suppress(Exception):
+                self._interrupted(self.runner.now())
+            raise
+
+    def _interrupted(self, now: float) -> None:
+        """Record every job the interrupt caught: those running with the rounds they finished and
+        the slots they held until now, those waiting or still to come as never started."""
+        reason = "running when the command was interrupted"
+        for name, run in list(self.running.items()):
+            self.rounds_before.pop(name, None)
+            held = len(self.occupancy.intervals)
+            self.occupancy.release(name, now)
+            self.held.setdefault(name, []).extend(self.occupancy.intervals[held:])
+            parts = [*self.parts.pop(name, []), Outcome(end_s=now, status="interrupted", reason=reason,
+                                                         rounds=self.runner.underway(name).rounds)]
+            whole = Outcome.joined(parts)
+            self._record(Ended(run.job, self.first_start.pop(name, run.start_s), now, "interrupted", reason,
+                               run.placed, whole, preemptions=len(parts) - 1, slots=tuple(self.held.pop(name))))
+        self.running = {}
+        for job, where in [*((j, "waiting") for j in self.waiting), *((j, "still to come") for j in self.arrivals)]:
+            self._record(Ended(job, None, max(now, job.submit_s), "interrupted",
+                               f"{where} when the command was interrupted: never started"))
+        self.waiting, self.arrivals = [], []
+
+    def _run(self) -> list[Ended]:
         while self.arrivals or self.waiting or self.running:
             now = self.runner.now()
             wake = self._wake(now)
