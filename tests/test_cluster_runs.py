@@ -145,6 +145,7 @@ def test_an_interrupted_cluster_keeps_what_finished(tmp_path: Path, clean_host: 
     jobs = tmp_path / "out" / "jobs.csv"
     with _started(_cluster(tmp_path / "out", tmp_path / "jobs.csv")) as proc:
         _wait_for(lambda: jobs.exists() and "quick" in jobs.read_text(), "finished job", proc)
+        time.sleep(4)  # long's rounds take about 0.6 s here (0.2 s of compute at time scale 2, and its transfers)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
@@ -152,11 +153,16 @@ def test_an_interrupted_cluster_keeps_what_finished(tmp_path: Path, clean_host: 
     rows = _rows(jobs)  # every job is accounted for: the one running with the rounds it finished
     assert {n: r["status"] for n, r in rows.items()} == {"quick": "finished", "long": "interrupted"}
     long = rows["long"]
-    assert 0 <= int(long["rounds"]) < 200 and long["reason"] == "running when the command was interrupted"
+    assert 1 <= int(long["rounds"]) < 200 and long["reason"] == "running when the command was interrupted"
     assert long["start_s"] and float(long["end_s"]) >= float(long["start_s"]) and long["nodes"]
     with (tmp_path / "out" / "slots.csv").open(newline="") as f:  # and the slots it held until the stop
         held = [r for r in csv.DictReader(f) if r["job"] == "long"]
     assert len(held) == 3 and all(float(r["to_s"]) == pytest.approx(float(long["end_s"])) for r in held), held
+    with (tmp_path / "out" / "tasks.csv").open(newline="") as f:  # and its finished rounds, told as they went
+        finished = [r for r in csv.DictReader(f) if r["task"] == "long"]
+    assert [int(r["round"]) for r in finished] == list(range(1, int(long["rounds"]) + 1)), finished
+    assert all(float(long["start_s"]) <= float(r["start_s"]) <= float(r["end_s"]) <= float(long["end_s"]) + 1e-6
+               for r in finished), (finished, long)
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["jobs_finished"] == 1 and summary["jobs"] == 2
     assert summary["jobs_interrupted"] == 1

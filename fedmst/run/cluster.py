@@ -285,7 +285,7 @@ def run(resolved: ResolvedCluster, output: folders.OutputFolder, report: Report,
                 cluster = _cluster(resolved)
                 def ended(life: Ended) -> None:
                     files.ended(life)
-                    if life.status != "finished":
+                    if life.status not in ("finished", "interrupted"):  # the command says it was interrupted
                         report(f"job {life.job.name} {life.status} at {life.end_s:.2f} s: {life.reason}")
 
                 def stopped(stop: Stopped) -> None:

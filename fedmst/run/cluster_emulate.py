@@ -19,6 +19,7 @@ links (measured in ``links.csv``, counted in the job's ``link_bytes``).
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 import time
@@ -79,6 +80,11 @@ class EmulatedRunner:
         self.progress.mkdir(parents=True, exist_ok=True)
         self.set_up_bytes: dict[LinkDir, int] = {}
         """What the finished jobs' set-ups put on each link direction (:func:`set_up_link_bytes`)."""
+        self.plans: dict[str, Plan] = {}
+        self.finished_spans: dict[str, list[PhaseSpan]] = {}
+        """Each running job's phases of the rounds it finished in this run, where it runs a round at a time."""
+        self.rounds_began: dict[str, float] = {}
+        """When each running job's rounds command began (monotonic), where it runs them in one."""
 
     @contextmanager
     def measuring(self) -> Iterator[None]:
@@ -107,6 +113,7 @@ class EmulatedRunner:
 
     def start(self, job: Job, plan: Plan, first_round: int = 1, start_at_s: float | None = None) -> None:
         self.begun[job.name] = self.now()
+        self.plans[job.name], self.finished_spans[job.name] = plan, []
         self.underways[job.name] = Underway(0, None)
         thread = threading.Thread(target=self._run, args=(job, plan, first_round, start_at_s), name=f"job-{job.name}",
                                   daemon=True)
@@ -124,6 +131,35 @@ class EmulatedRunner:
         except (OSError, ValueError):
             return Underway(0, None)
         return Underway(int(round_) - 1, self.scale.network_s(float(at) - self.t0))
+
+    def interrupted(self, name: str) -> Outcome:
+        """How far running job ``name`` had got when the command was interrupted: the phases of
+        the rounds it finished in this run (told by its agents as they went, where the rounds ran
+        in one command), their bytes, and no accuracy (G evaluates once its rounds are over)."""
+        spans: list[PhaseSpan] = list(self.finished_spans.get(name, []))
+        started = self.rounds_began.get(name)
+        if not self.stoppable and started is not None:
+            done = self.underway(name).rounds
+            told: dict[str, list[PhaseSpan]] = {}
+            try:
+                lines = (self.progress / f"{name}.spans").read_text().splitlines()
+            except OSError:
+                lines = []
+            for line in lines:
+                try:
+                    s = json.loads(line)
+                    told.setdefault(s["node"], []).append(PhaseSpan(name, int(s["round"]), s["phase"],
+                                                                    float(s["start_s"]), float(s["end_s"])))
+                except (ValueError, KeyError, TypeError):
+                    continue  # a line cut short by the interruption
+            offset = started - self.t0
+            clock = ClockRun(plans=(self.plans[name],), rounds={name: 1}, offsets={name: 0.0})
+            clock.spans = {node: tuple(replace(s, start_s=self.scale.network_s(offset + s.start_s),
+                                               end_s=self.scale.network_s(offset + s.end_s))
+                                       for s in node_spans if s.round <= done) for node, node_spans in told.items()}
+            spans += clock.windows()
+        outcome = Outcome.finished(self.plans[name], spans, self.begun[name], self.now(), mtu=self.base.config.mtu)
+        return replace(outcome, status="interrupted")
 
     def wait(self, until_s: float | None) -> Mapping[str, Outcome]:
         """As the loop asks, or after at most :data:`PROGRESS_S` with nothing, so that the loop shows
@@ -212,6 +248,7 @@ class EmulatedRunner:
         not_before = -1.0 if start_at_s is None else self.t0 + self.scale.real_s(start_at_s)
         if not self.stoppable:
             started = max(time.monotonic(), not_before)
+            self.rounds_began[name] = started
             replies = session.server.run(
                 RunRounds(start_at=started, rounds={name: last}, offsets={name: 0.0}, weights=weights,
                           progress_dir=str(self.progress)),
@@ -231,6 +268,7 @@ class EmulatedRunner:
             more_spans, more_accuracy = self._timeline(session, name, started, replies)
             spans += more_spans
             accuracy += more_accuracy
+            self.finished_spans[name] = spans
             if stop:
                 checkpoint = folder / f"checkpoint-{r - 1}"
                 checkpoint.mkdir(exist_ok=True)  # a job stopped before a round of this run: the same model

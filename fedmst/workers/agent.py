@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import sys
 import threading
@@ -378,8 +379,11 @@ class Agent:
         lock = threading.Lock()
 
         def mark(role: TaskRole, r: int, phase: str, began: float) -> None:
+            span = PhaseSpan(role.name, r, phase, began - cmd.start_at, time.monotonic() - cmd.start_at)
             with lock:
-                spans.append(PhaseSpan(role.name, r, phase, began - cmd.start_at, time.monotonic() - cmd.start_at))
+                spans.append(span)
+            if cmd.progress_dir:  # what a run stopped before its end can still tell (cluster_emulate.interrupted)
+                _spanned(Path(cmd.progress_dir) / f"{role.name}.spans", self.node, span)
 
         def clock(role: TaskRole) -> None:
             name = role.name
@@ -488,6 +492,15 @@ def _began_round(path: Path, round_: int, at: float) -> None:
     partial = path.with_name(path.name + ".new")
     partial.write_text(f"{round_} {at}\n")
     partial.replace(path)
+
+
+def _spanned(path: Path, node: str, span: PhaseSpan) -> None:
+    """Add ``node``'s ``span`` to ``path``, a JSON line appended in one write (lines of several
+    agents never mix)."""
+    line = json.dumps({"node": node, "round": span.round, "phase": span.phase, "start_s": span.start_s,
+                       "end_s": span.end_s}) + "\n"
+    with path.open("a") as f:
+        f.write(line)
 
 
 def _nowhere(key: str) -> None:

@@ -177,6 +177,10 @@ class Runner(Protocol):
     def underway(self, name: str) -> Underway:
         """How far running job ``name`` has got in this run of it."""
 
+    def interrupted(self, name: str) -> Outcome:
+        """How far running job ``name`` had got in this run of it when the command was interrupted:
+        the rounds it finished, with their phases (status "interrupted")."""
+
     def wait(self, until_s: float | None) -> Mapping[str, Outcome]:
         """Go on until one or more jobs end (returned by name), or until ``until_s`` (None: until a
         job ends), whichever comes first; an empty result means ``until_s`` came."""
@@ -295,8 +299,7 @@ class _Loop:
             held = len(self.occupancy.intervals)
             self.occupancy.release(name, now)
             self.held.setdefault(name, []).extend(self.occupancy.intervals[held:])
-            parts = [*self.parts.pop(name, []), Outcome(end_s=now, status="interrupted", reason=reason,
-                                                         rounds=self.runner.underway(name).rounds)]
+            parts = [*self.parts.pop(name, []), replace(self.runner.interrupted(name), end_s=now, reason=reason)]
             whole = Outcome.joined(parts)
             self._record(Ended(run.job, self.first_start.pop(name, run.start_s), now, "interrupted", reason,
                                run.placed, whole, preemptions=len(parts) - 1, slots=tuple(self.held.pop(name))))

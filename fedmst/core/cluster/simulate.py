@@ -64,6 +64,11 @@ class SimulatedRunner:
     def underway(self, name: str) -> Underway:
         return Underway(self.done[name], self.round_began.get(name))
 
+    def interrupted(self, name: str) -> Outcome:
+        finished = {s.round for s in self.spans[name] if s.phase == "upload"}
+        return replace(Outcome.finished(self.plans[name], [s for s in self.spans[name] if s.round in finished],
+                                        self.begun[name], self.fluid.now, mtu=self.mtu), status="interrupted")
+
     def wait(self, until_s: float | None) -> Mapping[str, Outcome]:
         for span in self.fluid.advance(until_s):
             self.spans[span.task].append(replace(span, round=span.round + self.before[span.task]))
