@@ -382,8 +382,7 @@ class Agent:
             span = PhaseSpan(role.name, r, phase, began - cmd.start_at, time.monotonic() - cmd.start_at)
             with lock:
                 spans.append(span)
-            if cmd.progress_dir:  # what a run stopped before its end can still tell (cluster_emulate.interrupted)
-                _spanned(Path(cmd.progress_dir) / f"{role.name}.spans", self.node, span)
+            _spanned(cmd.progress_dir, self.node, span)  # what a run stopped before its end can still tell
 
         def clock(role: TaskRole) -> None:
             name = role.name
@@ -494,12 +493,15 @@ def _began_round(path: Path, round_: int, at: float) -> None:
     partial.replace(path)
 
 
-def _spanned(path: Path, node: str, span: PhaseSpan) -> None:
-    """Add ``node``'s ``span`` to ``path``, a JSON line appended in one write (lines of several
-    agents never mix)."""
+def _spanned(progress_dir: str | None, node: str, span: PhaseSpan) -> None:
+    """Add ``node``'s ``span`` to its task's spans file in ``progress_dir`` (none: nothing asked
+    for), a JSON line appended in one write, so that the lines of several agents never mix
+    (:meth:`fedmst.run.cluster_emulate.EmulatedRunner.interrupted` reads them)."""
+    if not progress_dir:
+        return
     line = json.dumps({"node": node, "round": span.round, "phase": span.phase, "start_s": span.start_s,
                        "end_s": span.end_s}) + "\n"
-    with path.open("a") as f:
+    with (Path(progress_dir) / f"{span.task}.spans").open("a") as f:
         f.write(line)
 
 
