@@ -326,6 +326,9 @@ BPF_CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
     ("unknown-knob", _args("--congestion-control", "dctcp", "--cc-arg", "slope=1"),
      ("--cc-arg slope=1", "dctcp has no knob 'slope'", "g_shift")),
     ("knob-of-kernel-algorithm", _args("--cc-arg", "slope=1"), ("--cc-arg", "cubic has no knobs")),
+    # a repeatable option's value is quoted as typed, not as a Python tuple
+    ("knob-without-value", _args("--congestion-control", "dctcp", "--cc-arg", "slope"), ("--cc-arg slope: give",)),
+    ("strategy-knob-without-value", _args("--strategy-arg", "eta"), ("--strategy-arg eta: give KNOB=NUMBER",)),
     ("told-bytes-in-containers", _args("--congestion-control", "mltcp", "--workers", "docker"),
      ("--congestion-control mltcp", "container", "--workers process")),
 ]

@@ -62,7 +62,14 @@ class Option:
         return None
 
     def shown(self, value: Any) -> str:
-        """``value`` as the user gave it."""
+        """``value`` as the user gave it (a repeatable or comma option's items as they were typed,
+        not a Python tuple).
+
+        >>> Option().shown(("slope",)), Option(comma=True).shown(("a", "b")), Option(unit=1024).shown(65536)
+        ('slope', 'a,b', '64')
+        """
+        if isinstance(value, tuple):
+            return ("," if self.comma else " ").join(map(str, value))
         if isinstance(value, float):
             return f"{value:g}"
         return str(value // self.unit if isinstance(value, int) and not isinstance(value, bool) else value)
