@@ -498,8 +498,7 @@ def cluster(ctx: click.Context, overwrite: bool, **kw: Any) -> None:
                f"order {resolved.config.job_order}, placement {resolved.config.placement}, "
                f"preemption {resolved.config.preempt}"))
     columns = (TextColumn("{task.description}", markup=False), BarColumn(bar_width=12), MofNCompleteColumn(),
-               TextColumn("jobs"),
-               TimeElapsedColumn())
+               TextColumn("jobs"), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as bar:
         shown = bar.add_task("starting", total=len(resolved.jobs))
 

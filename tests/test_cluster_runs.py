@@ -168,12 +168,33 @@ def test_an_interrupted_cluster_keeps_what_finished(tmp_path: Path, clean_host: 
     assert summary["jobs_interrupted"] == 1
 
 
+def _stopped_once_and_resumed(out: Path, job: str, *, by: str, reason: str, rounds: int) -> int:
+    """``job`` was stopped once, for ``by``, at a round boundary before ``by`` started, for a reason
+    starting ``reason``; placed again it ran as a run of its own that took its checkpoint up bit for
+    bit, and every one of its ``rounds`` ran once, numbered on after the resumption. Returns the
+    rounds it had done when it stopped."""
+    import torch
+
+    with (out / "preemptions.csv").open(newline="") as f:
+        (stop,) = list(csv.DictReader(f))
+    assert (stop["job"], stop["by"]) == (job, by) and stop["reason"].startswith(reason), stop
+    done = int(stop["rounds_done"])
+    started = float(_rows(out / "jobs.csv")[by]["start_s"])
+    assert 1 <= done < rounds and float(stop["asked_s"]) <= float(stop["stopped_s"]) <= started, stop
+    checkpoint, resumed = (out / "jobs" / job / f"{kind}-{done}" / f"{job}-global.pt"
+                           for kind in ("checkpoint", "resumed"))
+    assert torch.equal(torch.load(checkpoint), torch.load(resumed))
+    assert (out / "jobs" / job / "run-2" / "plan.json").is_file()
+    with (out / "tasks.csv").open(newline="") as f:
+        assert sorted(int(r["round"]) for r in csv.DictReader(f) if r["task"] == job) == list(range(1, rounds + 1))
+    return done
+
+
 def test_a_preempted_job_resumes_from_its_checkpoint_elsewhere_and_loses_no_round(tmp_path: Path,
                                                                                  clean_host: None) -> None:
     """las: once the long job has had more than las's first threshold of service (16 slot-rounds:
     6 rounds of 3 slots), the short one that arrives stops it at a round boundary; the long one
     resumes from its checkpoint when slots free, its global model exactly the checkpoint's."""
-    import torch
 
     (tmp_path / "jobs.csv").write_text("job,submit_s,local_models,rounds,compute_s\n"
                                        "long,0,2,20,0.3\nshort,3,2,2,\n")
@@ -185,18 +206,8 @@ def test_a_preempted_job_resumes_from_its_checkpoint_elsewhere_and_loses_no_roun
     assert {n: (r["status"], r["rounds"]) for n, r in jobs.items()} == {"long": ("finished", "20"),
                                                                        "short": ("finished", "2")}
     assert (jobs["long"]["preemptions"], jobs["short"]["preemptions"]) == ("1", "0")
-    with (out / "preemptions.csv").open(newline="") as f:
-        (stop,) = list(csv.DictReader(f))
-    assert (stop["job"], stop["by"]) == ("long", "short") and stop["reason"].startswith("las:")
-    done = int(stop["rounds_done"])
-    assert 6 <= done < 20 and float(stop["asked_s"]) <= float(stop["stopped_s"]) <= float(jobs["short"]["start_s"])
-    checkpoint, resumed = (out / "jobs" / "long" / f"{kind}-{done}" / "long-global.pt"
-                           for kind in ("checkpoint", "resumed"))
-    assert torch.equal(torch.load(checkpoint), torch.load(resumed))
-    assert (out / "jobs" / "long" / "run-2" / "plan.json").is_file()
-    with (out / "tasks.csv").open(newline="") as f:
-        rounds = [int(r["round"]) for r in csv.DictReader(f) if r["task"] == "long"]
-    assert sorted(rounds) == list(range(1, 21))  # every round once, numbered on after the resumption
+    done = _stopped_once_and_resumed(out, "long", by="short", reason="las:", rounds=20)
+    assert 6 <= done
     assert 0 < float(jobs["long"]["final_accuracy"]) <= 1
     _held_once(out / "slots.csv")
     summary = json.loads((out / "summary.json").read_text())
@@ -218,7 +229,6 @@ def test_network_preemption_stops_an_insensitive_job_for_real_and_it_resumes_bit
     """Seed 002's network-sensitive preemption, emulated: the job stopped at a round boundary,
     its checkpoint taken up again bit for bit when it is placed again, every round run once, and
     the rounds' bytes (the resumed run's broadcast of the checkpoint among them) on the links."""
-    import torch
 
     (tmp_path / "jobs.csv").write_text(NETWORK_PREEMPTION)
     proc = subprocess.run(_cluster(tmp_path / "out", tmp_path / "jobs.csv", "--placement", "delay",
@@ -228,19 +238,8 @@ def test_network_preemption_stops_an_insensitive_job_for_real_and_it_resumes_bit
     jobs = _rows(out / "jobs.csv")
     assert {n: (r["status"], r["rounds"], r["preemptions"]) for n, r in jobs.items()} == {
         "slow": ("finished", "5", "1"), "chatty": ("finished", "2", "0")}
-    with (out / "preemptions.csv").open(newline="") as f:
-        (stop,) = list(csv.DictReader(f))
-    assert (stop["job"], stop["by"]) == ("slow", "chatty") and stop["reason"].startswith("network: chatty")
-    done = int(stop["rounds_done"])
-    assert 1 <= done < 5 and float(stop["asked_s"]) <= float(stop["stopped_s"]) <= float(jobs["chatty"]["start_s"])
-    checkpoint, resumed = (out / "jobs" / "slow" / f"{kind}-{done}" / "slow-global.pt"
-                           for kind in ("checkpoint", "resumed"))
-    assert torch.equal(torch.load(checkpoint), torch.load(resumed))
-    with (out / "tasks.csv").open(newline="") as f:
-        rounds = [int(r["round"]) for r in csv.DictReader(f) if r["task"] == "slow"]
-    assert sorted(rounds) == list(range(1, 6))
+    _stopped_once_and_resumed(out, "slow", by="chatty", reason="network: chatty", rounds=5)
     _held_once(out / "slots.csv")
-    assert (out / "jobs" / "slow" / "run-2" / "plan.json").is_file()  # placed again: a run of its own
     # slow's bytes are its plans' over all five rounds, the resumed run's first broadcast of the
     # checkpoint included, and the links carried at least every job's (plus the set-ups' and ACKs')
     assert int(jobs["slow"]["link_bytes"]) > 2 * int(jobs["chatty"]["link_bytes"]) > 0

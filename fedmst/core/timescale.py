@@ -247,10 +247,19 @@ def pick_scale(phases: Sequence[PhaseLoad], costs: HostCosts, *, cores: int, fas
         needs.append((fastest_mbps / (LINK_SHARE * ceiling_mbps),
                       f"{fastest_mbps:g} Mbit/s links against {ceiling_mbps:g} Mbit/s one link carries here"))
     need, why = max(needs)
+    return power_of_two(min(need, MAX_AUTO)), why
+
+
+def power_of_two(need: float) -> int:
+    """The smallest power of two at least ``need`` (1 for anything up to 1): the scales auto picks.
+
+    >>> power_of_two(0.3), power_of_two(1.0), power_of_two(2.000001), power_of_two(16)
+    (1, 1, 4, 16)
+    """
     scale = 1
-    while scale < min(need, MAX_AUTO):
+    while scale < need:
         scale *= 2
-    return scale, why
+    return scale
 
 
 HOST_BOUND_RATIO = 1.2
@@ -287,15 +296,12 @@ def keeps_up_at(factor: float, ratio: float, busy: float, *, cores: int) -> int 
     """
     if busy < SATURATED and (ratio <= HOST_BOUND_RATIO or busy * cores < HOST_BOUND_CORES):
         return None
-    need = max(2 * factor, factor * ratio * busy / PACKET_BUSY)
-    scale = 1
-    while scale < need:
-        scale *= 2
-    return scale
+    return power_of_two(max(2 * factor, factor * ratio * busy / PACKET_BUSY))
 
 
 REAL_TIME = TimeScale()
 """No slowing: the emulation runs at the network's own speed."""
 
 __all__ = ["HOST_BOUND_CORES", "HOST_BOUND_RATIO", "MEASURED_COSTS", "REAL_TIME", "SATURATED", "TCP_RTO_MIN_S",
-           "HostCosts", "PhaseLoad", "TimeScale", "keeps_up_at", "phase_load", "pick_scale"]
+           "HostCosts", "PhaseLoad", "TimeScale", "keeps_up_at", "phase_load", "pick_scale",
+           "power_of_two"]

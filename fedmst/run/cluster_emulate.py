@@ -152,12 +152,8 @@ class EmulatedRunner:
                                                                     float(s["start_s"]), float(s["end_s"])))
                 except (ValueError, KeyError, TypeError):
                     continue  # a line cut short by the interruption
-            offset = started - self.t0
-            clock = ClockRun(plans=(self.plans[name],), rounds={name: 1}, offsets={name: 0.0})
-            clock.spans = {node: tuple(replace(s, start_s=self.scale.network_s(offset + s.start_s),
-                                               end_s=self.scale.network_s(offset + s.end_s))
-                                       for s in node_spans if s.round <= done) for node, node_spans in told.items()}
-            spans += clock.windows()
+            spans += self._windows(self.plans[name], started, {
+                node: [s for s in node_spans if s.round <= done] for node, node_spans in told.items()})
         outcome = Outcome.finished(self.plans[name], spans, self.begun[name], self.now(), mtu=self.base.config.mtu)
         return replace(outcome, status="interrupted")
 
@@ -180,6 +176,8 @@ class EmulatedRunner:
             self.threads.pop(name).join()
             self.stopping.discard(name)
             self.underways.pop(name, None)
+            for held in (self.plans, self.finished_spans, self.rounds_began):  # what interrupted() would read
+                held.pop(name, None)
         return out
 
     def _job_run(self, job: Job, plan: Plan, folder: Path) -> ResolvedRun:
@@ -281,13 +279,19 @@ class EmulatedRunner:
                   replies: Mapping[str, Reply]) -> tuple[list[PhaseSpan], list[float]]:
         """A RunRounds' replies as the job's phases (the network's seconds from the cluster's
         start) and G's accuracy after each of its rounds."""
+        done = {node: reply for node, reply in replies.items() if isinstance(reply, RoundsDone)}
+        return (self._windows(session.live.plans[0], started, {node: reply.spans for node, reply in done.items()}),
+                [a for reply in done.values() for a in reply.accuracy.get(name, ())])
+
+    def _windows(self, plan: Plan, started: float, spans: Mapping[str, Sequence[PhaseSpan]]) -> list[PhaseSpan]:
+        """Each node's spans of a rounds command that began at ``started`` (monotonic; theirs count
+        from it) as the job's phase windows, in the network's seconds from the cluster's start."""
         offset = started - self.t0
-        clock = ClockRun(plans=tuple(session.live.plans), rounds={name: 1}, offsets={name: 0.0})
-        clock.spans = {node: tuple(PhaseSpan(s.task, s.round, s.phase, self.scale.network_s(offset + s.start_s),
-                                             self.scale.network_s(offset + s.end_s)) for s in reply.spans)
-                       for node, reply in replies.items() if isinstance(reply, RoundsDone)}
-        return clock.windows(), [a for reply in replies.values() if isinstance(reply, RoundsDone)
-                                 for a in reply.accuracy.get(name, ())]
+        clock = ClockRun(plans=(plan,), rounds={plan.task.name: 1}, offsets={plan.task.name: 0.0})
+        clock.spans = {node: tuple(replace(s, start_s=self.scale.network_s(offset + s.start_s),
+                                           end_s=self.scale.network_s(offset + s.end_s)) for s in node_spans)
+                       for node, node_spans in spans.items()}
+        return clock.windows()
 
     @staticmethod
     def _resume(session: Session, name: str, checkpoint: Path, resumed: Path) -> None:

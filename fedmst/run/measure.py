@@ -217,7 +217,7 @@ def write_tables(out: Path, rounds: list[RoundResult]) -> None:
     """Rewrite rounds.csv, tasks.csv and links.csv with every finished round (atomically)."""
     round_rows, link_rows, task_rows = [], [], []
     for res in rounds:
-        secs = res.predicted_s
+        secs, bound = res.predicted_s, res.host_bound
         task_rows += [{
             "round": res.round, "task": name, **{f"{p}_s": secs_[name] for p, secs_ in res.task_seconds.items()},
             "round_s": sum(secs_[name] for secs_ in res.task_seconds.values()), "accuracy": res.accuracies[name],
@@ -241,8 +241,7 @@ def write_tables(out: Path, rounds: list[RoundResult]) -> None:
             "replan_s": sum(f.replan_s for f in res.faults),
             **{f"{p}_cpu_busy": res.cpu_busy.get(p, "") for p in ROUND_PHASES},
             **{f"{p}_host_s": res.host_seconds.get(p, "") for p in ROUND_PHASES},
-            "time_scale": res.time_scale, "host_bound": ";".join(res.host_bound),
-            "keeps_up_at": max(res.host_bound.values(), default=""),
+            "time_scale": res.time_scale, "host_bound": ";".join(bound), "keeps_up_at": max(bound.values(), default=""),
         })
     write_csv(out / "rounds.csv", ROUND_FIELDS, round_rows)
     write_csv(out / "cpu.csv", CPU_FIELDS, ({"round": res.round, "phase": p, "process": kind, "cpu_s": s}

@@ -9,7 +9,6 @@ exists, and ``compare`` and ``sweep`` load, size and schedule everything once.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
@@ -24,7 +23,7 @@ from fedmst.core.ordering import shortest_jobs_first
 from fedmst.core.schedulers import get_scheduler
 from fedmst.core.selection import SELECTIONS, participants
 from fedmst.core.tasks import Task, place_task
-from fedmst.core.timescale import MEASURED_COSTS, PhaseLoad, TimeScale, phase_load, pick_scale
+from fedmst.core.timescale import MEASURED_COSTS, PhaseLoad, TimeScale, phase_load, pick_scale, power_of_two
 from fedmst.core.topology import load_topology, node_order
 from fedmst.core.traffic import BackgroundFlow, parse_flow, read_traffic_file
 from fedmst.core.workload import TaskEntry, WorkloadPlan, make_tasks, read_workload, schedule_workload
@@ -237,7 +236,7 @@ def training_scale(workload: WorkloadPlan, scale: float, reason: str, *, what: s
     cores = os.cpu_count() or 1
     if trainers / cores <= scale:
         return scale, reason
-    return (float(2 ** math.ceil(math.log2(trainers / cores))),
+    return (float(power_of_two(trainers / cores)),
             f"{counted(trainers, 'local model')} {what}training on {counted(cores, 'core')}")
 
 
