@@ -24,7 +24,7 @@ from rich.console import Console
 from fedmst.errors import FedmstError
 from fedmst.net.congestion import CONGESTION_CONTROLS
 from fedmst.run.config import SWEEP, RunConfig, options, read_config_file, split_list, validate
-from fedmst.run.layout import SWEEP_RECORD
+from fedmst.run.layout import COMPARISON, SWEEP_RECORD
 from fedmst.wording import counted
 
 if TYPE_CHECKING:
@@ -486,6 +486,13 @@ def cluster(ctx: click.Context, overwrite: bool, **kw: Any) -> None:
     def prepared() -> tuple[Any, OutputFolder, Any]:
         config, extra = _config(ctx, kw)
         policies = cluster_.parse_policies(extra["policies"]) if extra["policies"] is not None else None
+        if policies:
+            given = [options()[p][1].label(p) for p in ("job_order", "placement", "preempt")
+                     if getattr(config, p) != options()[p][0].default
+                     or ctx.get_parameter_source(p) == click.core.ParameterSource.COMMANDLINE]
+            if given:
+                raise FedmstError(f"{' and '.join(given)} with --policies: each ORDER/PLACEMENT[/PREEMPT] item names "
+                                  "its run's policies; give them there")
         config, folder = _output(config, extra, overwrite)
         return cluster_.resolve(config), folder, policies
 
@@ -506,16 +513,23 @@ def cluster(ctx: click.Context, overwrite: bool, **kw: Any) -> None:
             bar.update(shown, completed=p.done, description=f"{p.waiting} waiting, {p.running} running; "
                                                              f"network {p.now_s:.1f} s, host {host_s:.1f} s")
 
-        if policies:
-            summaries = _guard(lambda: cluster_.compare(resolved, policies, folder, _report, progress),
-                               emulates=resolved.base is not None)
-        else:
-            summaries = {"": _guard(lambda: cluster_.run(resolved, folder, _report, progress),
-                                    emulates=resolved.base is not None)}
+        try:
+            if policies:
+                summaries = _guard(lambda: cluster_.compare(resolved, policies, folder, _report, progress),
+                                   emulates=resolved.base is not None)
+            else:
+                summaries = {"": _guard(lambda: cluster_.run(resolved, folder, _report, progress),
+                                        emulates=resolved.base is not None)}
+        except SystemExit as exc:
+            if exc.code != 130:  # an error says its one line; an interrupted cluster keeps where it stood
+                bar.update(shown, visible=False)
+            raise
     from fedmst.run.cluster_records import cluster_table
 
     console.print(cluster_table(summaries))
-    console.print(f"results in {folder.path}/ (jobs.csv, slots.csv, summary.json, ...: docs/cluster.md)")
+    held = (f"{COMPARISON}, and a folder per policy ({', '.join(summaries)}) with its jobs.csv, slots.csv, ..."
+            if policies else "jobs.csv, slots.csv, tasks.csv, summary.json, ...")
+    console.print(f"results in {folder.path}/: {held} (docs/cluster.md)", markup=False)
 
 
 @main.command()

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import random
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -644,3 +647,64 @@ def test_links_of_a_cluster_folder_without_counters_says_why(tmp_path: Path) -> 
     with pytest.raises(FedmstError, match=r"an emulated cluster that did not end \(killed") as caught:
         link_table(out)
     assert "simulate" not in str(caught.value)
+
+
+def _cluster_command(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+
+    users = str(Path(__file__).with_name("userbackends"))
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("fedmst")), "cluster", "--topology", "small", "--model", "mlp",
+         "--mode", "simulate", *args], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env={**os.environ, "COLUMNS": "200",
+             "PYTHONPATH": os.pathsep.join(filter(None, [users, os.environ.get("PYTHONPATH")]))})
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (("--policies", "fifo/random", "--order", "las"), "--order with --policies: each ORDER/PLACEMENT"),
+    (("--policies", "fifo/random", "--placement", "random", "--preempt", "las"), "--placement and --preempt with"),
+    (("--time-compress", "10", "--jobs", "poisson:6,3"), "--time-compress 10 with --jobs poisson:6,3: a Poisson"),
+])
+def test_cluster_options_a_run_would_ignore_are_refused(tmp_path: Path, args: tuple[str, ...], fragment: str) -> None:
+    (tmp_path / "jobs.csv").write_text("job,submit_s,local_models,rounds\na,0,2,1\n")
+    given = args if "--jobs" in args else (*args, "--jobs", "jobs.csv")
+    proc = _cluster_command(tmp_path, *given, "--out", "out")
+    assert proc.returncode == 1 and fragment in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_a_rejected_job_keeps_its_rounds_and_a_policies_run_says_what_it_wrote(tmp_path: Path) -> None:
+    (tmp_path / "jobs.csv").write_text("job,submit_s,local_models,rounds\na,0,2,2\nhuge,0.5,40,3\n")
+    proc = _cluster_command(tmp_path, "--jobs", "jobs.csv", "--policies", "fifo/random,las/pack", "--out", "out")
+    assert proc.returncode == 0, proc.stderr
+    assert "out/: comparison.json, and a folder per policy (fifo+random, las+pack)" in proc.stdout, proc.stdout
+    assert "TCP congestion control" not in proc.stdout  # the fluid model runs no TCP
+    rows = {r["job"]: r for r in csv.DictReader((tmp_path / "out" / "las+pack" / "jobs.csv").open())}
+    assert (rows["huge"]["status"], rows["huge"]["rounds"], rows["huge"]["rounds_asked"]) == ("rejected", "0", "3")
+    assert (rows["a"]["rounds"], rows["a"]["rounds_asked"]) == ("2", "2")
+    summary = json.loads((tmp_path / "out" / "las+pack" / "summary.json").read_text())
+    assert summary["transport"] == {}
+
+
+def test_a_failing_placement_plugin_leaves_no_progress_line(tmp_path: Path) -> None:
+    (tmp_path / "jobs.csv").write_text("job,submit_s,local_models,rounds\na,0,2,1\nb,0,2,1\n")
+    proc = _cluster_command(tmp_path, "--jobs", "jobs.csv", "--placement", "brokenpolicy:Fails", "--out", "out")
+    assert proc.returncode == 1 and "Fails" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "jobs" not in proc.stdout.splitlines()[-1], proc.stdout  # no "starting 0/2 jobs" left behind
+
+
+def test_the_cluster_table_names_the_transport() -> None:
+    from fedmst.run.cluster_records import ClusterSummary, cluster_table
+    from rich.console import Console
+
+    summary = ClusterSummary(
+        status="completed", command="cluster", mode="emulate", scheduler="mst", order="fifo", placement="random",
+        topology="small", slots=4, jobs=1, jobs_finished=1, jobs_rejected=0, jobs_failed=0, makespan_s=1.0,
+        mean_jct_s=1.0, median_jct_s=1.0, p99_jct_s=1.0, mean_queue_s=0.0, slot_utilisation=0.5, comm_share=0.5,
+        mean_round_s=0.5, link_bytes=1000, time_scale=1.0, wall_s=3.0,
+        transport={"congestion_control": "dctcp", "congestion_control_knobs": {}, "ecn_k": "auto", "ecn_marked": 7})
+    console = Console(width=120, record=True)
+    console.print(cluster_table({"": summary}))
+    text = console.export_text()
+    assert "TCP congestion control" in text and "dctcp (ECN K auto)" in text
+    assert "ECN-marked packets" in text and " 7 " in text

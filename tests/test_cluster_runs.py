@@ -64,6 +64,7 @@ def test_jobs_queue_run_for_real_and_end(tmp_path: Path, clean_host: None) -> No
     assert {n: r["status"] for n, r in jobs.items()} == {"a": "finished", "b": "finished", "c": "finished",
                                                         "huge": "rejected"}
     assert "asks 6 slots" in jobs["huge"]["reason"] and jobs["huge"]["start_s"] == ""
+    assert (jobs["huge"]["rounds"], jobs["huge"]["rounds_asked"]) == ("0", "1")  # what it asked for stays
     a, b, c = (jobs[n] for n in "abc")
     assert float(b["queue_s"]) > 0 and float(b["start_s"]) >= float(a["end_s"]) - 1e-6  # b waited for a's slots
     assert float(c["start_s"]) < float(a["end_s"])  # c fit beside a and did not wait for b
@@ -250,16 +251,21 @@ def test_network_preemption_stops_an_insensitive_job_for_real_and_it_resumes_bit
 
 
 def test_the_seeds_policies_run_for_real_on_one_trace(tmp_path: Path, clean_host: None) -> None:
-    """SJF-BCO's, Cassini's and the delay scheduler with network preemption, each on the same jobs."""
+    """SJF-BCO's, Cassini's and the delay scheduler with network preemption, each on the same jobs
+    (over DCTCP, which each summary and the table name)."""
     (tmp_path / "jobs.csv").write_text(JOBS)
     policies = "smallest/sjf-bco,fifo/cassini,srtf/delay/network"
-    proc = subprocess.run(_cluster(tmp_path / "out", tmp_path / "jobs.csv", "--policies", policies),
-                          capture_output=True, text=True, timeout=400)
+    proc = subprocess.run(_cluster(tmp_path / "out", tmp_path / "jobs.csv", "--policies", policies,
+                                   "--congestion-control", "dctcp"),
+                          capture_output=True, text=True, timeout=400, env={**os.environ, "COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr
+    assert "TCP congestion control" in proc.stdout and "ECN K auto)" in proc.stdout, proc.stdout
     record = json.loads((tmp_path / "out" / "comparison.json").read_text())
     assert record["status"] == "completed" and record["policies"] == ["smallest+sjf-bco", "fifo+cassini",
                                                                       "srtf+delay+network"]
     for name, summary in record["summaries"].items():
         assert (summary["jobs_finished"], summary["jobs_rejected"], summary["jobs_failed"]) == (3, 1, 0), name
         assert summary["mode"] == "emulate" and summary["mean_jct_s"] > 0
+        assert summary["transport"]["congestion_control"] == "dctcp", summary["transport"]
+        assert isinstance(summary["transport"]["ecn_marked"], int)
         _held_once(tmp_path / "out" / name / "slots.csv")

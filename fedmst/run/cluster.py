@@ -46,7 +46,6 @@ from fedmst.run.prepare import ResolvedRun
 from fedmst.run.report import Report
 from fedmst.run.measure import round_means, task_rows
 from fedmst.run.results import ROUND_FIELDS, TASK_FIELDS, write_csv, write_json
-from fedmst.wording import counted
 
 
 @dataclass(frozen=True)
@@ -80,6 +79,9 @@ def resolve(config: RunConfig) -> ResolvedCluster:
     if config.jobs is None:
         raise FedmstError("fedmst cluster needs --jobs: a .csv or .jsonl file, poisson:RATE,N, philly:FILE or "
                           "helios:FILE")
+    if config.time_compress != 1 and config.jobs.startswith("poisson:"):
+        raise FedmstError(f"--time-compress {config.time_compress:g} with --jobs {config.jobs}: a Poisson trace's "
+                          "rate is already per minute of network time; give the rate you want instead")
     ORDERS.lookup(config.job_order)
     PLACEMENTS.lookup(config.placement)
     PREEMPTIONS.lookup(config.preempt)
@@ -233,7 +235,8 @@ def _row(life: Ended) -> JobRow:
         preemptions=life.preemptions, mean_round_s=out.mean_round_s if out else None,
         link_bytes=out.link_bytes if out else 0, final_accuracy=out.final_accuracy if out else None,
         comm_s=out.comm_s if out else 0.0, setup_s=out.setup_s if out else 0.0,
-        placement=placed.note if placed else "", train_s=life.job.compute_s or 0.0)
+        placement=placed.note if placed else "", train_s=life.job.compute_s or 0.0,
+        rounds_asked=life.job.rounds or 0)
 
 
 def _task_rows(life: Ended) -> list[dict[str, Any]]:
@@ -274,14 +277,16 @@ def run(resolved: ResolvedCluster, output: folders.OutputFolder, report: Report,
     ``progress`` is told where the loop stands after every event, with the host's seconds so far."""
     config, out = resolved.config, output.path
     began = time.monotonic()
-    with claimed(output, "cluster", lambda status: _summarise(resolved, out, status, time.monotonic() - began)):
+    transport: dict[str, Any] = {}  # the emulation's TCP terms, once it has them
+    with claimed(output, "cluster",
+                 lambda status: _summarise(resolved, out, status, time.monotonic() - began, transport)):
         write_json(out / "config.json", asdict(config))
-        if resolved.trace.skipped:
-            report(f"{config.jobs}: {counted(resolved.trace.skipped, 'job')} of the trace left out "
-                   "(no GPU, or never ran)")
+        left_out = resolved.trace.left_out()  # public traces' jobs without a GPU or a run time
+        if left_out is not None:
+            report(left_out)
         files = _Files(out)
         try:
-            with _runner(resolved, out, report) as runner:
+            with _runner(resolved, out, report, transport) as runner:
                 cluster = _cluster(resolved)
                 def ended(life: Ended) -> None:
                     files.ended(life)
@@ -299,9 +304,9 @@ def run(resolved: ResolvedCluster, output: folders.OutputFolder, report: Report,
 
 
 @contextmanager
-def _runner(resolved: ResolvedCluster, out: Path, report: Report) -> Iterator[Runner]:
+def _runner(resolved: ResolvedCluster, out: Path, report: Report, transport: dict[str, Any]) -> Iterator[Runner]:
     """The back end of ``--mode``: the fluid model, or the emulated network (built here, torn down
-    whatever ends the block)."""
+    whatever ends the block, its TCP's terms then put in ``transport``)."""
     config = resolved.config
     if resolved.base is None:
         yield SimulatedRunner(resolved.graph, train_s=lambda job: job.compute_s or 0.0,
@@ -330,6 +335,7 @@ def _runner(resolved: ResolvedCluster, out: Path, report: Report) -> Iterator[Ru
     finally:
         if emu is not None:
             write_transport(out, emu.tcp, base.graph)
+            transport.update(emu.tcp.terms())
         try:
             backend.down()
         finally:
@@ -413,7 +419,8 @@ def compare(resolved: ResolvedCluster, policies: Sequence[Policies], output: fol
     return summaries
 
 
-def _summarise(resolved: ResolvedCluster, out: Path, status: str, wall_s: float) -> None:
+def _summarise(resolved: ResolvedCluster, out: Path, status: str, wall_s: float,
+               transport: Mapping[str, Any]) -> None:
     """summary.json from the folder's tables (what they hold is what the command got to)."""
     config = resolved.config
     rows = read_jobs_csv(out) if (out / JOBS).exists() else []
@@ -428,7 +435,7 @@ def _summarise(resolved: ResolvedCluster, out: Path, status: str, wall_s: float)
         jobs_rejected=sum(r.status == "rejected" for r in rows),
         jobs_failed=sum(r.status == "failed" for r in rows),
         jobs_interrupted=sum(r.status == "interrupted" for r in rows), **figures(rows, held, total),  # type: ignore[arg-type]
-        time_scale=resolved.time_scale, wall_s=wall_s, skipped=resolved.trace.skipped,
+        time_scale=resolved.time_scale, wall_s=wall_s, skipped=resolved.trace.skipped, transport=dict(transport),
     ).write(out)
 
 

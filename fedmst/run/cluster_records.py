@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from statistics import mean, median
 from typing import IO, Any, Callable, Iterable, Mapping, Sequence
@@ -44,7 +44,7 @@ class JobRow:
     nodes: str
     """Where it ran: G's node first, then each local model's, separated by :data:`NODE_SEPARATOR`."""
     status: str
-    """finished, rejected or failed."""
+    """finished, rejected, failed or interrupted."""
     reason: str
     preemptions: int
     """Times a preemption stopped it (preemptions.csv has each)."""
@@ -62,6 +62,9 @@ class JobRow:
     train_s: float
     """How long each of its rounds trains: its ``compute_s``, or what this host measured where that is
     longer (both modes train for it; give ``compute_s`` to fix it)."""
+    rounds_asked: int = 0
+    """Rounds its trace (or ``--rounds``) asked for, whether it ran them or not (0 in folders written
+    before this column)."""
 
 
 JOB_FIELDS = tuple(f.name for f in fields(JobRow))
@@ -97,8 +100,9 @@ def read_jobs_csv(folder: Path) -> list[JobRow]:
             rows = list(csv.DictReader(f))
     except OSError:
         raise FedmstError(f"{folder} is not a cluster folder (no {JOBS})") from None
-    if rows and set(JOB_FIELDS) - set(rows[0]):
-        raise FedmstError(f"{path} lacks the columns {', '.join(sorted(set(JOB_FIELDS) - set(rows[0])))}")
+    lacking = set(JOB_FIELDS) - {"rounds_asked"} - set(rows[0]) if rows else set()
+    if lacking:
+        raise FedmstError(f"{path} lacks the columns {', '.join(sorted(lacking))}")
 
     def number(text: str, kind: type = float) -> Any:
         return None if text == "" else kind(float(text)) if kind is int else kind(text)
@@ -110,7 +114,8 @@ def read_jobs_csv(folder: Path) -> list[JobRow]:
                        status=r["status"], reason=r["reason"], preemptions=int(r["preemptions"]),
                        mean_round_s=number(r["mean_round_s"]), link_bytes=int(float(r["link_bytes"])),
                        final_accuracy=number(r["final_accuracy"]), comm_s=float(r["comm_s"]),
-                       setup_s=float(r["setup_s"]), placement=r["placement"], train_s=float(r["train_s"]))
+                       setup_s=float(r["setup_s"]), placement=r["placement"], train_s=float(r["train_s"]),
+                       rounds_asked=int(r.get("rounds_asked") or 0))
                 for r in rows]
     except (TypeError, ValueError) as exc:
         raise FedmstError(f"{path}: malformed row ({exc})") from None
@@ -182,6 +187,10 @@ class ClusterSummary:
     """Times a preemption stopped a job (preemptions.csv's rows)."""
     jobs_interrupted: int = 0
     """Jobs the command's interruption caught: running (with the rounds they finished), waiting or to come."""
+    transport: dict[str, Any] = field(default_factory=dict)
+    """What carried the weights, as a run's summary.json ``emulated`` says it: the TCP congestion
+    control asked and loaded, its knobs, the ECN marking threshold and the packets marked (empty on
+    the fluid model of ``--mode simulate``, which runs no TCP)."""
 
     def write(self, folder: Path) -> None:
         write_json(folder / SUMMARY, asdict(self))
@@ -224,6 +233,24 @@ def figures(rows: Sequence[JobRow], slots: Sequence[SlotInterval], total_slots: 
             "link_bytes": sum(r.link_bytes for r in done)}
 
 
+def transport_label(transport: Mapping[str, Any]) -> str:
+    """A summary's transport in a few words: the congestion control with its knobs and ECN threshold.
+
+    >>> transport_label({"congestion_control": "dctcp", "congestion_control_knobs": {"g": 0.0625},
+    ...                  "ecn_k": 20000, "ecn_marked": 12})
+    'dctcp (g=0.0625; ECN K 20000 B)'
+    >>> transport_label({}), transport_label({"congestion_control": "cubic", "congestion_control_knobs": {}})
+    ('-', 'cubic')
+    """
+    if not transport:
+        return "-"
+    knobs = [f"{k}={v:g}" for k, v in transport.get("congestion_control_knobs", {}).items()]
+    k = transport.get("ecn_k")
+    if k is not None:
+        knobs.append(f"ECN K {k} B" if isinstance(k, int) else f"ECN K {k}")
+    return transport["congestion_control"] + (f" ({'; '.join(knobs)})" if knobs else "")
+
+
 def cluster_table(summaries: Mapping[str, ClusterSummary]) -> Any:
     """The console's table of one cluster's figures, or of several policies' on one trace, a
     column each (the network's seconds)."""
@@ -250,6 +277,10 @@ def cluster_table(summaries: Mapping[str, ClusterSummary]) -> Any:
         "link MB (planned)": lambda s: f"{s.link_bytes / 1e6:.1f}",
         "slot utilisation": lambda s: share(s.slot_utilisation),
         "communication share": lambda s: share(s.comm_share)}
+    if any(s.transport for s in summaries.values()):
+        rows["TCP congestion control"] = lambda s: transport_label(s.transport)
+    if any(s.transport.get("ecn_marked") is not None for s in summaries.values()):
+        rows["ECN-marked packets"] = lambda s: str(s.transport.get("ecn_marked", "-"))
     for label, cell in rows.items():
         table.add_row(label, *(cell(s) for s in summaries.values()))
     policies = "" if len(summaries) > 1 else (f", order {first.order}, placement {first.placement}, "
@@ -260,4 +291,4 @@ def cluster_table(summaries: Mapping[str, ClusterSummary]) -> Any:
 
 __all__ = ["JOBS", "JOB_FIELDS", "NODE_SEPARATOR", "ROUNDS", "SLOTS", "SLOT_FIELDS", "STOPPED", "STOPPED_FIELDS",
            "SUMMARY", "TASKS", "Appender", "ClusterSummary", "JobRow", "cluster_table", "figures", "percentile",
-           "read_jobs_csv", "read_slots_csv"]
+           "read_jobs_csv", "read_slots_csv", "transport_label"]
