@@ -304,3 +304,38 @@ def test_helios_mapping(tmp_path: Path) -> None:
 ])
 def test_bad_helios_is_refused(tmp_path: Path, content: str, fragment: str) -> None:
     refused("helios:" + write(tmp_path / "cluster_log.csv", content), fragment)
+
+
+# --- one rule for columns ------------------------------------------------------------------------
+
+def test_own_files_refuse_an_extra_column_public_traces_ignore_theirs(tmp_path: Path) -> None:
+    """One rule (traces.py's docstring, docs/cluster.md): a job file is fedmst's format, so a column
+    or key it does not know is refused (a typo would go unapplied); a Philly or Helios trace is read
+    as published, so the same extra field is ignored and the jobs are those without it."""
+    refused(write(tmp_path / "jobs.csv", GOOD_CSV.replace("priority\n", "priority,note\n", 1)),
+            "unknown column(s) 'note'")
+    first, *rest = GOOD_JSONL.splitlines(keepends=True)
+    refused(write(tmp_path / "jobs.jsonl", first.replace("}", ', "note": "x"}') + "".join(rest)),
+            "unknown key(s) 'note'")
+
+    lines = HELIOS.splitlines()
+    noted = "\n".join([lines[0] + ",note", *(line + ",x" for line in lines[1:])]) + "\n"
+    plain = read_jobs("helios:" + write(tmp_path / "plain.csv", HELIOS), seed=0, time_compress=10.0)
+    extra = read_jobs("helios:" + write(tmp_path / "noted.csv", noted), seed=0, time_compress=10.0)
+    assert extra.jobs == plain.jobs and extra.skipped == plain.skipped and len(plain.jobs) == 3
+
+    def note(entry: dict[str, Any]) -> dict[str, Any]:  # every level of a Philly entry gains a field
+        return {**entry, "note": "x", "attempts": [
+            {**a, "note": "x", "detail": [{**m, "note": "x"} for m in a["detail"]]} for a in entry["attempts"]]}
+    plain = read_jobs("philly:" + write(tmp_path / "plain.json", json.dumps(PHILLY)), seed=0)
+    extra = read_jobs("philly:" + write(tmp_path / "noted.json", json.dumps([note(e) for e in PHILLY])), seed=0)
+    assert extra.jobs == plain.jobs and extra.skipped == plain.skipped and len(plain.jobs) == 3
+
+
+def test_what_a_public_trace_leaves_out_is_said_with_why() -> None:
+    """Jobs still running when the trace was taken (no end) are left out with those that never ran
+    and those without a GPU; the line the command prints says so (issue 45)."""
+    assert Trace((), "poisson:6,3").left_out() is None
+    line = Trace((), "philly:log", skipped=4).left_out()
+    assert line == ("philly:log: 4 jobs of the trace left out "
+                    "(no GPU, or no run time: never ran, or still running when the trace was taken)"), line

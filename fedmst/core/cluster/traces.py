@@ -11,6 +11,14 @@ Public traces span months of wall-clock time, so their times are divided by ``ti
 a job's run time becomes its number of rounds (:data:`ROUND_OF_TRACE_S`). What a trace leaves out
 (``None``) takes the command's options later (:meth:`~fedmst.core.cluster.jobs.Job.filled`). Every
 fault is one line starting ``--jobs SPEC:``.
+
+Columns follow one rule: a format fedmst defines is read strictly, a format someone else publishes
+is read for what fedmst needs. A job file (``.csv``, ``.jsonl``) is written for fedmst, so a column
+or key outside :data:`FIELDS` is refused: it is a typo or a field fedmst does not know (``gpus``
+for ``local_models``), and ignoring it would run jobs other than those meant. A Philly or Helios
+trace is read as its authors publish it, with fields fedmst has no use for (user, virtual cluster,
+state, CPUs ...), so only the fields listed in each reader are read and checked, and the others are
+ignored, whatever a later release of the trace adds.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from fedmst.core.cluster.jobs import Job, JobError
+from fedmst.wording import counted
 
 ROUND_OF_TRACE_S = 1.0
 """One FL round stands for one second of compressed trace: a Philly or Helios job that ran ``D``
@@ -63,15 +72,32 @@ _HELIOS = "not a Helios cluster_log.csv (github.com/S-Lab-System-Group/HeliosDat
 _HELIOS_COLUMNS = ("job_id", "gpu_num", "submit_time", "start_time", "end_time", "duration")
 
 
+SKIPPED_WHY = "no GPU, or no run time: never ran, or still running when the trace was taken"
+"""Why a public trace's job is left out (:attr:`Trace.skipped`): it asked for no GPU, or the trace
+gives no start or no end for it, so its run time is unknown (it never started, or it was still
+running when the trace was taken; in Philly also a gap in its log)."""
+
+
 @dataclass(frozen=True)
 class Trace:
     """The jobs of a trace, by submission time (ties keep the trace's order), and how many of a
-    public trace's jobs were left out (CPU-only jobs, jobs that never ran): the caller says so once."""
+    public trace's jobs were left out (:data:`SKIPPED_WHY`): the caller says so once."""
 
     jobs: tuple[Job, ...]
     source: str
     """The spec as the user gave it, e.g. ``poisson:60,12`` or ``philly:/data/cluster_job_log``."""
     skipped: int = 0
+
+    def left_out(self) -> str | None:
+        """The line that says how many of the trace's jobs were left out, and why; None if none were.
+
+        >>> print(Trace((), "philly:log", skipped=3).left_out())  # doctest: +NORMALIZE_WHITESPACE
+        philly:log: 3 jobs of the trace left out (no GPU, or no run time: never ran, or still running
+        when the trace was taken)
+        """
+        if not self.skipped:
+            return None
+        return f"{self.source}: {counted(self.skipped, 'job')} of the trace left out ({SKIPPED_WHY})"
 
 
 def read_jobs(spec: str, *, seed: int, time_compress: float = 1.0, max_local_models: int | None = None) -> Trace:
@@ -383,4 +409,4 @@ def _helios_number(where: str, row: str, key: str, cell: Any) -> float | None:
     return number
 
 
-__all__ = ["FIELDS", "LOCAL_MODELS_MIX", "REQUIRED", "ROUND_OF_TRACE_S", "Trace", "read_jobs"]
+__all__ = ["FIELDS", "LOCAL_MODELS_MIX", "REQUIRED", "ROUND_OF_TRACE_S", "SKIPPED_WHY", "Trace", "read_jobs"]
