@@ -19,6 +19,7 @@ from typing import Callable
 import pytest
 
 from conftest import FEDMST, fedmst_cli, leftovers, missing_bpf
+from fedmst.net.congestion import BPF_CONGESTION_CONTROLS
 
 pytestmark = pytest.mark.host
 
@@ -308,6 +309,7 @@ def test_missing_tool_is_one_line(tmp_path: Path, missing: str, package: str) ->
     assert not (tmp_path / "out").exists()
 
 
+WITH_KNOBS = ", ".join(name for name, algorithm in BPF_CONGESTION_CONTROLS.items() if algorithm.knobs)
 NOT_RENO = "#include \"vmlinux.h\"\nchar _license[] __attribute__((section(\"license\"))) = \"GPL\";\n"
 
 
@@ -325,7 +327,13 @@ BPF_CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
      ("--cc-arg slope=99", "mltcp's slope is from 0 to 8")),
     ("unknown-knob", _args("--congestion-control", "dctcp", "--cc-arg", "slope=1"),
      ("--cc-arg slope=1", "dctcp has no knob 'slope'", "g_shift")),
-    ("knob-of-kernel-algorithm", _args("--cc-arg", "slope=1"), ("--cc-arg", "cubic has no knobs")),
+    # the algorithms named as having knobs are those that declare some, mltcp-cubic among them
+    ("knob-of-kernel-algorithm", _args("--cc-arg", "slope=1"),
+     ("--cc-arg", f"cubic has no knobs (those with knobs: {WITH_KNOBS})", "mltcp-cubic")),
+    ("knob-of-users-algorithm", lambda p: (["--congestion-control", _write_topology(p, "mine.bpf.c", NOT_RENO),
+                                            "--cc-arg", "slope=1"], {}),
+     ("--cc-arg: ", "mine.bpf.c is your own algorithm, run as you wrote it: --cc-arg sets nothing in it",
+      f"the algorithms with knobs are fedmst's {WITH_KNOBS}")),
     # a repeatable option's value is quoted as typed, not as a Python tuple
     ("knob-without-value", _args("--congestion-control", "dctcp", "--cc-arg", "slope"), ("--cc-arg slope: give",)),
     ("strategy-knob-without-value", _args("--strategy-arg", "eta"), ("--strategy-arg eta: give KNOB=NUMBER",)),

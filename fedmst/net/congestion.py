@@ -104,6 +104,28 @@ def congestion_control_ok(value: str) -> bool:
     return value in CONGESTION_CONTROLS or is_user_algorithm(value)
 
 
+def knobs_of(algorithm: str) -> Mapping[str, Knob]:
+    """The knobs ``--cc-arg`` sets for ``algorithm``: those its :data:`BPF_CONGESTION_CONTROLS` entry
+    declares; none for the kernel's own and for a user's file."""
+    return BPF_CONGESTION_CONTROLS[algorithm].knobs if algorithm in BPF_CONGESTION_CONTROLS else {}
+
+
+def no_knobs(algorithm: str) -> str:
+    """Why ``--cc-arg`` does not apply to ``algorithm``, naming the algorithms it applies to.
+
+    >>> no_knobs("cubic")
+    'cubic has no knobs (those with knobs: dctcp, mltcp, mltcp-cubic)'
+    >>> print(no_knobs("my_reno.bpf.c"))  # doctest: +NORMALIZE_WHITESPACE
+    my_reno.bpf.c is your own algorithm, run as you wrote it: --cc-arg sets nothing in it (change its
+    constants in its source); the algorithms with knobs are fedmst's dctcp, mltcp, mltcp-cubic
+    """
+    having = ", ".join(name for name, algo in BPF_CONGESTION_CONTROLS.items() if algo.knobs)
+    if is_user_algorithm(algorithm):
+        return (f"{algorithm} is your own algorithm, run as you wrote it: --cc-arg sets nothing in it (change its "
+                f"constants in its source); the algorithms with knobs are fedmst's {having}")
+    return f"{algorithm} has no knobs (those with knobs: {having})"
+
+
 def knob_values(algorithm: str, args: Sequence[str]) -> dict[str, float]:
     """``--cc-arg`` values over ``algorithm``'s defaults, each checked against its range.
 
@@ -114,7 +136,7 @@ def knob_values(algorithm: str, args: Sequence[str]) -> dict[str, float]:
     ...
     fedmst.errors.EmulationError: --cc-arg slope=-1: mltcp's slope is from 0 to 8 (F(bytes_ratio) = ...)
     """
-    knobs = BPF_CONGESTION_CONTROLS[algorithm].knobs if algorithm in BPF_CONGESTION_CONTROLS else {}
+    knobs = knobs_of(algorithm)
     values = {name: knob.default for name, knob in knobs.items()}
     for arg in args:
         name, _, text = arg.partition("=")
@@ -447,8 +469,8 @@ def prepare_transport(asked: str, cc_args: Sequence[str] = (), ecn_k: str | None
     and a user's ``.bpf.c`` compiled (a ``.bpf.o`` inspected), the kernel's checked loaded; ECN
     marking (``--ecn-k``, or ``auto`` where the algorithm negotiates ECN). Bad input is refused
     in one line."""
-    if cc_args and asked not in BPF_CONGESTION_CONTROLS:
-        raise EmulationError(f"--cc-arg: {asked} has no knobs (mltcp and dctcp have)")
+    if cc_args and not knobs_of(asked):
+        raise EmulationError(f"--cc-arg: {no_knobs(asked)}")
     ecn = ecn_marking(ecn_k, mtu)
     if ecn is not None:
         require_toolchain(f"--ecn-k {ecn_k}")
