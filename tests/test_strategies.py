@@ -73,7 +73,7 @@ def test_bad_strategies_and_knobs_are_one_line() -> None:
         build_strategy("fedmagic", {})
     with pytest.raises(StrategyError, match=r"^--strategy-arg eta: fedavg has no such knob \(it has none\)$"):
         build_strategy("fedavg", {"eta": 0.1})
-    with pytest.raises(StrategyError, match=r"^fedprox needs a proximal term: give --strategy-arg proximal_mu="):
+    with pytest.raises(StrategyError, match=r"^fedprox needs proximal_mu above 0: give --strategy-arg proximal_mu="):
         build_strategy("fedprox", {})
     assert build_strategy("fedprox", {"proximal_mu": 0.1}).proximal_mu == 0.1
     with pytest.raises(FedmstError, match=r"^--strategy-arg eta: give KNOB=NUMBER$"):
@@ -120,8 +120,33 @@ def test_fedtrimmedavg_cuts_flowers_share_from_each_end() -> None:
     values = np.sort(np.array(list(UPDATES.values())), axis=0)
     assert np.allclose(_robust("fedtrimmedavg", {}, UPDATES), values[1:4].mean(axis=0))  # int(0.2 * 5) = 1 cut
     assert np.allclose(_robust("fedtrimmedavg", {"beta": 0.1}, UPDATES), values.mean(axis=0))  # int(0.5) = 0
-    with pytest.raises(StrategyError, match=r"beta=0.5: trim a fraction in \[0, 0.5\)"):
+    with pytest.raises(StrategyError, match=r"beta=0.5: fedtrimmedavg's beta must be in \[0, 0.5\) \(the fraction"):
         build_strategy("fedtrimmedavg", {"beta": 0.5})
+
+
+@pytest.mark.parametrize(("name", "knob", "value", "valid"), [
+    ("fedadam", "eta", -1.0, "above 0"), ("fedyogi", "eta", 0.0, "above 0"), ("fedadagrad", "tau", 0.0, "above 0"),
+    ("fedadam", "beta_1", 1.0, r"in \[0, 1\)"), ("fedyogi", "beta_2", -0.1, r"in \[0, 1\)"),
+    ("fedadam", "tau", float("nan"), "above 0"), ("fedavgm", "server_momentum", 1.0, r"in \[0, 1\)"),
+    ("fedavgm", "server_learning_rate", 0.0, "above 0"), ("fedprox", "proximal_mu", -0.1, "above 0"),
+    ("krum", "num_malicious_clients", -1.0, "0 or more"), ("krum", "num_clients_to_keep", -2.0, "0 or more")])
+def test_a_knob_outside_its_declared_range_is_refused_in_one_line(name: str, knob: str, value: float,
+                                                                  valid: str) -> None:
+    """Each strategy declares its knobs' valid values once (``limits``); the edges inside pass."""
+    with pytest.raises(StrategyError, match=rf"^--strategy-arg {knob}={value:g}: {name}'s {knob} must be {valid}"):
+        build_strategy(name, {knob: value})
+    edge = {"above 0": 1e-6, "0 or more": 0.0}.get(valid, 0.0 if value < 0 else 0.999)
+    args = {knob: edge, **({"proximal_mu": 0.1} if name == "fedprox" and knob != "proximal_mu" else {})}
+    assert knobs(build_strategy(name, args))[knob] == edge
+
+
+def test_a_strategy_knob_out_of_range_stops_the_run_before_any_network() -> None:
+    from fedmst.run.prepare import Host, resolve
+
+    host = Host(delay_mode="userspace", netem_available=False)
+    with pytest.raises(StrategyError, match=r"^--strategy-arg eta=-1: fedadam's eta must be above 0$"):
+        resolve(RunConfig(topology="line3", strategy="fedadam", strategy_args=("eta=-1",), time_scale="1"), ["mst"],
+                host)
 
 
 def test_krum_picks_the_update_closest_to_its_neighbours_as_flower_does() -> None:

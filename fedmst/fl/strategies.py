@@ -43,6 +43,39 @@ class StrategyError(FedmstError):
     """A strategy named or set up wrongly."""
 
 
+@dataclass(frozen=True)
+class Range:
+    """The values a knob may take: from ``low`` to ``high`` (None: no bound), each end included
+    or not; ``note`` says more where a value is missing.
+
+    >>> str(Range(0, low_in=False)), str(Range(0, 1, high_in=False)), 1.0 in Range(0, 1, high_in=False)
+    ('above 0', 'in [0, 1)', False)
+    """
+
+    low: float | None = None
+    high: float | None = None
+    low_in: bool = True
+    high_in: bool = True
+    note: str = ""
+
+    def __contains__(self, value: float) -> bool:
+        low = self.low is None or (value >= self.low if self.low_in else value > self.low)
+        high = self.high is None or (value <= self.high if self.high_in else value < self.high)
+        return low and high and value == value  # NaN is in no range
+
+    def __str__(self) -> str:
+        if self.high is None:
+            return f"{self.low:g} or more" if self.low_in else f"above {self.low:g}"
+        if self.low is None:
+            return f"{self.high:g} or less" if self.high_in else f"below {self.high:g}"
+        return f"in {'[' if self.low_in else '('}{self.low:g}, {self.high:g}{']' if self.high_in else ')'}"
+
+
+ABOVE_ZERO = Range(0, low_in=False)
+FRACTION = Range(0, 1, high_in=False)
+"""From 0 to below 1: a momentum or a moment's decay."""
+
+
 @dataclass
 class Strategy:
     """The server side of a round (subclass it, as a dataclass whose fields are its knobs).
@@ -53,10 +86,14 @@ class Strategy:
     ring, whose replicas stay equal because they take the same steps on the same sums).
     ``decomposable``: the step needs only the weighted sum of the updates, so relays may add them.
     ``proximal_mu``: the weight of FedProx's proximal term in every local model's loss (0: none).
+    ``limits``: the knobs' valid values (:class:`Range`, by knob name).
     """
 
     decomposable: ClassVar[bool] = True
     proximal_mu: ClassVar[float] = 0.0
+    limits: ClassVar[Mapping[str, Range]] = {}
+    """Each knob's valid values, declared once: ``build_strategy`` refuses a value outside them,
+    given or default, in one line, before anything runs."""
 
     def step(self, round_: int, current: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -87,11 +124,8 @@ class FedProx(FedAvg):
     ``proximal_mu`` has no default either: give ``--strategy-arg proximal_mu=...``)."""
 
     proximal_mu: float = 0.0  # type: ignore[misc]  # a knob here, a constant 0 elsewhere
-
-    def __post_init__(self) -> None:
-        if not self.proximal_mu > 0:
-            raise StrategyError("fedprox needs a proximal term: give --strategy-arg proximal_mu=VALUE above 0 "
-                                "(Flower's examples use 0.01 to 1)")
+    limits: ClassVar[Mapping[str, Range]] = {
+        "proximal_mu": Range(0, low_in=False, note="a proximal term; Flower's examples use 0.01 to 1")}
 
 
 @dataclass
@@ -101,6 +135,7 @@ class FedAvgM(Strategy):
 
     server_learning_rate: float = 1.0
     server_momentum: float = 0.0
+    limits: ClassVar[Mapping[str, Range]] = {"server_learning_rate": ABOVE_ZERO, "server_momentum": FRACTION}
     _momentum: torch.Tensor | None = field(default=None, init=False, repr=False)
 
     def step(self, round_: int, current: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
@@ -119,6 +154,8 @@ class _FedOpt(Strategy):
     beta_1: float
     beta_2: float
     tau: float
+    limits: ClassVar[Mapping[str, Range]] = {"eta": ABOVE_ZERO, "beta_1": FRACTION, "beta_2": FRACTION,
+                                             "tau": ABOVE_ZERO}  # tau 0: 0/0 where no update moved a weight
     _m: torch.Tensor | None = field(default=None, init=False, repr=False)
     _v: torch.Tensor | None = field(default=None, init=False, repr=False)
 
@@ -218,10 +255,8 @@ class FedTrimmedAvg(_Robust):
     participants' values from each end (Flower's ``FedTrimmedAvg``: ``beta`` 0.2)."""
 
     beta: float = 0.2
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.beta < 0.5:
-            raise StrategyError(f"--strategy-arg beta={self.beta:g}: trim a fraction in [0, 0.5) from each end")
+    limits: ClassVar[Mapping[str, Range]] = {"beta": Range(0, 0.5, high_in=False, note="the fraction trimmed from "
+                                                                                       "each end")}
 
     def aggregate(self, round_: int, current: torch.Tensor, updates: Mapping[int, torch.Tensor],
                   weights: Mapping[int, float]) -> torch.Tensor:
@@ -238,6 +273,7 @@ class Krum(_Robust):
 
     num_malicious_clients: int = 0
     num_clients_to_keep: int = 0
+    limits: ClassVar[Mapping[str, Range]] = {"num_malicious_clients": Range(0), "num_clients_to_keep": Range(0)}
 
     def check(self, participants: int) -> None:
         f = self.num_malicious_clients
@@ -323,6 +359,7 @@ def build_strategy(name: str, args: Mapping[str, float]) -> Strategy:
                 raise StrategyError(f"--strategy-arg {key}={value:g}: {name} takes a whole number")
             value = int(value)
         given[key] = value
+    _check_limits(name, cls, given)
     try:
         return cls(**given)
     except StrategyError:
@@ -331,6 +368,27 @@ def build_strategy(name: str, args: Mapping[str, float]) -> Strategy:
         raise StrategyError(f"--strategy {name}: {type(exc).__name__}: {exc}") from None
 
 
+def _check_limits(name: str, cls: type[Strategy], given: Mapping[str, float]) -> None:
+    """Refuse a knob's value (given, or its default where none is) outside the strategy's ``limits``.
+
+    >>> _check_limits("fedadam", FedAdam, {"eta": -1.0})
+    Traceback (most recent call last):
+    fedmst.fl.strategies.StrategyError: --strategy-arg eta=-1: fedadam's eta must be above 0
+    """
+    known = _knob_fields(cls)
+    for key, within in getattr(cls, "limits", {}).items():
+        if key not in known:
+            continue
+        value = given.get(key, known[key].default)
+        if isinstance(value, (int, float)) and value in within:
+            continue
+        if key in given:
+            raise StrategyError(f"--strategy-arg {key}={value:g}: {name}'s {key} must be {within}"
+                                + (f" ({within.note})" if within.note else ""))
+        raise StrategyError(f"{name} needs {key} {within}: give --strategy-arg {key}=VALUE"
+                            + (f" ({within.note})" if within.note else ""))
+
+
 __all__ = ["STRATEGIES", "FedAdagrad", "FedAdam", "FedAvg", "FedAvgM", "FedMedian", "FedProx", "FedTrimmedAvg",
-           "FedYogi", "Krum", "Strategy",
+           "FedYogi", "Krum", "Range", "Strategy",
            "StrategyError", "build_strategy", "knobs", "strategy_knobs"]
