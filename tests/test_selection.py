@@ -73,6 +73,31 @@ def test_counts_and_fractions_are_checked_before_anything_runs() -> None:
         validate(RunConfig(clients_per_round="2", clock="independent"))
 
 
+def test_a_selection_or_pool_that_would_do_nothing_is_refused_before_any_network() -> None:
+    """Without --clients-per-round every model takes part, so a selection or a pool chooses nothing;
+    random draws no pool; a pool smaller than the round's participants cannot hold them."""
+    for given, fragment in (({"selection": "loss"}, "--selection loss"),
+                            ({"selection_pool": 6}, "--selection-pool 6"),
+                            ({"selection": "network", "selection_pool": 6},
+                             "--selection network and --selection-pool 6")):
+        with pytest.raises(FedmstError, match=rf"^{fragment}: without --clients-per-round M every local model takes "
+                                              r"part in every round, so none is chosen; give --clients-per-round too$"):
+            validate(RunConfig(**given))
+    with pytest.raises(FedmstError, match=r"^--selection-pool 6: --selection random draws no pool"):
+        validate(RunConfig(clients_per_round="4", selection_pool=6))
+    validate(RunConfig(clients_per_round="4", selection="loss", selection_pool=4))
+    validate(RunConfig(clients_per_round="4"))
+
+    from fedmst.run.prepare import Host, resolve
+
+    host = Host(delay_mode="userspace", netem_available=False)
+    pooled = RunConfig(topology="nsfnet", local_models=8, clients_per_round="0.5", selection="loss", time_scale="1")
+    with pytest.raises(SelectionError, match=r"^--selection-pool 3: the pool is drawn before the round's 4 "
+                                             r"participants are picked from it \(--clients-per-round 0.5\), so give 4"):
+        resolve(replace(pooled, selection_pool=3), ["mst"], host)
+    assert resolve(replace(pooled, selection_pool=4), ["mst"], host)[0].config.selection_pool == 4
+
+
 def test_models_left_out_sit_the_round_out_and_say_why() -> None:
     task = Task("t", "0", ("1", "2", "3"), 1_000)
     (rt,) = remaining_tasks(NSFNET, [task], selected={"t": (0, 2)})

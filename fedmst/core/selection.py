@@ -143,6 +143,21 @@ def participants(given: str, local_models: int) -> int:
     return count
 
 
+def check_pool(pool: int | None, count: int, given: str) -> None:
+    """Refuse a ``--selection-pool`` smaller than the ``count`` participants it must hold (what
+    ``--clients-per-round`` ``given`` asks for): a pool is drawn before M are picked from it.
+
+    >>> check_pool(None, 4, "4"), check_pool(12, 8, "0.5")
+    (None, None)
+    >>> check_pool(3, 4, "4")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    fedmst.core.selection.SelectionError: --selection-pool 3: the pool is drawn ... so give 4 or more
+    """
+    if pool is not None and pool < count:
+        raise SelectionError(f"--selection-pool {pool}: the pool is drawn before the round's {count} participants "
+                             f"are picked from it (--clients-per-round {given}), so give {count} or more")
+
+
 def select(name: str, context: SelectionContext) -> tuple[int, ...]:
     """The participants ``name`` picks, checked: ``count`` distinct candidates (all of them when
     there are no more than ``count``)."""
@@ -166,4 +181,4 @@ def reduced(task: Task, models: tuple[int, ...]) -> Task:
 
 
 __all__ = ["POOL_FACTOR", "SELECTIONS", "Loss", "Network", "Random", "Selection", "SelectionContext", "SelectionError",
-           "participants", "pool_size", "reduced", "select"]
+           "check_pool", "participants", "pool_size", "reduced", "select"]

@@ -440,6 +440,7 @@ def _check_together(config: RunConfig) -> None:
             raise FedmstError(f"{', '.join(given)}: the fluid model of --mode simulate runs no TCP; use --mode emulate")
     if config.interleave != "none" and config.clock != "independent":
         raise FedmstError(f"--interleave {config.interleave} shifts tasks on their own clocks: add --clock independent")
+    _check_selection(config)
     if config.clock == "independent":
         given = [o for o, v in (("--fail-link", config.fail_links), ("--kill-worker", config.kill_workers),
                                 ("--deadline", config.deadline_s), ("--clients-per-round", config.clients_per_round),
@@ -447,6 +448,22 @@ def _check_together(config: RunConfig) -> None:
         if given:
             raise FedmstError(f"{', '.join(given)}: not supported with --clock independent yet (faults, deadlines "
                               "and re-plans happen between lockstep phases); use --clock lockstep")
+
+
+def _check_selection(config: RunConfig) -> None:
+    """A selection, or its pool, needs ``--clients-per-round`` (without it every local model takes
+    part, so nothing is chosen); random draws no pool."""
+    default = options()["selection"][0].default
+    if config.clients_per_round is None:
+        given = [f"{o} {v}" for o, v, asked in (("--selection", config.selection, config.selection != default),
+                                                ("--selection-pool", config.selection_pool,
+                                                 config.selection_pool is not None)) if asked]
+        if given:
+            raise FedmstError(f"{' and '.join(given)}: without --clients-per-round M every local model takes part in "
+                              "every round, so none is chosen; give --clients-per-round too")
+    elif config.selection == default and config.selection_pool is not None:
+        raise FedmstError(f"--selection-pool {config.selection_pool}: --selection {default} draws no pool (its "
+                          "sample is the round's participants); the pool is for loss, network or your own selection")
 
 
 def read_config_file(path: Path, extra_keys: Sequence[str] = ()) -> dict[str, Any]:

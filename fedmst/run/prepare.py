@@ -21,7 +21,7 @@ from fedmst.core.linktrace import LinkChange, read_link_trace
 from fedmst.core.plan import TRANSFER_PHASES, predicted_phase_seconds
 from fedmst.core.ordering import shortest_jobs_first
 from fedmst.core.schedulers import get_scheduler
-from fedmst.core.selection import SELECTIONS, participants
+from fedmst.core.selection import SELECTIONS, check_pool, participants
 from fedmst.core.tasks import Task, place_task
 from fedmst.core.timescale import MEASURED_COSTS, PhaseLoad, TimeScale, phase_load, pick_scale, power_of_two
 from fedmst.core.topology import load_topology, node_order
@@ -282,7 +282,9 @@ def _tasks(config: RunConfig, graph: nx.Graph) -> list[Task]:
                      sums_in_path=strategy.decomposable)  # else relays forward every update whole
              for e in entries]
     for task in tasks:  # refused before anything starts
-        strategy.check(participants(config.clients_per_round, task.k) if config.clients_per_round else task.k)
+        count = participants(config.clients_per_round, task.k) if config.clients_per_round else task.k
+        strategy.check(count)
+        check_pool(config.selection_pool, count, str(config.clients_per_round))
     if config.clock == "lockstep":
         own = [t.name for t in tasks if t.rounds != config.rounds or t.start_s]
         if own:
