@@ -39,7 +39,9 @@ running() {  # the PIDs of nodes this script started that still run
         [[ -e $f ]] || continue
         local pid cmd
         pid=$(<"$f")
-        cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)
+        # a node that ends between the listing and this read is simply not running: the redirection's own
+        # error goes to the group's stderr, which is silenced (a plain 2>/dev/null would come after it)
+        cmd=$({ tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null || true)
         if [[ $cmd == *"ray start "*"--block"* ]]; then echo "$pid"; fi
     done
 }

@@ -61,6 +61,7 @@ def _script_cluster(nodes: int, env: dict[str, str]) -> Iterator[tuple[str, list
         stopped = subprocess.run(["bash", str(SCRIPT), "stop"], capture_output=True, text=True, env=env,
                                  timeout=300)
         assert stopped.returncode == 0, stopped.stderr
+        assert "No such file" not in stopped.stderr, stopped.stderr  # nodes ending as stop reads them: no word
         left = [p.pid for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         assert not left, f"ray-local.sh stop left processes of the cluster running: {left}"
         assert not leftovers(), f"left behind: {leftovers()}"
