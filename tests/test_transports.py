@@ -18,34 +18,8 @@ pytestmark = [pytest.mark.integration,
 
 OURS = re.compile(r"fm[a-z]{3}_")
 
-MY_RENO = """\
-#include "vmlinux.h"
-#include <bpf/bpf_helpers.h>
-#include <bpf/bpf_tracing.h>
-
-char _license[] SEC("license") = "GPL";
-
-extern __u32 tcp_reno_ssthresh(struct sock *sk) __ksym;
-extern void tcp_reno_cong_avoid(struct sock *sk, __u32 ack, __u32 acked) __ksym;
-extern __u32 tcp_reno_undo_cwnd(struct sock *sk) __ksym;
-
-SEC("struct_ops/my_ssthresh")
-__u32 BPF_PROG(my_ssthresh, struct sock *sk) { return tcp_reno_ssthresh(sk); }
-
-SEC("struct_ops/my_cong_avoid")
-void BPF_PROG(my_cong_avoid, struct sock *sk, __u32 ack, __u32 acked) { tcp_reno_cong_avoid(sk, ack, acked); }
-
-SEC("struct_ops/my_undo_cwnd")
-__u32 BPF_PROG(my_undo_cwnd, struct sock *sk) { return tcp_reno_undo_cwnd(sk); }
-
-SEC(".struct_ops")
-struct tcp_congestion_ops my_reno = {
-    .ssthresh = (void *)my_ssthresh,
-    .cong_avoid = (void *)my_cong_avoid,
-    .undo_cwnd = (void *)my_undo_cwnd,
-    .name = "my_reno",
-};
-"""
+MY_RENO = Path(__file__).resolve().parents[1] / "examples" / "my_reno.bpf.c"
+"""The template docs/transports.md points users at: Reno written out in BPF."""
 
 
 def available() -> list[str]:
@@ -116,11 +90,10 @@ def test_mltcp_grows_its_window_by_the_bytes_ratio_the_agents_tell_it(clean_host
 
 
 def test_a_users_own_algorithm_runs_and_leaves_nothing_registered(clean_host: None, tmp_path: Path) -> None:
-    """A small Reno written by the user as a .bpf.c is compiled, registered under the run's name,
-    run on every connection, and unregistered after the run; after a SIGKILLed run it stays
-    registered until `fedmst clean` unregisters it."""
-    source = tmp_path / "my_reno.bpf.c"
-    source.write_text(MY_RENO)
+    """The Reno a user starts from (examples/my_reno.bpf.c, as docs/transports.md gives it) is
+    compiled, registered under the run's name, run on every connection, and unregistered after the
+    run; after a SIGKILLed run it stays registered until `fedmst clean` unregisters it."""
+    source = MY_RENO
     emulated = run(tmp_path / "once", "--congestion-control", str(source))["emulated"]
     name = emulated["congestion_control_kernel"]
     assert OURS.match(name) and name.endswith("_my_reno"), emulated
