@@ -181,7 +181,8 @@ class ClusterSummary:
     time_scale: float
     wall_s: float
     skipped: int = 0
-    """Rows of a public trace left out (jobs without GPUs, jobs that never ran)."""
+    """Rows of a public trace left out (:data:`fedmst.core.cluster.traces.SKIPPED_WHY`: no GPU, or no run
+    time: never ran, or still running when the trace was taken)."""
     preempt: str = "none"
     preemptions: int = 0
     """Times a preemption stopped a job (preemptions.csv's rows)."""
