@@ -574,7 +574,8 @@ def links(run_dir: Path, sort: str, round_: int | None, against: str | None) -> 
 @click.option("--wait", "wait_s", type=float, default=60.0, show_default=True,
               help="Seconds to wait for a run that has not begun writing its live state.")
 def watch(run_dir: Path, wait_s: float) -> None:
-    """Watch a run (or compare) folder's links live, from another terminal, until the run ends."""
+    """Watch a run's links live, from another terminal, until the run ends; a compare (or sweep) folder
+    while it runs: each run in turn. A folder of runs no one process runs now names them, to pick one."""
     from fedmst.views.live import watch as watch_
 
     _guard(lambda: watch_(run_dir, console, wait_s=wait_s))

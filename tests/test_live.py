@@ -19,7 +19,7 @@ from fedmst.errors import FedmstError
 from fedmst.run import livestate
 from fedmst.run.livestate import LiveStatus, LivePublisher, read_status
 from fedmst.run.measure import CounterSampler
-from fedmst.views.live import check_watchable, follow, plain, render, show, watch
+from fedmst.views.live import check_watchable, follow, plain, render, show, watch, which_run
 
 A, B, C = ("a", "b"), ("b", "a"), ("b", "c")
 
@@ -187,3 +187,58 @@ def test_watch_stopped_by_sigterm_says_so_without_a_network_it_never_built(tmp_p
             watch.kill()
             watch.wait()
     assert watch.returncode == 130 and err.strip() == "fedmst: interrupted", err
+
+
+def _state(run: Path, coordinator: int, finished: bool, scheduler: str = "mst") -> None:
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "live.json").write_text(LiveStatus(run_dir=str(run), scheduler=scheduler, topology="t",
+                                              coordinator=coordinator, rounds=1, finished=finished,
+                                              phase="finished" if finished else "upload").to_json())
+
+
+def _ended_pid() -> int:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    return gone.pid
+
+
+def test_watch_on_a_folder_of_ended_runs_names_them_and_how_to_watch_one(tmp_path: Path) -> None:
+    """A compare (or sweep) that has ended holds several runs: watch picks none of them silently
+    but says, in one line, which there are and how to watch one."""
+    ended = _ended_pid()
+    (tmp_path / "cmp").mkdir()
+    (tmp_path / "cmp" / ".fedmst").write_text('{"command": "compare"}\n')
+    for name in ("spff", "mst"):
+        _state(tmp_path / "cmp" / name, ended, finished=True, scheduler=name)
+    with pytest.raises(FedmstError) as refused:
+        watch(tmp_path / "cmp", Console(file=io.StringIO()), wait_s=1)
+    assert str(refused.value) == (f"{tmp_path}/cmp, a compare folder, holds 2 runs (mst, spff): watch one of them, "
+                                  f"e.g. fedmst watch {tmp_path}/cmp/mst")
+    # a sweep's: its points' runs, two levels down, the running one given as the example
+    sweep = tmp_path / "sweep"
+    for k in range(2, 6):
+        for name in ("spff", "mst"):
+            _state(sweep / f"k{k}-seed1" / name, ended, finished=True, scheduler=name)
+    _state(sweep / "k6-seed1" / "spff", os.getpid(), finished=False, scheduler="spff")
+    (sweep / "k6-seed1" / "mst").mkdir()
+    _state(sweep / "k2-seed1" / "extra", os.getpid() + 1, finished=True)  # another process's
+    check_watchable(sweep)
+    with pytest.raises(FedmstError) as refused:
+        watch(sweep, Console(file=io.StringIO()), wait_s=1)
+    message = str(refused.value)
+    assert message.startswith(f"{sweep} holds 10 runs (k2-seed1/extra, k2-seed1/mst, k2-seed1/spff, k3-seed1/mst, "
+                              "k3-seed1/spff, k4-seed1/mst and 4 more): watch one of them"), message
+    assert message.endswith(f"e.g. fedmst watch {sweep}/k6-seed1/spff (running now)"), message
+
+
+def test_watch_follows_a_compare_being_run_and_a_folder_s_only_run_saying_so(tmp_path: Path) -> None:
+    compare = tmp_path / "cmp"
+    (compare / "spff").mkdir(parents=True)
+    (compare / ".fedmst").write_text('{"command": "compare"}\n')
+    _state(compare / "spff", os.getpid(), finished=True, scheduler="spff")
+    _state(compare / "mst", os.getpid(), finished=False)  # this process runs it now
+    assert which_run(compare) == (compare, f"following the compare in {compare}, run after run (now mst)")
+    alone = tmp_path / "one"
+    _state(alone / "k2-seed1" / "mst", _ended_pid(), finished=True)
+    assert which_run(alone) == (alone / "k2-seed1" / "mst", f"watching {alone}/k2-seed1/mst, the one run in {alone}")
+    assert which_run(alone / "k2-seed1" / "mst") == (alone / "k2-seed1" / "mst", None)  # a run folder: itself

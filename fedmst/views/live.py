@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fedmst.errors import FedmstError
+from fedmst.run.folders import holds
 from fedmst.run.livestate import LIVE_FILE, LiveStatus, as_rows, read_status
 
 POLL_S = 0.25
@@ -86,10 +87,15 @@ def follow(folder: Path, coordinator: int | None = None, poll_s: float = POLL_S,
         time.sleep(poll_s)
 
 
+RUNS_INSIDE = (f"*/{LIVE_FILE}", f"*/*/{LIVE_FILE}")
+"""Where a folder of runs keeps their live states: a compare's ``NAME/``, a sweep's ``POINT/NAME/``."""
+
+
 def _current(folder: Path, coordinator: int | None) -> tuple[Path | None, LiveStatus | None]:
-    """The live state to show: the folder's own, or in a compare folder the newest of its runs'."""
+    """The live state to show: the folder's own, or in a compare (or sweep) folder the newest of
+    its runs'."""
     paths = [folder / LIVE_FILE] if (folder / LIVE_FILE).exists() else sorted(
-        folder.glob(f"*/{LIVE_FILE}"), key=lambda p: p.stat().st_mtime, reverse=True)
+        (p for pattern in RUNS_INSIDE for p in folder.glob(pattern)), key=_mtime, reverse=True)
     for path in paths:
         try:
             status = read_status(path.parent)
@@ -100,9 +106,57 @@ def _current(folder: Path, coordinator: int | None) -> tuple[Path | None, LiveSt
     return None, None
 
 
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:  # replaced (or its folder emptied) since it was listed
+        return 0.0
+
+
 def _holds_run(folder: Path) -> bool:
-    """Whether ``folder`` is a run's or a compare's (its live view or its configuration is written)."""
-    return any(any(folder.glob(pattern)) for pattern in (LIVE_FILE, f"*/{LIVE_FILE}", "config.json", "*/config.json"))
+    """Whether ``folder`` is a run's, a compare's or a sweep's (its live view or its configuration
+    is written)."""
+    return any(any(folder.glob(pattern)) for pattern in (LIVE_FILE, *RUNS_INSIDE, "config.json", "*/config.json"))
+
+
+def _runs_in(folder: Path) -> dict[Path, LiveStatus | None]:
+    """The runs in a folder of runs (a compare's or a sweep's), by name, with their live states."""
+    runs: dict[Path, LiveStatus | None] = {}
+    for path in sorted({p.parent for pattern in RUNS_INSIDE for p in folder.glob(pattern)}):
+        try:
+            runs[path] = read_status(path)
+        except (FileNotFoundError, FedmstError):
+            runs[path] = None
+    return runs
+
+
+MOST_NAMED = 6
+"""Runs a refusal names before it says how many more there are."""
+
+
+def which_run(folder: Path) -> tuple[Path, str | None]:
+    """What ``fedmst watch FOLDER`` follows, and the line that says so: a run folder itself (no
+    line: its view names it); the only run in a folder of runs; or the runs of one compare (or
+    sweep) still running, one after another as its process runs them. A folder of several runs
+    that no one process is running now is refused in one line that names them and says how to
+    watch one."""
+    runs = _runs_in(folder) if not (folder / LIVE_FILE).exists() else {}
+    if not runs:
+        return folder, None
+    if len(runs) == 1:
+        (run,) = runs
+        return run, f"watching {run}, the one run in {folder}"
+    states = [s for s in runs.values() if s is not None]
+    running = [run for run, s in runs.items() if s is not None and not s.finished and psutil.pid_exists(s.coordinator)]
+    kind = holds(folder)  # "a compare", "a sweep"; None for a folder fedmst did not make
+    if running and len({s.coordinator for s in states}) == 1:
+        what = "the runs" if kind is None else kind.replace("a ", "the ", 1)
+        return folder, f"following {what} in {folder}, run after run (now {running[-1].relative_to(folder)})"
+    names = [str(run.relative_to(folder)) for run in runs]
+    listed = ", ".join(names[:MOST_NAMED]) + (f" and {len(names) - MOST_NAMED} more" if len(names) > MOST_NAMED else "")
+    example = max(running or list(runs), key=lambda run: _mtime(run / LIVE_FILE))
+    raise FedmstError(f"{folder}{'' if kind is None else f', {kind} folder,'} holds {len(runs)} runs ({listed}): "
+                      f"watch one of them, e.g. fedmst watch {example}" + (" (running now)" if running else ""))
 
 
 def check_watchable(folder: Path) -> None:
@@ -118,8 +172,8 @@ def watch(folder: Path, console: Console, wait_s: float = 60.0) -> None:
     """Show the run in ``folder`` live until it ends (plain lines when ``console`` is no terminal);
     a run folder not yet written (the run is preparing) is waited for up to ``wait_s``."""
     deadline = time.monotonic() + wait_s
+    err = Console(stderr=True, markup=False, emoji=False)
     if not folder.exists():  # started beside the run, before the run made its folder
-        err = Console(stderr=True, markup=False, emoji=False)
         err.print(f"fedmst watch: waiting up to {wait_s:g} s for {folder} to appear", markup=False, soft_wrap=True)
         # the run makes its folder a moment before it writes anything into it
         while not (folder.is_dir() and _holds_run(folder)) and time.monotonic() < deadline:
@@ -129,7 +183,10 @@ def watch(folder: Path, console: Console, wait_s: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise FedmstError(f"{folder}: no run started writing {LIVE_FILE} within {wait_s:g} s")
         time.sleep(POLL_S)
-    show(follow(folder), console)
+    watched, said = which_run(folder)  # a folder of several runs: which, or refused naming them
+    if said:
+        err.print(f"fedmst watch: {said}", markup=False, soft_wrap=True)
+    show(follow(watched), console)
 
 
 def show(states: Iterator[LiveStatus], console: Console) -> None:
