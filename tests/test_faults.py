@@ -6,7 +6,8 @@ import networkx as nx
 import pytest
 
 from fedmst.errors import FedmstError
-from fedmst.core.faults import LinkFailure, WorkerKill, parse_link_failure, parse_worker_kill, remaining_tasks
+from fedmst.core.faults import (LinkFailure, WorkerKill, check_strike_offset, parse_link_failure, parse_worker_kill,
+                                remaining_tasks)
 from fedmst.core.schedulers import schedule
 from fedmst.core.tasks import Task
 
@@ -47,6 +48,43 @@ def test_worker_kill_forms() -> None:
         parse_worker_kill("9@1", ring(), rounds=2)
     with pytest.raises(FedmstError, match="give NODE@ROUND"):
         parse_worker_kill("3", ring(), rounds=2)
+
+
+def test_an_offset_past_the_predicted_broadcast_is_refused_where_the_plan_is_the_rounds_own() -> None:
+    """``@R+S`` strikes S seconds into round R's broadcast, or at its end if it is over sooner:
+    an S the plan predicts past the end is refused, naming the prediction; an S inside passes;
+    after a re-plan (a fault at the round's start, or a worker killed in an earlier training) the
+    prediction is another plan's, so it is not judged."""
+    late = LinkFailure(("10", "11"), 1, after_s=99.0)
+    with pytest.raises(FedmstError, match=r"^--fail-link 10-11@1\+99: mst's plan predicts round 1's broadcast to be "
+                                          r"over after 0\.1 s, so 99 s into it the link would fail at its end; give "
+                                          r"an offset below 0\.1 s \(10-11@1: at the round's start\)$"):
+        check_strike_offset([late], [], 0.1, "mst")
+    with pytest.raises(FedmstError, match=r"^--kill-worker 7@2\+0\.5: spff's plan .* below 0\.4 s \(7@2: during"):
+        check_strike_offset([], [WorkerKill("7", 2, after_s=0.5)], 0.4, "spff")
+    check_strike_offset([LinkFailure(("10", "11"), 1, after_s=0.09)], [], 0.1, "mst")  # inside: struck under it
+    check_strike_offset([LinkFailure(("10", "11"), 1, after_s=0.05), late], [], 0.1, "mst")  # the first re-plans
+    check_strike_offset([LinkFailure(("1", "2"), 1), late], [], 0.1, "mst")  # re-planned at the round's start
+    check_strike_offset([replace_round(late, 2)], [WorkerKill("3", 1)], 0.1, "mst")  # re-planned in round 1
+    with pytest.raises(FedmstError, match=r"^--fail-link 10-11@2\+99: "):  # a kill in round 2's training comes later
+        check_strike_offset([replace_round(late, 2)], [WorkerKill("3", 2)], 0.1, "mst")
+
+
+def replace_round(failure: LinkFailure, round_: int) -> LinkFailure:
+    return LinkFailure(failure.link, round_, failure.until, failure.after_s)
+
+
+def test_a_run_refuses_a_fault_after_its_predicted_broadcast_before_any_network() -> None:
+    from fedmst.run.config import RunConfig
+    from fedmst.run.prepare import Host, resolve
+
+    host = Host(delay_mode="userspace", netem_available=False)
+    config = RunConfig(topology="line3", model="mlp", rounds=1, time_scale="1", fail_links=("a-b@1+99",))
+    with pytest.raises(FedmstError, match=r"^--fail-link a-b@1\+99: spff's plan predicts round 1's broadcast to be "
+                                          r"over after 0\.\d+ s, so 99 s"):
+        resolve(config, ["spff", "mst"], host)
+    assert len(resolve(RunConfig(topology="line3", model="mlp", rounds=1, time_scale="1",
+                                 fail_links=("a-b@1+0.01",)), ["spff", "mst"], host)) == 2
 
 
 TASK = Task(name="t", global_node="0", local_nodes=("1", "2", "2", "3"), model_bytes=1000)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,22 @@ def _struck(event: str, *, node: str | None = None, link: tuple[str, str] | None
     strike.start()
     strike.finish("broadcast")
     return strike
+
+
+def test_a_strike_whose_phase_ends_first_strikes_at_its_end_and_says_so() -> None:
+    """``+99`` into a phase over at once: the fault strikes as the phase ends, and the event (on the
+    console and in faults.json) says it came at the end, not 99 s in; one on time says nothing more."""
+    late = Strike("link a-b down", 99.0, lambda: 0, link=("a", "b"))
+    late.start()
+    late.finish("broadcast")
+    assert late.at_end and late.at_s is not None and late.at_s < 1
+    assert late.description == (f"link a-b down {late.at_s:.2f} s into the broadcast, at its end: it was over "
+                                "before the 99 s asked")
+    on_time = Strike("link a-b down", 0.01, lambda: 0, link=("a", "b"))
+    on_time.start()
+    time.sleep(0.2)
+    on_time.finish("broadcast")
+    assert not on_time.at_end and on_time.description.endswith("s into the broadcast")
 
 
 def test_nothing_broke_nothing_to_do() -> None:

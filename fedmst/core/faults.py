@@ -119,6 +119,36 @@ def parse_slow_node(spec: str, graph: nx.Graph) -> tuple[str, float]:
     return node, slow
 
 
+def check_strike_offset(link_failures: Sequence[LinkFailure], kills: Sequence[WorkerKill], broadcast_s: float,
+                        scheduler: str) -> None:
+    """Refuse, in one line, a fault asked ``+S`` seconds into a broadcast that ``scheduler``'s plan
+    predicts to be over by then (``broadcast_s``, in the network's seconds): it would strike at the
+    phase's end, not under its transfers. Only the first such fault is judged, and only where
+    nothing re-plans before it (a fault at an earlier round's start or under an earlier phase),
+    since a re-planned round runs another plan (and a broadcast given up runs again).
+
+    >>> link = LinkFailure(link=("10", "11"), round=1, after_s=99.0)
+    >>> check_strike_offset([link], [], broadcast_s=0.1, scheduler="mst")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    fedmst.errors.FedmstError: --fail-link 10-11@1+99: mst's plan predicts round 1's broadcast ... over after 0.1 s, ...
+    >>> check_strike_offset([LinkFailure(("9", "10"), round=1), link], [], 0.1, "mst")  # re-planned first: not judged
+    """
+    strikes = sorted([(f.round, f.after_s, "--fail-link", f"{f.link[0]}-{f.link[1]}@{f.round}", "the link would fail",
+                       "at the round's start") for f in link_failures if f.after_s is not None]
+                     + [(k.round, k.after_s, "--kill-worker", f"{k.node}@{k.round}", "the worker would die",
+                         "during the round's training") for k in kills if k.after_s is not None])
+    if not strikes:
+        return
+    round_, after_s, option, spec, what, instead = strikes[0]
+    replanned = ([f.round <= round_ for f in link_failures if f.after_s is None]
+                 + [k.round < round_ for k in kills if k.after_s is None])
+    if any(replanned) or after_s < broadcast_s:
+        return
+    raise FedmstError(f"{option} {spec}+{after_s:g}: {scheduler}'s plan predicts round {round_}'s broadcast to be over "
+                      f"after {broadcast_s:.3g} s, so {after_s:g} s into it {what} at its end; give an offset below "
+                      f"{broadcast_s:.3g} s ({spec}: {instead})")
+
+
 def _seconds(spec: str, text: str, option: str) -> float:
     try:
         seconds = float(text)

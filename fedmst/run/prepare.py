@@ -197,6 +197,7 @@ def _plan(config: RunConfig, host: Host, inputs: _Inputs, scheduler: str) -> Res
     if not workload.plans:
         raise FedmstError(f"every task was blocked under {scheduler}, e.g. {workload.blocked[0][0]}: "
                           f"{workload.blocked[0][1]}")
+    _check_strike_offsets(config, inputs, workload, scheduler, with_delay)
     nodes = _worker_nodes(config, graph, workload)
     for node in inputs.slow:
         if node not in nodes:
@@ -217,6 +218,21 @@ def _plan(config: RunConfig, host: Host, inputs: _Inputs, scheduler: str) -> Res
         delay_mode=host.delay_mode, netem_available=host.netem_available, transport=host.transport,
         profiles=profiles, time_scale=time_scale, scale_reason=reason,
     )
+
+
+def _check_strike_offsets(config: RunConfig, inputs: _Inputs, workload: WorkloadPlan, scheduler: str,
+                          with_delay: bool) -> None:
+    """Refuse a fault ``+S`` seconds into a broadcast the plan predicts to be over by then
+    (:func:`fedmst.core.faults.check_strike_offset`), where the plan's prediction is the round's
+    own: no client selection, measured link state, link trace or background traffic changes or
+    slows the plan first."""
+    if not any(f.after_s is not None for f in (*inputs.link_failures, *inputs.kills)):
+        return
+    if config.clients_per_round or config.link_state == "measured" or inputs.link_changes or inputs.background:
+        return
+    broadcast_s = predicted_phase_seconds(workload.plans, inputs.graph, "broadcast", chunk_bytes=config.chunk_bytes,
+                                          with_delay=with_delay, mtu=config.mtu)
+    faults.check_strike_offset(inputs.link_failures, inputs.kills, broadcast_s, scheduler)
 
 
 def phase_loads(config: RunConfig, host: Host, graph: nx.Graph, workload: WorkloadPlan) -> list[PhaseLoad]:

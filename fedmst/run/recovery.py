@@ -77,6 +77,9 @@ class Strike:
         self.when = 0.0
         """When it struck (``clock``)."""
         self.lost_bytes = 0
+        self.after_s = after_s
+        self.at_end = False
+        """Whether the phase ended before ``after_s`` and the fault struck at its end instead."""
         self._lock = threading.Lock()
         self._timer = threading.Timer(scale.real_s(after_s), self.strike)
         self._t0 = 0.0
@@ -85,20 +88,23 @@ class Strike:
         self._t0 = self.clock()
         self._timer.start()
 
-    def strike(self) -> None:
+    def strike(self, at_end: bool = False) -> None:
         with self._lock:
             if self.at_s is None:
                 self.when = self.clock()
                 self.lost_bytes = self.action()
                 self.at_s = self.clock() - self._t0
+                self.at_end = at_end
 
     def finish(self, phase: str) -> None:
         """Strike now if the phase ended first, and describe what happened when."""
         self._timer.cancel()
         if self._timer.is_alive():
             self._timer.join()
-        self.strike()
+        self.strike(at_end=True)
         self.description = f"{self.event} {self.at_s:.2f} s into the {'training' if phase == 'train' else phase}"
+        if self.at_end and self.after_s > 0:
+            self.description += f", at its end: it was over before the {self.after_s:g} s asked"
 
 
 def strikes_for(round_: int, phase: str, link_failures: tuple[faults.LinkFailure, ...],
