@@ -79,9 +79,6 @@ def resolve(config: RunConfig) -> ResolvedCluster:
     if config.jobs is None:
         raise FedmstError("fedmst cluster needs --jobs: a .csv or .jsonl file, poisson:RATE,N, philly:FILE or "
                           "helios:FILE")
-    if config.time_compress != 1 and config.jobs.startswith("poisson:"):
-        raise FedmstError(f"--time-compress {config.time_compress:g} with --jobs {config.jobs}: a Poisson trace's "
-                          "rate is already per minute of network time; give the rate you want instead")
     ORDERS.lookup(config.job_order)
     PLACEMENTS.lookup(config.placement)
     PREEMPTIONS.lookup(config.preempt)
@@ -93,6 +90,9 @@ def resolve(config: RunConfig) -> ResolvedCluster:
                        "model and its G): give more --slots")
     trace = read_jobs(config.jobs, seed=config.seed, time_compress=config.time_compress,
                       max_local_models=sum(slots.values()) - 1)
+    if config.time_compress != 1 and config.jobs.startswith("poisson:"):  # a factor read_jobs found valid
+        raise FedmstError(f"--time-compress {config.time_compress:g} with --jobs {config.jobs}: a Poisson trace's "
+                          "rate is already per minute of network time; give the rate you want instead")
     jobs = tuple(j.filled(rounds=config.rounds, model=config.model, dataset=config.dataset, epochs=config.epochs,
                           compute_s=config.compute_s) for j in trace.jobs)
     sizes = _model_sizes(jobs)
