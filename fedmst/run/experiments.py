@@ -288,6 +288,77 @@ def read_sweep(path: Path) -> list[dict[str, Any]]:
         raise FedmstError(f"{path}: malformed row ({exc})") from None
 
 
+def sweep_points(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A sweep's results, one entry per point and scheduler (model, congestion control, local
+    models, in the order the rows have them): the means over its seeds, tasks and rounds of the
+    round's latency, its communication (broadcast + upload) and the Plans' prediction of it, and
+    the bytes on all links per round, measured and predicted; ``baseline`` is the first scheduler
+    of the point (the one the others are compared with).
+
+    >>> row = lambda s, seed, up, b: {"model": "m", "model_bytes": 8, "congestion_control": "cubic",
+    ...     "local_models": 2, "seed": seed, "scheduler": s, "round_s": 1.0, "broadcast_s": 0.5, "upload_s": up,
+    ...     "run_predicted_comm_s": 1.0, "run_link_bytes_measured": b, "run_link_bytes_predicted": b}
+    >>> spff, mst = sweep_points([row("spff", 1, 0.5, 10.0), row("mst", 1, 1.0, 6.0), row("spff", 2, 1.5, 30.0)])
+    >>> spff["scheduler"], spff["comm_s"], spff["bytes"], mst["baseline"]
+    ('spff', 1.5, 20.0, 'spff')
+    """
+    groups: dict[tuple[str, str, int], dict[str, list[Mapping[str, Any]]]] = {}
+    for r in rows:
+        point = (r["model"], r["congestion_control"], int(r["local_models"]))
+        groups.setdefault(point, {}).setdefault(r["scheduler"], []).append(r)
+    measures: dict[str, Callable[[Mapping[str, Any]], float]] = {
+        "round_s": lambda r: float(r["round_s"]),
+        "comm_s": lambda r: float(r["broadcast_s"]) + float(r["upload_s"]),
+        "predicted_comm_s": lambda r: float(r["run_predicted_comm_s"]),
+        "bytes": lambda r: float(r["run_link_bytes_measured"]),
+        "predicted_bytes": lambda r: float(r["run_link_bytes_predicted"]),
+    }
+    return [{"model": model, "model_bytes": int(rs[0]["model_bytes"]), "congestion_control": cc, "local_models": k,
+             "scheduler": scheduler, "baseline": next(iter(per)),
+             **{name: sum(map(measure, rs)) / len(rs) for name, measure in measures.items()}}
+            for (model, cc, k), per in groups.items() for scheduler, rs in per.items()]
+
+
+def sweep_table(points: Sequence[Mapping[str, Any]]) -> Any:
+    """A rich Table of a sweep's results (:func:`sweep_points`): a row per
+    point and scheduler, with the model and the congestion control where the sweep ran several,
+    measured beside predicted, and each scheduler's communication and link bytes against its
+    point's first scheduler's (the baseline, the first of ``--schedulers``)."""
+    from rich import box
+    from rich.table import Table
+
+    from fedmst.run.report import scheduler_label, size_label, size_unit
+
+    def several(key: str) -> bool:
+        return len({p[key] for p in points}) > 1
+
+    models, transports = several("model"), several("congestion_control")
+    unit, scale = size_unit(max([p[key] for p in points for key in ("bytes", "predicted_bytes")] + [1]))
+    size = "{:.0f}" if unit == "B" else "{:.2f}"
+    base = scheduler_label(points[0]["baseline"]) if points else ""
+    table = Table(title="The sweep, per task and round (means over seeds; comm.: broadcast + upload; "
+                        f"link {unit}: on all links per round)", box=box.SIMPLE_HEAD, show_edge=False,
+                  collapse_padding=True, pad_edge=False)
+    for header in ["model"] * models + ["TCP"] * transports + ["k", "scheduler"]:
+        table.add_column(header, overflow="fold")
+    compared = len({p["scheduler"] for p in points}) > 1
+    for header in ("round\n(s)", "comm.\n(s)", "pred.\n(s)", f"link\n{unit}", f"pred.\n{unit}",
+                   *[f"comm.\nvs {base}", f"bytes\nvs {base}"] * compared):  # two lines: fits 80 columns
+        table.add_column(header, justify="right")
+    by = {(p["model"], p["congestion_control"], p["local_models"], p["scheduler"]): p for p in points}
+
+    def ratio(p: Mapping[str, Any], key: str) -> str:
+        baseline = by[(p["model"], p["congestion_control"], p["local_models"], p["baseline"])]
+        return "" if p is baseline or not baseline[key] else f"{p[key] / baseline[key]:.2f}"
+
+    for p in points:
+        what = [f"{p['model']} {size_label(p['model_bytes'])}"] * models + [p["congestion_control"]] * transports
+        table.add_row(*what, str(p["local_models"]), scheduler_label(p["scheduler"]), f"{p['round_s']:.3f}",
+                      f"{p['comm_s']:.3f}", f"{p['predicted_comm_s']:.3f}", size.format(p["bytes"] / scale),
+                      size.format(p["predicted_bytes"] / scale), *[ratio(p, "comm_s"), ratio(p, "bytes")] * compared)
+    return table
+
+
 def regime_map(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """For every (model, local models) point of a sweep: which schedulers have the lowest round
     latency and the fewest link bytes, measured (means over seeds, tasks and rounds) and as the

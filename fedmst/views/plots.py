@@ -330,12 +330,29 @@ def scheduler_colours(schedulers: list[str]) -> dict[str, str]:
     return {s: SCHEDULER_COLOURS.get(s) or next(others) for s in schedulers}
 
 
-def plot_sweep(rows: list[dict[str, Any]], out_dir: Path, suffix: str = "") -> tuple[Path, Path]:
+MOST_K_TICKS = 12
+"""Up to this many local-model counts, a sweep's figures tick each one; more get whole-number ticks
+that matplotlib spaces."""
+
+
+def _whole_ticks(ax: Any, ks: list[int]) -> None:
+    """Ticks on ``ax``'s local-model axis at whole numbers only (never 2.25 or 2.5 local models):
+    at each swept count, or where there are too many for that, at whole numbers matplotlib spaces."""
+    from matplotlib.ticker import MaxNLocator
+
+    if len(ks) <= MOST_K_TICKS:
+        ax.set_xticks(ks)
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def plot_sweep(rows: list[dict[str, Any]], out_dir: Path, suffix: str = "", subject: str = "") -> tuple[Path, Path]:
     """The poster's Figure 3, measured: task latency and consumed bandwidth against the number of
     local models, one line per scheduler in the rows (in the order they first appear) with the
     spread over seeds as error bars and the Plans' prediction dashed beside it (a marker at each
     point, so that a sweep of one point shows it too). Returns the two PNGs
-    (latency, bandwidth), their names ending in ``suffix``."""
+    (latency, bandwidth), their names ending in ``suffix``; both titles name ``subject`` (what
+    these rows ran: ``TCP dctcp``, with the model where a sweep ran several)."""
     from statistics import mean, pstdev
 
     plt = _pyplot()
@@ -364,9 +381,11 @@ def plot_sweep(rows: list[dict[str, Any]], out_dir: Path, suffix: str = "") -> t
         ax.plot(ks, m, color=c, linestyle="--", marker="x",
                 label=f"{label} predicted (fluid model + measured training)")
     scales = ", ".join(f"{n:g}" for n in sorted({float(r["time_scale"]) for r in rows}))
+    under = "; ".join([subject] * bool(subject) + [f"time scale {scales}: the network's seconds"] * (scales != "1"))
     ax.set(xlabel="local models per task", ylabel="task round latency (s)",
-           title="Latency (training + communication) vs local models"
-           + ("" if scales == "1" else f"\n(time scale {scales}: the network's seconds)"))
+           title="Latency (training + communication) vs local models" + (f"\n({under})" if under else ""))
+    all_ks = sorted({int(r["local_models"]) for r in rows})
+    _whole_ticks(ax, all_ks)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)  # below: it hides no point
     fig.tight_layout()
@@ -388,19 +407,22 @@ def plot_sweep(rows: list[dict[str, Any]], out_dir: Path, suffix: str = "") -> t
     right.set(xlabel="local models per task", ylabel="Gbit/s reserved",
               title="Consumed bandwidth: wavelength capacity reserved")
     for ax in (left, right):
+        _whole_ticks(ax, all_ks)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
+    if subject:
+        fig.suptitle(subject)
     fig.tight_layout()
     _save(fig, paths[1], dpi=130)
     plt.close(fig)
     return paths
 
 
-def plot_regime_map(points: list[dict[str, Any]], out: Path) -> Path:
+def plot_regime_map(points: list[dict[str, Any]], out: Path, subject: str = "") -> Path:
     """Where each schedule wins (:func:`fedmst.run.experiments.regime_map`): for every (local
     models, model size) cell, the scheduler with the least communication time per round (left) and
     the fewest link bytes (right), measured, coloured by scheduler, with the Plans' own pick written
-    under it (ties within 1% share a cell)."""
+    under it (ties within 1% share a cell); the title names ``subject`` (``TCP dctcp``)."""
     plt = _pyplot()
     ks = sorted({p["local_models"] for p in points})
     sizes = sorted({(p["model_bytes"], p["model"]) for p in points})
@@ -425,8 +447,8 @@ def plot_regime_map(points: list[dict[str, Any]], out: Path) -> Path:
         ax.set_xticks(range(len(ks)), [str(k) for k in ks])
     axes[0].set_yticks(range(len(sizes)), [f"{m}\n{size_label(b)}" for b, m in sizes])
     axes[0].set_ylabel("model")
-    fig.suptitle("Where each schedule wins (under each cell: the Plans' prediction; (!) where it differs)",
-                 fontsize=9)
+    fig.suptitle(f"Where each schedule wins{f', {subject}' if subject else ''} (under each cell: the Plans' "
+                 "prediction; (!) where it differs)", fontsize=9)
     fig.tight_layout()
     _save(fig, out, dpi=130)
     plt.close(fig)
