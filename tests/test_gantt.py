@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 from matplotlib.collections import PolyCollection
 from matplotlib.image import imread
+from matplotlib.legend import Legend
 
 from fedmst.core.cluster.slots import SlotInterval
 from fedmst.errors import FedmstError
-from fedmst.run.cluster_records import (JOB_FIELDS, NODE_SEPARATOR, SLOT_FIELDS, Appender, ClusterSummary, JobRow,
-                                        percentile)
+from fedmst.run.cluster_records import (JOB_FIELDS, NODE_SEPARATOR, SLOT_FIELDS, STOPPED_FIELDS, Appender,
+                                        ClusterSummary, JobRow, percentile, read_slots_csv)
 from fedmst.views import gantt
 from fedmst.views.gantt import DPI, ecdf, figure_size, jobs_figure, plot_jobs, slot_rows
 
@@ -236,3 +237,96 @@ def test_plot_knows_a_cluster_folder_from_a_run_or_compare_folder(tmp_path: Path
     (compare / "comparison.json").write_text('{"status": "completed", "schedulers": ["spff", "mst"]}')
     (run / "config.json").write_text("{}")
     assert [is_cluster_folder(f) for f in (one, policies, compare, run)] == [True, True, False, False]
+
+
+def preempted_cluster(folder: Path, mode: str, *, with_record: bool = True, crowd: int = 40) -> Path:
+    """``long`` on nodes 0 and 1, stopped at 4 s by a preemption for ``tick`` (0.05 s), resumed at
+    4.05 s; ``crowd`` jobs of 0.02 s each, back to back on node 2, far too short for their names."""
+    rows = [job_row("long", 0.0, 0.0, 12.0, ["0", "1"]), job_row("tick", 3.9, 4.0, 4.05, ["0", "1"])]
+    rows[0] = JobRow(**{**asdict(rows[0]), "preemptions": 1})
+    intervals = [SlotInterval(n, 0, "long", 0.0, 4.0) for n in ("0", "1")]
+    intervals += [SlotInterval(n, 0, "tick", 4.0, 4.05) for n in ("0", "1")]
+    intervals += [SlotInterval(n, 0, "long", 4.05, 12.0) for n in ("0", "1")]
+    for k in range(crowd):
+        at = round(0.02 * k, 6)
+        rows.append(job_row(f"c{k}", at, at, at + 0.02, ["2"]))
+        intervals.append(SlotInterval("2", 0, f"c{k}", at, at + 0.02))
+    write_cluster(folder, rows, intervals, {**SUMMARY, "mode": mode, "order": "las", "placement": "random",
+                                            "preempt": "las", "preemptions": 1, "jobs": len(rows),
+                                            "jobs_finished": len(rows), "jobs_rejected": 0})
+    if with_record:
+        stopped = Appender(folder / "preemptions.csv", STOPPED_FIELDS)
+        stopped.add([{"asked_s": 3.9, "stopped_s": 4.0, "job": "long", "by": "tick", "reason": "las",
+                      "rounds_done": 2}])
+        stopped.close()
+    return folder
+
+
+@pytest.mark.parametrize("mode,clock", [("simulate", "s of the fluid model"), ("emulate", "s of the emulated network")])
+def test_times_are_said_to_be_the_fluid_models_or_the_emulated_networks(tmp_path: Path, mode: str,
+                                                                        clock: str) -> None:
+    fig = jobs_figure(preempted_cluster(tmp_path / mode, mode))
+    try:
+        chart, cdf = fig.axes[:2]
+        assert clock in chart.get_xlabel() and clock.removeprefix("s ") in cdf.get_xlabel()
+        other = "emulated network" if mode == "simulate" else "fluid model"
+        assert other not in chart.get_xlabel() + cdf.get_xlabel()
+    finally:
+        gantt._pyplot().close(fig)
+
+
+@pytest.mark.parametrize("with_record", [True, False])
+def test_a_preemption_is_in_the_title_and_marked_where_the_job_stopped_and_resumed(tmp_path: Path,
+                                                                                   with_record: bool) -> None:
+    folder = preempted_cluster(tmp_path / "las", "simulate", with_record=with_record)
+    fig = jobs_figure(folder)
+    try:
+        chart = fig.axes[0]
+        assert fig.get_suptitle().endswith("las order, random placement, las preemption (1 stop)")
+        drawn = {c.get_gid(): c for c in chart.collections}
+        top = slot_rows(read_slots_csv(folder)).index(("0", 0))  # long's top row
+        assert drawn["stopped"].get_offsets().tolist() == [[4.0, top]]
+        assert drawn["resumed"].get_offsets().tolist() == [[4.05, top]]
+        shown = [t.get_text() for legend in chart.findobj(Legend) for t in legend.get_texts()]
+        assert "stopped by a preemption (1)" in shown and "resumed" in shown
+    finally:
+        gantt._pyplot().close(fig)
+    quiet = write_cluster(tmp_path / "fifo", *twelve_jobs(), {**SUMMARY, "preempt": "none"})
+    fig = jobs_figure(quiet)
+    try:
+        assert fig.get_suptitle().endswith("fifo order, packed placement, no preemption")
+        assert {"stopped", "resumed"}.isdisjoint(c.get_gid() for c in fig.axes[0].collections)
+    finally:
+        gantt._pyplot().close(fig)
+
+
+def test_every_run_of_a_job_is_named_on_the_chart_or_in_its_key(tmp_path: Path) -> None:
+    folder = preempted_cluster(tmp_path / "crowd", "simulate")
+    fig = jobs_figure(folder)
+    try:
+        chart = fig.axes[0]
+        names = [(t.get_text(), t.get_position()[0]) for t in chart.texts if t.get_gid() == "name"]
+        key = chart.get_legend()
+        keyed = [t.get_text() for t in key.get_texts()] if key is not None else []
+        runs = {(i.job, i.from_s, i.to_s) for i in read_slots_csv(folder)}
+        assert len(runs) == 43
+        for job, start, end in runs:  # a name by its bar (within a second of it), or in the key
+            assert (any(n == job and start - 1.0 <= x <= end + 1.0 for n, x in names)
+                    or f"{job} from {start:.4g} s" in keyed), (job, start)
+        # the short ones beside their bars where there is room, the rest in the key: both at work here
+        assert "tick" in {n for n, _ in names} and keyed and len(keyed) < 40
+        assert {"long"} <= {n for n, _ in names}
+    finally:
+        gantt._pyplot().close(fig)
+
+
+def test_a_policies_comparison_says_whose_seconds_it_shows(tmp_path: Path) -> None:
+    for name in ("fifo+random", "las+random+las"):
+        preempted_cluster(tmp_path / "cmp" / name, "simulate", crowd=0)
+    (tmp_path / "cmp" / "comparison.json").write_text(
+        '{"status": "completed", "policies": ["fifo+random", "las+random+las"], "summaries": {}}')
+    fig = gantt.policies_figure(tmp_path / "cmp")
+    try:
+        assert all(ax.get_xlabel().endswith("(s of the fluid model)") for ax in fig.axes)
+    finally:
+        gantt._pyplot().close(fig)

@@ -3,17 +3,21 @@
 ``jobs.csv`` and ``slots.csv`` (:mod:`fedmst.run.cluster_records`) say it in numbers; the picture
 says where the cluster was busy, where it idled and how long jobs waited. The top panel is a Gantt
 chart: a row per (node, slot) that any job ever held, time across, a bar per slot interval coloured
-by job (colours cycle: with many jobs they repeat), the job's name on the bars wide enough for it,
-and each job's submission marked on its G's row with a thin line running to its start, so that
-queueing shows. The bottom panel is the empirical distribution of the finished jobs' completion
+by job (colours cycle: with many jobs they repeat), the job's name on the bars wide enough for it
+and beside a bar of each job whose bars are all too short (in a key right of the chart where no
+room is left beside them either), each job's submission marked on its G's row with a thin line
+running to its start, so that queueing shows, and each stop by a preemption marked where the job
+stopped and where it resumed. Times are the emulated network's seconds (``--mode emulate``) or
+the fluid model's (``--mode simulate``). The bottom panel is the empirical distribution of the finished jobs' completion
 times (JCT, submission to end), with their queueing times (submission to start) dashed beside it
 and the mean and 99th percentile JCT marked. Everything is drawn as collections, a few artists in
-all (their gids: bars, queued, submitted, rejected), so a trace of thousands of jobs draws in seconds
-(then without names on the bars).
+all (their gids: bars, queued, submitted, rejected, stopped, resumed), so a trace of thousands of
+jobs draws in seconds (then without names on the bars).
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from collections import Counter
@@ -28,6 +32,7 @@ from fedmst.run.cluster_records import (
     JOBS,
     NODE_SEPARATOR,
     SLOTS,
+    STOPPED,
     SUMMARY,
     ClusterSummary,
     JobRow,
@@ -38,6 +43,7 @@ from fedmst.run.cluster_records import (
 from fedmst.run.layout import COMPARISON
 from fedmst.run.report import scheduler_label
 from fedmst.views.plots import _pyplot, _save
+from fedmst.wording import counted
 
 JOBS_PNG = "jobs.png"
 STATUSES = ("finished", "rejected", "failed")
@@ -60,6 +66,10 @@ LABEL_PT = 7.0
 EDGED = 600
 """Up to this many intervals, bars get a thin white edge, so that two intervals of the same colour
 side by side still read as two; beyond it edges would paint the bars white."""
+KEYED = 60
+"""Jobs a key right of the chart names at most, where their bars leave no room for a name."""
+CLOCKS = {"emulate": "the emulated network", "simulate": "the fluid model"}
+"""Whose seconds a cluster's times are, by its mode."""
 CDF_STYLE = {
     "jct": {"color": "tab:blue", "linestyle": "-", "label": "JCT (submission to end)"},
     "queue": {"color": "tab:orange", "linestyle": "--", "label": "queueing (submission to start)"},
@@ -173,16 +183,32 @@ def jobs_figure(folder: Path) -> Any:
     intervals = read_slots_csv(folder)
     summary = ClusterSummary.read(folder) if (folder / SUMMARY).is_file() else None
     rows = slot_rows(intervals)
+    stops = stops_and_resumes(intervals, read_stops(folder, jobs, intervals))
+    clock = clock_of(folder, summary)
+    colours = _colours(jobs, intervals)
 
     plt = _pyplot()
     fig, (gantt, cdf) = plt.subplots(2, 1, figsize=figure_size(len(rows)),
                                      gridspec_kw={"height_ratios": [gantt_height(len(rows)), CDF_IN]})
     try:
         fig.suptitle(_title(folder, summary), fontsize=11)
-        labels = _draw_gantt(gantt, jobs, intervals, rows)
-        _draw_cdf(cdf, jobs)
-        fig.tight_layout(rect=(0.0, 0.0, 1.0, 1.0 - SUPTITLE_IN / fig.get_figheight()))  # the title clear of the legend
-        _label_bars(gantt, labels)
+        bars = _draw_gantt(gantt, jobs, intervals, rows, colours, stops, clock)
+        _draw_cdf(cdf, jobs, clock)
+
+        def laid_out() -> None:
+            fig.tight_layout(rect=(0.0, 0.0, 1.0, 1.0 - SUPTITLE_IN / fig.get_figheight()))  # title clear of legend
+
+        laid_out()
+        unnamed = _label_bars(gantt, bars)
+        if unnamed:  # a key right of the chart takes room from it: lay out again, then name the bars anew
+            _key(gantt, unnamed, colours)
+            laid_out()
+            for text in [t for t in gantt.texts if t.get_gid() == "name"]:
+                text.remove()
+            more = [run for run in _label_bars(gantt, bars) if run not in unnamed]
+            if more:  # the narrower chart left more runs unnamed: they join the key (its names stay by their bars)
+                _key(gantt, sorted([*unnamed, *more], key=lambda run: run[1]), colours)
+                laid_out()
     except BaseException:
         plt.close(fig)
         raise
@@ -208,8 +234,10 @@ def policies_figure(folder: Path) -> Any:
         for ax, values in ((jct, [j.jct_s for j in jobs]), (queue, [j.queue_s or 0.0 for j in jobs])):
             x, y = ecdf(values)
             ax.step(x, y, where="post", label=f"{name} (mean {mean(values):.3g} s)")
+    clocks = {clock_of(folder / n, None, (record.get("summaries") or {}).get(n)) for n in finished}
+    clock = clocks.pop() if len(clocks) == 1 else "the network"
     for ax, what in ((jct, "job completion time"), (queue, "queueing (submission to start)")):
-        ax.set_xlabel(f"{what} (s of the emulated network)")
+        ax.set_xlabel(f"{what} (s of {clock})")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="lower right")
     jct.set_ylabel("share of finished jobs")
@@ -240,9 +268,65 @@ def _title(folder: Path, summary: ClusterSummary | None) -> str:
     if summary is None:
         return f"Jobs of {folder.name or folder} (no {SUMMARY}: the command did not end, or wrote none)"
     ended = "" if summary.status == "completed" else f" ({summary.status})"
+    stops = ("no preemption" if summary.preempt == "none" else
+             f"{summary.preempt} preemption ({counted(summary.preemptions, 'stop')})")
     return (f"{Path(summary.topology).name}, {summary.slots} slots: {summary.mode} mode, "
             f"{scheduler_label(summary.scheduler)} scheduler, {summary.order} order, "
-            f"{summary.placement} placement{ended}")
+            f"{summary.placement} placement, {stops}{ended}")
+
+
+def clock_of(folder: Path, summary: ClusterSummary | None, recorded: Any = None) -> str:
+    """Whose seconds a cluster folder's times are: the emulated network's or the fluid model's, by
+    its mode (``summary``, else a summary ``recorded`` in a comparison.json, else its summary.json or
+    config.json); the network's where none says.
+
+    >>> clock_of(Path("/nowhere"), None, {"mode": "simulate"}), clock_of(Path("/nowhere"), None)
+    ('the fluid model', 'the network')
+    """
+    mode = summary.mode if summary is not None else recorded.get("mode") if isinstance(recorded, dict) else None
+    for name in (SUMMARY, "config.json"):
+        if mode is None:
+            try:
+                mode = json.loads((folder / name).read_text()).get("mode")
+            except (OSError, ValueError, AttributeError):
+                mode = None
+    return CLOCKS.get(str(mode), "the network")
+
+
+def read_stops(folder: Path, jobs: Sequence[JobRow], intervals: Sequence[SlotInterval]) -> list[tuple[str, float]]:
+    """Each stop by a preemption as (job, when it stopped), from preemptions.csv; in a folder from
+    before that file, from slots.csv: the end of each run of a job that jobs.csv says a preemption
+    stopped, but its last. A malformed file is refused in one line."""
+    path = folder / STOPPED
+    if path.is_file():
+        try:
+            with path.open(newline="") as f:
+                return [(r["job"], float(r["stopped_s"])) for r in csv.DictReader(f)]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FedmstError(f"{path}: malformed row ({' '.join(str(exc).split())})") from None
+    stopped = {j.job: j.preemptions for j in jobs if j.preemptions > 0}
+    ends: dict[str, set[float]] = {}
+    for i in intervals:
+        if i.job in stopped:
+            ends.setdefault(i.job, set()).add(i.to_s)
+    return [(job, end) for job, times in ends.items() for end in sorted(times)[:-1][:stopped[job]]]
+
+
+def stops_and_resumes(intervals: Sequence[SlotInterval],
+                      stops: Sequence[tuple[str, float]]) -> list[tuple[str, float, float | None]]:
+    """Each stop as (job, stopped, resumed): it resumed when it next held slots (slots.csv), None
+    if it never did (the command ended first).
+
+    >>> held = [SlotInterval("a", 0, "j", 0.0, 2.0), SlotInterval("b", 0, "j", 5.0, 7.0),
+    ...         SlotInterval("a", 0, "k", 2.0, 4.0)]
+    >>> stops_and_resumes(held, [("j", 2.0), ("k", 4.0)])
+    [('j', 2.0, 5.0), ('k', 4.0, None)]
+    """
+    found = []
+    for job, at in stops:
+        later = [i.from_s for i in intervals if i.job == job and i.from_s >= at - 1e-9 and i.to_s > at + 1e-9]
+        found.append((job, at, min(later) if later else None))
+    return found
 
 
 def _colours(jobs: Sequence[JobRow], intervals: Sequence[SlotInterval]) -> dict[str, Any]:
@@ -257,16 +341,15 @@ def _colours(jobs: Sequence[JobRow], intervals: Sequence[SlotInterval]) -> dict[
     return {name: palette[k % len(palette)] for k, name in enumerate(names)}
 
 
-def _draw_gantt(ax: Any, jobs: Sequence[JobRow], intervals: Sequence[SlotInterval],
-                rows: Sequence[tuple[str, int]]) -> list[tuple[float, float, int, str]]:
-    """Bars, submission marks and row labels; returns the candidates for a name on a bar, as
-    (start, end, row, job)."""
-    from matplotlib.collections import LineCollection, PolyCollection
-    from matplotlib.lines import Line2D
-    from matplotlib.transforms import blended_transform_factory
+def _draw_gantt(ax: Any, jobs: Sequence[JobRow], intervals: Sequence[SlotInterval], rows: Sequence[tuple[str, int]],
+                colours: dict[str, Any], stops: Sequence[tuple[str, float, float | None]],
+                clock: str) -> list[tuple[float, float, int, str]]:
+    """Bars, submission and preemption marks and row labels; returns the bars, as (start, end, row,
+    job), the candidates for a job's name."""
+    from matplotlib.collections import PolyCollection
+    from matplotlib.legend import Legend
 
     index = {row: k for k, row in enumerate(rows)}
-    colours = _colours(jobs, intervals)
     half = 0.4
     verts = [[(i.from_s, y - half), (i.from_s, y + half), (i.to_s, y + half), (i.to_s, y - half)]
              for i in intervals for y in (index[(i.node, i.slot)],)]
@@ -274,8 +357,36 @@ def _draw_gantt(ax: Any, jobs: Sequence[JobRow], intervals: Sequence[SlotInterva
     ax.add_collection(PolyCollection(verts, facecolors=[colours[i.job] for i in intervals],
                                      edgecolors="white" if edged else "none", linewidths=0.5 if edged else 0.0,
                                      zorder=2, gid="bars"))
+    bars = [(i.from_s, i.to_s, index[(i.node, i.slot)], i.job) for i in intervals]
+    handles = _draw_submissions(ax, jobs, intervals, index, colours, half)
+    handles += _draw_stops(ax, bars, stops)
 
-    # submission: a mark on the top edge of the job's G row, a line along it until the job started
+    times = [t for j in jobs for t in (j.submit_s, j.end_s)] + [t for i in intervals for t in (i.from_s, i.to_s)]
+    lo, hi = min(times), max(times)
+    pad = 0.01 * (hi - lo) if hi > lo else 1.0
+    ax.set_xlim(lo - pad, hi + pad)
+    ax.set_ylim(len(rows) - 0.5 if rows else 0.5, -0.5)  # first row on top
+    _row_ticks(ax, rows)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_xlabel(f"time (s of {clock})")
+    ax.set_title("Slots held by each job over time", loc="left", fontsize=10)
+    ax.add_artist(Legend(ax, handles, [h.get_label() for h in handles], loc="lower right", bbox_to_anchor=(1.0, 1.0),
+                         ncol=len(handles), frameon=False, fontsize="small", borderaxespad=0.2, handletextpad=0.3,
+                         columnspacing=1.2))  # an artist of its own: the key of unnamed jobs is the axes' legend
+    if not rows:
+        ax.text(0.5, 0.5, f"no slot interval on record (an empty {SLOTS})",
+                ha="center", va="center", transform=ax.transAxes, color="grey")
+    return bars
+
+
+def _draw_submissions(ax: Any, jobs: Sequence[JobRow], intervals: Sequence[SlotInterval],
+                      index: dict[tuple[str, int], int], colours: dict[str, Any], half: float) -> list[Any]:
+    """Each job's submission, a mark on the top edge of its G's row with a line along it until the
+    job started, and each rejection at the bottom; returns their legend's handles."""
+    from matplotlib.collections import LineCollection
+    from matplotlib.lines import Line2D
+    from matplotlib.transforms import blended_transform_factory
+
     held: dict[str, list[tuple[str, int]]] = {}
     for i in intervals:
         held.setdefault(i.job, []).append((i.node, i.slot))
@@ -288,10 +399,9 @@ def _draw_gantt(ax: Any, jobs: Sequence[JobRow], intervals: Sequence[SlotInterva
     marked = [j for j in jobs if j.job in g_rows]
     top = [g_rows[j.job] - half - 0.05 for j in marked]
     many = len(marked) > 100
-    waits = [[(j.submit_s, y), (j.start_s, y)] for j, y in zip(marked, top)
-             if j.start_s is not None and j.start_s > j.submit_s]
-    ax.add_collection(LineCollection(waits, colors=[colours[j.job] for j, y in zip(marked, top)
-                                                    if j.start_s is not None and j.start_s > j.submit_s],
+    waited = [(j, y) for j, y in zip(marked, top) if j.start_s is not None and j.start_s > j.submit_s]
+    ax.add_collection(LineCollection([[(j.submit_s, y), (j.start_s, y)] for j, y in waited],
+                                     colors=[colours[j.job] for j, _ in waited],
                                      linewidths=0.6 if many else 1.6, zorder=3, gid="queued"))
     ax.scatter([j.submit_s for j in marked], top, marker="v", s=6 if many else 22,
                c=[colours[j.job] for j in marked], edgecolors="black", linewidths=0.3 if many else 0.6, zorder=4,
@@ -305,22 +415,31 @@ def _draw_gantt(ax: Any, jobs: Sequence[JobRow], intervals: Sequence[SlotInterva
                    transform=blended_transform_factory(ax.transData, ax.transAxes), zorder=5, gid="rejected")
         handles.append(Line2D([], [], marker="x", color="tab:red", linestyle="none",
                               label=f"rejected ({len(rejected)}, at submission)"))
+    return handles
 
-    times = [t for j in jobs for t in (j.submit_s, j.end_s)] + [t for i in intervals for t in (i.from_s, i.to_s)]
-    lo, hi = min(times), max(times)
-    pad = 0.01 * (hi - lo) if hi > lo else 1.0
-    ax.set_xlim(lo - pad, hi + pad)
-    ax.set_ylim(len(rows) - 0.5 if rows else 0.5, -0.5)  # first row on top
-    _row_ticks(ax, rows)
-    ax.grid(axis="x", alpha=0.3)
-    ax.set_xlabel("time (s of the emulated network)")
-    ax.set_title("Slots held by each job over time", loc="left", fontsize=10)
-    ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=len(handles), frameon=False,
-              fontsize="small", borderaxespad=0.2)
-    if not rows:
-        ax.text(0.5, 0.5, f"no slot interval on record (an empty {SLOTS})",
-                ha="center", va="center", transform=ax.transAxes, color="grey")
-    return [(i.from_s, i.to_s, index[(i.node, i.slot)], i.job) for i in intervals]
+
+def _draw_stops(ax: Any, bars: Sequence[tuple[float, float, int, str]],
+                stops: Sequence[tuple[str, float, float | None]]) -> list[Any]:
+    """Each stop by a preemption, a black square at the end of the job's top bar that ends then, and
+    its resumption, a black triangle at the start of its top bar that begins then; returns their
+    legend's handles (none without a stop)."""
+    from matplotlib.lines import Line2D
+
+    if not stops:
+        return []
+
+    def row_at(job: str, at: float, edge: int) -> int | None:
+        found = [row for bar in bars if bar[3] == job and abs(bar[edge] - at) <= 1e-6 for row in (bar[2],)]
+        return min(found) if found else None
+
+    stopped = [(at, row) for job, at, _ in stops for row in (row_at(job, at, 1),) if row is not None]
+    resumed = [(at, row) for job, _, at in stops if at is not None for row in (row_at(job, at, 0),) if row is not None]
+    size = 8 if len(stops) > 200 else 22
+    for marks, marker, gid in ((stopped, "s", "stopped"), (resumed, ">", "resumed")):
+        ax.scatter([at for at, _ in marks], [row for _, row in marks], marker=marker, s=size, c="black",
+                   edgecolors="white", linewidths=0.5, zorder=5, gid=gid)
+    return [Line2D([], [], marker=marker, color="black", linestyle="none", label=label)
+            for marker, label in (("s", f"stopped by a preemption ({len(stops)})"), (">", "resumed"))]
 
 
 def _row_ticks(ax: Any, rows: Sequence[tuple[str, int]]) -> None:
@@ -347,21 +466,91 @@ def _row_ticks(ax: Any, rows: Sequence[tuple[str, int]]) -> None:
                   colors="0.55", linewidths=0.5, zorder=1)
 
 
-def _label_bars(ax: Any, bars: Sequence[tuple[float, float, int, str]]) -> None:
-    """A job's name on each bar wide and tall enough to hold it, the widest ``MAX_LABELS`` at most;
-    run after the layout, since it measures the axes on the page."""
+def _label_bars(ax: Any, bars: Sequence[tuple[float, float, int, str]]) -> list[tuple[str, float]]:
+    """A job's name on each bar wide and tall enough to hold it, the widest ``MAX_LABELS`` at most,
+    then, for each run of a job (the bars it held from one start to one end, on every row) none of
+    whose bars holds its name, beside one of them where the name covers no other name (and, if it
+    can, no other job's bar); run after the layout, since it measures the axes on the page. Returns
+    the runs left unnamed as (job, start), in the order they started (none where the trace has more
+    than ``MAX_LABELS`` runs: too many to name)."""
     box = ax.get_window_extent()
     (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
     px_per_s = box.width / (x1 - x0)
     px_per_pt = ax.figure.dpi / 72
+    runs: dict[tuple[str, float, float], list[tuple[float, float, int, str]]] = {}
+    for bar in sorted(bars):
+        runs.setdefault((bar[3], bar[0], bar[1]), []).append(bar)
+    if len(runs) > MAX_LABELS:
+        return []
     if box.height / abs(y0 - y1) * 0.8 < 1.1 * LABEL_PT * px_per_pt:
-        return  # rows too thin for any name
-    fits = [b for b in bars if (b[1] - b[0]) * px_per_s >= (0.62 * LABEL_PT * len(b[3]) + 3) * px_per_pt]
+        return [(job, start) for job, start, _ in runs]  # rows too thin for any name
+
+    def width_px(job: str) -> float:
+        return (0.62 * LABEL_PT * len(job) + 3) * px_per_pt
+
+    taken: dict[int, list[tuple[float, float]]] = {}  # row: names' extents on it, in pixels
+    named = set()
+    fits = [b for b in bars if (b[1] - b[0]) * px_per_s >= width_px(b[3])]
     for start, end, row, job in sorted(fits, key=lambda b: b[0] - b[1])[:MAX_LABELS]:
-        ax.text((start + end) / 2, row, job, ha="center", va="center", fontsize=LABEL_PT, clip_on=True, zorder=6)
+        ax.text((start + end) / 2, row, job, ha="center", va="center", fontsize=LABEL_PT, clip_on=True, zorder=6,
+                gid="name")
+        middle = ((start + end) / 2 - x0) * px_per_s
+        taken.setdefault(row, []).append((middle - width_px(job) / 2, middle + width_px(job) / 2))
+        named.add((job, start, end))
+    spans: dict[int, list[tuple[float, float, str]]] = {}
+    for start, end, row, job in bars:
+        spans.setdefault(row, []).append(((start - x0) * px_per_s, (end - x0) * px_per_s, job))
+    left = []
+    for (job, start, end), mine in runs.items():
+        spot = None if (job, start, end) in named else _beside(job, mine, width_px(job), box.width, x0, px_per_s,
+                                                                  taken, spans)
+        if spot is not None:
+            at, row, align = spot
+            ax.text(x0 + at / px_per_s, row, job, ha=align, va="center", fontsize=LABEL_PT, clip_on=True, zorder=7,
+                    gid="name", bbox={"boxstyle": "square,pad=0.05", "fc": "white", "ec": "none", "alpha": 0.6})
+        elif (job, start, end) not in named:
+            left.append((job, start))
+    return left
 
 
-def _draw_cdf(ax: Any, jobs: Sequence[JobRow]) -> None:
+def _beside(job: str, mine: Sequence[tuple[float, float, int, str]], width: float, limit: float, x0: float,
+            px_per_s: float, taken: dict[int, list[tuple[float, float]]],
+            spans: dict[int, list[tuple[float, float, str]]]) -> tuple[float, int, str] | None:
+    """Where ``job``'s name goes beside one of its bars (``mine``), as (x in pixels from the axes'
+    left, row, alignment): right of a bar, left of it or across it, on its row, covering no name
+    ``taken`` there, best covering no other job's bar either; None where every place covers a name
+    or leaves the axes. The place is added to ``taken``."""
+    candidates = []
+    for start, end, row, _ in sorted(mine, key=lambda b: (b[0] - b[1], b[0])):  # the widest bar first
+        a, b = (start - x0) * px_per_s, (end - x0) * px_per_s
+        candidates += [(b + 2, b + 2 + width, b + 2, row, "left"), (a - 2 - width, a - 2, a - 2, row, "right"),
+                       ((a + b - width) / 2, (a + b + width) / 2, (a + b) / 2, row, "center")]
+    usable = [c for c in candidates  # within the axes, clear of the names on its row
+              if c[0] >= 0 and c[1] <= limit and not any(c[0] < n1 and n0 < c[1] for n0, n1 in taken.get(c[3], []))]
+    clear = [c for c in usable if not any(c[0] < s1 and s0 < c[1] and other != job for s0, s1, other in spans[c[3]])]
+    if not usable:
+        return None
+    lo, hi, at, row, align = (clear or usable)[0]
+    taken.setdefault(row, []).append((lo, hi))
+    return at, row, align
+
+
+def _key(ax: Any, runs: Sequence[tuple[str, float]], colours: dict[str, Any]) -> None:
+    """A key right of the chart naming the jobs of ``runs`` (job, start) by colour and start, the
+    first ``KEYED`` of them at most, replacing any key drawn before."""
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor=colours[job], label=f"{job} from {start:.4g} s") for job, start in runs[:KEYED]]
+    if len(runs) > KEYED:
+        handles.append(Patch(facecolor="none", edgecolor="none", label=f"and {len(runs) - KEYED} more"))
+    if ax.get_legend() is not None:
+        ax.get_legend().remove()
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=6.5, frameon=False,
+              ncol=1 if len(handles) <= 30 else 2, title="bars too short\nto name", title_fontsize=6.5,
+              handlelength=1.2, borderaxespad=0.0)
+
+
+def _draw_cdf(ax: Any, jobs: Sequence[JobRow], clock: str) -> None:
     """The finished jobs' JCT and queueing distributions, mean and p99 JCT marked."""
     done = [j for j in jobs if j.status == "finished"]
     jct = [j.jct_s for j in done]
@@ -374,7 +563,7 @@ def _draw_cdf(ax: Any, jobs: Sequence[JobRow]) -> None:
     ax.axvline(p99, color="tab:red", linestyle="-.", linewidth=1.2, label=f"p99 JCT {p99:.4g} s")
     ax.set_xlim(left=min(0.0, *queue))
     ax.set_ylim(0, 1.03)
-    ax.set_xlabel("seconds (of the emulated network)")
+    ax.set_xlabel(f"seconds (of {clock})")
     ax.set_ylabel("share of finished jobs")
     counts = Counter(j.status for j in jobs)
     others = sorted(set(counts) - set(STATUSES))
@@ -384,4 +573,5 @@ def _draw_cdf(ax: Any, jobs: Sequence[JobRow]) -> None:
     ax.legend(loc="lower right", fontsize="small")
 
 
-__all__ = ["JOBS_PNG", "ecdf", "figure_size", "is_cluster_folder", "jobs_figure", "plot_jobs", "slot_rows", "tally"]
+__all__ = ["JOBS_PNG", "clock_of", "ecdf", "figure_size", "is_cluster_folder", "jobs_figure", "plot_jobs", "read_stops",
+           "slot_rows", "stops_and_resumes", "tally"]
