@@ -61,6 +61,19 @@ def test_counts_of_one_read_in_the_singular() -> None:
     assert "4 local models, model mlp" in two and "2 rounds;" in two
 
 
+def test_the_caption_names_the_strategys_knobs_and_the_clients_per_round() -> None:
+    """What a compare ran with, beside its table: every knob of the strategy, and how many local
+    models took part in a round and who chose them (nothing where every one did)."""
+    knobs = {"eta": 0.01, "beta_1": 0.9, "beta_2": 0.99, "tau": 1e-9}
+    text = " ".join(_text(summary_table({"spff": _summary(model="mlp", local_models=8, rounds=2, strategy="fedadam",
+                                                            strategy_knobs=knobs, clients_per_round=4,
+                                                            selection="loss")})).split())
+    assert "8 local models (4 a round, chosen by loss), model mlp" in text
+    assert "strategy fedadam: eta=0.01, beta_1=0.9, beta_2=0.99, tau=1e-09" in text
+    plain = " ".join(_text(summary_table({"spff": _summary(model="mlp", local_models=8, rounds=2)})).split())
+    assert "8 local models, model mlp" in plain and "a round" not in plain and "strategy" not in plain
+
+
 def test_a_plugin_is_headed_by_the_name_its_class_declares() -> None:
     """``mypkg.trees:BfsTree`` whose ``name`` is ``bfs-tree`` heads its columns BFS-TREE, as a registered
     ``bfs-tree`` would be; a summary from before the name was recorded keeps the class name; two that

@@ -24,6 +24,7 @@ from fedmst.core.linktrace import LinkChange, graph_at
 from fedmst.core.plan import TRANSFER_PHASES, Plan, predicted_phase_seconds
 from fedmst.core.route import LinkDir
 from fedmst.core.schedulers import get_scheduler
+from fedmst.core.selection import participants
 from fedmst.core.span import PhaseSpan
 from fedmst.core.timescale import REAL_TIME, TimeScale, keeps_up_at
 from fedmst.core.topology import node_order
@@ -305,6 +306,8 @@ def _shared(run: Any, rows: list[LinkRow], *, reached: tuple[int, float] | None,
         rounds_to_accuracy=reached[0] if reached else None, time_to_accuracy_s=reached[1] if reached else None,
         background=background, pcap=pcap, strategy=config.strategy,
         strategy_knobs=knobs(build_strategy(config.strategy, strategy_knobs(config.strategy_args))),
+        clients_per_round=participants(config.clients_per_round, first.task.k) if config.clients_per_round else None,
+        selection=config.selection if config.clients_per_round else None,
     )
 
 

@@ -142,6 +142,11 @@ class Summary(RunStatus):
     """The server strategy (``--strategy``); summaries written before it existed ran FedAvg."""
     strategy_knobs: dict[str, float] = field(default_factory=dict)
     """Its knobs as the run set them, defaults included."""
+    clients_per_round: int | None = None
+    """``--clients-per-round``: the local models (of the first task) taking part in a round; None:
+    every one of them (or a summary written before it was recorded)."""
+    selection: str | None = None
+    """How those were chosen (``--selection``); None where every local model took part."""
     scheduler_name: str | None = None
     """The ``name`` the scheduler's class declares (``bfs-tree`` for ``mypkg.trees:BfsTree``): its
     label in tables and figures (:func:`scheduler_labels`), recorded here so that views need not
@@ -355,14 +360,29 @@ def summary_table(summaries: Mapping[str, Summary], ratios_to_first: bool = Fals
     row(f"time to accuracy {first.target_accuracy:g} (s)", lambda s: s.time_to_accuracy_s, "{:.2f}")
     row(f"link MB to accuracy {first.target_accuracy:g}",
         lambda s: None if s.bytes_to_accuracy is None else s.bytes_to_accuracy / 1e6, "{:.1f}")
-    table.caption = (f"{counted(first.local_models, 'local model')}, model {first.model} "
+    table.caption = (f"{counted(first.local_models, 'local model')}{_taking_part(first)}, model {first.model} "
                      f"({size_label(first.model_bytes)}), {counted(first.rounds, 'round')}; "
                      f"delay: {first.emulated['delay_mechanism']}; workers: {first.workers.label}"
-                     + (f"; strategy {first.strategy}" if first.strategy != "fedavg" else "")
+                     + (f"; strategy {_strategy(first)}" if first.strategy != "fedavg" else "")
                      + (f"; time scale {first.emulated['time_scale']:g}, times the network's"
                         if first.emulated.get("time_scale", 1) != 1 else "")
                      + (f"; ratios to {labels[0]} in comparison.json" if ratios_to_first and not others else ""))
     return table
+
+
+def _taking_part(summary: Summary) -> str:
+    """How many local models took part in a round and who chose them, for the caption (nothing
+    where every one did)."""
+    if summary.clients_per_round is None:
+        return ""
+    return f" ({summary.clients_per_round} a round, chosen by {summary.selection or 'random'})"
+
+
+def _strategy(summary: Summary) -> str:
+    """The strategy with every knob it ran with (``fedadam: eta=0.01, beta_1=0.9, ...``)."""
+    knobs = ", ".join(f"{name}={value:g}" if isinstance(value, (int, float)) else f"{name}={value}"
+                      for name, value in summary.strategy_knobs.items())
+    return f"{summary.strategy}: {knobs}" if knobs else summary.strategy
 
 
 SIZE_UNITS = (("GB", 1e9), ("MB", 1e6), ("KB", 1e3))
