@@ -333,6 +333,25 @@ def test_not_a_run_folder(tmp_path: Path) -> None:
         diff_table(write_run(tmp_path / "run"))
 
 
+def test_a_sweep_or_policies_folder_names_the_folders_inside_that_hold_links(tmp_path: Path) -> None:
+    sweep, policies = tmp_path / "sweep", tmp_path / "policies"
+    write_compare(sweep / "k2-seed1")
+    (sweep / "sweep.csv").write_text("scheduler\n")
+    (policies / "fifo+random").mkdir(parents=True)
+    (policies / "fifo+random" / "jobs.csv").write_text("job\n")
+    write_json(policies / "comparison.json", {"status": "completed", "policies": ["fifo+random"]})
+    with pytest.raises(FedmstError) as exc:
+        link_table(sweep)
+    point = sweep / "k2-seed1"
+    assert str(exc.value) == (f"{sweep} is a sweep folder, with no links of its own: give one of its points' folders "
+                              f"for its schedulers side by side, or one run folder inside it (e.g. {point}, "
+                              f"{point / 'mst'})")
+    with pytest.raises(FedmstError) as exc:
+        link_table(policies)
+    assert str(exc.value) == (f"{policies} is a cluster --policies comparison, with no links of its own: give one "
+                              f"policy's cluster folder ({policies / 'fifo+random'})")
+
+
 def test_compare_folder_given_as_run_folder(tmp_path: Path) -> None:
     folder = write_compare(tmp_path / "cmp")
     with pytest.raises(FedmstError, match="is a compare folder: give one of its run folders"):

@@ -420,3 +420,57 @@ def test_sweep_csv_reads_back_with_its_numbers_typed(tmp_path: Path) -> None:
     old = [name for name in SWEEP_FIELDS if name != "congestion_control"]
     write_csv(tmp_path / "old.csv", old, [{k: v for k, v in asdict(r).items() if k in old} for r in rows])
     assert {r["congestion_control"] for r in read_sweep(tmp_path / "old.csv")} == {"unrecorded"}
+
+
+def flags(*given: str) -> dict[str, bool]:
+    return {flag: flag in given for flag in ("--jobs", "--link", "--accuracy", "--timeline", "--task", "--out")}
+
+
+def test_a_flag_a_folder_cannot_honour_is_refused_saying_what_it_offers(compare_dir: Path, tmp_path: Path) -> None:
+    from fedmst.views.folders import check_plot, folder_kind
+
+    sweep, cluster, fluid, policies = (tmp_path / n for n in ("sweep", "cluster", "fluid", "policies"))
+    write_compare(sweep / "k2-seed1", {"spff": SPFF, "mst": MST}, comparison=False)
+    (sweep / "sweep.csv").write_text("scheduler\n")
+    for folder, mode in ((cluster, "emulate"), (fluid, "simulate"), (policies / "fifo+random", "simulate")):
+        folder.mkdir(parents=True)
+        (folder / "jobs.csv").write_text("job\n")
+        write_json(folder / "config.json", {"mode": mode})
+    (cluster / "links.csv").write_text("round\n")
+    write_json(policies / "comparison.json", {"status": "completed", "policies": ["fifo+random"]})
+    run, plain = compare_dir / "mst", tmp_path / "plain"
+    plain.mkdir()
+    (plain / "notes.txt").write_text("not results\n")
+    assert [folder_kind(f) for f in (run, compare_dir, sweep, cluster, policies, plain)] == \
+        ["run", "compare", "sweep", "cluster", "policies", None]
+
+    def refused(folder: Path, *given: str) -> str:
+        with pytest.raises(FedmstError) as err:
+            check_plot(folder, flags(*given))
+        assert "\n" not in str(err.value)
+        return str(err.value)
+
+    # what each kind honours passes, and says its kind
+    for folder, given, kind in ((run, ("--link", "--out"), "run"), (run, ("--task",), "run"),
+                                (compare_dir, ("--accuracy", "--out"), "compare"), (sweep, (), "sweep"),
+                                (cluster, ("--jobs", "--out"), "cluster"), (cluster, ("--link",), "cluster"),
+                                (policies, ("--out",), "policies")):
+        assert check_plot(folder, flags(*given)) == kind
+    assert refused(compare_dir, "--jobs").startswith(f"--jobs draws a cluster folder's jobs (fedmst cluster); "
+                                                     f"{compare_dir} is a compare folder: plot it without flags")
+    assert refused(policies, "--jobs").endswith(f"--jobs and --link draw one policy's cluster: give one of "
+                                                f"{policies / 'fifo+random'}")
+    for given in ("--accuracy", "--timeline", "--task"):
+        assert (f"{cluster} is a cluster folder: plot it without flags (or with --jobs) for its Gantt chart and JCT "
+                f"distribution, or with --link A-B") in refused(cluster, given)
+    assert "on the fluid model (--mode simulate) measured no link" in refused(fluid, "--link")
+    assert f"written again into {sweep}/: leave --out out" in refused(sweep, "--out")
+    for given in ("--link", "--accuracy", "--timeline"):
+        line = refused(sweep, given)
+        assert f"{sweep} is a sweep folder, with no per-link trace, rounds or timeline of its own" in line
+        assert line.endswith(f"draw one of its runs, e.g. {sweep / 'k2-seed1' / 'mst'}")
+    assert "--timeline draws every task: leave --task out" in refused(run, "--timeline", "--task")
+    (tmp_path / "empty").mkdir()
+    assert refused(tmp_path / "empty").endswith("holds no results of fedmst (no run, compare, sweep or cluster "
+                                                "folder: it is empty)")
+    assert refused(tmp_path / "nowhere") == f"{tmp_path / 'nowhere'}: no such folder"
