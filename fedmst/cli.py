@@ -24,7 +24,7 @@ from rich.console import Console
 from fedmst.errors import FedmstError
 from fedmst.net.congestion import CONGESTION_CONTROLS
 from fedmst.run.config import SWEEP, RunConfig, options, read_config_file, split_list, validate
-from fedmst.run.layout import COMPARISON, SWEEP_RECORD
+from fedmst.run.layout import COMPARISON
 from fedmst.wording import counted
 
 if TYPE_CHECKING:
@@ -550,9 +550,11 @@ def links(run_dir: Path, sort: str, round_: int | None, against: str | None) -> 
     ratios, and names them under the table; a wider terminal or COLUMNS=200 shows every column. Peak
     util is at most 100 % (a 100 ms reading can hold htb's 15 KiB burst above capacity). A ratio reads
     new where only that scheduler carried traffic, - where neither did."""
+    from fedmst.views.folders import check_links
     from fedmst.views.links import FittedTable, diff_table, is_compare_dir, link_table, render
 
     def table() -> FittedTable:
+        check_links(run_dir)
         if is_compare_dir(run_dir):
             rows = diff_table(run_dir, sort=sort, against=against, round_=round_)
             labels = [rows[0]["labels"][n] for n in rows[0]["ratio"]] if rows else []
@@ -599,20 +601,23 @@ def plot(run_dir: Path, out: Path | None, task: str | None, link: str | None, ac
     """Draw the topology with each link coloured by the bytes it carried and the task's broadcast and
     upload trees overlaid; a compare folder gets one panel per scheduler, side by side; a sweep folder
     gets its figures drawn again from its sweep.csv; a cluster folder its jobs (as --jobs), a
-    --policies comparison every policy's JCT distribution side by side."""
+    --policies comparison every policy's JCT distribution side by side. A flag the folder cannot
+    honour is refused, saying what it offers."""
+    from fedmst.views.folders import check_plot
     from fedmst.views.plots import plot_accuracy, plot_link_utilisation, plot_run, plot_timeline
 
     if (link is not None) + accuracy + timeline + jobs > 1:
         raise click.UsageError("give one of --link, --accuracy, --timeline and --jobs")
-    from fedmst.views.gantt import is_cluster_folder
-
-    if jobs or (link is None and not accuracy and not timeline and is_cluster_folder(run_dir)):
+    kind = _guard(lambda: check_plot(run_dir, {"--jobs": jobs, "--link": link is not None, "--accuracy": accuracy,
+                                               "--timeline": timeline, "--task": task is not None,
+                                               "--out": out is not None}))
+    if jobs or (link is None and kind in ("cluster", "policies")):
         from fedmst.views.gantt import plot_jobs
 
-        console.print(f"wrote {_guard(lambda: plot_jobs(run_dir, out))}")
+        console.print(f"wrote {_guard(lambda: plot_jobs(run_dir, out))}", soft_wrap=True)
     elif timeline:
-        console.print(f"wrote {_guard(lambda: plot_timeline(run_dir, out))}")
-    elif link is None and not accuracy and ((run_dir / "sweep.csv").is_file() or (run_dir / SWEEP_RECORD).is_file()):
+        console.print(f"wrote {_guard(lambda: plot_timeline(run_dir, out))}", soft_wrap=True)
+    elif kind == "sweep":
         from fedmst.run.experiments import read_sweep, sweep_ended
 
         def rows() -> list[dict[str, Any]]:
@@ -626,11 +631,11 @@ def plot(run_dir: Path, out: Path | None, task: str | None, link: str | None, ac
 
         _draw_sweep(_guard(rows), run_dir)
     elif accuracy:
-        console.print(f"wrote {_guard(lambda: plot_accuracy(run_dir, out))}")
+        console.print(f"wrote {_guard(lambda: plot_accuracy(run_dir, out))}", soft_wrap=True)
     elif link is not None:
-        console.print(f"wrote {_guard(lambda: plot_link_utilisation(run_dir, link, out))}")
+        console.print(f"wrote {_guard(lambda: plot_link_utilisation(run_dir, link, out))}", soft_wrap=True)
     else:
-        console.print(f"wrote {_guard(lambda: plot_run(run_dir, out, task=task))}")
+        console.print(f"wrote {_guard(lambda: plot_run(run_dir, out, task=task))}", soft_wrap=True)
 
 
 @main.command()

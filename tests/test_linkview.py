@@ -340,14 +340,16 @@ def test_a_sweep_or_policies_folder_names_the_folders_inside_that_hold_links(tmp
     (policies / "fifo+random").mkdir(parents=True)
     (policies / "fifo+random" / "jobs.csv").write_text("job\n")
     write_json(policies / "comparison.json", {"status": "completed", "policies": ["fifo+random"]})
+    from fedmst.views.folders import check_links
+
     with pytest.raises(FedmstError) as exc:
-        link_table(sweep)
+        check_links(sweep)
     point = sweep / "k2-seed1"
     assert str(exc.value) == (f"{sweep} is a sweep folder, with no links of its own: give one of its points' folders "
                               f"for its schedulers side by side, or one run folder inside it (e.g. {point}, "
                               f"{point / 'mst'})")
     with pytest.raises(FedmstError) as exc:
-        link_table(policies)
+        check_links(policies)
     assert str(exc.value) == (f"{policies} is a cluster --policies comparison, with no links of its own: give one "
                               f"policy's cluster folder ({policies / 'fifo+random'})")
 

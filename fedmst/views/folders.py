@@ -146,4 +146,20 @@ def _inside(path: Path, name: str) -> bool:
         return False
 
 
-__all__ = ["FIGURES", "HONOURS", "KINDS", "NEEDS", "check_plot", "folder_kind", "offers"]
+def check_links(folder: Path) -> None:
+    """A sweep folder or a cluster --policies comparison holds links only in the folders inside it:
+    refuse it naming one of them (``fedmst links`` asks this first)."""
+    kind = folder_kind(folder)
+    if kind == "sweep":
+        points = sorted(p.parent.parent for p in folder.glob("*/*/links.csv"))
+        raise FedmstError(f"{folder} is a sweep folder, with no links of its own: give one of its points' folders for "
+                          f"its schedulers side by side, or one run folder inside it"
+                          + (f" (e.g. {points[0]}, {sorted(points[0].glob('*/links.csv'))[0].parent})"
+                             if points else " (it holds none)"))
+    if kind == "policies":
+        policies = sorted(p.parent for p in folder.glob(f"*/{JOBS}"))
+        raise FedmstError(f"{folder} is a cluster --policies comparison, with no links of its own: give one policy's "
+                          f"cluster folder" + (f" ({', '.join(map(str, policies))})" if policies else ""))
+
+
+__all__ = ["FIGURES", "HONOURS", "KINDS", "NEEDS", "check_links", "check_plot", "folder_kind", "offers"]

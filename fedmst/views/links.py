@@ -469,29 +469,10 @@ def _check_run_dir(run_dir: Path) -> None:
         raise FedmstError(no_cluster_links(run_dir))
     missing = [name for name in ("links.csv", "rounds.csv") if not (run_dir / name).is_file()]
     if missing:
-        _refuse_other_kinds(run_dir)
         inside = _scan(run_dir)
         raise FedmstError(f"{run_dir} is not a run folder (missing {', '.join(missing)}) nor a compare folder ("
                           + (f"only one run folder inside: give {inside[0][1]}" if inside else
                              f"no {COMPARISON}, no run folders inside") + ")")
-
-
-def _refuse_other_kinds(folder: Path) -> None:
-    """A sweep folder or a cluster --policies comparison holds links only in the folders inside it:
-    refuse it naming one of them."""
-    from fedmst.views.folders import folder_kind
-
-    kind = folder_kind(folder)
-    if kind == "sweep":
-        points = sorted(p.parent.parent for p in folder.glob("*/*/links.csv"))
-        raise FedmstError(f"{folder} is a sweep folder, with no links of its own: give one of its points' folders for "
-                          f"its schedulers side by side, or one run folder inside it"
-                          + (f" (e.g. {points[0]}, {sorted(points[0].glob('*/links.csv'))[0].parent})"
-                             if points else " (it holds none)"))
-    if kind == "policies":
-        policies = sorted(p.parent for p in folder.glob(f"*/{JOBS}"))
-        raise FedmstError(f"{folder} is a cluster --policies comparison, with no links of its own: give one policy's "
-                          f"cluster folder" + (f" ({', '.join(map(str, policies))})" if policies else ""))
 
 
 def no_cluster_links(run_dir: Path) -> str:
