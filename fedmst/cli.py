@@ -158,19 +158,35 @@ _overwrite_option = click.option(
          "folder: DIR, DIR-2, DIR-3 ...")
 
 
-def _output(config: RunConfig, extra: Mapping[str, Any], overwrite: bool) -> tuple[RunConfig, OutputFolder]:
+def _output(config: RunConfig, extra: Mapping[str, Any], overwrite: bool,
+            say: Callable[[str], None] | None = None) -> tuple[RunConfig, OutputFolder]:
     """The folder this command writes (:mod:`fedmst.run.folders`), checked before anything runs,
-    and the configuration pointing at it."""
+    and the configuration pointing at it; ``say`` tells where it goes instead of a taken folder."""
     from fedmst.run.folders import choose
 
     folder = choose(Path(config.out), given=extra["out_given"], overwrite=overwrite)
     if folder.path != Path(config.out):
-        _report(f"{config.out} holds earlier results: this one goes to {folder.path}/")
+        (say or _report)(f"{config.out} holds earlier results: this one goes to {folder.path}/")
     return replace(config, out=str(folder.path)), folder
 
 
 def _report(line: str) -> None:
     console.print(line, markup=False)
+
+
+class _Lines:
+    """A run's or compare's progress lines. What the command says before its inputs are checked
+    (the folder it writes instead of a taken one, that --live falls back to plain lines) waits
+    for the run's first line, which comes once they are: an input error says only its own line."""
+
+    def __init__(self) -> None:
+        self.early: list[str] = []
+
+    def __call__(self, line: str) -> None:
+        for early in self.early:
+            _report(early)
+        self.early.clear()
+        _report(line)
 
 
 def _started() -> float:
@@ -243,19 +259,19 @@ _live_option = click.option(
 
 
 @contextmanager
-def _live(enabled: bool, out: Path) -> Iterator[None]:
-    """``--live``: the live view of the run(s) this process writes into ``out`` while the block runs."""
-    if not enabled:
-        yield
-        return
-    if not console.is_terminal:
-        _report("--live: the output is not a terminal, so progress comes as plain lines")
-        yield
+def _live(enabled: bool, out: Path, lines: _Lines) -> Iterator[Callable[[str], None]]:
+    """``--live``: the live view of the run(s) this process writes into ``out`` while the block
+    runs, taking the terminal; the block says its progress lines through the function it is given
+    (held while the view has the terminal, then said)."""
+    if not enabled or not console.is_terminal:
+        if enabled:
+            lines.early.append("--live: the output is not a terminal, so progress comes as plain lines")
+        yield lines
         return
     from fedmst.views.live import live_view
 
-    with live_view(out, console, os.getpid()):
-        yield
+    with live_view(out, console, os.getpid(), lines) as report:
+        yield report
 
 
 @main.command()
@@ -272,9 +288,10 @@ def run(ctx: click.Context, live: bool, overwrite: bool, **kw: Any) -> None:
         from fedmst.run.engine import run as run_
         from fedmst.run.prepare import resolve
 
-        config, folder = _output(*_config(ctx, kw), overwrite)
-        with _live(live, folder.path):
-            return config, run_(resolve(config)[0], report=_report, command_started=_started(),
+        lines = _Lines()
+        config, folder = _output(*_config(ctx, kw), overwrite, say=lines.early.append)
+        with _live(live, folder.path, lines) as report:
+            return config, run_(resolve(config)[0], report=report, command_started=_started(),
                                 overwrite=folder.overwrite)
 
     config, summary = _guard(go, emulates=True)
@@ -301,10 +318,11 @@ def compare(ctx: click.Context, live: bool, overwrite: bool, **kw: Any) -> None:
         from fedmst.run.experiments import compare as compare_
 
         config, extra = _config(ctx, kw)
-        config, folder = _output(config, extra, overwrite)
+        lines = _Lines()
+        config, folder = _output(config, extra, overwrite, say=lines.early.append)
         schedulers = list(split_list(extra["schedulers"], "--schedulers"))
-        with _live(live, folder.path):
-            return config, compare_(config, schedulers, folder, report=_report, command_started=_started())
+        with _live(live, folder.path, lines) as report:
+            return config, compare_(config, schedulers, folder, report=report, command_started=_started())
 
     config, summaries = _guard(go, emulates=True)
     from fedmst.run.report import summary_table
@@ -375,12 +393,13 @@ def _int_list(_ctx: object, _param: object, value: str) -> list[int]:
 def sweep(ctx: click.Context, ks: list[int], seeds: list[int], overwrite: bool, **kw: Any) -> None:
     """Reproduce the poster's Figure 3: every scheduler, many concurrent tasks, for real, with figures;
     over several models, a map of where each schedule wins. (Stall timeout 60 s unless given.)"""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-        TimeRemainingColumn
+    from rich.progress import Progress
 
     from fedmst.run.experiments import points, sweep as sweep_
 
     kw_path = kw.get("config_file")
+    # said once the inputs are checked (as the first point starts or ends): an input error says only its own line
+    early: list[str] = []
 
     def lists() -> tuple[RunConfig, OutputFolder, list[str], list[str], list[str], str | None]:
         nonlocal ks, seeds
@@ -388,7 +407,7 @@ def sweep(ctx: click.Context, ks: list[int], seeds: list[int], overwrite: bool, 
             "seed": "give seeds = [1, 2]", "scheduler": 'give schedulers = ["spff", "mst"]'})
         ks = _ints_from(kw_path, "local_models", extra.get("local_models", ks))
         seeds = _ints_from(kw_path, "seeds", extra.get("seeds", seeds))
-        config, out = _output(config, extra, overwrite)
+        config, out = _output(config, extra, overwrite, say=early.append)
         models = split_list(extra["models"] or config.model, "--models")
         transports = split_list(extra["congestion_controls"] or config.congestion_control, "--congestion-control")
         for cc in transports:
@@ -398,9 +417,7 @@ def sweep(ctx: click.Context, ks: list[int], seeds: list[int], overwrite: bool, 
 
     config, out, schedulers, models, transports, ray_address = _guard(lists)
     folder = out.path
-    columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("left"), TimeRemainingColumn())
-    with Progress(*columns, console=console) as bar:
+    with Progress(*_sweep_columns(), console=console) as bar:
         total = len(points(ks, seeds, schedulers, models, transports))
         job = bar.add_task("checking inputs" if ray_address is None else "all points", total=total)
         nodes: dict[str, Any] = {}
@@ -409,39 +426,75 @@ def sweep(ctx: click.Context, ks: list[int], seeds: list[int], overwrite: bool, 
             """The bar: the point running (without Ray), or the points done on each Ray node."""
 
             def started(self, point: str) -> None:
+                self.say_early()
                 bar.update(job, description=point)
 
+            def say_early(self) -> None:
+                while early:
+                    bar.console.print(early.pop(0), markup=False)
+
             def finished(self, point: str, node: str) -> None:
+                self.say_early()
                 bar.advance(job)
                 if node:
-                    if node not in nodes:
-                        nodes[node] = bar.add_task(f"  ray node {node}", total=None)
+                    if node not in nodes:  # of all the sweep's points, those this node ran
+                        nodes[node] = bar.add_task(f"  of which on ray node {node}", total=total, node=node)
                     bar.advance(nodes[node])
 
-        rows = _guard(lambda: sweep_(config, ks, seeds, out, Shown(), schedulers, models, ray_address, transports),
-                      emulates=True)
+        try:
+            rows = _guard(lambda: sweep_(config, ks, seeds, out, Shown(), schedulers, models, ray_address,
+                                         transports), emulates=True)
+        except SystemExit as exc:
+            if exc.code != 130:  # an error (an input's, most often) says its one line, and no bar after it
+                bar.live.transient = True  # a terminal's bar is wiped
+                console.quiet = not console.is_interactive  # a file gets no closing line
+            raise
     _draw_sweep(rows, folder)
 
 
+def _sweep_columns() -> tuple[Any, ...]:
+    """The sweep's progress columns: the point (or Ray node), a bar, points done of all, and on the
+    sweep's own row its elapsed and remaining time (a Ray node's row leaves them blank: its points
+    share the sweep's time)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, ProgressColumn, Task, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+    from rich.text import Text
+
+    class SweepsOwn(ProgressColumn):
+        """``column`` on the sweep's own row, blank on a Ray node's."""
+
+        def __init__(self, column: ProgressColumn) -> None:
+            super().__init__()
+            self.column = column
+
+        def render(self, task: Task) -> Any:
+            return Text("") if task.fields.get("node") else self.column.render(task)
+
+    return (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+            *(SweepsOwn(c) for c in (TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())))
+
+
 def _draw_sweep(rows: list[dict[str, Any]], folder: Path) -> None:
-    """A sweep's figures: Figure 3's pair for each model and congestion control, and with several
-    models the regime map (one for each congestion control)."""
+    """A sweep's figures (Figure 3's pair for each model and congestion control, each titled with
+    what it ran, and with several models the regime map, one for each congestion control), then its
+    results table."""
+    from fedmst.run.experiments import sweep_points, sweep_table
     from fedmst.run.layout import run_folder_name
     from fedmst.views.plots import plot_sweep
 
     models = list(dict.fromkeys(r["model"] for r in rows))
     transports = list(dict.fromkeys(r["congestion_control"] for r in rows))
-    if len(models) == 1 and len(transports) == 1:
-        latency, bandwidth = plot_sweep(rows, folder)
-        console.print(f"sweep.csv, {latency.name} and {bandwidth.name} in {folder}/")
-        return
     named = {cc: f"-{run_folder_name(cc)}" if len(transports) > 1 else "" for cc in transports}
     for model in models:
         for cc in transports:
             plot_sweep([r for r in rows if r["model"] == model and r["congestion_control"] == cc], folder,
-                       suffix=(f"-{model}" if len(models) > 1 else "") + named[cc])
+                       suffix=(f"-{model}" if len(models) > 1 else "") + named[cc],
+                       subject=sweep_subject(model, cc, several_models=len(models) > 1))
+    console.print(sweep_table(sweep_points(rows)))
     if len(models) == 1:
-        console.print(f"sweep.csv and each congestion control's latency and bandwidth figures in {folder}/")
+        figures = ("latency_vs_local_models.png and bandwidth_vs_local_models.png" if len(transports) == 1 else
+                   "each congestion control's latency and bandwidth figures")
+        console.print(f"sweep.csv and {figures} in {folder}/", markup=False)
         return
     from fedmst.run.experiments import regime_map
     from fedmst.run.report import regime_table
@@ -451,10 +504,26 @@ def _draw_sweep(rows: list[dict[str, Any]], folder: Path) -> None:
     for cc in transports:
         regime = regime_map([r for r in rows if r["congestion_control"] == cc])
         write_json(folder / f"regime{named[cc]}.json", regime)
-        console.print(regime_table(regime))
-        figure = plot_regime_map(regime, folder / f"regime_map{named[cc]}.png")
+        subject = sweep_subject("", cc, several_models=False)
+        table = regime_table(regime)
+        table.title = f"{table.title}, {subject}" if subject else table.title
+        console.print(table)
+        figure = plot_regime_map(regime, folder / f"regime_map{named[cc]}.png", subject)
     maps = f"regime.json, {figure.name}" if len(transports) == 1 else "each congestion control's regime.json and map"
-    console.print(f"sweep.csv, {maps} and each model's latency and bandwidth figures in {folder}/")
+    console.print(f"sweep.csv, {maps} and each model's latency and bandwidth figures in {folder}/", markup=False)
+
+
+def sweep_subject(model: str, congestion_control: str, several_models: bool) -> str:
+    """What one pair of a sweep's figures ran, for their titles: its TCP congestion control (none
+    for a sweep.csv from before it was recorded), and its model where the sweep ran several.
+
+    >>> sweep_subject("mlp", "dctcp", False), sweep_subject("mlp-xl", "cubic", True)
+    ('TCP dctcp', 'model mlp-xl, TCP cubic')
+    >>> sweep_subject("mlp", "unrecorded", False)
+    ''
+    """
+    return ", ".join([f"model {model}"] * several_models
+                     + [f"TCP {congestion_control}"] * (congestion_control != "unrecorded"))
 
 
 CLUSTER_OPTIONS = ("topology", "slots", "jobs", "time_compress", "scheduler", "mode", "job_order", "placement",

@@ -367,3 +367,21 @@ def test_missing_bpf_tool_is_one_line(tmp_path: Path, missing: str) -> None:
     line = error_line(fedmst(tmp_path, *_command("run", ["--congestion-control", "dctcp"], "out"),
                              env={"PATH": str(bin_dir)}))
     assert missing in line and "apt-get install clang libbpf-dev bpftool" in line, line
+
+
+@pytest.mark.parametrize("args", [
+    ("run", "--topology", "no-such-topology"),
+    ("run", "--topology", "line3", "--model", "no-such-model", "--live"),
+    ("compare", "--topology", "line3", "--model", "no-such-model", "--live"),
+    ("sweep", "--topology", "no-such-topology", "--local-models", "2", "--seeds", "1"),
+], ids=["run-default-folder-taken", "run-live", "compare-live", "sweep"])
+def test_an_input_error_prints_its_line_and_nothing_on_stdout(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """No progress bar, no --live fallback note and no 'this one goes to runs/run-2' beside it,
+    even where the default folder is taken; the line alone, and no folder made."""
+    for taken in ("runs/run", "runs/compare", "runs/sweep"):
+        (tmp_path / taken).mkdir(parents=True)
+        (tmp_path / taken / "config.json").write_text("{}")
+    proc = fedmst(tmp_path, *args)
+    assert "no-such" in error_line(proc)
+    assert proc.stdout == "", proc.stdout
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["compare", "run", "sweep"]

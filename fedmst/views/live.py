@@ -189,8 +189,11 @@ def watch(folder: Path, console: Console, wait_s: float = 60.0) -> None:
     show(follow(watched), console)
 
 
-def show(states: Iterator[LiveStatus], console: Console) -> None:
-    """Render ``states`` as they come: a full-terminal view, or plain lines on a non-terminal."""
+def show(states: Iterator[LiveStatus], console: Console, lines: HeldLines | None = None) -> None:
+    """Render ``states`` as they come: a view that follows them in place, or plain lines on a
+    non-terminal. With ``lines`` (``--live``) the view takes the whole terminal (its alternate
+    screen) from the run's first state until the states end, holding the run's progress lines
+    meanwhile; nothing is drawn where no state comes (an input error says only its own line)."""
     if not console.is_terminal:  # a line a phase, at its busiest moment, once the phase is over
         busiest: LiveStatus | None = None
         for status in states:
@@ -202,9 +205,21 @@ def show(states: Iterator[LiveStatus], console: Console) -> None:
         if busiest is not None:
             console.print(plain(busiest), markup=False, soft_wrap=True)
         return
-    with Live(console=console, refresh_per_second=4, transient=False) as live:
-        for status in states:
-            live.update(render(status))
+    if lines is None:
+        with Live(console=console, refresh_per_second=4, transient=False) as live:
+            for status in states:
+                live.update(render(status))
+        return
+    first = next(states, None)
+    if first is None:
+        return
+    lines.hold()
+    try:
+        with Live(render(first), console=console, refresh_per_second=4, screen=True) as live:
+            for status in states:
+                live.update(render(status))
+    finally:
+        lines.release()
 
 
 def _key(status: LiveStatus) -> tuple[str, int, str]:
@@ -215,16 +230,50 @@ def _load(status: LiveStatus) -> float:
     return sum(link.rate_bps for link in status.links)
 
 
+class HeldLines:
+    """A run's progress lines under ``--live``: said through ``report`` as they come, but kept
+    while the view holds the terminal (they would vanish with its alternate screen) and said, in
+    order, once it gives the terminal back."""
+
+    def __init__(self, report: Callable[[str], None]) -> None:
+        self.report = report
+        self._held: list[str] | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, line: str) -> None:
+        with self._lock:
+            if self._held is not None:
+                self._held.append(line)
+                return
+        self.report(line)
+
+    def hold(self) -> None:
+        with self._lock:
+            if self._held is None:
+                self._held = []
+
+    def release(self) -> None:
+        with self._lock:
+            held, self._held = self._held or [], None
+            for line in held:
+                self.report(line)
+
+
 @contextmanager
-def live_view(folder: Path, console: Console, coordinator: int) -> Iterator[None]:
+def live_view(folder: Path, console: Console, coordinator: int,
+              report: Callable[[str], None]) -> Iterator[Callable[[str], None]]:
     """``--live``: while the block runs, the view of the run this process writes into ``folder``,
-    in a thread of its own; the block's own lines print above it."""
+    in a thread of its own, taking the whole terminal once the run writes its first state; the
+    block says its progress lines through the function it is given, which holds them while the
+    view has the terminal and says them, through ``report``, once the view gives it back."""
+    lines = HeldLines(report)
     done = threading.Event()
-    thread = threading.Thread(target=show, args=(follow(folder, coordinator, stop=done.is_set), console),
+    thread = threading.Thread(target=show, args=(follow(folder, coordinator, stop=done.is_set), console, lines),
                               name="live-view", daemon=True)
     thread.start()
     try:
-        yield
+        yield lines
     finally:
         done.set()
         thread.join(timeout=5)
+        lines.release()
