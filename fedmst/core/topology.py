@@ -65,6 +65,17 @@ def node_order(node: str) -> tuple[int, int | str]:
     return (0, int(node)) if node.isdigit() else (1, node)
 
 
+def optical_nodes(graph: nx.Graph) -> frozenset[str]:
+    """The nodes light passes through (node attribute ``optical``): all-optical switches that buffer,
+    relay, aggregate and compute nothing, so no plan may start, end or sum a transfer there.
+
+    >>> g = nx.Graph(); g.add_edge("l0", "s0"); g.add_edge("s0", "l1"); g.nodes["s0"]["optical"] = True
+    >>> sorted(optical_nodes(g))
+    ['s0']
+    """
+    return frozenset(n for n, optical in graph.nodes(data="optical", default=False) if optical)
+
+
 def available_topologies() -> list[str]:
     """Names ``load_topology`` accepts as bare names (shipped and on FEDMST_TOPOLOGY_PATH)."""
     return sorted(_named_files())
