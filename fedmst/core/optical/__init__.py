@@ -1,0 +1,10 @@
+"""The optical layer: one home for what the fibres and all-optical nodes mean to a plan.
+
+:mod:`~fedmst.core.optical.wavelengths` holds the wavelength accounting (first fit, continuity,
+blocking); :mod:`~fedmst.core.optical.fabric` makes plans transparent to all-optical nodes (light
+passes through them; nothing is relayed, aggregated or computed there).
+"""
+
+from fedmst.core.optical.wavelengths import Lightpath, Link, Owner, Spectrum, admit, lightpath_paths, link
+
+__all__ = ["Lightpath", "Link", "Owner", "Spectrum", "admit", "lightpath_paths", "link"]
