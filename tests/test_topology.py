@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Callable
 
@@ -12,9 +13,12 @@ import pytest
 from fedmst.errors import TopologyError
 from fedmst.core.topology import (
     PROPAGATION_S_PER_KM,
+    SPINE_LEAF_DEFAULTS,
+    SPINE_LEAF_FORM,
     TOPOHUB_DEFAULT_CAPACITY_MBPS,
     available_topologies,
     load_topology,
+    optical_nodes,
     validate_topology,
 )
 
@@ -233,3 +237,75 @@ def test_validate_topology_on_foreign_graphs() -> None:
         validate_topology(nx.DiGraph([("a", "b")]), "mem")
     with pytest.raises(TopologyError, match=r"^mem: link a-b: capacity None is not a finite"):
         validate_topology(nx.Graph([("a", "b")]), "mem")
+
+
+# spine-leaf fabrics and all-optical nodes (issue 46, item 1) ---------------------------------------
+def test_spine_leaf_shape() -> None:
+    g = load_topology("spine-leaf:4,8,2")
+    _check_contract(g)
+    assert (len(g), g.number_of_edges()) == (4 + 8 + 16, 4 * 8 + 16)
+    assert optical_nodes(g) == {"s0", "s1", "s2", "s3"}
+    assert all(g.nodes[s] == {"optical": True, "slots": 0} for s in optical_nodes(g))
+    assert all(set(g[s]) == {f"l{i}" for i in range(8)} for s in optical_nodes(g))
+    assert set(g["h7_1"]) == {"l7"} and set(g["l0"]) == {"s0", "s1", "s2", "s3", "h0_0", "h0_1"}
+    fabric = {"capacity_mbps": SPINE_LEAF_DEFAULTS["mbps"], "length_km": SPINE_LEAF_DEFAULTS["km"],
+              "delay_s": pytest.approx(SPINE_LEAF_DEFAULTS["km"] * PROPAGATION_S_PER_KM)}
+    assert g.edges["s3", "l7"] == fabric and g.edges["l3", "h3_0"] == fabric
+    assert g.graph["name"] == "spine-leaf:4,8,2"
+
+
+def test_spine_leaf_without_hosts_and_with_link_options() -> None:
+    g = load_topology("spine-leaf:1,2,1,mbps=400,km=10,host-mbps=100,host-km=0")
+    assert g.edges["s0", "l1"] == {"capacity_mbps": 400.0, "delay_s": pytest.approx(5e-5), "length_km": 10.0}
+    assert g.edges["l1", "h1_0"] == {"capacity_mbps": 100.0, "delay_s": 0.0, "length_km": 0.0}
+    bare = load_topology("spine-leaf:2,3")
+    assert sorted(bare) == ["l0", "l1", "l2", "s0", "s1"] and bare.number_of_edges() == 6
+
+
+@pytest.mark.parametrize(("spec", "fault"), [
+    ("spine-leaf:0,8", "SPINES 0, LEAVES 8: give at least 1 spine and 2 leaves"),
+    ("spine-leaf:2,1", "SPINES 2, LEAVES 1: give at least 1 spine and 2 leaves"),
+    ("spine-leaf:a,4", "a, 4 is not 2 or 3 whole numbers"),
+    ("spine-leaf:2,4.5", "2, 4.5 is not 2 or 3 whole numbers"),
+    ("spine-leaf:2,4,-1", "2, 4, -1 is not 2 or 3 whole numbers"),
+    ("spine-leaf:2", "2 is not 2 or 3 whole numbers"),
+    ("spine-leaf:2,4,1,1", "2, 4, 1, 1 is not 2 or 3 whole numbers"),
+    ("spine-leaf:", "nothing is not 2 or 3 whole numbers"),
+    ("spine-leaf:2,4,gbps=1", "unknown key 'gbps'"),
+    ("spine-leaf:2,4,mbps=0", "mbps=0 is not positive"),
+    ("spine-leaf:2,4,host-km=-2", "host-km=-2 is not 0 or more"),
+    ("spine-leaf:2,4,km=far", "km=far is not a number"),
+    ("spine-leaf:2,4,mbps=inf", "mbps=inf is not positive"),
+])
+def test_a_bad_spine_leaf_spec_is_refused_in_one_line(spec: str, fault: str) -> None:
+    _raises(lambda: load_topology(spec), Path(spec), f"{fault}; expected {SPINE_LEAF_FORM}")
+
+
+def test_the_unknown_topology_error_names_the_spine_leaf_form() -> None:
+    with pytest.raises(TopologyError, match=re.escape(f"not a {SPINE_LEAF_FORM} fabric")):
+        load_topology("spine-leaf")
+
+
+def test_json_and_graphml_nodes_can_be_optical(tmp_path: Path) -> None:
+    links = [{"a": "a", "b": "x"}, {"a": "x", "b": "b"}]
+    spec = {"capacity_mbps": 10, "nodes": ["a", {"id": "x", "optical": True}, {"id": "b", "optical": False}],
+            "links": links}
+    assert optical_nodes(load_topology(str(_write(tmp_path / "o.json", spec)))) == {"x"}
+    src = nx.path_graph(["a", "x", "b"])
+    nx.set_edge_attributes(src, 10.0, "capacity_mbps")
+    src.nodes["x"]["optical"] = True
+    nx.write_graphml(src, tmp_path / "o.graphml")
+    assert optical_nodes(load_topology(str(tmp_path / "o.graphml"))) == {"x"}
+
+
+@pytest.mark.parametrize(("nodes", "fault"), [
+    (["a", {"id": "x", "optical": True, "slots": 2}, "b"],
+     "node x is all-optical (light passes through it) but declares 2 slot(s): give it none"),
+    (["a", {"id": "x", "optical": "yes"}, "b"], "node x: optical 'yes' is not true or false"),
+    ([{"id": "a", "optical": True}, "x", {"id": "b", "optical": True}],
+     "1 node(s) not optical; a topology needs at least 2 to hold G and a local model"),
+])
+def test_bad_optical_nodes_are_refused_in_one_line(tmp_path: Path, nodes: list[object], fault: str) -> None:
+    path = _write(tmp_path / "o.json", {"capacity_mbps": 10, "nodes": nodes,
+                                        "links": [{"a": "a", "b": "x"}, {"a": "x", "b": "b"}]})
+    _raises(lambda: load_topology(str(path)), path, fault)

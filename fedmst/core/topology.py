@@ -21,12 +21,18 @@ fedmst's own JSON format::
 - ``nodes`` is optional: without it the nodes are those the links name; with it, a link
   naming any other node is an error. Node ids may be JSON strings or integers, or objects
   ``{"id": "0", "slots": 4}`` declaring the node's compute (:mod:`fedmst.core.cluster.slots`:
-  slots are what ``fedmst cluster`` places jobs' models on; 0 makes a pure network node).
+  slots are what ``fedmst cluster`` places jobs' models on; 0 makes a pure network node), or
+  ``{"id": "0", "optical": true}`` making it all-optical (:func:`optical_nodes`: no compute, so
+  declaring slots above 0 on it is an error).
 - Unknown keys are errors, so a misspelt ``capacity_mbps`` cannot silently fall back to
   the default.
 
 GraphML files are read with the same rules: edge attributes ``capacity_mbps`` (or
-``capacity``), ``km`` (or ``length_km``, ``dist``) and ``delay_ms``, node attribute ``slots``.
+``capacity``), ``km`` (or ``length_km``, ``dist``) and ``delay_ms``, node attributes ``slots`` and
+``optical``.
+
+``spine-leaf:SPINES,LEAVES[,HOSTS_PER_LEAF][,KEY=VALUE...]`` builds a spine-leaf fabric
+(:func:`spine_leaf`) instead of reading one.
 """
 
 from __future__ import annotations
@@ -53,7 +59,13 @@ TOPOLOGY_PATH_ENV = "FEDMST_TOPOLOGY_PATH"
 
 _TOP_KEYS = {"name", "description", "capacity_mbps", "nodes", "links"}
 _LINK_KEYS = {"a", "b", "km", "delay_ms", "capacity_mbps"}
-_NODE_KEYS = {"id", "slots"}
+_NODE_KEYS = {"id", "slots", "optical"}
+
+SPINE_LEAF = "spine-leaf:"
+SPINE_LEAF_FORM = "spine-leaf:SPINES,LEAVES[,HOSTS_PER_LEAF][,mbps=M][,km=K][,host-mbps=M][,host-km=K]"
+SPINE_LEAF_DEFAULTS = {"mbps": 10_000.0, "km": 2.0}
+"""A spine-leaf link's capacity (10 Gbit/s, a data-centre fabric's) and length (2 km, a campus or
+metro building's span); a host's link to its leaf takes the same unless ``host-mbps``/``host-km`` say."""
 
 
 def node_order(node: str) -> tuple[int, int | str]:
@@ -94,6 +106,8 @@ def load_topology(name_or_path: str, *, default_capacity_mbps: float | None = No
     named = _named_files()
     if name_or_path in named:
         return _load_file(named[name_or_path], default_capacity_mbps)
+    if name_or_path.startswith(SPINE_LEAF):
+        return spine_leaf(name_or_path)
     spec = _topohub_spec(name_or_path) if "/" in name_or_path else None
     if spec is not None:
         if default_capacity_mbps is None:
@@ -101,8 +115,56 @@ def load_topology(name_or_path: str, *, default_capacity_mbps: float | None = No
         return _from_spec(spec, name_or_path, default_capacity_mbps)
     raise TopologyError(
         f"unknown topology {name_or_path!r}: not a file, not one of "
-        f"{', '.join(named) or '(none shipped)'}, not a topohub key (e.g. sndlib/polska)"
+        f"{', '.join(named) or '(none shipped)'}, not a topohub key (e.g. sndlib/polska), "
+        f"not a {SPINE_LEAF_FORM} fabric"
     )
+
+
+def spine_leaf(spec: str) -> nx.Graph:
+    """The fabric ``spec`` names: all-optical spines ``s0..`` (light passes through them; no slots),
+    electrical leaves ``l0..``, every spine linked to every leaf, and ``HOSTS_PER_LEAF`` hosts
+    ``h<leaf>_<i>`` under each leaf (the underscore keeps ``A-B`` link names unambiguous).
+
+    >>> g = spine_leaf("spine-leaf:2,3,1,km=1")
+    >>> len(g), g.number_of_edges(), sorted(optical_nodes(g)), g.edges["s0", "l2"]["delay_s"]
+    (8, 9, ['s0', 's1'], 5e-06)
+    """
+    spines, leaves, hosts, values = _spine_leaf_parts(spec)
+    fabric = {"capacity_mbps": values["mbps"], "km": values["km"]}
+    host = {"capacity_mbps": values.get("host-mbps", values["mbps"]), "km": values.get("host-km", values["km"])}
+    host_names = {leaf: [f"h{leaf}_{i}" for i in range(hosts)] for leaf in range(leaves)}
+    links = [{"a": f"s{s}", "b": f"l{leaf}", **fabric} for s in range(spines) for leaf in range(leaves)]
+    links += [{"a": f"l{leaf}", "b": h, **host} for leaf, names in host_names.items() for h in names]
+    nodes = [*({"id": f"s{s}", "optical": True, "slots": 0} for s in range(spines)),
+             *(f"l{leaf}" for leaf in range(leaves)), *(h for names in host_names.values() for h in names)]
+    return _from_spec({"name": spec, "nodes": nodes, "links": links}, spec, None)
+
+
+def _spine_leaf_parts(spec: str) -> tuple[int, int, int, dict[str, float]]:
+    """SPINES, LEAVES, HOSTS_PER_LEAF and the link options of a ``spine-leaf:`` spec, each checked."""
+    def refuse(fault: str) -> TopologyError:
+        return _error(spec, f"{fault}; expected {SPINE_LEAF_FORM}")
+
+    parts = spec[len(SPINE_LEAF):].split(",")
+    counts = [p.strip() for p in parts if "=" not in p]
+    if not 2 <= len(counts) <= 3 or any(not c.isdigit() for c in counts):
+        raise refuse(f"{', '.join(counts) or 'nothing'} is not 2 or 3 whole numbers")
+    spines, leaves, hosts = (*map(int, counts), 0)[:3]
+    if spines < 1 or leaves < 2:
+        raise refuse(f"SPINES {spines}, LEAVES {leaves}: give at least 1 spine and 2 leaves")
+    values = dict(SPINE_LEAF_DEFAULTS)
+    for part in (p for p in parts if "=" in p):
+        key, _, text = (x.strip() for x in part.partition("="))
+        if key not in ("mbps", "km", "host-mbps", "host-km"):
+            raise refuse(f"unknown key {key!r}")
+        try:
+            value = float(text)
+        except ValueError:
+            raise refuse(f"{key}={text} is not a number") from None
+        if not math.isfinite(value) or value < 0 or (value == 0 and key.endswith("mbps")):
+            raise refuse(f"{key}={text} is not {'positive' if key.endswith('mbps') else '0 or more'}")
+        values[key] = value
+    return spines, leaves, hosts, values
 
 
 def validate_topology(graph: nx.Graph, source: str) -> nx.Graph:
@@ -130,6 +192,7 @@ def validate_topology(graph: nx.Graph, source: str) -> nx.Graph:
             data["length_km"] = _quantity(source, where, "length", data["length_km"], "km")
         else:
             data["length_km"] = None
+    _check_optical(graph, source)
     components = list(nx.connected_components(graph))
     if len(components) > 1:
         first = next(iter(graph))
@@ -142,6 +205,19 @@ def validate_topology(graph: nx.Graph, source: str) -> nx.Graph:
     graph.graph.setdefault("name", source)
     graph.graph.setdefault("source", source)
     return graph
+
+
+def _check_optical(graph: nx.Graph, source: str) -> None:
+    """Refuse compute on an all-optical node, and a network with too few electrical nodes to hold
+    G and a local model apart."""
+    optical = optical_nodes(graph)
+    for node in sorted(optical, key=node_order):
+        if graph.nodes[node].get("slots", 0):
+            raise _error(source, f"node {node} is all-optical (light passes through it) but declares "
+                                 f"{graph.nodes[node]['slots']} slot(s): give it none")
+    if len(graph) - len(optical) < 2:
+        raise _error(source, f"{len(graph) - len(optical)} node(s) not optical; a topology needs at least 2 "
+                             "to hold G and a local model")
 
 
 def _error(source: str, fault: object) -> TopologyError:
@@ -209,7 +285,7 @@ def _graphml_spec(g: nx.Graph, stem: str) -> dict[str, Any]:
         for a, b, data in g.edges(data=True)
     ]
     name = g.graph.get("name") or stem
-    nodes = [{"id": n, "slots": g.nodes[n]["slots"]} if "slots" in g.nodes[n] else n for n in g]
+    nodes = [{"id": n, **{k: g.nodes[n][k] for k in ("slots", "optical") if k in g.nodes[n]}} for n in g]
     return {"name": str(name), "nodes": nodes, "links": _drop_none(links)}
 
 
@@ -240,8 +316,9 @@ def _node_id(source: str, where: str, value: object) -> str:
     raise _error(source, f"{where}: node id {value!r} is not a string or integer")
 
 
-def _node(source: str, value: object) -> tuple[str, dict[str, int]]:
-    """A ``nodes`` entry: its id, and its ``slots`` where it declares them (a whole number, 0 or more)."""
+def _node(source: str, value: object) -> tuple[str, dict[str, int | bool]]:
+    """A ``nodes`` entry: its id, and its ``slots`` (a whole number, 0 or more) and ``optical``
+    (true or false) where it declares them."""
     if not isinstance(value, dict):
         return _node_id(source, "nodes", value), {}
     if unknown := sorted(set(value) - _NODE_KEYS):
@@ -249,14 +326,19 @@ def _node(source: str, value: object) -> tuple[str, dict[str, int]]:
     if "id" not in value:
         raise _error(source, f"nodes: {value!r} has no 'id'")
     node = _node_id(source, "nodes", value["id"])
+    attributes: dict[str, int | bool] = {}
+    if "optical" in value:
+        if not isinstance(value["optical"], bool):
+            raise _error(source, f"node {node}: optical {value['optical']!r} is not true or false")
+        attributes["optical"] = value["optical"]
     if "slots" not in value:
-        return node, {}
+        return node, attributes
     slots = value["slots"]
     if isinstance(slots, float) and slots.is_integer():
         slots = int(slots)  # GraphML may type it as a double
     if isinstance(slots, bool) or not isinstance(slots, int) or slots < 0:
         raise _error(source, f"node {node}: slots {slots!r} is not a whole number of 0 or more")
-    return node, {"slots": slots}
+    return node, {**attributes, "slots": slots}
 
 
 def _from_spec(spec: object, source: str, default_capacity_mbps: float | None) -> nx.Graph:
