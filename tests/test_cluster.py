@@ -708,3 +708,8 @@ def test_the_cluster_table_names_the_transport() -> None:
     text = console.export_text()
     assert "TCP congestion control" in text and "dctcp (ECN K auto)" in text
     assert "ECN-marked packets" in text and " 7 " in text
+
+
+def test_optical_nodes_hold_no_slot() -> None:
+    g = load_topology("spine-leaf:2,3")
+    assert node_slots(g, default=4) == {"s0": 0, "s1": 0, "l0": 4, "l1": 4, "l2": 4}

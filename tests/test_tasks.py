@@ -8,8 +8,8 @@ import networkx as nx
 import pytest
 
 from fedmst.errors import FedmstError, TaskError
-from fedmst.core.tasks import Task, place_task
-from fedmst.core.topology import load_topology
+from fedmst.core.tasks import Task, compute_nodes, place_task
+from fedmst.core.topology import load_topology, optical_nodes
 
 from graphs import line
 
@@ -181,3 +181,21 @@ def test_task_is_frozen() -> None:
     t = Task(name="t", global_node="g", local_nodes=("a",), model_bytes=4)
     with pytest.raises(AttributeError):
         t.global_node = "h"  # type: ignore[misc]
+
+
+def test_random_placement_never_picks_an_optical_node() -> None:
+    g = load_topology("spine-leaf:4,3,1")
+    drawn: set[str] = set()
+    for seed in range(200):
+        task = place(g, k=5, seed=seed)
+        drawn |= task.terminals
+    assert drawn == set(g) - optical_nodes(g) and compute_nodes(g) == sorted(drawn)
+
+
+@pytest.mark.parametrize("where", [{"global_node": "s1"}, {"global_node": "l0", "local_nodes": ["l1", "s0"]}])
+def test_an_optical_node_cannot_hold_g_or_a_local_model(where: dict[str, object]) -> None:
+    node = "s1" if "local_nodes" not in where else "s0"
+    with pytest.raises(TaskError) as exc:
+        place(load_topology("spine-leaf:2,2"), k=len(where.get("local_nodes", [1])), **where)  # type: ignore[arg-type]
+    assert str(exc.value) == (f"task t: node {node} is all-optical (light passes through it): "
+                              "it cannot hold G or a local model")

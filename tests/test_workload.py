@@ -236,3 +236,19 @@ def test_shipped_workloads_read_on_the_dumbbell() -> None:
     graph = load_topology("dumbbell")
     for path in sorted(folder.glob("*.json")):
         assert read_workload(path, graph), path
+
+
+def test_a_workload_file_cannot_put_a_model_on_an_optical_node(tmp_path) -> None:
+    from fedmst.core.workload import read_workload
+
+    path = _file(tmp_path, '{"tasks": [{"name": "A", "global_node": "l0", "local_nodes": ["l1", "s0"]}]}')
+    with pytest.raises(TaskError) as exc:
+        read_workload(path, load_topology("spine-leaf:1,2"))
+    assert str(exc.value) == (f"--workload {path}: task A: node s0 is all-optical (light passes through it): "
+                              "it cannot hold G or a local model")
+
+
+def test_seeded_workloads_place_no_model_on_an_optical_node() -> None:
+    graph = load_topology("spine-leaf:4,4")
+    tasks = make_tasks(graph, n_tasks=12, local_models=6, model_bytes=8, seed=3)
+    assert set().union(*(t.terminals for t in tasks)) == {"l0", "l1", "l2", "l3"}

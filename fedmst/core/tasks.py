@@ -61,6 +61,14 @@ class Task:
         return frozenset((self.global_node, *self.local_nodes))
 
 
+def compute_nodes(graph: nx.Graph) -> list[str]:
+    """The nodes that can hold G or a local model, in name order: all but the all-optical ones."""
+    from fedmst.core.topology import optical_nodes  # networkx, loaded only once a graph exists
+
+    optical = optical_nodes(graph)
+    return sorted((n for n in graph.nodes if n not in optical), key=str)
+
+
 def place_task(
     graph: nx.Graph,
     *,
@@ -75,7 +83,8 @@ def place_task(
 
     Random placement puts G on a random node and the local models on distinct other nodes,
     drawing again from all other nodes once each has one, so several local models share a
-    node only when k exceeds the number of other nodes.
+    node only when k exceeds the number of other nodes. Only :func:`compute_nodes` are drawn, and
+    an explicit all-optical node is refused: light passes through it, nothing computes there.
 
     >>> import networkx as nx
     >>> g = nx.path_graph(["a", "b", "c"])
@@ -84,12 +93,15 @@ def place_task(
     """
     if local_models < 1:
         raise TaskError(f"task {name}: --local-models must be at least 1, got {local_models}")
-    nodes = sorted(graph.nodes, key=str)
+    nodes = compute_nodes(graph)
     for node in [global_node, *(local_nodes or [])]:
         if node is not None and node not in graph:
             raise TaskError(
                 f"task {name}: node {node!r} is not in topology {graph.graph.get('name', '?')!r}"
             )
+        if node is not None and node not in nodes:
+            raise TaskError(f"task {name}: node {node} is all-optical (light passes through it): "
+                            "it cannot hold G or a local model")
     rng = random.Random(seed)
     g = global_node if global_node is not None else rng.choice(nodes)
     if local_nodes is not None:

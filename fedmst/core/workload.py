@@ -33,7 +33,7 @@ from fedmst.core.jsonfile import read_entries
 from fedmst.core.schedulers import schedule
 from fedmst.core.optical import Lightpath, Spectrum, admit
 from fedmst.core.plan import LinkDir, Phase, Plan, predicted_link_bytes
-from fedmst.core.tasks import Task, place_task
+from fedmst.core.tasks import Task, compute_nodes, place_task
 from fedmst.core.wire import DEFAULT_MTU
 
 
@@ -59,13 +59,14 @@ def _global_node(nodes: list[str], seed: int, index: int) -> str:
 def make_tasks(graph: nx.Graph, n_tasks: int, local_models: int, model_bytes: int, seed: int) -> list[Task]:
     """``n_tasks`` tasks named ``task0..task{N-1}``, each placed by a seed derived from (seed, i).
 
-    G's are distinct as long as there are nodes for them (then every node hosts one before any
-    hosts two); local models go where :func:`fedmst.core.tasks.place_task` puts them, on distinct
-    nodes other than G while k allows. Task i is the same whatever ``n_tasks`` is.
+    G's are distinct as long as there are nodes for them (:func:`~fedmst.core.tasks.compute_nodes`;
+    then every node hosts one before any hosts two); local models go where
+    :func:`fedmst.core.tasks.place_task` puts them, on distinct nodes other than G while k allows.
+    Task i is the same whatever ``n_tasks`` is.
     """
     if n_tasks < 1:
         raise TaskError(f"--tasks must be at least 1, got {n_tasks}")
-    nodes = sorted(graph.nodes, key=str)
+    nodes = compute_nodes(graph)
     if not nodes:
         raise TaskError(f"topology {graph.graph.get('name', '?')!r} has no nodes")
     return [

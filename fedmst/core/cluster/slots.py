@@ -32,8 +32,11 @@ if TYPE_CHECKING:
 
 def node_slots(graph: nx.Graph, default: int) -> dict[str, int]:
     """Every node's slots: what it declares, else ``default`` (``--slots``, checked with the
-    options); a cluster with no slot at all is refused."""
-    slots = {str(n): int(graph.nodes[n].get("slots", default)) for n in graph}
+    options), and none on an all-optical node; a cluster with no slot at all is refused."""
+    from fedmst.core.topology import optical_nodes  # networkx, loaded only once a graph exists
+
+    optical = optical_nodes(graph)
+    slots = {str(n): 0 if n in optical else int(graph.nodes[n].get("slots", default)) for n in graph}
     if not any(slots.values()):
         raise JobError(f"topology {graph.graph.get('name', '?')!r}: no node has a slot, so no job can run "
                        "(give --slots N, or declare slots on its nodes)")
