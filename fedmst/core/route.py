@@ -84,6 +84,16 @@ def window_bytes(graph: nx.Graph, path: Sequence[str]) -> int:
     return round(narrowest * 1e6 / 8 * 2 * path_delay_ns(graph, path) / 1e9)
 
 
+def route_cost(link: Mapping[str, Any], bound: int) -> int:
+    """A link's cost on a least-delay route: delay first, then one per hop, as one exact integer
+    (``bound`` exceeds any path's hop count: the graph's number of nodes).
+
+    >>> route_cost({"delay_s": 0.001}, 10)
+    10000001
+    """
+    return delay_ns(link) * bound + 1
+
+
 def least_delay_paths(graph: nx.Graph, source: str) -> dict[str, list[str]]:
     """The least-delay path from ``source`` to every node it reaches, all from one path tree.
 
@@ -99,11 +109,11 @@ def least_delay_paths(graph: nx.Graph, source: str) -> dict[str, list[str]]:
     """
     import networkx as nx
 
-    bound = graph.number_of_nodes()  # a path has fewer hops than the graph has nodes
+    bound = graph.number_of_nodes()
     ordered = nx.Graph()
     ordered.add_nodes_from(sorted(graph.nodes))
-    ordered.add_edges_from(  # delay first, then one per hop: (delay, hops) as one exact integer
-        (u, v, {"cost": delay_ns(graph.edges[u, v]) * bound + 1})
+    ordered.add_edges_from(
+        (u, v, {"cost": route_cost(graph.edges[u, v], bound)})
         for u, v in sorted(tuple(sorted(e)) for e in graph.edges)
     )
     return nx.single_source_dijkstra_path(ordered, source, weight="cost")

@@ -14,6 +14,7 @@ import networkx as nx
 
 from fedmst.errors import SchedulerError
 from fedmst.plugins import Registry, one_line
+from fedmst.core.optical.fabric import check_terminals, check_transparent, expand, transparent_overlay
 from fedmst.core.plan import Plan, check_plan, forward_each
 from fedmst.core.schedulers.base import LinkState, Scheduler
 from fedmst.core.schedulers.binomial import BinomialScheduler
@@ -23,6 +24,7 @@ from fedmst.core.schedulers.ring import RingScheduler
 from fedmst.core.schedulers.spff import SPFFScheduler
 from fedmst.core.schedulers.steiner_opt import SteinerOptScheduler
 from fedmst.core.tasks import Task
+from fedmst.core.topology import optical_nodes
 
 SCHEDULERS: Registry[type[Scheduler]] = Registry(
     "scheduler", "fedmst.schedulers", SchedulerError,
@@ -57,11 +59,31 @@ def schedule(graph: nx.Graph, task: Task, scheduler: str, link_state: LinkState 
     """Plan ``task`` with the scheduler named ``scheduler`` and check the plan's contract.
 
     The scheduler sees only the part of ``graph`` that G's node reaches: after link failures the
-    rest of the network may be cut off, and no scheduler need handle a disconnected graph.
+    rest of the network may be cut off, and no scheduler need handle a disconnected graph. Where
+    some nodes are all-optical, it plans on the transparent overlay (electrical nodes only, joined
+    by lightpaths, with the load of each lightpath's busiest hop), and its plan, refused if it stops
+    at an optical node, is expanded onto the physical paths (:mod:`fedmst.core.optical.fabric`).
     """
     reach = nx.node_connected_component(graph, task.global_node) if task.global_node in graph else set()
     if len(reach) < graph.number_of_nodes():
         graph = graph.subgraph(reach)
+    optical = optical_nodes(graph)
+    if not optical:
+        plan = _planned(graph, task, scheduler, link_state)
+    else:
+        check_terminals(task, optical)
+        overlay = transparent_overlay(graph)
+        plan = _planned(overlay.graph, task, scheduler, overlay.load(link_state))
+        check_transparent(plan, optical)
+        check_plan(plan, overlay.graph)
+        plan = expand(plan, overlay)
+    check_plan(plan, graph)
+    return plan
+
+
+def _planned(graph: nx.Graph, task: Task, scheduler: str, link_state: LinkState | None) -> Plan:
+    """The scheduler's plan of ``task`` on ``graph``, each update forwarded whole where the task
+    must not sum in the network; a plugin's failure or wrong answer is its fault, in one line."""
     try:
         plan = get_scheduler(scheduler).plan(graph, task, link_state)
     except SchedulerError:
@@ -70,10 +92,7 @@ def schedule(graph: nx.Graph, task: Task, scheduler: str, link_state: LinkState 
         raise SchedulerError(f"scheduler {scheduler!r} failed to plan {task.name}: {one_line(exc)}") from exc
     if not isinstance(plan, Plan):
         raise SchedulerError(f"scheduler {scheduler!r} returned {type(plan).__name__}, not a fedmst.api.Plan")
-    if not task.sums_in_path:
-        plan = forward_each(plan)
-    check_plan(plan, graph)
-    return plan
+    return plan if task.sums_in_path else forward_each(plan)
 
 
 __all__ = ["SCHEDULERS", "LinkState", "Plan", "Scheduler", "get_scheduler", "register_scheduler", "schedule",

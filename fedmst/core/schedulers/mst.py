@@ -48,14 +48,16 @@ def link_seconds(link: Mapping[str, Any], model_bytes: int, load: float) -> floa
 def auxiliary_graph(graph: nx.Graph, task: Task, link_state: LinkState | None, *, latency: bool = False) -> nx.Graph:
     """Copy of ``graph`` whose edges carry ``weight``: one per link plus :func:`link_seconds` scaled
     so that all links' seconds together weigh less than one link (bytes first, then time); with
-    ``latency``, the seconds alone."""
+    ``latency``, the seconds alone. A lightpath of the transparent overlay weighs its physical
+    ``hops``, as each of them carries the bytes."""
     state = link_state or {}
     seconds = {(u, v): link_seconds(link, task.model_bytes, max(state.get((u, v), 0.0), state.get((v, u), 0.0)))
                for u, v, link in graph.edges(data=True)}
     tie = 1.0 / (1.0 + math.fsum(seconds.values()))
     aux = nx.Graph()
     aux.add_nodes_from(graph.nodes)
-    aux.add_weighted_edges_from((u, v, s if latency else 1.0 + tie * s) for (u, v), s in seconds.items())
+    aux.add_weighted_edges_from((u, v, s if latency else float(graph.edges[u, v].get("hops", 1)) + tie * s)
+                                for (u, v), s in seconds.items())
     return aux
 
 

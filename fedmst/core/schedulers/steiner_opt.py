@@ -32,7 +32,8 @@ TIME_LIMIT_S = 60.0
 
 def min_steiner_tree(graph: nx.Graph, root: str, terminals: set[str] | frozenset[str]) -> nx.Graph:
     """The tree with the fewest edges joining ``root`` and ``terminals`` in ``graph``; ties go
-    to the least total ``delay_s`` (0 where absent).
+    to the least total ``delay_s`` (0 where absent). An edge counts its ``hops`` (1 where absent):
+    a lightpath of the transparent overlay is that many physical links.
 
     >>> g = nx.cycle_graph(["a", "b", "c", "d", "e"])  # a ring: the short way round wins
     >>> sorted(map(sorted, min_steiner_tree(g, "a", {"c"}).edges))
@@ -58,7 +59,8 @@ def min_steiner_tree(graph: nx.Graph, root: str, terminals: set[str] | frozenset
     # variables: y_a for every arc (bought), then f^t_a for every sink t and arc (flow)
     delays = np.array([float(graph.edges[u, v].get("delay_s", 0.0)) for u, v in arcs])
     tie = 1.0 / (2 * delays.sum() + 1.0)  # all delays together weigh less than one link
-    cost = np.concatenate([1.0 + tie * delays, np.zeros(n_arcs * n_flows)])
+    hops = np.array([float(graph.edges[u, v].get("hops", 1)) for u, v in arcs])
+    cost = np.concatenate([hops + tie * delays, np.zeros(n_arcs * n_flows)])
     rows = lil_matrix((len(nodes) * n_flows + n_arcs * n_flows + len(edges), size))
     lower, upper = [], []
     r = 0
