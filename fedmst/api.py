@@ -1,6 +1,6 @@
 """fedmst's public extension API: everything a plugin needs, in one stable module.
 
-Nine kinds of plugin, each found the same way: by a name registered in the process that looks it
+Ten kinds of plugin, each found the same way: by a name registered in the process that looks it
 up, by a name in the kind's entry-point group (loaded on the first lookup; a broken plugin only
 warns), or directly as ``package.module:attribute`` wherever a name is accepted. A name taken
 twice is refused; an unknown one is refused with the choices.
@@ -16,6 +16,8 @@ twice is refused; an unknown one is refused with the choices.
   (a :class:`Placement`)
 - a cluster's preemption: group ``fedmst.preemptions``, ``fedmst cluster --preempt pkg.mod:Class``
   (a :class:`Preemption`, whose ``evict`` returns an :class:`Evict`)
+- optical policy: group ``fedmst.optical``, ``--optical pkg.mod:Class`` (an :class:`OpticalPolicy`, whose
+  ``assign`` returns an :class:`Assignment`)
 
 Agents run in processes (or containers) of their own, which import only what the run names: a
 model or dataset registered by ``register_*`` in your own process is not visible to them. For a
@@ -90,6 +92,7 @@ from typing import TYPE_CHECKING
 
 from fedmst.core.cluster.jobs import Job
 from fedmst.core.cluster.policies import ClusterView, Evict, Order, Placed, Placement, Preemption, Running
+from fedmst.core.optical.circuits import Assignment, OpticalPolicy
 from fedmst.core.plan import Plan, Transfer, equal_segments
 from fedmst.core.schedulers import register_scheduler
 from fedmst.core.schedulers.base import LinkState, Scheduler
@@ -134,7 +137,7 @@ def register_strategy(name: str, cls: type[Strategy]) -> None:
     STRATEGIES.register(name, cls)
 
 
-__all__ = ["ClusterView", "Evict", "FedmstError", "Job", "LinkState", "Order", "Placed", "Placement", "Plan",
-           "Preemption", "ProcessBackend", "Running", "Scheduler", "Selection", "SelectionContext", "Strategy", "Task",
-           "Transfer", "WorkerBackend", "equal_segments", "register_backend", "register_dataset", "register_model",
-           "register_scheduler", "register_strategy"]
+__all__ = ["Assignment", "ClusterView", "Evict", "FedmstError", "Job", "LinkState", "OpticalPolicy", "Order",
+           "Placed", "Placement", "Plan", "Preemption", "ProcessBackend", "Running", "Scheduler", "Selection",
+           "SelectionContext", "Strategy", "Task", "Transfer", "WorkerBackend", "equal_segments", "register_backend",
+           "register_dataset", "register_model", "register_scheduler", "register_strategy"]

@@ -79,11 +79,21 @@ def _click_option(name: str, changed: Mapping[str, Any]) -> Callable[..., Any]:
         how["type"] = {"int": int, "float": float}.get(field.type.partition(" ")[0])
         if isinstance(opt.choices, tuple):
             how["type"] = click.Choice(opt.choices)
-    return click.option(*opt.flags, name, **how)
+    new = click.option(*opt.flags, name, **how)
+    if opt.was is None:
+        return new
+
+    def refuse(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if value is not None:
+            raise click.UsageError(f"{opt.was} is now {opt.label(name)}: give {opt.label(name)} {value}")
+
+    old = click.option(opt.was, hidden=True, expose_value=False, callback=refuse)
+    return lambda fn: old(new(fn))
 
 
-RUN_OPTIONS = ("topology", "local_models", "tasks", "wavelengths", "rounds", "model", "dataset", "client",
-               "run_config", "seed", "global_node", "local_nodes", "epochs", "lr", "batch_size", "optimizer",
+RUN_OPTIONS = ("topology", "local_models", "tasks", "ocs_wavelengths", "reconfig_ms", "optical", "rounds", "model",
+               "dataset", "client", "run_config", "seed", "global_node", "local_nodes", "epochs", "lr", "batch_size",
+               "optimizer",
                "strategy", "strategy_args", "target_accuracy", "pcap", "pcap_snaplen", "chunk_bytes", "mtu",
                "delay_mode", "queue", "congestion_control", "cc_args", "ecn_k", "loss", "jitter_ms", "time_scale",
                "save_models",
@@ -374,7 +384,7 @@ def _int_list(_ctx: object, _param: object, value: str) -> list[int]:
 @click.option("--local-models", "ks", default="2,4,6,8,10,12,14,15", show_default=True,
               callback=_int_list, help="Local-model counts to sweep (list or range a-b:step).")
 @click.option("--seeds", default="1,2", show_default=True, callback=_int_list, help="Seeds to repeat every point with.")
-@_schema_options("tasks", "wavelengths", "rounds", "model", changed=SWEEP)
+@_schema_options("tasks", "ocs_wavelengths", "reconfig_ms", "optical", "rounds", "model", changed=SWEEP)
 @click.option("--models", "--model-sizes", "models", default=None,
               help="Comma-separated models (e.g. mlp,mlp-large,mlp-xl: 19 KB, 4.5 MB, 45 MB) to run every point "
                    "with, instead of --model; with several, the sweep also maps where each schedule wins.")

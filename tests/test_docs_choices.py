@@ -37,6 +37,7 @@ Extract = Callable[[str], list[str] | None]
 def _registries() -> dict[str, Any]:
     """Each registry by the option that names its plugins (imported here: models and datasets load torch)."""
     from fedmst.core.cluster.policies import ORDERS, PLACEMENTS, PREEMPTIONS
+    from fedmst.core.optical.circuits import POLICIES
     from fedmst.core.schedulers import SCHEDULERS
     from fedmst.core.selection import SELECTIONS
     from fedmst.fl.data import DATASETS
@@ -46,7 +47,7 @@ def _registries() -> dict[str, Any]:
 
     return {"--scheduler": SCHEDULERS, "--model": MODELS, "--dataset": DATASETS, "--strategy": STRATEGIES,
             "--selection": SELECTIONS, "--workers": BACKENDS, "cluster --order": ORDERS, "--placement": PLACEMENTS,
-            "--preempt": PREEMPTIONS}
+            "--preempt": PREEMPTIONS, "--optical": POLICIES}
 
 
 def built_in(registry: Any) -> tuple[str, ...]:
@@ -193,7 +194,7 @@ def _table(option: str) -> Listing:
 
 COMMANDS_OPTIONS = ("--scheduler", "--model", "--dataset", "--optimizer", "--strategy", "--selection",
                     "--delay-mode", "--congestion-control", "--queue", "--workers", "--clock", "--interleave",
-                    "--order", "--link-state")
+                    "--order", "--link-state", "--optical")
 
 LISTINGS = [
     *(_table(option) for option in COMMANDS_OPTIONS),

@@ -10,6 +10,8 @@ import shutil
 import os
 import signal
 import subprocess
+from collections import Counter
+from itertools import pairwise
 from pathlib import Path
 
 import psutil
@@ -384,3 +386,35 @@ def test_a_users_dataset_shapes_the_model_and_aggregates_exactly(tmp_path: Path,
         assert_fedavg(out / "models" / f"round{rnd}")
     assert "time: prepare" in proc.stdout and "fixed cost" in proc.stdout
     assert set(summary["time_breakdown_s"]) == {"prepare", "network", "agents", "rounds", "teardown"}
+
+
+def test_each_optical_circuit_carries_its_wavelengths_rate(tmp_path: Path, clean_host: None) -> None:
+    """spine-leaf:2,2,1 at 100 Mbit/s with 4 OCS wavelengths per fibre: G on h0_0 sends to l1 and h1_0
+    over two circuits on the same fibres, each held to 25 Mbit/s (the fibre carries 50, not 100); the
+    phases keep their prediction, and round 1's broadcast waits out the circuits' set-up."""
+    out = tmp_path / "ocs"
+    proc = fedmst_cli("run", "--topology", "spine-leaf:2,2,1,mbps=100", "--global-node", "h0_0", "--local-nodes",
+                      "l1,h1_0", "-k", "2", "--scheduler", "spff", "--ocs-wavelengths", "4", "--reconfig-ms", "300",
+                      "--rounds", "2", "--epochs", "1", "--time-scale", "1", "--out", out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    circuits = read_csv(out / "optical.csv")
+    assert [(c["kind"], float(c["reserved_mbps"]), c["blocked"]) for c in circuits] == [("ocs", 25.0, "")] * 2
+    held = Counter(frozenset(hop) for c in circuits for hop in pairwise(c["path"].split("-")))
+    rounds = read_csv(out / "rounds.csv")
+    for row in read_csv(out / "links.csv"):
+        hop, res = (row["src"], row["dst"]), rounds[int(row["round"]) - 1]
+        for phase in ("broadcast", "upload"):
+            moved, seconds = int(row[f"{phase}_bytes"]), float(res[f"{phase}_s"])
+            if phase == "broadcast" and row["round"] == "1":
+                seconds -= 0.3  # the set-up pause, before any transfer
+            if held[frozenset(hop)] and moved > 1e6:  # a fibre's weights' direction: each circuit at 25 Mbit/s
+                assert abs(moved * 8 / seconds / held[frozenset(hop)] / 1e6 - 25) <= 2.5, (row, phase)
+    for res in rounds:
+        for phase in ("broadcast", "upload"):
+            assert float(res[f"{phase}_s"]) <= 1.15 * float(res[f"predicted_{phase}_s"]), (res, phase)
+    paused = float(rounds[0]["broadcast_s"]) - float(rounds[1]["broadcast_s"])
+    assert abs(float(rounds[0]["predicted_broadcast_s"]) - float(rounds[1]["predicted_broadcast_s"]) - 0.3) < 1e-6
+    assert 0.2 < paused < 0.45 and "2 new optical circuit(s) set up in 300 ms before the broadcast" in proc.stdout
+    summary = json.loads((out / "summary.json").read_text())["optical"]
+    assert summary["optical_nodes"] == ["s0", "s1"] and summary["blocking_ratio"] == 0.0
+    assert sorted(summary["wavelengths_used"].values()) == [2, 2]

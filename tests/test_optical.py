@@ -1,13 +1,27 @@
-"""The optical layer: first fit with wavelength continuity, release, blocking, reserved capacity."""
+"""The optical layer: first fit with wavelength continuity, release, blocking, reserved capacity;
+OCS circuits on a fabric, the policy point, the options and the circuits' classifier."""
 
 from __future__ import annotations
 
+import ipaddress
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import click
 import pytest
 from graphs import graph_from, line
 
-from fedmst.errors import SchedulerError
+from fedmst.api import Assignment, OpticalPolicy
+from fedmst.errors import FedmstError, SchedulerError
 from fedmst.core.schedulers import schedule
 from fedmst.core.optical import Spectrum, admit, lightpath_paths
+from fedmst.core.optical.circuits import (OCSPolicy, assign, circuit_view, fibres, get_policy, optical_rows,
+                                         optical_summary)
+from fedmst.core.plan import Plan
+from fedmst.core.topology import load_topology
+from fedmst.net.circuits import circuit_commands, classifier
+from fedmst.run.config import RunConfig, read_config_file, validate
 from fedmst.core.tasks import Task
 from fedmst.core.workload import schedule_workload
 
@@ -183,3 +197,129 @@ class TestBlockingW1:
         reason = admit(s, schedule(g, task("t", "a", "c"), "spff"))
         assert reason is not None and "continuity" in reason
         assert len(s.lightpaths) == 2
+
+
+class TestCircuits:
+    """OCS circuits on a fabric: fibres, stretches, a wavelength per transfer path, blocking,
+    the prediction's view and the records."""
+
+    fabric = load_topology("spine-leaf:2,2,1,mbps=100")
+
+    def test_fibres_are_the_links_with_an_optical_end(self) -> None:
+        assert sorted(map(sorted, fibres(self.fabric))) == [["l0", "s0"], ["l0", "s1"], ["l1", "s0"], ["l1", "s1"]]
+        assert fibres(load_topology("nsfnet")) == frozenset()
+
+    def test_each_transfer_path_holds_its_own_wavelength_on_its_stretch(self) -> None:
+        wp = schedule_workload(self.fabric, [task("t", "h0_0", "l1", "h1_0")], "spff", wavelengths=4)
+        stretch = {lp.path for lp in wp.lightpaths}
+        assert len(stretch) == 1 and len(next(iter(stretch))) == 3  # l0-s-l1: the host links hold none
+        assert sorted(lp.wavelength for lp in wp.lightpaths) == [0, 1]
+        assert {lp.serves[-1] for lp in wp.lightpaths} == {"l1", "h1_0"}
+        assert {lp.slot_mbps for lp in wp.lightpaths} == {(25.0, 25.0)}  # 100 Mbit/s / 4 on each fibre
+        view = circuit_view(self.fabric, wp.lightpaths)
+        hop = next(iter(stretch))[:2]
+        assert view.edges[hop]["capacity_mbps"] == 50.0 and view.edges["h0_0", "l0"]["capacity_mbps"] == 100.0
+
+    def test_a_task_that_finds_no_wavelength_is_blocked_not_an_error(self) -> None:
+        tasks = [task("t0", "h0_0", "h1_0"), task("t1", "l0", "l1")]
+        wp = schedule_workload(self.fabric, tasks, "spff", wavelengths=1)  # both cross l0-s-l1, the same spine
+        assert [p.task.name for p in wp.plans] == ["t0"] and wp.blocking_ratio == 0.5
+        assert wp.blocked[0][0] == "t1" and "W=1" in wp.blocked[0][1]
+
+    def test_a_topology_without_optical_nodes_keeps_its_accounting(self) -> None:
+        g = line("a", "b", "c")
+        wp = schedule_workload(g, [task("t", "a", "b", "c")], "spff", wavelengths=8)
+        assert [lp.path for lp in wp.lightpaths] == [("a", "b"), ("a", "b", "c")]
+        assert all(lp.serves == () for lp in wp.lightpaths) and circuit_view(g, wp.lightpaths) is g
+
+    def test_records(self) -> None:
+        wp = schedule_workload(self.fabric, [task("t", "h0_0", "l1")], "spff", wavelengths=4)
+        rows = optical_rows(wp.lightpaths, (("t9", "no wavelength"),), 1.2)
+        assert [r["kind"] for r in rows] == ["ocs", "ocs"]
+        assert rows[0]["transfer"].startswith("h0_0-l0-") and rows[0]["reserved_mbps"] == 25.0
+        assert rows[1]["blocked"] == "no wavelength" and rows[1]["path"] == ""
+        summary = optical_summary(self.fabric, wp.lightpaths, 0.5, policy="ocs", wavelengths=4, reconfig_ms=1.2)
+        assert summary["optical_nodes"] == ["s0", "s1"] and sum(summary["wavelengths_used"].values()) == 2
+        assert summary["blocking_ratio"] == 0.5
+
+
+class TestPolicies:
+    def test_ocs_is_built_in_and_an_unknown_policy_lists_the_choices(self) -> None:
+        assert isinstance(get_policy("ocs"), OCSPolicy)
+        with pytest.raises(SchedulerError, match=r"unknown optical policy 'ots'; choose one of: ocs"):
+            get_policy("ots")
+
+    def test_a_users_policy_by_module_and_class(self) -> None:
+        assert isinstance(get_policy("test_optical:FirstOnly"), FirstOnly)
+        wp = schedule_workload(load_topology("spine-leaf:2,2"), [task("t0", "l0", "l1"), task("t1", "l0", "l1")],
+                               "spff", wavelengths=8, optical="test_optical:FirstOnly")
+        assert [p.task.name for p in wp.plans] == ["t0"] and wp.blocked == (("t1", "only the first task"),)
+
+    def test_what_is_not_a_policy_is_refused(self) -> None:
+        with pytest.raises(SchedulerError, match="not a subclass of fedmst.api.OpticalPolicy"):
+            get_policy("fedmst.core.tasks:Task")
+
+    def test_a_policys_wrong_answer_is_its_fault_in_one_line(self) -> None:
+        class Wrong(OpticalPolicy):
+            def assign(self, spectrum: Spectrum, plan: Plan) -> Assignment:
+                return "yes"  # type: ignore[return-value]
+
+        with pytest.raises(SchedulerError, match="returned str, not a fedmst.api.Assignment"):
+            assign(Wrong(), Spectrum(line("a", "b"), 1), schedule(line("a", "b"), task("t", "a", "b"), "spff"))
+
+
+class FirstOnly(OpticalPolicy):
+    """A user's policy: circuits by first fit for the first task, every other one blocked."""
+
+    name = "first-only"
+
+    def assign(self, spectrum: Spectrum, plan: Plan) -> Assignment:
+        if spectrum.lightpaths:
+            return Assignment(plan.task.name, blocked="only the first task")
+        return OCSPolicy().assign(spectrum, plan)
+
+
+class TestOptions:
+    def test_the_old_name_points_at_the_new_one(self) -> None:
+        from fedmst import cli
+
+        with pytest.raises(click.UsageError, match="--wavelengths is now --ocs-wavelengths: give --ocs-wavelengths 8"):
+            cli.run.make_context("run", ["--wavelengths", "8"])
+
+    def test_an_old_config_json_reads_wavelengths_as_ocs(self, tmp_path: Path) -> None:
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps({"wavelengths": 7}))
+        assert read_config_file(path) == {"ocs_wavelengths": 7}
+
+    @pytest.mark.parametrize("change,message", [({"reconfig_ms": -1.0}, "--reconfig-ms -1: give 0 or more"),
+                                                ({"ocs_wavelengths": 0}, "--ocs-wavelengths 0: give a number of 1")])
+    def test_bad_values_are_refused(self, change: dict[str, float], message: str) -> None:
+        with pytest.raises(FedmstError, match=message):
+            validate(replace(RunConfig(), **change))
+
+
+def test_the_classifier_sends_each_address_to_its_class() -> None:
+    """The filter's program, run by a small classic-BPF interpreter on an IPv4 and an ARP frame."""
+    program = [tuple(map(int, op.split())) for op in classifier({"10.128.0.1": 0x200, "10.128.0.2": 0x201})
+               .split(",")[1:]]
+
+    def run(frame: bytes) -> int:
+        a, pc = 0, 0
+        while True:
+            code, jt, jf, k = program[pc]
+            if code == 0x28:
+                a = int.from_bytes(frame[k:k + 2], "big")
+            elif code == 0x20:
+                a = int.from_bytes(frame[k:k + 4], "big")
+            elif code == 0x15:
+                pc += jt if a == k else jf
+            elif code == 0x06:
+                return k
+            pc += 1
+
+    def ipv4(src: str) -> bytes:
+        return bytes(12) + b"\x08\x00" + bytes(12) + ipaddress.IPv4Address(src).packed + bytes(8)
+
+    assert run(ipv4("10.128.0.2")) == (5 << 16) | 0x201 and run(ipv4("10.128.0.1")) == (5 << 16) | 0x200
+    assert run(ipv4("10.128.0.3")) == 0 and run(bytes(12) + b"\x08\x06" + bytes(40)) == 0
+    assert circuit_commands("x", 0x200, 25.0, mtu=1500, netem="delay 1ms")[1].startswith("qdisc add dev x parent 5:200")

@@ -224,7 +224,7 @@ def remaining_tasks(graph: nx.Graph, tasks: Sequence[Task], *, down_links: Itera
 def replan_workload(graph: nx.Graph, tasks: Sequence[Task], scheduler: str, *, down_links: Iterable[tuple[str, str]],
                     dead_nodes: Iterable[str], workers: Iterable[str], wavelengths: int,
                     mtu: int, load: Mapping[tuple[str, str], float] | None = None,
-                    selected: Mapping[str, Collection[int]] | None = None,
+                    selected: Mapping[str, Collection[int]] | None = None, optical: str = "ocs",
                     ) -> tuple[WorkloadPlan, list[RemainingTask]]:
     """Schedule ``tasks`` again on what survives: each reduced to the local models that can still
     take part (and were ``selected``), planned on ``graph`` without the failed links and dead
@@ -236,7 +236,7 @@ def replan_workload(graph: nx.Graph, tasks: Sequence[Task], scheduler: str, *, d
     down = list(down_links)
     remaining = remaining_tasks(graph, tasks, down_links=down, dead_nodes=dead, selected=selected)
     workload = schedule_workload(surviving_graph(graph, down, dead), [r.task for r in remaining], scheduler,
-                                 wavelengths=wavelengths, mtu=mtu, load=load)
+                                 wavelengths=wavelengths, mtu=mtu, load=load, optical=optical)
     if workload.blocked:
         raise FedmstError(f"re-planning: {workload.blocked[0][0]} is blocked: {workload.blocked[0][1]}")
     missing = set().union(*(p.nodes for p in workload.plans)) - set(workers)

@@ -31,7 +31,8 @@ import networkx as nx
 from fedmst.errors import SchedulerError, TaskError
 from fedmst.core.jsonfile import read_entries
 from fedmst.core.schedulers import schedule
-from fedmst.core.optical import Lightpath, Spectrum, admit
+from fedmst.core.optical import Lightpath
+from fedmst.core.optical.circuits import assign, get_policy, spectrum_for
 from fedmst.core.plan import LinkDir, Phase, Plan, predicted_link_bytes
 from fedmst.core.tasks import Task, compute_nodes, place_task
 from fedmst.core.wire import DEFAULT_MTU
@@ -236,6 +237,7 @@ def schedule_workload(
     share_link_state: bool = True,
     mtu: int = DEFAULT_MTU,
     load: Mapping[LinkDir, float] | None = None,
+    optical: str = "ocs",
 ) -> WorkloadPlan:
     """Schedule ``tasks`` in order with ``scheduler``, each admitted or blocked by first fit.
 
@@ -244,12 +246,14 @@ def schedule_workload(
     ``share_link_state=False``, which makes every task independent), on top of ``load``: bytes per
     round that something else puts on link directions (background traffic, measured). Its paths then get
     lightpaths on a :class:`~fedmst.core.optical.Spectrum` of ``wavelengths`` per link
-    (per-wavelength capacity ``capacity_mbps / wavelengths``, or ``wavelength_mbps``).
+    (per-wavelength capacity ``capacity_mbps / wavelengths``, or ``wavelength_mbps``), given by
+    the ``optical`` policy (:mod:`fedmst.core.optical.circuits`; on a fabric only fibres hold them).
     """
     names = [t.name for t in tasks]
     if len(set(names)) != len(names):
         raise SchedulerError(f"task names in a workload must be distinct, got {names}")
-    spectrum = Spectrum(graph, wavelengths, wavelength_mbps=wavelength_mbps)
+    spectrum = spectrum_for(graph, wavelengths, wavelength_mbps)
+    policy = get_policy(optical)
     plans: list[Plan] = []
     blocked: list[tuple[str, str]] = []
     state: dict[LinkDir, float] = defaultdict(float)
@@ -259,9 +263,9 @@ def schedule_workload(
             for hop, b in state.items():
                 seen[hop] = seen.get(hop, 0.0) + b
         plan = schedule(graph, task, scheduler, seen)
-        reason = admit(spectrum, plan)
-        if reason is not None:
-            blocked.append((task.name, reason))
+        given = assign(policy, spectrum, plan)
+        if given.blocked is not None:
+            blocked.append((task.name, given.blocked))
             continue
         plans.append(plan)
         for hop, b in predicted_link_bytes(plan, mtu=mtu).items():

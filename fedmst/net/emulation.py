@@ -36,6 +36,7 @@ from fedmst.core.wire import DEFAULT_MTU
 from fedmst.errors import EmulationError
 from fedmst.net import queues
 from fedmst.net.background import BackgroundTraffic, arrived_bytes
+from fedmst.net.circuits import Circuit, CircuitClasses
 from fedmst.net.cleanup import RUN_ID_LETTERS, RunState, host_name, probe_name
 from fedmst.net.congestion import Transport
 from fedmst.net.link import DelayLines, EmulatedLink, LinkEnd, LinkShaping, htb_drops
@@ -182,6 +183,7 @@ class Emulation:
         self.tcp = RunTcp(transport, graph, mtu)
         self._background = BackgroundTraffic()
         self._delay_lines = DelayLines(self._hops)
+        self._circuits = CircuitClasses()
         self._run = run
         self._state: RunState | None = None
 
@@ -317,6 +319,16 @@ class Emulation:
         if self._routes is None:
             raise EmulationError("install_flows: the emulation is not running (use it inside `with`)")
         return self._routes.install(paths, background=background)
+
+    def install_circuits(self, circuits: Sequence[Circuit]) -> None:
+        """Give each optical circuit its own class at its wavelength's rate on both directions of
+        every hop (:mod:`fedmst.net.circuits`), live."""
+        s = self.shaping
+        sender = {hop: (hop[0], link.sender(*hop)) for hop, link in self._hops.items()}
+        netem = {hop: s.netem(link.delay_s, s.loss) if s.delay_mode == "netem" else None
+                 for hop, link in self._hops.items()}
+        for node, lines in self._circuits.commands(circuits, sender, mtu=self.mtu, netem=netem).items():
+            self._shells[node].batch("tc", lines)
 
     def start_background(self, flows: Sequence[BackgroundFlow], start_at: float, log_dir: Path) -> None:
         """Route each flow on its least-delay path and start it (:mod:`fedmst.net.generator`):

@@ -27,26 +27,29 @@ QUEUES = ("fifo", "fair")
 FAIR_CLASSES = 64
 """Leaf queues per fair link direction: more concurrent transfers than this share queues."""
 _FIRST_LEAF = 0x10
-_HANDLE = 5
+HANDLE = 5
+"""The root htb's handle on every link sender."""
+_FAIR_PRIO = 0xFFFF
+"""The fair classifier's filter priority: after every optical circuit's (:mod:`fedmst.net.circuits`)."""
 
 
 def leaves(queue: str) -> list[str]:
     """The htb classes packets wait in (``5:1`` for fifo), under which netem goes."""
     if queue == "fifo":
-        return [f"{_HANDLE}:1"]
-    return [f"{_HANDLE}:{_FIRST_LEAF + i:x}" for i in range(FAIR_CLASSES)]
+        return [f"{HANDLE}:1"]
+    return [f"{HANDLE}:{_FIRST_LEAF + i:x}" for i in range(FAIR_CLASSES)]
 
 
 def shaping(intf: str, capacity_mbps: float, *, queue: str, mtu: int, netem: str | None = None) -> list[str]:
     """The ``tc`` commands that shape ``intf`` to ``capacity_mbps`` with ``queue``, each queue
     ending in ``netem`` (its arguments) where netem applies the delay."""
-    root = f"{_HANDLE}:1" if queue == "fifo" else leaves(queue)[0]
-    cmds = [f"qdisc add dev {intf} root handle {_HANDLE}:0 htb default {root.split(':')[1]}",
-            f"class add dev {intf} parent {_HANDLE}:0 classid {_HANDLE}:1 htb rate {capacity_mbps:f}Mbit burst 15k"]
+    root = f"{HANDLE}:1" if queue == "fifo" else leaves(queue)[0]
+    cmds = [f"qdisc add dev {intf} root handle {HANDLE}:0 htb default {root.split(':')[1]}",
+            f"class add dev {intf} parent {HANDLE}:0 classid {HANDLE}:1 htb rate {capacity_mbps:f}Mbit burst 15k"]
     if queue == "fair":
-        cmds += [f"class add dev {intf} parent {_HANDLE}:1 classid {leaf} {_leaf_rate(capacity_mbps, mtu)}"
+        cmds += [f"class add dev {intf} parent {HANDLE}:1 classid {leaf} {_leaf_rate(capacity_mbps, mtu)}"
                  for leaf in leaves(queue)]
-        cmds.append(f"filter add dev {intf} parent {_HANDLE}:0 protocol all prio 1 "
+        cmds.append(f"filter add dev {intf} parent {HANDLE}:0 protocol all prio {_FAIR_PRIO} "
                     f"bpf bytecode \"{transfer_classifier()}\" flowid {root}")
     if netem is not None:
         cmds += [f"qdisc add dev {intf} parent {leaf} handle {_netem_handle(i)}: netem {netem}"
@@ -56,9 +59,9 @@ def shaping(intf: str, capacity_mbps: float, *, queue: str, mtu: int, netem: str
 
 def rate_change(intf: str, capacity_mbps: float, *, queue: str, mtu: int) -> list[str]:
     """The ``tc`` commands that set ``intf``'s capacity to ``capacity_mbps``, live."""
-    cmds = [f"class change dev {intf} parent {_HANDLE}:0 classid {_HANDLE}:1 htb rate {capacity_mbps:f}Mbit burst 15k"]
+    cmds = [f"class change dev {intf} parent {HANDLE}:0 classid {HANDLE}:1 htb rate {capacity_mbps:f}Mbit burst 15k"]
     if queue == "fair":
-        cmds += [f"class change dev {intf} parent {_HANDLE}:1 classid {leaf} {_leaf_rate(capacity_mbps, mtu)}"
+        cmds += [f"class change dev {intf} parent {HANDLE}:1 classid {leaf} {_leaf_rate(capacity_mbps, mtu)}"
                  for leaf in leaves(queue)]
     return cmds
 
@@ -73,7 +76,7 @@ def transfer_classifier(classes: int = FAIR_CLASSES) -> str:
     """Classic BPF for ``tc filter ... bpf bytecode``: the class of an IPv4 packet's transfer, and
     -1 (htb's default class) for anything else. cls_bpf sees the packet from its Ethernet header
     and takes a non-zero return as the class id."""
-    first = (_HANDLE << 16) | _FIRST_LEAF
+    first = (HANDLE << 16) | _FIRST_LEAF
     program = [
         (0x28, 0, 0, 12),          # ldh [12]          EtherType
         (0x15, 0, 6, 0x0800),      # jeq #IPv4, next, else return -1
@@ -99,4 +102,5 @@ def _netem_handle(i: int) -> str:
     return "10" if i == 0 else f"{0x100 + i:x}"
 
 
-__all__ = ["FAIR_CLASSES", "QUEUES", "leaves", "netem_change", "rate_change", "shaping", "transfer_classifier"]
+__all__ = ["FAIR_CLASSES", "HANDLE", "QUEUES", "leaves", "netem_change", "rate_change", "shaping",
+           "transfer_classifier"]

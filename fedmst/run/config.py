@@ -38,7 +38,8 @@ class Option:
     """How one :class:`RunConfig` field is given on the command line and checked.
 
     ``unit`` scales the command line's number to the field's (``--chunk-kb`` sets bytes);
-    ``comma`` takes a comma-separated list.
+    ``comma`` takes a comma-separated list; ``was`` is the option's old flag, refused with a pointer
+    to the new one (an old ``config.json``'s key is read as the new option).
     """
 
     flags: tuple[str, ...] = ()
@@ -48,6 +49,7 @@ class Option:
     check: Check | None = None
     unit: int = 1
     comma: bool = False
+    was: str | None = None
 
     def label(self, name: str) -> str:
         """How a message names the option: its long flag, or the field (an option of files only)."""
@@ -128,9 +130,19 @@ class RunConfig:
                                check=_at_least(1))
     tasks: int = option(1, "--tasks", help="Concurrent FL tasks sharing the network, each placed by seed.",
                         check=_at_least(1))
-    wavelengths: int = option(
-        40, "--wavelengths", check=_at_least(1),
-        help="Wavelengths per link of the optical layer (first fit; a task that finds none is blocked).")
+    ocs_wavelengths: int = option(
+        40, "--ocs-wavelengths", check=_at_least(1), was="--wavelengths",
+        help="Circuit (OCS) wavelengths per fibre, or per link where no node is all-optical (first fit; a task "
+             "that finds none is blocked and not run). On a fabric each circuit carries the fibre's capacity / N.")
+    reconfig_ms: float = option(
+        1.2, "--reconfig-ms", check=(lambda v: v >= 0, "give 0 or more milliseconds"),
+        help="Set-up time of new optical circuits, paid before round 1's broadcast on a fabric (default: the "
+             "median reconfiguration of a MEMS optical circuit switch).")
+    optical: str = option(
+        "ocs", "--optical", metavar="POLICY",
+        help="Who gets which wavelength on a fabric: ocs (every lightpath a circuit), a registered policy, or "
+             "package.module:Class (docs/optical.md).")
+    """The optical policy (:mod:`fedmst.core.optical.circuits`): looked up when the run is prepared."""
     rounds: int = option(2, "--rounds", "-r", check=_at_least(1))
     model: str = option(DEFAULT_MODEL, "--model", help="A registered model name or package.module:factory.")
     dataset: str = option(DEFAULT_DATASET, "--dataset",
@@ -369,7 +381,7 @@ CLUSTER_ONLY = ("slots", "jobs", "time_compress", "mode", "placement", "job_orde
 """The options only ``fedmst cluster`` takes (``run`` and ``compare`` run no cluster)."""
 
 SWEEP = {"tasks": {"default": 30, "help": None},
-         "wavelengths": {"default": 120,
+         "ocs_wavelengths": {"default": 120,
                          "help": "Enough that SPFF blocks no task of the default sweep (with 40 it blocks 17 of 30 "
                                  "at 15 local models); blocking is reported either way."},
          "rounds": {"default": 1},
@@ -483,9 +495,11 @@ def read_config_file(path: Path, extra_keys: Sequence[str] = ()) -> dict[str, An
     if not isinstance(raw, dict):
         raise FedmstError(f"--config {path}: expected a table of options")
     hints = get_type_hints(RunConfig)
+    renamed = {o.was.lstrip("-").replace("-", "_"): n for n, (_, o) in options().items() if o.was}
     out: dict[str, Any] = {}
     for key, value in raw.items():
         name = key.replace("-", "_")
+        name = renamed.get(name, name)
         if name in extra_keys:
             out[name] = value
             continue

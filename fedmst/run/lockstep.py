@@ -14,6 +14,7 @@ from dataclasses import asdict, replace
 import psutil
 
 from fedmst.core.contention import ROUND_PHASES
+from fedmst.core.optical import Lightpath
 from fedmst.core.faults import NOT_SELECTED, RemainingTask, remaining_tasks, replan_workload, surviving_graph
 from fedmst.core.plan import plan_summary
 from fedmst.core.route import LinkDir
@@ -52,6 +53,8 @@ class LockstepRun:
         """``--clients-per-round``: this round's participants by task (original indices)."""
         self.losses: dict[str, dict[int, float]] = {}
         """Each task's local models' losses as they last reported them (``--selection loss``)."""
+        self.set_up: set[Lightpath] = set()
+        """The optical circuits whose set-up has been paid."""
         self._attempts = 0
 
     def run(self, results: list[RoundResult]) -> None:
@@ -156,7 +159,8 @@ class LockstepRun:
         cpu, used = psutil.cpu_times(), emu.cpu_seconds()
         start = time.perf_counter()
         with session.sampler.sampling(r, phase):
-            res.plans[phase] = self.live.plans
+            res.plans[phase], res.circuits[phase] = self.live.plans, self.live.circuits
+            self.reconfigure(res, phase)
             cmd = self.command(res, phase)
             for strike in strikes:
                 strike.start()
@@ -180,7 +184,8 @@ class LockstepRun:
                 setup = self.replan(res, phase if outcome.redo else NEXT_PHASE[phase], fault)
                 before = {hop: n + setup[hop] for hop, n in before.items()}  # set-up bytes are no phase's
                 if outcome.redo:
-                    res.plans[phase] = self.live.plans
+                    res.plans[phase], res.circuits[phase] = self.live.plans, self.live.circuits
+                    self.reconfigure(res, phase)
                     replies = server.run(self.command(res, phase), timeout_s=timeout_s, check=session.check)
         session.phase_watch.begin()
         res.host_seconds[phase] = time.perf_counter() - start
@@ -197,15 +202,29 @@ class LockstepRun:
                 for key, examples in getattr(reply, "examples", {}).items():  # this round's weights
                     name, _, i = key.rpartition("/")
                     session.samples.setdefault(name, {})[int(i)] = examples
-        res.task_seconds[phase] = {
-            p.task.name: session.scale.network_s(max(rep.task_seconds.get(p.task.name, 0.0)
-                                                     for rep in replies.values()))
+        res.task_seconds[phase] = {  # every task waited for the circuits' set-up, in lockstep
+            p.task.name: res.reconfig_s.get(phase, 0.0) + session.scale.network_s(
+                max(rep.task_seconds.get(p.task.name, 0.0) for rep in replies.values()))
             for p in self.live.plans
         }
         if phase == "train" and session.scale.slowed:  # the agents counted their training, not sat through it
             res.seconds[phase] = max(res.task_seconds[phase].values(), default=0.0)
         after, counted = emu.counters_and_background()
         res.link_bytes[phase] = {hop: after[hop] - before[hop] - (counted[hop] - background[hop]) for hop in after}
+
+    def reconfigure(self, res: RoundResult, phase: str) -> None:
+        """Before a transfer phase, wait out ``--reconfig-ms`` (on the host's clock) if the live plans
+        hold optical circuits not set up yet (the first plan's, or a re-plan's new ones), inside the
+        phase's measured time; ``res.reconfig_s`` records it and the prediction adds it."""
+        new = set(self.live.circuits) - self.set_up
+        if phase == "train" or not new:
+            return
+        self.set_up |= new
+        pause_s = self.config.reconfig_ms / 1e3
+        time.sleep(self.session.scale.real_s(pause_s))
+        res.reconfig_s[phase] = res.reconfig_s.get(phase, 0.0) + pause_s
+        self.session.report(f"{self.session.tag} round {res.round}: {len(new)} new optical circuit(s) set up in "
+                            f"{self.config.reconfig_ms:g} ms before the {phase}")
 
     def report_late(self, r: int, late: dict[str, list[int]]) -> None:
         for name, models_ in sorted(late.items()):
@@ -250,7 +269,8 @@ class LockstepRun:
         return replan_workload(
             self.session.graph, [live.tasks[p.task.name] for p in live.plans], config.scheduler,
             down_links=live.down, dead_nodes=live.dead, workers=self.session.server.agents,
-            wavelengths=config.wavelengths, mtu=config.mtu, load=self.load, selected=self.selected)
+            wavelengths=config.ocs_wavelengths, mtu=config.mtu, load=self.load, selected=self.selected,
+            optical=config.optical)
 
     def replan(self, res: RoundResult, before_phase: str, fault: Fault) -> dict[LinkDir, int]:
         """Schedule the tasks again around what is broken, install the new routes, have the
@@ -262,6 +282,7 @@ class LockstepRun:
         workload, remaining = self.schedule()
         t1 = time.perf_counter()
         live.plans, live.epoch = workload.plans, live.epoch + 1
+        live.circuits = session.circuits_of(workload.lightpaths)
         live.models = {rt.task.name: rt.models for rt in remaining}
         specs = session.task_specs()
         t2 = time.perf_counter()

@@ -21,6 +21,8 @@ import networkx as nx
 
 from fedmst.core.contention import ROUND_PHASES, Profile, iteration_times
 from fedmst.core.linktrace import LinkChange, graph_at
+from fedmst.core.optical import Lightpath
+from fedmst.core.optical.circuits import circuit_view, fibres, optical_summary
 from fedmst.core.plan import TRANSFER_PHASES, Plan, predicted_phase_seconds
 from fedmst.core.route import LinkDir
 from fedmst.core.schedulers import get_scheduler
@@ -83,6 +85,10 @@ class RoundResult:
     """When the round began and ended, in seconds from the first round's start."""
     predicted_s: dict[str, float] = field(default_factory=dict)
     """The plans' prediction of each transfer phase, once the round ended (:meth:`Prediction.settle`)."""
+    reconfig_s: dict[str, float] = field(default_factory=dict)
+    """Seconds each transfer phase waited for new optical circuits' set-up (in ``seconds``)."""
+    circuits: dict[str, tuple[Lightpath, ...]] = field(default_factory=dict)
+    """The optical circuits each phase's plans held (as ``plans``)."""
     links: list[LinkRow] = field(default_factory=list)
     """The round's rows of links.csv, once it ended (:meth:`Prediction.settle`)."""
 
@@ -183,8 +189,9 @@ class Prediction:
     def seconds(self, res: RoundResult) -> dict[str, float]:
         """The plans' prediction of each transfer phase of ``res``, from the plans it ran with."""
         starts = dict(zip(ROUND_PHASES, _phase_starts(res)))
-        return {p: predicted_phase_seconds(res.plans[p], graph_at(self.graph, self.changes, starts[p]), p,
-                                           chunk_bytes=self.chunk_bytes, with_delay=self.with_delay, mtu=self.mtu)
+        return {p: res.reconfig_s.get(p, 0.0) + predicted_phase_seconds(
+                    res.plans[p], circuit_view(graph_at(self.graph, self.changes, starts[p]), res.circuits.get(p, ())),
+                    p, chunk_bytes=self.chunk_bytes, with_delay=self.with_delay, mtu=self.mtu)
                 for p in TRANSFER_PHASES}
 
     def link_rows(self, res: RoundResult) -> list[LinkRow]:
@@ -308,6 +315,9 @@ def _shared(run: Any, rows: list[LinkRow], *, reached: tuple[int, float] | None,
         strategy_knobs=knobs(build_strategy(config.strategy, strategy_knobs(config.strategy_args))),
         clients_per_round=participants(config.clients_per_round, first.task.k) if config.clients_per_round else None,
         selection=config.selection if config.clients_per_round else None,
+        optical=optical_summary(run.graph, workload.lightpaths, workload.blocking_ratio, policy=config.optical,
+                                wavelengths=config.ocs_wavelengths, reconfig_ms=config.reconfig_ms)
+        if fibres(run.graph) else None,
     )
 
 

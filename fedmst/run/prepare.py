@@ -18,6 +18,7 @@ import networkx as nx
 from fedmst.core import faults
 from fedmst.core.contention import Profile, capacities, cassini_offsets, profile_of
 from fedmst.core.linktrace import LinkChange, read_link_trace
+from fedmst.core.optical.circuits import fibres, get_policy
 from fedmst.core.plan import TRANSFER_PHASES, predicted_phase_seconds
 from fedmst.core.ordering import shortest_jobs_first
 from fedmst.core.schedulers import get_scheduler
@@ -119,6 +120,7 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
     of ``schedulers`` (default: ``config.scheduler``); every run shares the same topology and tasks."""
     validate(config)
     SELECTIONS.lookup(config.selection)
+    get_policy(config.optical)
     check_backend(config.workers, limited=bool(config.cpus or config.memory))
     host = host or check_host(config)
     names = list(schedulers or [config.scheduler])
@@ -153,6 +155,9 @@ def _inputs(config: RunConfig, host: Host, schedulers: Sequence[str]) -> _Inputs
     if host.delay_mode == "off" and any(c.delay_ms is not None or c.loss is not None for c in link_changes):
         raise FedmstError(f"--link-trace {config.link_trace}: changes delay or loss, which --delay-mode off does "
                           "not apply; use --delay-mode auto, netem or userspace")
+    if config.clock == "independent" and config.reconfig_ms and fibres(graph):
+        raise FedmstError(f"--reconfig-ms {config.reconfig_ms:g}: on independent clocks the circuits' set-up is not "
+                          "paid yet; give --reconfig-ms 0 or use --clock lockstep")
     limits = worker_limits(graph.nodes, config.cpus, config.memory, graph.nodes)
     return _Inputs(graph=graph, link_failures=link_failures, kills=kills, slow=slow, background=background,
                    link_changes=link_changes, limits=limits, tasks=_sized(config, _tasks(config, graph), schedulers))
@@ -193,7 +198,8 @@ def _plan(config: RunConfig, host: Host, inputs: _Inputs, scheduler: str) -> Res
     if config.order == "sjf-contention":
         tasks = tuple(shortest_jobs_first(graph, tasks, scheduler, chunk_bytes=config.chunk_bytes,
                                           with_delay=with_delay, mtu=config.mtu))
-    workload = schedule_workload(graph, tasks, scheduler, wavelengths=config.wavelengths, mtu=config.mtu)
+    workload = schedule_workload(graph, tasks, scheduler, wavelengths=config.ocs_wavelengths, mtu=config.mtu,
+                                 optical=config.optical)
     if not workload.plans:
         raise FedmstError(f"every task was blocked under {scheduler}, e.g. {workload.blocked[0][0]}: "
                           f"{workload.blocked[0][1]}")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from fedmst.core import faults
+from fedmst.core.optical import Lightpath
 from fedmst.core.plan import Plan
 from fedmst.core.tasks import Task
 from fedmst.core.timescale import REAL_TIME, TimeScale
@@ -43,6 +44,8 @@ class Live:
     down: set[tuple[str, str]] = field(default_factory=set)
     dead: set[str] = field(default_factory=set)
     epoch: int = 0
+    circuits: tuple[Lightpath, ...] = ()
+    """The optical circuits the plans hold (on a fabric; none elsewhere)."""
 
 
 def aggregation_weights(live: Live, samples: Mapping[str, Mapping[int, int]], late: Mapping[str, list[int]],

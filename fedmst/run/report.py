@@ -151,11 +151,16 @@ class Summary(RunStatus):
     """The ``name`` the scheduler's class declares (``bfs-tree`` for ``mypkg.trees:BfsTree``): its
     label in tables and figures (:func:`scheduler_labels`), recorded here so that views need not
     import the user's module. None in summaries written before it was recorded."""
+    optical: dict[str, Any] | None = None
+    """On a topology with all-optical nodes: its circuits (:func:`fedmst.core.optical.circuits.optical_summary`);
+    left out of the file elsewhere."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Keys this version does not know (a newer fedmst wrote the file); kept, not dropped."""
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
+        if out["optical"] is None:
+            del out["optical"]
         out["workers"] = self.workers.to_json()
         out.update(out.pop("extra"))
         return out

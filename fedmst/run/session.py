@@ -20,6 +20,8 @@ from typing import Any, Callable, Iterator, Mapping
 
 import fedmst
 from fedmst.core.linktrace import LinkChange
+from fedmst.core.optical import Lightpath
+from fedmst.core.optical.circuits import OPTICAL_FIELDS, fibres, optical_rows
 from fedmst.core.plan import TRANSFER_PHASES, Transfer, plan_summary
 from fedmst.core.workload import link_state
 from fedmst.core.route import LinkDir, window_bytes
@@ -28,14 +30,16 @@ from fedmst.core.traffic import as_json
 from fedmst.fl.strategies import strategy_knobs
 from fedmst.errors import FedmstError
 from fedmst.net.capture import Captures, parse_links
+from fedmst.net.circuits import Circuit
 from fedmst.net.emulation import Emulation
+from fedmst.net.routes import Flow
 from fedmst.protocol import ABORT_FILE, AgentSpec, read_arrivals, Setup, TaskSpec, TransferSpec, root_id
 from fedmst.run.prepare import ResolvedRun
 from fedmst.run.livestate import LivePublisher, base_status
 from fedmst.run.measure import CounterSampler
 from fedmst.run.recovery import Live
 from fedmst.run.report import Report
-from fedmst.run.results import write_atomic, write_json
+from fedmst.run.results import write_atomic, write_csv, write_json
 from fedmst.run.stall import Stall, StallWatch
 from fedmst.wording import counted
 from fedmst.workers.backends import Agents, WorkerBackend
@@ -167,7 +171,8 @@ class Session:
         """The phase timeout on the host's clock (the agents' too)."""
         plans = resolved.workload.plans
         self.live = Live(tasks={p.task.name: p.task for p in plans}, plans=plans,
-                         models={p.task.name: tuple(range(p.task.k)) for p in plans})
+                         models={p.task.name: tuple(range(p.task.k)) for p in plans},
+                         circuits=self.circuits_of(resolved.workload.lightpaths))
         self.index = {name: i for i, name in enumerate(resolved.listed or [p.task.name for p in plans])}
         """Task -> its place in the workload, which seeds its data and initial weights."""
         self.samples: dict[str, dict[int, int]] = {}
@@ -207,6 +212,24 @@ class Session:
             return total
         return {}
 
+    def circuits_of(self, lightpaths: tuple[Lightpath, ...]) -> tuple[Lightpath, ...]:
+        """The lightpaths that are circuits the data plane enforces: all of them on a fabric, none
+        where no node is all-optical (there the wavelengths are accounting only)."""
+        return lightpaths if fibres(self.graph) else ()
+
+    def install_circuits(self, flows: Mapping[str, Flow], tasks: Mapping[str, str]) -> None:
+        """Give each live circuit its wavelength's rate (on the host's clock) for the ``flows`` of
+        its task (``tasks``: each flow's) on its transfer path, either way."""
+        circuits = []
+        for lp in self.live.circuits:
+            serves = lp.serves or lp.path
+            addresses = tuple(a for key, f in flows.items()
+                              if tasks[key] == lp.task and f.path in (serves, serves[::-1])
+                              for a in (f.src_addr, f.dst_addr))
+            circuits.append(Circuit(lp.path, tuple(self.scale.real_mbps(m) for m in lp.slot_mbps), addresses))
+        if circuits:
+            self.emu.install_circuits(circuits)
+
     def clock(self) -> float:
         """Now on a monotonic clock in the network's seconds: what fault times and stalls are measured on."""
         return self.scale.network_s(time.monotonic())
@@ -225,6 +248,7 @@ class Session:
         connections = {p.task.name: connect(keys[p.task.name], f"{p.task.name}-{tag}c") for p in live.plans}
         flows = self.emu.install_flows({c: keys[name][k].path for name, per_task in connections.items()
                                         for k, c in per_task.items()})
+        self.install_circuits(flows, {c: name for name, per_task in connections.items() for c in per_task.values()})
         specs = []
         for p in live.plans:
             task, original = live.tasks[p.task.name], live.models[p.task.name]
@@ -330,6 +354,9 @@ class Session:
             "tasks": [{**plan_summary(p), "flows": [asdict(t) for t in s.transfers]}
                       for p, s in zip(self.live.plans, specs)],
         })
+        if fibres(self.graph):
+            write_csv(self.out / "optical.csv", OPTICAL_FIELDS, optical_rows(
+                workload.lightpaths, workload.blocked, config.reconfig_ms))
         spec_file = self.scratch / "agents.json"
         spec_file.write_text(spec.to_json())
         return spec_file

@@ -9,10 +9,14 @@ First fit, the "FF" of SPFF: a path gets the lowest wavelength index free on eve
 links; if there is none the request is blocked. Blocking is an outcome to report, not an error.
 
 Which lightpaths a plan needs (:func:`lightpath_paths`) is read off the plan alone, the same
-rule for every scheduler: one lightpath per distinct undirected transfer path of the task. For
-SPFF that is one per G<->Li path (local models that share a node share it); for MST one per
-overlay edge of the tree (its broadcast and upload transfers are each other's reverse).
-Lightpaths are never shared between tasks (no traffic grooming).
+rule for every scheduler: one lightpath per distinct undirected transfer path of the task, on each
+of its stretches of *fibre* (the links the spectrum spans). For SPFF that is one per G<->Li path
+(local models that share a node share it); for MST one per overlay edge of the tree (its
+broadcast and upload transfers are each other's reverse). Lightpaths are never shared between
+tasks (no traffic grooming). Where no node is all-optical the spectrum spans every link, so a
+stretch is the whole path; on a fabric it spans the links with an all-optical end
+(:func:`fedmst.core.optical.circuits.fibres`), and the electrical node between two stretches
+regenerates the signal, so continuity holds within a stretch.
 
 Capacity: a wavelength on link ``u-v`` carries ``capacity_mbps / W`` by default (the link's
 capacity, which is what the emulation shapes, split into W equal slots), or a fixed
@@ -46,7 +50,8 @@ Path = tuple[str, ...]
 Link = frozenset[str]
 """An undirected physical link ``{u, v}``."""
 Owner = tuple[str, Path]
-"""Who holds a lightpath: ``(task name, path)``, the path as the task's first transfer on it runs."""
+"""Who holds a lightpath: ``(task name, transfer path)``, the path as the task's first transfer on
+it runs (a path with several stretches of fibre holds one lightpath on each)."""
 
 
 def link(u: str, v: str) -> Link:
@@ -65,17 +70,19 @@ def _show(path: Sequence[str]) -> str:
 class Lightpath:
     """One wavelength held end to end along ``path`` by task ``task``.
 
-    ``slot_mbps`` is the capacity of that wavelength on each link of the path, in path order.
+    ``slot_mbps`` is the capacity of that wavelength on each link of the path, in path order;
+    ``serves`` the transfer path it carries (the path itself unless it is a stretch of fibre in it).
     """
 
     task: str
     path: Path
     wavelength: int
     slot_mbps: tuple[float, ...]
+    serves: Path = ()
 
     @property
     def owner(self) -> Owner:
-        return (self.task, self.path)
+        return (self.task, self.serves or self.path)
 
     @property
     def wavelength_links(self) -> int:
@@ -99,7 +106,8 @@ class Spectrum:
         self.wavelengths = wavelengths
         self.wavelength_mbps = wavelength_mbps
         self._held: dict[Link, dict[int, Owner]] = {link(u, v): {} for u, v in graph.edges}
-        self._lightpaths: dict[Owner, Lightpath] = {}
+        self._lightpaths: dict[tuple[Owner, Path], Lightpath] = {}
+        """By owner and the stretch it holds."""
 
     def slot_mbps(self, u: str, v: str) -> float:
         """Capacity of one wavelength on link ``u-v``."""
@@ -141,8 +149,8 @@ class Spectrum:
         links = self._check_path(path)
         if not 0 <= wavelength < self.wavelengths:
             raise SchedulerError(f"wavelength {wavelength} out of range 0..{self.wavelengths - 1}")
-        if owner in self._lightpaths:
-            raise SchedulerError(f"{owner[0]!r} already holds a lightpath on {_show(owner[1])}")
+        if (owner, tuple(path)) in self._lightpaths:
+            raise SchedulerError(f"{owner[0]!r} already holds a lightpath on {_show(path)}")
         for (u, v), e in zip(pairwise(path), links):
             if wavelength in self._held[e]:
                 other = self._held[e][wavelength]
@@ -156,19 +164,21 @@ class Spectrum:
             path=tuple(path),
             wavelength=wavelength,
             slot_mbps=tuple(self.slot_mbps(u, v) for u, v in pairwise(path)),
+            serves=() if tuple(path) == owner[1] else owner[1],
         )
-        self._lightpaths[owner] = lp
+        self._lightpaths[(owner, tuple(path))] = lp
         return lp
 
     def release(self, owner: Owner) -> None:
-        """Free the lightpath ``owner`` holds."""
-        lp = self._lightpaths.pop(owner)
-        for e in _links(lp.path):
-            del self._held[e][lp.wavelength]
+        """Free every lightpath ``owner`` holds."""
+        for key in [k for k in self._lightpaths if k[0] == owner]:
+            lp = self._lightpaths.pop(key)
+            for e in _links(lp.path):
+                del self._held[e][lp.wavelength]
 
     def release_task(self, task: str) -> None:
         """Free every lightpath held by ``task``."""
-        for owner in [o for o in self._lightpaths if o[0] == task]:
+        for owner in dict.fromkeys(o for o, _ in self._lightpaths if o[0] == task):
             self.release(owner)
 
     @property
@@ -195,6 +205,23 @@ def lightpath_paths(plan: Plan) -> tuple[Path, ...]:
     return tuple(out)
 
 
+def stretches(path: Path, graph: nx.Graph) -> tuple[Path, ...]:
+    """The maximal runs of ``path`` whose every link is in ``graph`` (the spectrum's fibres).
+
+    >>> stretches(("h", "l0", "s", "l1", "h1"), nx.Graph([("l0", "s"), ("s", "l1")]))
+    (('l0', 's', 'l1'),)
+    """
+    out: list[list[str]] = []
+    for u, v in pairwise(path):
+        if not graph.has_edge(u, v):
+            continue
+        if out and out[-1][-1] == u:
+            out[-1].append(v)
+        else:
+            out.append([u, v])
+    return tuple(map(tuple, out))
+
+
 def admit(spectrum: Spectrum, plan: Plan) -> str | None:
     """Give every path of ``plan`` a lightpath by first fit, in :func:`lightpath_paths` order.
 
@@ -202,7 +229,7 @@ def admit(spectrum: Spectrum, plan: Plan) -> str | None:
     blocked: the lightpaths it already got are released, and the reason is returned.
     """
     task = plan.task.name
-    for path in lightpath_paths(plan):
+    for serves, path in ((p, s) for p in lightpath_paths(plan) for s in stretches(p, spectrum.graph)):
         wl = spectrum.first_fit(path)
         if wl is None:
             full = spectrum.full_links(path)
@@ -213,8 +240,8 @@ def admit(spectrum: Spectrum, plan: Plan) -> str | None:
             )
             spectrum.release_task(task)
             return f"no wavelength free on every link of path {_show(path)} (W={spectrum.wavelengths}; {why})"
-        spectrum.reserve(path, wl, (task, path))
+        spectrum.reserve(path, wl, (task, serves))
     return None
 
 
-__all__ = ["Lightpath", "Link", "Owner", "Spectrum", "admit", "lightpath_paths", "link"]
+__all__ = ["Lightpath", "Link", "Owner", "Spectrum", "admit", "lightpath_paths", "link", "stretches"]

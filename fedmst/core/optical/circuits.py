@@ -1,0 +1,172 @@
+"""Optical circuits (OCS) that carry what they hold: which links are fibres, who gets which
+wavelength (a policy point, ``--optical``), and the network a plan on circuits is predicted on.
+
+A *fibre* is a link with at least one all-optical end (:func:`fibres`; on a spine-leaf fabric,
+every spine-leaf link). On a fabric each fibre carries ``--ocs-wavelengths`` W wavelengths, and an
+OCS lightpath holds one of them end to end along a stretch of fibres (continuity, first fit,
+blocking: :func:`~fedmst.core.optical.wavelengths.admit`) for as long as its task runs, at the
+fibre's capacity / W. The data plane gives it exactly that rate (:mod:`fedmst.net.circuits`), the
+prediction reads it (:func:`circuit_view`), and its set-up (``--reconfig-ms``) is paid before its
+first transfer. Where no node is all-optical nothing is a fibre in this sense: every link keeps
+the wavelength accounting it always had, reported beside the run, and the links carry their full
+capacity.
+
+A blocked task (a stretch finds no wavelength) is not run, as the accounting always did: it is
+reported per task, never an error, and its transfers do not ride the fibres unreserved.
+
+A policy is an :class:`OpticalPolicy` subclass registered like the schedulers (:data:`POLICIES`,
+entry-point group ``fedmst.optical``, or ``package.module:Class``); ``ocs`` is the built-in.
+
+>>> g = nx.Graph()
+>>> g.add_edges_from([("l0", "s"), ("s", "l1")], capacity_mbps=100.0)
+>>> g.add_edge("h", "l0", capacity_mbps=100.0)
+>>> g.nodes["s"]["optical"] = True
+>>> sorted(map(sorted, fibres(g)))
+[['l0', 's'], ['l1', 's']]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import networkx as nx
+
+from fedmst.core.optical.wavelengths import Lightpath, Link, Spectrum, admit, link
+from fedmst.core.plan import Plan
+from fedmst.core.topology import node_order, optical_nodes
+from fedmst.errors import SchedulerError
+from fedmst.plugins import Registry, one_line
+
+
+def fibres(graph: nx.Graph) -> frozenset[Link]:
+    """The links with an all-optical end: empty where no node is all-optical."""
+    optical = optical_nodes(graph)
+    return frozenset(link(u, v) for u, v in graph.edges if u in optical or v in optical)
+
+
+def spectrum_for(graph: nx.Graph, wavelengths: int, wavelength_mbps: float | None = None) -> Spectrum:
+    """The wavelengths a workload is admitted on: every fibre's on a fabric, every link's elsewhere."""
+    held = fibres(graph)
+    spans = graph.edge_subgraph(tuple(e) for e in held) if held else graph
+    return Spectrum(spans, wavelengths, wavelength_mbps=wavelength_mbps)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """What a policy gave one task: its ``circuits`` (one OCS lightpath per stretch of fibre of each
+    of its transfer paths), or, where it is ``blocked``, none and why."""
+
+    task: str
+    circuits: tuple[Lightpath, ...] = ()
+    blocked: str | None = None
+
+
+class OpticalPolicy:
+    """Who gets which wavelength: :meth:`assign` is called once per task, in the order tasks are
+    admitted, on the spectrum the earlier tasks left (and reserves what it gives on it)."""
+
+    name: ClassVar[str]
+
+    def assign(self, spectrum: Spectrum, plan: Plan) -> Assignment:
+        raise NotImplementedError
+
+
+class OCSPolicy(OpticalPolicy):
+    """Every lightpath a circuit, by first fit (what the poster's testbed does)."""
+
+    name = "ocs"
+
+    def assign(self, spectrum: Spectrum, plan: Plan) -> Assignment:
+        task = plan.task.name
+        reason = admit(spectrum, plan)
+        if reason is not None:
+            return Assignment(task, blocked=reason)
+        return Assignment(task, tuple(lp for lp in spectrum.lightpaths if lp.task == task))
+
+
+POLICIES: Registry[type[OpticalPolicy]] = Registry(
+    "optical policy", "fedmst.optical", SchedulerError, {OCSPolicy.name: OCSPolicy},
+    accepts=lambda cls: isinstance(cls, type) and issubclass(cls, OpticalPolicy),
+    requirement="a subclass of fedmst.api.OpticalPolicy")
+
+
+def get_policy(spec: str) -> OpticalPolicy:
+    """The policy registered as ``spec`` or named ``package.module:Class``; an unknown one is
+    refused with the choices."""
+    return POLICIES.lookup(spec)()
+
+
+def assign(policy: OpticalPolicy, spectrum: Spectrum, plan: Plan) -> Assignment:
+    """``policy``'s assignment for ``plan``; a plugin's failure or wrong answer is its fault, in one line."""
+    try:
+        given = policy.assign(spectrum, plan)
+    except SchedulerError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plugin's bug is reported as its fault, in one line
+        raise SchedulerError(f"optical policy {type(policy).__name__} failed on {plan.task.name}: "
+                             f"{one_line(exc)}") from exc
+    if not isinstance(given, Assignment):
+        raise SchedulerError(f"optical policy {type(policy).__name__} returned {type(given).__name__}, "
+                             "not a fedmst.api.Assignment")
+    return given
+
+
+def circuit_view(graph: nx.Graph, circuits: tuple[Lightpath, ...]) -> nx.Graph:
+    """``graph`` as transfers on ``circuits`` see it: every fibre they hold as fast as the
+    wavelengths held on it together (a transfer on its own circuit then goes at its wavelength's
+    rate); ``graph`` itself where nothing is a fibre.
+
+    >>> g = nx.path_graph(["l0", "s", "l1"]); g.nodes["s"]["optical"] = True
+    >>> nx.set_edge_attributes(g, 100.0, "capacity_mbps")
+    >>> lp = Lightpath("t", ("l0", "s", "l1"), 0, (25.0, 25.0))
+    >>> circuit_view(g, (lp,)).edges["l0", "s"]["capacity_mbps"]
+    25.0
+    """
+    held = fibres(graph)
+    if not held:
+        return graph
+    rate: dict[Link, float] = {}
+    for lp in circuits:
+        for (u, v), mbps in zip(zip(lp.path, lp.path[1:]), lp.slot_mbps):
+            rate[link(u, v)] = rate.get(link(u, v), 0.0) + mbps
+    view = graph.copy()
+    for e, mbps in rate.items():
+        u, v = tuple(e)
+        view.edges[u, v]["capacity_mbps"] = mbps
+    return view
+
+
+OPTICAL_FIELDS = ("task", "transfer", "path", "kind", "wavelength", "reserved_mbps", "setup_ms", "blocked")
+"""optical.csv's columns: one row per circuit, and one per blocked task (its reason in ``blocked``)."""
+
+
+def optical_rows(lightpaths: tuple[Lightpath, ...], blocked: tuple[tuple[str, str], ...],
+                 setup_ms: float) -> list[dict[str, object]]:
+    """optical.csv's rows (:data:`OPTICAL_FIELDS`); ``reserved_mbps`` is the wavelength's rate on
+    its narrowest fibre, in the network's terms."""
+    rows: list[dict[str, object]] = [
+        {"task": lp.task, "transfer": "-".join(lp.serves or lp.path), "path": "-".join(lp.path), "kind": "ocs",
+         "wavelength": lp.wavelength, "reserved_mbps": min(lp.slot_mbps), "setup_ms": setup_ms, "blocked": ""}
+        for lp in lightpaths]
+    rows += [{"task": name, "transfer": "", "path": "", "kind": "ocs", "wavelength": "", "reserved_mbps": "",
+              "setup_ms": "", "blocked": reason} for name, reason in blocked]
+    return rows
+
+
+def optical_summary(graph: nx.Graph, lightpaths: tuple[Lightpath, ...], blocking_ratio: float, *, policy: str,
+                    wavelengths: int, reconfig_ms: float) -> dict[str, object]:
+    """summary.json's ``optical``: the all-optical nodes, the policy and its terms, the wavelengths
+    held on each fibre (``u-v``, ends sorted) and the share of tasks blocked."""
+    used: dict[str, int] = {}
+    for lp in lightpaths:
+        for u, v in zip(lp.path, lp.path[1:]):
+            name = "-".join(sorted((u, v), key=node_order))
+            used[name] = used.get(name, 0) + 1
+    return {"optical_nodes": sorted(optical_nodes(graph), key=node_order), "policy": policy,
+            "ocs_wavelengths": wavelengths, "reconfig_ms": reconfig_ms, "circuits": len(lightpaths),
+            "wavelengths_used": dict(sorted(used.items())), "blocking_ratio": blocking_ratio}
+
+
+__all__ = ["OPTICAL_FIELDS", "POLICIES", "Assignment", "OCSPolicy", "OpticalPolicy", "assign", "circuit_view",
+           "fibres", "get_policy", "optical_rows", "optical_summary", "spectrum_for"]
