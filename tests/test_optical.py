@@ -20,7 +20,7 @@ from fedmst.core.optical.circuits import (OCSPolicy, assign, circuit_view, fibre
                                          optical_summary)
 from fedmst.core.plan import Plan
 from fedmst.core.topology import load_topology
-from fedmst.net.circuits import circuit_commands, classifier
+from fedmst.net.circuits import Circuit, CircuitClasses, circuit_commands, classifier
 from fedmst.run.config import RunConfig, read_config_file, validate
 from fedmst.core.tasks import Task
 from fedmst.core.workload import schedule_workload
@@ -323,3 +323,17 @@ def test_the_classifier_sends_each_address_to_its_class() -> None:
     assert run(ipv4("10.128.0.2")) == (5 << 16) | 0x201 and run(ipv4("10.128.0.1")) == (5 << 16) | 0x200
     assert run(ipv4("10.128.0.3")) == 0 and run(bytes(12) + b"\x08\x06" + bytes(40)) == 0
     assert circuit_commands("x", 0x200, 25.0, mtu=1500, netem="delay 1ms")[1].startswith("qdisc add dev x parent 5:200")
+
+
+def test_each_installation_adds_classes_on_both_directions_and_a_filter_ahead() -> None:
+    """A circuit's class on both directions of each hop, a fresh minor each time, and one filter per
+    interface and installation at the next priority (a re-plan's ahead of nothing it replaces)."""
+    sender = {hop: (hop[0], f"{hop[0]}-to-{hop[1]}") for hop in (("l0", "s"), ("s", "l0"), ("s", "l1"), ("l1", "s"))}
+    netem = dict.fromkeys(sender)
+    classes = CircuitClasses()
+    first = classes.commands([Circuit(("l0", "s", "l1"), (25.0, 25.0), ("10.128.0.1", "10.128.0.2"))], sender,
+                             mtu=1500, netem=netem)
+    assert sorted(first) == ["l0", "l1", "s"] and len(first["s"]) == 4  # two classes, two filters
+    assert [c.split()[0] for c in first["l0"]] == ["class", "filter"] and " prio 1 " in first["l0"][1]
+    again = classes.commands([Circuit(("l0", "s"), (25.0,), ("10.128.0.5",))], sender, mtu=1500, netem=netem)
+    assert "classid 5:201 " in again["l0"][0] and " prio 2 " in again["l0"][1]
