@@ -55,7 +55,7 @@ from fedmst.run.folders import choose
 SCENARIOS = {
     "one-task": dict(topology="nsfnet", local_models=4, model="mlp-large", rounds=2),
     "poster": dict(topology="nsfnet", local_models=15, tasks=30, model="mlp", rounds=1,
-                   wavelengths=SWEEP["wavelengths"]["default"], stall_s=SWEEP["stall_s"]["default"]),
+                   ocs_wavelengths=SWEEP["ocs_wavelengths"]["default"], stall_s=SWEEP["stall_s"]["default"]),
 }
 TRANSFER = ("broadcast", "upload")
 ACK_BYTES = 66

@@ -40,7 +40,7 @@ from fedmst.run.results import read_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ROOT / "topologies" / "workloads"
-POSTER = dict(topology="nsfnet", tasks=30, local_models=15, model="mlp", rounds=1, wavelengths=120)
+POSTER = dict(topology="nsfnet", tasks=30, local_models=15, model="mlp", rounds=1, ocs_wavelengths=120)
 GEANT = dict(topology="topozoo/Geant2012", local_models=16, rounds=1, seed=4)
 LINE = dict(topology=str(ROOT / "topologies" / "line3-10g.json"), global_node="a", local_nodes=("b", "c"),
             local_models=2, model="mlp-xl", rounds=2)

@@ -93,7 +93,7 @@ def test_a_run_too_fast_for_its_host_flags_its_host_bound_phases(clean_host: Non
     console, in rounds.csv and in summary.json, with a larger scale that would keep up."""
     out = tmp_path / "run"
     proc = fedmst_cli("run", "--topology", "nsfnet", "--tasks", "30", "--local-models", "15", "--model", "mlp",
-                      "--wavelengths", "120", "--rounds", "1", "--epochs", "1", "--scheduler", "spff",
+                      "--ocs-wavelengths", "120", "--rounds", "1", "--epochs", "1", "--scheduler", "spff",
                       "--time-scale", "1", "--out", str(out), timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (row,) = read_csv(out / "rounds.csv")
