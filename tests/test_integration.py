@@ -19,6 +19,7 @@ import pytest
 
 from conftest import FEDMST, agent_of, assert_fedavg, assert_strategy, fedmst_cli, run_past_round_one
 from fedmst.net.cleanup import STATE_DIR
+from fedmst.net.circuits import FIRST_CIRCUIT, Circuit
 from fedmst.net.emulation import Emulation
 from fedmst.run.results import read_csv
 from fedmst.core.topology import load_topology
@@ -418,3 +419,41 @@ def test_each_optical_circuit_carries_its_wavelengths_rate(tmp_path: Path, clean
     summary = json.loads((out / "summary.json").read_text())["optical"]
     assert summary["optical_nodes"] == ["s0", "s1"] and summary["blocking_ratio"] == 0.0
     assert sorted(summary["wavelengths_used"].values()) == [2, 2]
+
+
+
+def test_a_replans_circuits_are_recorded_from_their_round(tmp_path: Path, clean_host: None) -> None:
+    """l0-s1 cut at round 2: the re-plan's circuits over s0 join optical.csv from round 2, each set
+    up anew, and summary.json counts both plans' circuits."""
+    out = tmp_path / "replan"
+    proc = fedmst_cli("run", "--topology", "spine-leaf:2,2,1,mbps=100", "--global-node", "h0_0", "--local-nodes",
+                      "l1,h1_0", "-k", "2", "--scheduler", "spff", "--ocs-wavelengths", "4", "--model", "mlp",
+                      "--rounds", "2", "--epochs", "1", "--fail-link", "l0-s1@2", "--out", out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [(c["path"], c["from_round"], float(c["setup_ms"])) for c in read_csv(out / "optical.csv")]
+    assert rows == [("l0-s1-l1", "1", 1.2)] * 2 + [("l0-s0-l1", "2", 1.2)] * 2
+    summary = json.loads((out / "summary.json").read_text())["optical"]
+    assert (summary["plans"], summary["circuits"]) == (2, 4) and set(summary["wavelengths_used"].values()) == {2}
+
+def test_a_replans_circuits_replace_the_classes_of_the_ones_before(clean_host: None) -> None:
+    """As after a fault's re-plan on spine-leaf:2,2: the first plan's circuit over s1, then the
+    re-plan's over s0. Listed inside each node's namespace, every fibre direction's circuit classes
+    are exactly the circuits held: the old circuit's are gone."""
+    graph = load_topology("spine-leaf:2,2,mbps=100")
+    over_s1 = Circuit(("l0", "s1", "l1"), (25.0, 25.0), ("10.128.0.1", "10.128.0.2"))
+    over_s0 = Circuit(("l0", "s0", "l1"), (25.0, 25.0), ("10.128.0.1", "10.128.0.2"))
+
+    def classes(emu: Emulation) -> dict[tuple[str, str], list[str]]:
+        return {(u, v): [line.split()[2] for line in emu.cmd(u, f"tc class show dev {emu.sender_interface(u, v)}")
+                         .splitlines() if int(line.split()[2].split(":")[1], 16) >= FIRST_CIRCUIT]
+                for a, b in graph.edges for u, v in ((a, b), (b, a))}
+
+    with Emulation(graph, delay_mode="off") as emu:
+        emu.install_circuits([over_s1])
+        first = classes(emu)
+        emu.install_circuits([over_s0])
+        second = classes(emu)
+    held = {hop for a, b in (("l0", "s1"), ("s1", "l1")) for hop in ((a, b), (b, a))}
+    assert first == {hop: ["5:200"] if hop in held else [] for hop in first}
+    held = {hop for a, b in (("l0", "s0"), ("s0", "l1")) for hop in ((a, b), (b, a))}
+    assert second == {hop: ["5:200"] if hop in held else [] for hop in second}

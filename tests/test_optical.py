@@ -234,13 +234,24 @@ class TestCircuits:
 
     def test_records(self) -> None:
         wp = schedule_workload(self.fabric, [task("t", "h0_0", "l1")], "spff", wavelengths=4)
-        rows = optical_rows(wp.lightpaths, (("t9", "no wavelength"),), 1.2)
+        rows = optical_rows([(1, wp.lightpaths)], (("t9", "no wavelength"),), 1.2)
         assert [r["kind"] for r in rows] == ["ocs", "ocs"]
         assert rows[0]["transfer"].startswith("h0_0-l0-") and rows[0]["reserved_mbps"] == 25.0
         assert rows[1]["blocked"] == "no wavelength" and rows[1]["path"] == ""
-        summary = optical_summary(self.fabric, wp.lightpaths, 0.5, policy="ocs", wavelengths=4, reconfig_ms=1.2)
+        summary = optical_summary(self.fabric, [(1, wp.lightpaths)], 0.5, policy="ocs", wavelengths=4, reconfig_ms=1.2)
         assert summary["optical_nodes"] == ["s0", "s1"] and sum(summary["wavelengths_used"].values()) == 2
         assert summary["blocking_ratio"] == 0.5
+
+    def test_every_plan_is_recorded_from_its_round(self) -> None:
+        """A re-plan's circuits join optical.csv from the round they hold; one kept from the plan
+        before costs no set-up, and the summary counts it once."""
+        first = schedule_workload(self.fabric, [task("t", "h0_0", "l1")], "spff", wavelengths=4).lightpaths
+        plans = [(1, first), (2, (*first, replace(first[0], wavelength=3)))]
+        rows = optical_rows(plans, (), 1.2)
+        assert [(r["from_round"], r["setup_ms"]) for r in rows] == [(1, 1.2), (2, 0.0), (2, 1.2)]
+        summary = optical_summary(self.fabric, plans, 0.0, policy="ocs", wavelengths=4, reconfig_ms=1.2)
+        assert summary["plans"] == 2 and summary["circuits"] == 2
+        assert max(summary["wavelengths_used"].values()) == 2
 
 
 class TestPolicies:
@@ -325,9 +336,10 @@ def test_the_classifier_sends_each_address_to_its_class() -> None:
     assert circuit_commands("x", 0x200, 25.0, mtu=1500, netem="delay 1ms")[1].startswith("qdisc add dev x parent 5:200")
 
 
-def test_each_installation_adds_classes_on_both_directions_and_a_filter_ahead() -> None:
-    """A circuit's class on both directions of each hop, a fresh minor each time, and one filter per
-    interface and installation at the next priority (a re-plan's ahead of nothing it replaces)."""
+def test_each_installation_replaces_the_circuits_held_before() -> None:
+    """A circuit's class on both directions of each hop and one filter per interface; the next
+    installation first removes the filter and classes of the one before, so an interface holds
+    exactly the circuits of the last plan."""
     sender = {hop: (hop[0], f"{hop[0]}-to-{hop[1]}") for hop in (("l0", "s"), ("s", "l0"), ("s", "l1"), ("l1", "s"))}
     netem = dict.fromkeys(sender)
     classes = CircuitClasses()
@@ -336,4 +348,7 @@ def test_each_installation_adds_classes_on_both_directions_and_a_filter_ahead() 
     assert sorted(first) == ["l0", "l1", "s"] and len(first["s"]) == 4  # two classes, two filters
     assert [c.split()[0] for c in first["l0"]] == ["class", "filter"] and " prio 1 " in first["l0"][1]
     again = classes.commands([Circuit(("l0", "s"), (25.0,), ("10.128.0.5",))], sender, mtu=1500, netem=netem)
-    assert "classid 5:201 " in again["l0"][0] and " prio 2 " in again["l0"][1]
+    assert again["l1"] == ["filter del dev l1-to-s parent 5:0 prio 1", "class del dev l1-to-s classid 5:200"]
+    assert [c.split()[:2] for c in again["l0"]] == [["filter", "del"], ["class", "del"], ["class", "add"],
+                                                    ["filter", "add"]]
+    assert "classid 5:200 " in again["l0"][2] and " prio 1 " in again["l0"][3]

@@ -7,7 +7,8 @@ keeps the fibre's whole capacity for anything not on a circuit), so it borrows f
 classic BPF filter, ahead of every other (``--queue fair``'s comes after it), sends a packet to
 its circuit's class by its source address: a transfer's data leaves from its source address and
 its ACKs from its destination address, and both are the circuit's. Each installation (the first
-plan, then every re-plan) adds its classes and one filter; those of an earlier plan stay, idle.
+plan, then every re-plan) first removes the classes and filters of the one before, so an
+interface's circuit classes are exactly the circuits held.
 
 >>> cmds = circuit_commands("x-eth0", 0x200, 25.0, mtu=1500)
 >>> cmds[0].split(" htb ")[1]
@@ -26,6 +27,8 @@ from fedmst.net.queues import HANDLE
 
 FIRST_CIRCUIT = 0x200
 """The first circuit class's minor on an interface (the fair queue's leaves sit below it)."""
+CIRCUIT_PRIO = 1
+"""The circuits' filter priority: ahead of the fair classifier's."""
 _NETEM_BASE = 0x1000
 """A circuit's netem handle is this plus its class's minor (clear of the fair leaves' handles)."""
 
@@ -69,33 +72,37 @@ def classifier(classes: Mapping[str, int]) -> str:
 
 
 class CircuitClasses:
-    """Which class minors and filter priorities each interface has handed out so far."""
+    """The circuit classes each interface holds now, so that the next installation replaces them."""
 
     def __init__(self) -> None:
-        self._next: dict[str, int] = {}
-        self._prio: dict[str, int] = {}
+        self._held: dict[str, tuple[str, int]] = {}
+        """Interface -> its node and how many circuit classes it holds (minors from FIRST_CIRCUIT)."""
 
     def commands(self, circuits: Sequence[Circuit], sender: Mapping[tuple[str, str], tuple[str, str]], *,
                  mtu: int, netem: Mapping[tuple[str, str], str | None]) -> dict[str, list[str]]:
-        """The ``tc`` commands, by node, that install ``circuits`` on both directions of each of
-        their hops; ``sender`` gives a hop's sending node and interface, ``netem`` its netem
-        arguments (None where netem does not apply the delay)."""
-        classes: dict[tuple[str, str], dict[str, int]] = {}
+        """The ``tc`` commands, by node, that remove the circuits held so far and install
+        ``circuits`` on both directions of each of their hops; ``sender`` gives a hop's sending node
+        and interface, ``netem`` its netem arguments (None where netem does not apply the delay)."""
         cmds: dict[str, list[str]] = {}
+        for intf, (node, count) in self._held.items():
+            cmds.setdefault(node, []).append(f"filter del dev {intf} parent {HANDLE}:0 prio {CIRCUIT_PRIO}")
+            cmds[node] += [f"class del dev {intf} classid {HANDLE}:{FIRST_CIRCUIT + i:x}" for i in range(count)]
+        self._held = {}
+        classes: dict[tuple[str, str], dict[str, int]] = {}
         for c in circuits:
             for (u, v), mbps in zip(zip(c.path, c.path[1:]), c.mbps):
                 for hop in ((u, v), (v, u)):
                     node, intf = sender[hop]
-                    minor = self._next.get(intf, FIRST_CIRCUIT)
-                    self._next[intf] = minor + 1
-                    cmds.setdefault(node, []).extend(circuit_commands(intf, minor, mbps, mtu=mtu, netem=netem[hop]))
-                    classes.setdefault(hop, {}).update({addr: minor for addr in c.addresses})
+                    count = self._held.get(intf, (node, 0))[1]
+                    self._held[intf] = (node, count + 1)
+                    cmds.setdefault(node, []).extend(
+                        circuit_commands(intf, FIRST_CIRCUIT + count, mbps, mtu=mtu, netem=netem[hop]))
+                    classes.setdefault(hop, {}).update({addr: FIRST_CIRCUIT + count for addr in c.addresses})
         for hop, by_addr in classes.items():
             node, intf = sender[hop]
-            prio = self._prio.get(intf, 0) + 1
-            self._prio[intf] = prio
-            cmds[node].append(filter_command(intf, prio, by_addr))
+            cmds[node].append(filter_command(intf, CIRCUIT_PRIO, by_addr))
         return cmds
 
 
-__all__ = ["FIRST_CIRCUIT", "Circuit", "CircuitClasses", "circuit_commands", "classifier", "filter_command"]
+__all__ = ["CIRCUIT_PRIO", "FIRST_CIRCUIT", "Circuit", "CircuitClasses", "circuit_commands", "classifier",
+           "filter_command"]

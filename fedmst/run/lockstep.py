@@ -54,7 +54,7 @@ class LockstepRun:
         self.losses: dict[str, dict[int, float]] = {}
         """Each task's local models' losses as they last reported them (``--selection loss``)."""
         self.set_up: set[Lightpath] = set()
-        """The optical circuits whose set-up has been paid."""
+        """The optical circuits set up and held now."""
         self._attempts = 0
 
     def run(self, results: list[RoundResult]) -> None:
@@ -215,11 +215,15 @@ class LockstepRun:
     def reconfigure(self, res: RoundResult, phase: str) -> None:
         """Before a transfer phase, wait out ``--reconfig-ms`` (on the host's clock) if the live plans
         hold optical circuits not set up yet (the first plan's, or a re-plan's new ones), inside the
-        phase's measured time; ``res.reconfig_s`` records it and the prediction adds it."""
-        new = set(self.live.circuits) - self.set_up
-        if phase == "train" or not new:
+        phase's measured time; ``res.reconfig_s`` records it and the prediction adds it. A changed
+        set of circuits holds from this round on (optical.csv)."""
+        held = set(self.live.circuits)
+        if phase == "train" or held == self.set_up:
             return
-        self.set_up |= new
+        new, self.set_up = held - self.set_up, held
+        self.session.hold(res.round, self.live.circuits)
+        if not new:
+            return
         pause_s = self.config.reconfig_ms / 1e3
         time.sleep(self.session.scale.real_s(pause_s))
         res.reconfig_s[phase] = res.reconfig_s.get(phase, 0.0) + pause_s

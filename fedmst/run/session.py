@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Mapping
 import fedmst
 from fedmst.core.linktrace import LinkChange
 from fedmst.core.optical import Lightpath
-from fedmst.core.optical.circuits import OPTICAL_FIELDS, fibres, optical_rows
+from fedmst.core.optical.circuits import OPTICAL_FIELDS, CircuitPlan, fibres, optical_rows
 from fedmst.core.plan import TRANSFER_PHASES, Transfer, plan_summary
 from fedmst.core.workload import link_state
 from fedmst.core.route import LinkDir, window_bytes
@@ -173,6 +173,8 @@ class Session:
         self.live = Live(tasks={p.task.name: p.task for p in plans}, plans=plans,
                          models={p.task.name: tuple(range(p.task.k)) for p in plans},
                          circuits=self.circuits_of(resolved.workload.lightpaths))
+        self.held: list[CircuitPlan] = [(1, self.live.circuits)] if self.live.circuits else []
+        """Every plan's circuits and the round from which they hold (optical.csv, summary.json)."""
         self.index = {name: i for i, name in enumerate(resolved.listed or [p.task.name for p in plans])}
         """Task -> its place in the workload, which seeds its data and initial weights."""
         self.samples: dict[str, dict[int, int]] = {}
@@ -217,6 +219,18 @@ class Session:
         where no node is all-optical (there the wavelengths are accounting only)."""
         return lightpaths if fibres(self.graph) else ()
 
+    def hold(self, round_: int, circuits: tuple[Lightpath, ...]) -> None:
+        """Record that ``circuits`` are held from round ``round_`` on (a re-plan's), in optical.csv."""
+        if circuits != (self.held[-1][1] if self.held else ()):
+            self.held.append((round_, circuits))
+            self.write_optical()
+
+    def write_optical(self) -> None:
+        """optical.csv, on a topology with all-optical nodes: every plan's circuits so far."""
+        if fibres(self.graph):
+            write_csv(self.out / "optical.csv", OPTICAL_FIELDS, optical_rows(
+                self.held, self.resolved.workload.blocked, self.config.reconfig_ms))
+
     def install_circuits(self, flows: Mapping[str, Flow], tasks: Mapping[str, str]) -> None:
         """Give each live circuit its wavelength's rate (on the host's clock) for the ``flows`` of
         its task (``tasks``: each flow's) on its transfer path, either way."""
@@ -227,7 +241,7 @@ class Session:
                               if tasks[key] == lp.task and f.path in (serves, serves[::-1])
                               for a in (f.src_addr, f.dst_addr))
             circuits.append(Circuit(lp.path, tuple(self.scale.real_mbps(m) for m in lp.slot_mbps), addresses))
-        if circuits:
+        if circuits or self.held:  # an installation also removes the circuits held before
             self.emu.install_circuits(circuits)
 
     def clock(self) -> float:
@@ -354,9 +368,7 @@ class Session:
             "tasks": [{**plan_summary(p), "flows": [asdict(t) for t in s.transfers]}
                       for p, s in zip(self.live.plans, specs)],
         })
-        if fibres(self.graph):
-            write_csv(self.out / "optical.csv", OPTICAL_FIELDS, optical_rows(
-                workload.lightpaths, workload.blocked, config.reconfig_ms))
+        self.write_optical()
         spec_file = self.scratch / "agents.json"
         spec_file.write_text(spec.to_json())
         return spec_file

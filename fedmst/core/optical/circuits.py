@@ -28,7 +28,7 @@ entry-point group ``fedmst.optical``, or ``package.module:Class``); ``ocs`` is t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Sequence
 
 import networkx as nx
 
@@ -137,36 +137,55 @@ def circuit_view(graph: nx.Graph, circuits: tuple[Lightpath, ...]) -> nx.Graph:
     return view
 
 
-OPTICAL_FIELDS = ("task", "transfer", "path", "kind", "wavelength", "reserved_mbps", "setup_ms", "blocked")
-"""optical.csv's columns: one row per circuit, and one per blocked task (its reason in ``blocked``)."""
+CircuitPlan = tuple[int, tuple[Lightpath, ...]]
+"""One plan's circuits and the round from which they hold (the first plan's from round 1, a re-plan's
+from the round of the first transfer phase that ran on them)."""
+
+OPTICAL_FIELDS = ("task", "transfer", "path", "kind", "wavelength", "reserved_mbps", "setup_ms", "from_round",
+                  "blocked")
+"""optical.csv's columns: one row per circuit of each plan, and one per blocked task (its reason in ``blocked``)."""
 
 
-def optical_rows(lightpaths: tuple[Lightpath, ...], blocked: tuple[tuple[str, str], ...],
+def optical_rows(plans: Sequence[CircuitPlan], blocked: tuple[tuple[str, str], ...],
                  setup_ms: float) -> list[dict[str, object]]:
-    """optical.csv's rows (:data:`OPTICAL_FIELDS`); ``reserved_mbps`` is the wavelength's rate on
-    its narrowest fibre, in the network's terms."""
-    rows: list[dict[str, object]] = [
-        {"task": lp.task, "transfer": "-".join(lp.serves or lp.path), "path": "-".join(lp.path), "kind": "ocs",
-         "wavelength": lp.wavelength, "reserved_mbps": min(lp.slot_mbps), "setup_ms": setup_ms, "blocked": ""}
-        for lp in lightpaths]
+    """optical.csv's rows (:data:`OPTICAL_FIELDS`): every plan's circuits; ``reserved_mbps`` is the
+    wavelength's rate on its narrowest fibre, in the network's terms, and a circuit the plan before
+    already held costs no set-up (``setup_ms`` 0)."""
+    rows: list[dict[str, object]] = []
+    before: frozenset[Lightpath] = frozenset()
+    for from_round, circuits in plans:
+        rows += [{"task": lp.task, "transfer": "-".join(lp.serves or lp.path), "path": "-".join(lp.path),
+                  "kind": "ocs", "wavelength": lp.wavelength, "reserved_mbps": min(lp.slot_mbps),
+                  "setup_ms": 0.0 if lp in before else setup_ms, "from_round": from_round, "blocked": ""}
+                 for lp in circuits]
+        before = frozenset(circuits)
     rows += [{"task": name, "transfer": "", "path": "", "kind": "ocs", "wavelength": "", "reserved_mbps": "",
-              "setup_ms": "", "blocked": reason} for name, reason in blocked]
+              "setup_ms": "", "from_round": 1, "blocked": reason} for name, reason in blocked]
     return rows
 
 
-def optical_summary(graph: nx.Graph, lightpaths: tuple[Lightpath, ...], blocking_ratio: float, *, policy: str,
+def optical_summary(graph: nx.Graph, plans: Sequence[CircuitPlan], blocking_ratio: float, *, policy: str,
                     wavelengths: int, reconfig_ms: float) -> dict[str, object]:
-    """summary.json's ``optical``: the all-optical nodes, the policy and its terms, the wavelengths
-    held on each fibre (``u-v``, ends sorted) and the share of tasks blocked."""
+    """summary.json's ``optical``: the all-optical nodes, the policy and its terms, how many circuit
+    ``plans`` the run held and how many ``circuits`` it set up over them (a circuit kept from one
+    plan to the next counts once), the most wavelengths held at once on each fibre (``u-v``, ends
+    sorted) and the share of tasks blocked."""
     used: dict[str, int] = {}
-    for lp in lightpaths:
-        for u, v in zip(lp.path, lp.path[1:]):
-            name = "-".join(sorted((u, v), key=node_order))
-            used[name] = used.get(name, 0) + 1
+    set_up = 0
+    before: frozenset[Lightpath] = frozenset()
+    for _, circuits in plans:
+        held: dict[str, int] = {}
+        for lp in circuits:
+            for u, v in zip(lp.path, lp.path[1:]):
+                name = "-".join(sorted((u, v), key=node_order))
+                held[name] = held.get(name, 0) + 1
+        used = {name: max(used.get(name, 0), held.get(name, 0)) for name in used.keys() | held.keys()}
+        set_up += len(set(circuits) - before)
+        before = frozenset(circuits)
     return {"optical_nodes": sorted(optical_nodes(graph), key=node_order), "policy": policy,
-            "ocs_wavelengths": wavelengths, "reconfig_ms": reconfig_ms, "circuits": len(lightpaths),
-            "wavelengths_used": dict(sorted(used.items())), "blocking_ratio": blocking_ratio}
+            "ocs_wavelengths": wavelengths, "reconfig_ms": reconfig_ms, "plans": len(plans),
+            "circuits": set_up, "wavelengths_used": dict(sorted(used.items())), "blocking_ratio": blocking_ratio}
 
 
-__all__ = ["OPTICAL_FIELDS", "POLICIES", "Assignment", "OCSPolicy", "OpticalPolicy", "assign", "circuit_view",
-           "fibres", "get_policy", "optical_rows", "optical_summary", "spectrum_for"]
+__all__ = ["OPTICAL_FIELDS", "POLICIES", "Assignment", "CircuitPlan", "OCSPolicy", "OpticalPolicy", "assign",
+           "circuit_view", "fibres", "get_policy", "optical_rows", "optical_summary", "spectrum_for"]
