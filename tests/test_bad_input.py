@@ -142,8 +142,6 @@ CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
     ("ecn-k-not-positive", _args("--ecn-k", "0"), ("--ecn-k 0", "positive")),
     ("negative-reconfig", _args("--reconfig-ms", "-1"), ("--reconfig-ms -1", "0 or more")),
     ("zero-ocs-wavelengths", _args("--ocs-wavelengths", "0"), ("--ocs-wavelengths 0", "1 or more")),
-    ("reconfig-on-independent-clocks", _args("--topology", "spine-leaf:2,2", "--clock", "independent"),
-     ("--reconfig-ms 1.2", "--clock lockstep")),
     ("unknown-optical-policy", _args("--optical", "ots"), ("unknown optical policy 'ots'", "choose one of: ocs")),
     ("link-trace-delay-without-delay", lambda p: (["--delay-mode", "off", "--link-trace", _write_topology(
         p, "t.json", '{"changes": [{"at_s": 1, "a": "a", "b": "b", "delay_ms": 5}]}')], {}),

@@ -435,6 +435,20 @@ def test_a_replans_circuits_are_recorded_from_their_round(tmp_path: Path, clean_
     summary = json.loads((out / "summary.json").read_text())["optical"]
     assert (summary["plans"], summary["circuits"]) == (2, 4) and set(summary["wavelengths_used"].values()) == {2}
 
+
+def test_on_independent_clocks_every_task_waits_for_its_circuits(tmp_path: Path, clean_host: None) -> None:
+    """--clock independent on a fabric: each task's round 1 broadcast starts --reconfig-ms later
+    on its own clock, measured and predicted."""
+    out = tmp_path / "independent"
+    proc = fedmst_cli("run", "--topology", "spine-leaf:2,2,1,mbps=100", "--global-node", "h0_0", "--local-nodes",
+                      "l1,h1_0", "-k", "2", "--scheduler", "spff", "--ocs-wavelengths", "4", "--model", "mlp",
+                      "--rounds", "2", "--epochs", "1", "--clock", "independent", "--reconfig-ms", "300", "--out", out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first = {r["kind"]: float(r["start_s"]) for r in read_csv(out / "timeline.csv")
+             if (r["round"], r["phase"]) == ("1", "broadcast")}
+    assert first["predicted"] == pytest.approx(0.3) and 0.3 <= first["measured"] < 0.4
+    assert "2 optical circuit(s) set up in 300 ms" in proc.stdout
+
 def test_a_replans_circuits_replace_the_classes_of_the_ones_before(clean_host: None) -> None:
     """As after a fault's re-plan on spine-leaf:2,2: the first plan's circuit over s1, then the
     re-plan's over s0. Listed inside each node's namespace, every fibre direction's circuit classes

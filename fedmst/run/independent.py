@@ -1,8 +1,9 @@
 """The independent clock (``--clock independent``): the agents get the whole run at once
 (:class:`~fedmst.protocol.RunRounds`); each task runs its rounds back to back from its own start
-offset, each node moving on as soon as its data is in. The links are measured over the whole run
-and each task's phases from the spans the nodes report, beside the timeline
-:func:`fedmst.core.contention.simulate` predicts for the same offsets.
+offset, each node moving on as soon as its data is in. On a fabric every task's offset is later
+by ``--reconfig-ms``: its first broadcast waits for its circuits' set-up on its own clock. The
+links are measured over the whole run and each task's phases from the spans the nodes report,
+beside the timeline :func:`fedmst.core.contention.simulate` predicts for the same offsets.
 """
 
 from __future__ import annotations
@@ -35,10 +36,15 @@ class IndependentRun:
         session, config, live, emu = self.session, self.session.config, self.session.live, self.session.emu
         resolved = session.resolved
         rounds = {p.task.name: p.task.rounds for p in live.plans}
-        offsets = {p.task.name: p.task.start_s + resolved.offsets.get(p.task.name, 0.0) for p in live.plans}
+        setup_s = config.reconfig_ms / 1e3 if live.circuits else 0.0  # the circuits, before any task's broadcast
+        later = {name: o + setup_s for name, o in resolved.offsets.items()}
+        offsets = {p.task.name: p.task.start_s + later.get(p.task.name, setup_s) for p in live.plans}
         alone = list(resolved.profiles)
         self.clock = clock = ClockRun(plans=live.plans, rounds=rounds, offsets=offsets, alone=alone,
-                                      predicted=simulate(alone, resolved.offsets, rounds, capacities(session.graph)))
+                                      predicted=simulate(alone, later, rounds, capacities(session.graph)))
+        if setup_s:
+            session.report(f"{session.tag} {len(live.circuits)} optical circuit(s) set up in "
+                           f"{config.reconfig_ms:g} ms: every task starts that much later")
         shifted = {n: o for n, o in resolved.offsets.items() if o}
         if shifted:
             session.report(f"{session.tag} interleaving ({config.interleave}): "

@@ -18,7 +18,7 @@ import networkx as nx
 from fedmst.core import faults
 from fedmst.core.contention import Profile, capacities, cassini_offsets, profile_of
 from fedmst.core.linktrace import LinkChange, read_link_trace
-from fedmst.core.optical.circuits import fibres, get_policy
+from fedmst.core.optical.circuits import get_policy
 from fedmst.core.plan import TRANSFER_PHASES, predicted_phase_seconds
 from fedmst.core.ordering import shortest_jobs_first
 from fedmst.core.schedulers import get_scheduler
@@ -155,9 +155,6 @@ def _inputs(config: RunConfig, host: Host, schedulers: Sequence[str]) -> _Inputs
     if host.delay_mode == "off" and any(c.delay_ms is not None or c.loss is not None for c in link_changes):
         raise FedmstError(f"--link-trace {config.link_trace}: changes delay or loss, which --delay-mode off does "
                           "not apply; use --delay-mode auto, netem or userspace")
-    if config.clock == "independent" and config.reconfig_ms and fibres(graph):
-        raise FedmstError(f"--reconfig-ms {config.reconfig_ms:g}: on independent clocks the circuits' set-up is not "
-                          "paid yet; give --reconfig-ms 0 or use --clock lockstep")
     limits = worker_limits(graph.nodes, config.cpus, config.memory, graph.nodes)
     return _Inputs(graph=graph, link_failures=link_failures, kills=kills, slow=slow, background=background,
                    link_changes=link_changes, limits=limits, tasks=_sized(config, _tasks(config, graph), schedulers))
