@@ -21,6 +21,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 
 from fedmst import cli
+from fedmst.core.optical.circuits import OPTICAL_FIELDS
 from fedmst.core.topology import node_order
 from fedmst.errors import FedmstError
 from fedmst.run.layout import run_folder_name
@@ -94,6 +95,31 @@ def test_aggregates_every_round(tmp_path: Path) -> None:
     assert rows["9->10"]["error_pct"] == pytest.approx(5.0)
     assert rows["10->2"]["queue_drops"] == 3
     assert rows["10->2"]["error_pct"] == 0.0  # nothing planned on it: no error, not a division by zero
+
+
+def test_a_fabric_runs_circuits_beside_what_each_direction_carried(tmp_path: Path) -> None:
+    """With optical.csv: each direction's circuits (a re-plan's kept one counted once), the Mbit/s
+    one plan reserved on it together and its rate in its busier phase; a narrow console leaves them out."""
+    run = write_run(tmp_path / "run")
+    circuit = {"task": "t", "transfer": "2-10-9", "kind": "ocs", "wavelength": 0, "setup_ms": 1.2, "blocked": ""}
+    write_csv(run / "optical.csv", OPTICAL_FIELDS, [
+        {**circuit, "path": "2-10", "reserved_mbps": 25.0, "from_round": 1},
+        {**circuit, "path": "2-10", "reserved_mbps": 25.0, "from_round": 2},
+        {**circuit, "wavelength": 1, "path": "2-10", "reserved_mbps": 25.0, "from_round": 2},
+        {**circuit, "task": "u", "path": "", "reserved_mbps": "", "from_round": 1, "blocked": "no wavelength"}])
+    links = {**LINKS, (1, "2", "10"): (1000, 1100, 1000, 100, 0)}
+    write_csv(run / "links.csv", LINK_FIELDS, [{**_link_row(r, s, d, v), "broadcast_bytes": v[1] * 1000}
+                                               for (r, s, d), v in links.items()])
+    rows = by_direction(link_table(run))
+    assert (rows["2->10"]["circuits"], rows["10->2"]["circuits"], rows["9->10"]["circuits"]) == (2, 2, 0)
+    assert rows["2->10"]["reserved_mbps"] == 50.0 and rows["9->10"]["reserved_mbps"] is None
+    assert rows["2->10"]["busy_mbps"] == pytest.approx(2_000_000 * 8 / 0.9 / 1e6)  # 1.1 + 0.9 MB in 0.5 + 0.4 s
+    assert "circuits" not in link_table(run, round_=1)[0]
+    lines = printed(render(link_table(run), "links"), 80)
+    assert max(map(cell_len, lines)) <= 80
+    assert words("not shown at 80 columns: weights MB, other MB, Mbit/s, circuits, reserved Mbit/s, busy Mbit/s") \
+        in words("\n".join(lines))
+    assert "reserved" in "".join(printed(render(link_table(run), "links"), 200))
 
 
 def test_one_round(tmp_path: Path) -> None:

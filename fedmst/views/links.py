@@ -194,9 +194,14 @@ def link_table(run_dir: Path, *, sort: str = "measured", round_: int | None = No
                            ("queue_drops", r.queue_drops)):
             row[key] += value
     captured = _captures(run_dir) if round_ is None else {}  # a capture spans every round
+    circuits = _circuits(run_dir) if round_ is None else None  # a circuit may be held across rounds
+    busy = _busy_mbps(links, rounds) if circuits is not None else {}
     for hop, row in rows.items():
         if captured:
             row["capture_bytes"] = captured.get(hop)
+        if circuits is not None:
+            row["circuits"], row["reserved_mbps"] = circuits.get(hop, (0, None))
+            row["busy_mbps"] = busy.get(hop)
         capacity_bps = row["capacity_mbps"] * 1e6
         row["error_pct"] = _error_pct(row["weight_bytes"], row["predicted_bytes"])
         row["mean_utilisation"] = (row["measured_bytes"] * 8 / (capacity_bps * transfer_s)
@@ -351,7 +356,8 @@ def _table_width(widths: list[int]) -> int:
 
 
 def _link_columns(rows: list[Row]) -> list[Column]:
-    shown = _LINK_COLUMNS + (_CAPTURE_COLUMN if rows and "capture_bytes" in rows[0] else ())
+    shown = (_LINK_COLUMNS + (_CAPTURE_COLUMN if rows and "capture_bytes" in rows[0] else ())
+             + (_CIRCUIT_COLUMNS if rows and "circuits" in rows[0] else ()))
     totals = {c.key: sum(r[c.key] or 0 for r in rows) for c in shown if c.summed}
     totals["error_pct"] = _error_pct(totals["weight_bytes"], totals["predicted_bytes"])
     return [Column(c.header, [c.fmt(r[c.key]) for r in rows] + [c.fmt(totals[c.key]) if c.key in totals else ""],
@@ -365,6 +371,47 @@ def _captures(run_dir: Path) -> dict[tuple[str, str], int]:
         return {(c["src"], c["dst"]): int(c["bytes"]) for c in index["captures"]}
     except (OSError, ValueError, KeyError, TypeError):
         return {}
+
+
+def _circuits(run_dir: Path) -> dict[tuple[str, str], tuple[int, float]] | None:
+    """Per link direction, from optical.csv: how many circuits crossed it (either way, each once
+    however many plans held it) and the most Mbit/s one plan's circuits reserved on it together.
+    None where the run has no optical.csv."""
+    if not (run_dir / "optical.csv").is_file():
+        return None
+    plans: dict[int, list[dict[str, str]]] = defaultdict(list)
+    for r in _read(run_dir / "optical.csv", ("task", "transfer", "path", "wavelength", "reserved_mbps")):
+        if r["path"]:
+            plans[int(r.get("from_round") or 1)].append(r)  # optical.csv before from_round: the first plan
+    seen: dict[tuple[str, str], set[tuple[str, ...]]] = defaultdict(set)
+    reserved: dict[tuple[str, str], float] = {}
+    for held in plans.values():
+        at_once: dict[tuple[str, str], float] = defaultdict(float)
+        for c in held:
+            nodes = c["path"].split("-")
+            for hop in [*zip(nodes, nodes[1:]), *zip(nodes[1:], nodes)]:
+                seen[hop].add((c["task"], c["transfer"], c["path"], c["wavelength"]))
+                at_once[hop] += float(c["reserved_mbps"])
+        for hop, mbps in at_once.items():
+            reserved[hop] = max(reserved.get(hop, 0.0), mbps)
+    return {hop: (len(keys), reserved[hop]) for hop, keys in seen.items()}
+
+
+def _busy_mbps(links: list[Any], rounds: list[dict[str, str]]) -> dict[tuple[str, str], float]:
+    """Each link direction's Mbit/s in the transfer phase that carried it faster, over the rounds in
+    which that phase carried it: what its circuits' reserved rate is measured against. Empty where
+    links.csv has no bytes per phase (independent clocks)."""
+    seconds = {(int(r["round"]), p): float(r[f"{p}_s"]) for r in rounds for p in ("broadcast", "upload")}
+    moved: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: {"broadcast": [0, 0.0],
+                                                                                "upload": [0, 0.0]})
+    for r in links:
+        for p, n in (("broadcast", r.broadcast_bytes), ("upload", r.upload_bytes)):
+            if n is None:
+                return {}
+            if n and seconds.get((r.round, p)):
+                moved[(r.src, r.dst)][p][0] += n
+                moved[(r.src, r.dst)][p][1] += seconds[(r.round, p)]
+    return {hop: max(n * 8 / s / 1e6 for n, s in by.values() if s) for hop, by in moved.items()}
 
 
 def _diff_columns(rows: list[Row]) -> list[Column]:
@@ -440,6 +487,14 @@ _CAPTURE_COLUMN = (
     _LinkColumn("pcap MB", "capture_bytes", lambda n: "" if n is None else _mb(n), 5, summed=True),
 )
 """With ``--pcap``: the bytes of each direction's capture (pcap/SRC-DST.pcap), beside what the counters measured."""
+_CIRCUIT_COLUMNS = (
+    _LinkColumn("circuits", "circuits", lambda n: str(n or ""), 5),
+    _LinkColumn("reserved Mbit/s", "reserved_mbps", lambda m: "" if m is None else f"{m:g}", 5),
+    _LinkColumn("busy Mbit/s", "busy_mbps", lambda m: "" if m is None else f"{m:.1f}", 5),
+)
+"""On a topology with all-optical nodes (optical.csv): the circuits each direction carried, the
+Mbit/s they reserved on it together, and its measured rate in its busier transfer phase; a narrow
+console leaves them out with pcap MB."""
 
 
 def _check_sort(sort: str, choices: tuple[str, ...]) -> None:
