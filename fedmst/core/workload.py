@@ -31,8 +31,9 @@ import networkx as nx
 from fedmst.errors import SchedulerError, TaskError
 from fedmst.core.jsonfile import read_entries
 from fedmst.core.schedulers import schedule
-from fedmst.core.optical import Lightpath
-from fedmst.core.optical.circuits import assign, get_policy, spectrum_for
+from fedmst.core.optical import Lightpath, Spectrum, lightpath_paths
+from fedmst.core.optical.circuits import Assignment, assign, get_policy, spectrum_for
+from fedmst.core.optical.wavelengths import stretches
 from fedmst.core.plan import LinkDir, Phase, Plan, predicted_link_bytes
 from fedmst.core.tasks import Task, compute_nodes, place_task
 from fedmst.core.wire import DEFAULT_MTU
@@ -265,8 +266,10 @@ def schedule_workload(
         plan = schedule(graph, task, scheduler, seen)
         given = assign(policy, spectrum, plan)
         if given.blocked is not None:
+            spectrum.release_task(task.name)  # whatever the policy reserved before it gave up
             blocked.append((task.name, given.blocked))
             continue
+        check_held(spectrum, plan, given, optical)
         plans.append(plan)
         for hop, b in predicted_link_bytes(plan, mtu=mtu).items():
             state[hop] += b
@@ -277,6 +280,23 @@ def schedule_workload(
         wavelengths=wavelengths,
         lightpaths=spectrum.lightpaths,
     )
+
+
+def check_held(spectrum: Spectrum, plan: Plan, given: Assignment, policy: str) -> None:
+    """Refuse, in one line, an assignment that is not what the spectrum holds for its task, or that
+    leaves a stretch of fibre of one of the plan's transfer paths without a circuit: the data plane
+    and the prediction read the spectrum, so a policy's answer must be exactly what it reserved."""
+    task = plan.task.name
+    held = {lp for lp in spectrum.lightpaths if lp.task == task}
+    if set(given.circuits) != held:
+        raise SchedulerError(f"optical policy {policy!r} gave task {task} {len(given.circuits)} circuit(s) but holds "
+                             f"{len(held)} on the spectrum: reserve each circuit it gives (Spectrum.reserve), no other")
+    covered = {(lp.serves or lp.path, lp.path) for lp in held}
+    for path in lightpath_paths(plan):
+        for stretch in stretches(path, spectrum.graph):
+            if (path, stretch) not in covered:
+                raise SchedulerError(f"optical policy {policy!r} gave task {task} no circuit on "
+                                     f"{'-'.join(stretch)} (transfer path {'-'.join(path)})")
 
 
 __all__ = ["TaskEntry", "WorkloadPlan", "link_state", "make_tasks", "read_workload", "schedule_workload", "task_seed"]
