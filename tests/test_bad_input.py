@@ -141,6 +141,7 @@ CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
     ("scheduler-markup", _args("--scheduler", "[red]x[/red]:y"), ("[red]x[/red]:y",)),
     ("ecn-k-not-positive", _args("--ecn-k", "0"), ("--ecn-k 0", "positive")),
     ("negative-reconfig", _args("--reconfig-ms", "-1"), ("--reconfig-ms -1", "0 or more")),
+    ("infinite-reconfig", _args("--reconfig-ms", "inf"), ("--reconfig-ms inf", "finite")),
     ("zero-ocs-wavelengths", _args("--ocs-wavelengths", "0"), ("--ocs-wavelengths 0", "1 or more")),
     ("unknown-optical-policy", _args("--optical", "ots"), ("unknown optical policy 'ots'", "choose one of: ocs")),
     ("link-trace-delay-without-delay", lambda p: (["--delay-mode", "off", "--link-trace", _write_topology(

@@ -302,8 +302,11 @@ class TestOptions:
         path.write_text(json.dumps({"wavelengths": 7}))
         assert read_config_file(path) == {"ocs_wavelengths": 7}
 
-    @pytest.mark.parametrize("change,message", [({"reconfig_ms": -1.0}, "--reconfig-ms -1: give 0 or more"),
-                                                ({"ocs_wavelengths": 0}, "--ocs-wavelengths 0: give a number of 1")])
+    @pytest.mark.parametrize("change,message", [
+        ({"reconfig_ms": -1.0}, "--reconfig-ms -1: give a finite number of ms, 0 or more"),
+        ({"reconfig_ms": float("inf")}, "--reconfig-ms inf: give a finite number of ms, 0 or more"),
+        ({"ocs_wavelengths": 0}, "--ocs-wavelengths 0: give a number of 1"),
+    ])
     def test_bad_values_are_refused(self, change: dict[str, float], message: str) -> None:
         with pytest.raises(FedmstError, match=message):
             validate(replace(RunConfig(), **change))

@@ -11,6 +11,7 @@ at once; :mod:`fedmst.run.prepare` turns a checked config into runs.
 from __future__ import annotations
 
 import json
+import math
 import tomllib
 from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
@@ -135,7 +136,8 @@ class RunConfig:
         help="Circuit (OCS) wavelengths per fibre, or per link where no node is all-optical (first fit; a task "
              "that finds none is blocked and not run). On a fabric each circuit carries the fibre's capacity / N.")
     reconfig_ms: float = option(
-        1.2, "--reconfig-ms", check=(lambda v: v >= 0, "give 0 or more milliseconds"),
+        1.2, "--reconfig-ms",
+        check=(lambda v: math.isfinite(v) and v >= 0, "give a finite number of ms, 0 or more"),
         help="Set-up time of new optical circuits, paid before round 1's broadcast on a fabric (default: the "
              "median reconfiguration of a MEMS optical circuit switch).")
     optical: str = option(
