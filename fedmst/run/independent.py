@@ -14,6 +14,7 @@ from dataclasses import replace
 import psutil
 
 from fedmst.core.contention import capacities, iteration_times, simulate
+from fedmst.core.optical.circuits import planned_view
 from fedmst.protocol import RunRounds
 from fedmst.run.measure import ClockRun, cpu_busy, write_clock_tables
 from fedmst.run.recovery import aggregation_weights
@@ -39,9 +40,9 @@ class IndependentRun:
         setup_s = config.reconfig_ms / 1e3 if live.circuits else 0.0  # the circuits, before any task's broadcast
         later = {name: o + setup_s for name, o in resolved.offsets.items()}
         offsets = {p.task.name: p.task.start_s + later.get(p.task.name, setup_s) for p in live.plans}
-        alone = list(resolved.profiles)
+        alone, carried = list(resolved.profiles), capacities(planned_view(session.graph, live.circuits))
         self.clock = clock = ClockRun(plans=live.plans, rounds=rounds, offsets=offsets, alone=alone,
-                                      predicted=simulate(alone, later, rounds, capacities(session.graph)))
+                                      predicted=simulate(alone, later, rounds, carried))
         if setup_s:
             session.report(f"{session.tag} {len(live.circuits)} optical circuit(s) set up in "
                            f"{config.reconfig_ms:g} ms: every task starts that much later")

@@ -18,12 +18,12 @@ import networkx as nx
 from fedmst.core import faults
 from fedmst.core.contention import Profile, capacities, cassini_offsets, profile_of
 from fedmst.core.linktrace import LinkChange, read_link_trace
-from fedmst.core.optical.circuits import get_policy
+from fedmst.core.optical.circuits import fibre_refusal, get_policy, planned_view
 from fedmst.core.plan import TRANSFER_PHASES, predicted_phase_seconds
 from fedmst.core.ordering import shortest_jobs_first
 from fedmst.core.schedulers import get_scheduler
 from fedmst.core.selection import SELECTIONS, check_pool, participants
-from fedmst.core.tasks import Task, place_task
+from fedmst.core.tasks import Task, compute_nodes, place_task
 from fedmst.core.timescale import MEASURED_COSTS, PhaseLoad, TimeScale, phase_load, pick_scale, power_of_two
 from fedmst.core.topology import load_topology, node_order
 from fedmst.core.traffic import BackgroundFlow, parse_flow, read_traffic_file
@@ -155,9 +155,20 @@ def _inputs(config: RunConfig, host: Host, schedulers: Sequence[str]) -> _Inputs
     if host.delay_mode == "off" and any(c.delay_ms is not None or c.loss is not None for c in link_changes):
         raise FedmstError(f"--link-trace {config.link_trace}: changes delay or loss, which --delay-mode off does "
                           "not apply; use --delay-mode auto, netem or userspace")
+    refusal = fibre_refusal(graph, trace=config.link_trace, changed=[c.link for c in link_changes],
+                            ecn=_ecn_asked(config, host.transport))
+    if refusal:
+        raise FedmstError(refusal)
     limits = worker_limits(graph.nodes, config.cpus, config.memory, graph.nodes)
     return _Inputs(graph=graph, link_failures=link_failures, kills=kills, slow=slow, background=background,
                    link_changes=link_changes, limits=limits, tasks=_sized(config, _tasks(config, graph), schedulers))
+
+
+def _ecn_asked(config: RunConfig, transport: Transport | None) -> str | None:
+    """What asks the run's links to mark ECN, as the option that did, or None where nothing does."""
+    if transport is None or transport.ecn is None:
+        return None
+    return f"--ecn-k {config.ecn_k}" if config.ecn_k else f"--congestion-control {config.congestion_control}"
 
 
 def _sized(config: RunConfig, tasks: list[Task], schedulers: Sequence[str]) -> tuple[Task, ...]:
@@ -200,19 +211,21 @@ def _plan(config: RunConfig, host: Host, inputs: _Inputs, scheduler: str) -> Res
     if not workload.plans:
         raise FedmstError(f"every task was blocked under {scheduler}, e.g. {workload.blocked[0][0]}: "
                           f"{workload.blocked[0][1]}")
-    _check_strike_offsets(config, inputs, workload, scheduler, with_delay)
+    view = planned_view(graph, workload.lightpaths)  # what every prediction below is made on
+    _check_strike_offsets(config, inputs, view, workload, scheduler, with_delay)
     nodes = _worker_nodes(config, graph, workload)
     for node in inputs.slow:
         if node not in nodes:
             raise FedmstError(f"--slow-node {node}: node {node} runs no worker in this run (it only forwards)")
-    profiles = tuple(profile_of(p, graph, compute_s=p.task.compute_s, start_s=p.task.start_s,
+    profiles = tuple(profile_of(p, planned_view(graph, workload.lightpaths, p.task.name),
+                                compute_s=p.task.compute_s, start_s=p.task.start_s,
                                 chunk_bytes=config.chunk_bytes, with_delay=with_delay, mtu=config.mtu)
                      for p in workload.plans)
     time_scale, reason = pick_time_scale(config, host, graph, workload)
     offsets = {p.task.name: 0.0 for p in workload.plans}
     if config.interleave == "cassini":
         offsets = cassini_offsets(list(profiles), {p.task.name: p.task.rounds for p in workload.plans},
-                                  capacities(graph))
+                                  capacities(view))
     return ResolvedRun(
         background=inputs.background, offsets=offsets, link_changes=inputs.link_changes,
         listed=tuple(t.name for t in inputs.tasks), config=replace(config, scheduler=scheduler), graph=graph,
@@ -223,17 +236,17 @@ def _plan(config: RunConfig, host: Host, inputs: _Inputs, scheduler: str) -> Res
     )
 
 
-def _check_strike_offsets(config: RunConfig, inputs: _Inputs, workload: WorkloadPlan, scheduler: str,
+def _check_strike_offsets(config: RunConfig, inputs: _Inputs, view: nx.Graph, workload: WorkloadPlan, scheduler: str,
                           with_delay: bool) -> None:
     """Refuse a fault ``+S`` seconds into a broadcast the plan predicts to be over by then
     (:func:`fedmst.core.faults.check_strike_offset`), where the plan's prediction is the round's
     own: no client selection, measured link state, link trace or background traffic changes or
-    slows the plan first."""
+    slows the plan first; ``view`` is the network as the plan's circuits carry it."""
     if not any(f.after_s is not None for f in (*inputs.link_failures, *inputs.kills)):
         return
     if config.clients_per_round or config.link_state == "measured" or inputs.link_changes or inputs.background:
         return
-    broadcast_s = predicted_phase_seconds(workload.plans, inputs.graph, "broadcast", chunk_bytes=config.chunk_bytes,
+    broadcast_s = predicted_phase_seconds(workload.plans, view, "broadcast", chunk_bytes=config.chunk_bytes,
                                           with_delay=with_delay, mtu=config.mtu)
     faults.check_strike_offset(inputs.link_failures, inputs.kills, broadcast_s, scheduler)
 
@@ -262,9 +275,11 @@ def training_scale(workload: WorkloadPlan, scale: float, reason: str, *, what: s
 def pick_time_scale(config: RunConfig, host: Host, graph: nx.Graph, workload: WorkloadPlan) -> tuple[float, str]:
     """``--time-scale`` as a factor, and for ``auto`` why it is that one: from what the plans'
     transfer phases ask of this host (:func:`fedmst.core.timescale.pick_scale`) against its
-    cores and the link ceiling it measured (once per boot)."""
+    cores and the link ceiling it measured (once per boot), on ``graph`` as the plans' circuits
+    carry it."""
     if config.time_scale != "auto":
         return float(config.time_scale), ""
+    graph = planned_view(graph, workload.lightpaths)
     from fedmst.net.calibrate import link_ceiling_mbps
     from fedmst.net.delayline import running_kind
     from fedmst.net.emulation import Capabilities
@@ -314,10 +329,10 @@ def _tasks(config: RunConfig, graph: nx.Graph) -> list[Task]:
 
 def _worker_nodes(config: RunConfig, graph: nx.Graph, workload: WorkloadPlan) -> tuple[str, ...]:
     """Nodes that run an agent: every node holding a model or relaying for one, and with faults
-    to inject, a measured link state or client selection every node, since a re-planned tree may
-    aggregate anywhere."""
+    to inject, a measured link state or client selection every node that can compute, since a
+    re-planned tree may aggregate on any of them (never on an all-optical node)."""
     if config.fail_links or config.kill_workers or config.link_state == "measured" or config.clients_per_round:
-        return tuple(sorted(graph.nodes, key=node_order))
+        return tuple(sorted(compute_nodes(graph), key=node_order))
     return tuple(sorted(set().union(*(p.nodes for p in workload.plans)), key=node_order))
 
 

@@ -137,6 +137,35 @@ def circuit_view(graph: nx.Graph, circuits: tuple[Lightpath, ...]) -> nx.Graph:
     return view
 
 
+def planned_view(graph: nx.Graph, lightpaths: Sequence[Lightpath], task: str | None = None) -> nx.Graph:
+    """``graph`` as a plan's circuits carry it, for every prediction made before the run (the
+    plans' profiles, cassini's offsets, fault strike checks, the time scale, the independent
+    clock's timeline): :func:`circuit_view` of the ``lightpaths`` the plan holds, or of ``task``'s
+    only (its transfers alone on its own wavelengths); ``graph`` itself where nothing is a fibre."""
+    if not fibres(graph):
+        return graph
+    return circuit_view(graph, tuple(lp for lp in lightpaths if task is None or lp.task == task))
+
+
+def fibre_refusal(graph: nx.Graph, *, trace: str | None = None, changed: Sequence[tuple[str, str]] = (),
+                  ecn: str | None = None) -> str | None:
+    """Why a run on ``graph`` cannot do what it asks of its fibres, in one line, or None: a
+    ``--link-trace`` (file ``trace``) changing a fibre (``changed``: the links it changes), whose
+    circuits' classes a trace does not reach, or ECN marking (``ecn``: what asked for it), whose
+    markers are compiled for a fibre's full capacity while its circuits drain at capacity / W."""
+    held = fibres(graph)
+    if not held:
+        return None
+    for u, v in changed:
+        if link(u, v) in held:
+            return (f"--link-trace {trace}: link {u}-{v} is a fibre whose circuits' classes a trace cannot "
+                    "change yet")
+    if ecn:
+        return (f"{ecn}: ECN marking is compiled for a fibre's full capacity while its circuits drain at "
+                "capacity / --ocs-wavelengths, so no circuit would be marked; leave ECN off on a fabric")
+    return None
+
+
 CircuitPlan = tuple[int, tuple[Lightpath, ...]]
 """One plan's circuits and the round from which they hold (the first plan's from round 1, a re-plan's
 from the round of the first transfer phase that ran on them)."""
@@ -188,4 +217,5 @@ def optical_summary(graph: nx.Graph, plans: Sequence[CircuitPlan], blocking_rati
 
 
 __all__ = ["OPTICAL_FIELDS", "POLICIES", "Assignment", "CircuitPlan", "OCSPolicy", "OpticalPolicy", "assign",
-           "circuit_view", "fibres", "get_policy", "optical_rows", "optical_summary", "spectrum_for"]
+           "circuit_view", "fibre_refusal", "fibres", "get_policy", "optical_rows", "optical_summary", "planned_view",
+           "spectrum_for"]
