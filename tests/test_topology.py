@@ -272,10 +272,14 @@ def test_spine_leaf_without_hosts_and_with_link_options() -> None:
     ("spine-leaf:2,4,1,1", "2, 4, 1, 1 is not 2 or 3 whole numbers"),
     ("spine-leaf:", "nothing is not 2 or 3 whole numbers"),
     ("spine-leaf:2,4,gbps=1", "unknown key 'gbps'"),
-    ("spine-leaf:2,4,mbps=0", "mbps=0 is not positive"),
-    ("spine-leaf:2,4,host-km=-2", "host-km=-2 is not 0 or more"),
+    ("spine-leaf:2,4,mbps=0", "mbps=0 is not a finite positive number"),
+    ("spine-leaf:2,4,host-km=-2", "host-km=-2 is not a finite number, 0 or more"),
     ("spine-leaf:2,4,km=far", "km=far is not a number"),
-    ("spine-leaf:2,4,mbps=inf", "mbps=inf is not positive"),
+    ("spine-leaf:2,4,mbps=inf", "mbps=inf is not a finite positive number"),
+    ("spine-leaf:2,4,mbps=1e400", "mbps=1e400 is not a finite positive number"),
+    ("spine-leaf:2,4,host-km=1e400", "host-km=1e400 is not a finite number, 0 or more"),
+    ("spine-leaf:2,\u00b2", "2, \u00b2 is not 2 or 3 whole numbers"),  # a Unicode digit int() cannot read
+    ("spine-leaf:\u0663,4", "\u0663, 4 is not 2 or 3 whole numbers"),  # Arabic-Indic three
 ])
 def test_a_bad_spine_leaf_spec_is_refused_in_one_line(spec: str, fault: str) -> None:
     _raises(lambda: load_topology(spec), Path(spec), f"{fault}; expected {SPINE_LEAF_FORM}")

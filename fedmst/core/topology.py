@@ -147,7 +147,7 @@ def _spine_leaf_parts(spec: str) -> tuple[int, int, int, dict[str, float]]:
 
     parts = spec[len(SPINE_LEAF):].split(",")
     counts = [p.strip() for p in parts if "=" not in p]
-    if not 2 <= len(counts) <= 3 or any(not c.isdigit() for c in counts):
+    if not 2 <= len(counts) <= 3 or any(not (c.isascii() and c.isdigit()) for c in counts):
         raise refuse(f"{', '.join(counts) or 'nothing'} is not 2 or 3 whole numbers")
     spines, leaves, hosts = (*map(int, counts), 0)[:3]
     if spines < 1 or leaves < 2:
@@ -162,7 +162,8 @@ def _spine_leaf_parts(spec: str) -> tuple[int, int, int, dict[str, float]]:
         except ValueError:
             raise refuse(f"{key}={text} is not a number") from None
         if not math.isfinite(value) or value < 0 or (value == 0 and key.endswith("mbps")):
-            raise refuse(f"{key}={text} is not {'positive' if key.endswith('mbps') else '0 or more'}")
+            noun = "a finite positive number" if key.endswith("mbps") else "a finite number, 0 or more"
+            raise refuse(f"{key}={text} is not {noun}")
         values[key] = value
     return spines, leaves, hosts, values
 
