@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import networkx as nx
 import pytest
 
 from fedmst.errors import FedmstError
-from fedmst.core.faults import (LinkFailure, WorkerKill, check_strike_offset, parse_link_failure, parse_worker_kill,
-                                remaining_tasks)
+from fedmst.core.faults import (LinkFailure, WorkerKill, check_strike_offset, parse_link_failure, parse_slow_node,
+                                parse_worker_kill, remaining_tasks)
 from fedmst.core.schedulers import schedule
 from fedmst.core.tasks import Task
+from fedmst.core.topology import load_topology
 
 
 def ring(n: int = 5) -> nx.Graph:
@@ -48,6 +51,18 @@ def test_worker_kill_forms() -> None:
         parse_worker_kill("9@1", ring(), rounds=2)
     with pytest.raises(FedmstError, match="give NODE@ROUND"):
         parse_worker_kill("3", ring(), rounds=2)
+
+
+@pytest.mark.parametrize("parse,spec", [(lambda s, g: parse_worker_kill(s, g, rounds=2), "--kill-worker s0@1"),
+                                        (parse_slow_node, "--slow-node s0:2")])
+def test_a_fault_on_an_all_optical_node_is_refused(parse: Callable[[str, nx.Graph], object], spec: str) -> None:
+    """A spine of a fabric runs no worker: killing or slowing one is refused in one line (a
+    re-plan would drop the whole spine while the emulated one kept forwarding)."""
+    fabric = load_topology("spine-leaf:2,2,1")
+    with pytest.raises(FedmstError, match=f"^{spec}: node 's0' is all-optical: no worker runs there$"):
+        parse(spec.split()[1], fabric)
+    assert parse_slow_node("l0:2", fabric) == ("l0", 2.0)  # a leaf (electronic) may be slow or die
+    assert parse_worker_kill("h0_0@1", fabric, rounds=2) == WorkerKill("h0_0", 1)
 
 
 def test_an_offset_past_the_predicted_broadcast_is_refused_where_the_plan_is_the_rounds_own() -> None:

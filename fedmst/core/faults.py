@@ -28,6 +28,7 @@ import networkx as nx
 
 from fedmst.errors import FedmstError
 from fedmst.core.tasks import Task
+from fedmst.core.topology import optical_nodes
 from fedmst.core.workload import WorkloadPlan, schedule_workload
 
 
@@ -81,6 +82,13 @@ def parse_link_failure(spec: str, graph: nx.Graph, rounds: int) -> LinkFailure:
     return LinkFailure(link=found[0], round=start, until=until, after_s=after_s)
 
 
+def _refuse_optical(node: str, graph: nx.Graph, given: str) -> None:
+    """Refuse a fault on an all-optical node (:func:`~fedmst.core.topology.optical_nodes`): no
+    worker runs there to die or be slow, and light keeps passing through it."""
+    if node in optical_nodes(graph):
+        raise FedmstError(f"{given}: node {node!r} is all-optical: no worker runs there")
+
+
 def parse_worker_kill(spec: str, graph: nx.Graph, rounds: int) -> WorkerKill:
     """``NODE@R[+S]``: the node whose worker dies in round R (``+S``: S seconds into its broadcast).
 
@@ -94,6 +102,7 @@ def parse_worker_kill(spec: str, graph: nx.Graph, rounds: int) -> WorkerKill:
         raise FedmstError(f"--kill-worker {spec}: give NODE@ROUND, e.g. 7@2 (7@2+0.5: 0.5 s into round 2's broadcast)")
     if node not in graph:
         raise FedmstError(f"--kill-worker {spec}: node {node!r} is not in topology {graph.graph.get('name', '?')!r}")
+    _refuse_optical(node, graph, f"--kill-worker {spec}")
     first, plus, after = when.partition("+")
     return WorkerKill(node=node, round=_round(spec, first, rounds, "--kill-worker"),
                       after_s=_seconds(spec, after, "--kill-worker") if plus else None)
@@ -110,6 +119,7 @@ def parse_slow_node(spec: str, graph: nx.Graph) -> tuple[str, float]:
         raise FedmstError(f"--slow-node {spec}: give NODE:FACTOR, e.g. 4:3 for a node 3 times slower")
     if node not in graph:
         raise FedmstError(f"--slow-node {spec}: node {node!r} is not in topology {graph.graph.get('name', '?')!r}")
+    _refuse_optical(node, graph, f"--slow-node {spec}")
     try:
         slow = float(factor)
     except ValueError:
