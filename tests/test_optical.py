@@ -302,6 +302,17 @@ class TestOptions:
         path.write_text(json.dumps({"wavelengths": 7}))
         assert read_config_file(path) == {"ocs_wavelengths": 7}
 
+    def test_the_default_policy_is_the_ocs_policys_own_name(self) -> None:
+        """``--optical``'s default and the planners' are the OCS policy's ``name``, not copies that
+        could drift (the option's default is a literal since the CLI must not load the graphs)."""
+        import inspect
+
+        from fedmst.core.faults import replan_workload
+
+        assert RunConfig().optical == OCSPolicy.name
+        for planner in (schedule_workload, replan_workload):
+            assert inspect.signature(planner).parameters["optical"].default == OCSPolicy.name, planner.__name__
+
     @pytest.mark.parametrize("change,message", [
         ({"reconfig_ms": -1.0}, "--reconfig-ms -1: give a finite number of ms, 0 or more"),
         ({"reconfig_ms": float("inf")}, "--reconfig-ms inf: give a finite number of ms, 0 or more"),

@@ -27,6 +27,7 @@ from typing import Collection, Iterable, Mapping, Sequence
 import networkx as nx
 
 from fedmst.errors import FedmstError
+from fedmst.core.optical.circuits import OCSPolicy
 from fedmst.core.tasks import Task
 from fedmst.core.topology import optical_nodes
 from fedmst.core.workload import WorkloadPlan, schedule_workload
@@ -234,7 +235,7 @@ def remaining_tasks(graph: nx.Graph, tasks: Sequence[Task], *, down_links: Itera
 def replan_workload(graph: nx.Graph, tasks: Sequence[Task], scheduler: str, *, down_links: Iterable[tuple[str, str]],
                     dead_nodes: Iterable[str], workers: Iterable[str], wavelengths: int,
                     mtu: int, load: Mapping[tuple[str, str], float] | None = None,
-                    selected: Mapping[str, Collection[int]] | None = None, optical: str = "ocs",
+                    selected: Mapping[str, Collection[int]] | None = None, optical: str = OCSPolicy.name,
                     ) -> tuple[WorkloadPlan, list[RemainingTask]]:
     """Schedule ``tasks`` again on what survives: each reduced to the local models that can still
     take part (and were ``selected``), planned on ``graph`` without the failed links and dead

@@ -141,7 +141,7 @@ class RunConfig:
         help="Set-up time of new optical circuits, paid before round 1's broadcast on a fabric (default: the "
              "median reconfiguration of a MEMS optical circuit switch).")
     optical: str = option(
-        "ocs", "--optical", metavar="POLICY",
+        "ocs", "--optical", metavar="POLICY",  # OCSPolicy.name: a literal, the CLI loads no graphs (tested equal)
         help="Who gets which wavelength on a fabric: ocs (every lightpath a circuit), a registered policy, or "
              "package.module:Class (docs/optical.md).")
     """The optical policy (:mod:`fedmst.core.optical.circuits`): looked up when the run is prepared."""
