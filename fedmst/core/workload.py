@@ -32,7 +32,7 @@ from fedmst.errors import SchedulerError, TaskError
 from fedmst.core.jsonfile import read_entries
 from fedmst.core.schedulers import schedule
 from fedmst.core.optical import Lightpath, Spectrum, lightpath_paths
-from fedmst.core.optical.circuits import Assignment, assign, get_policy, spectrum_for
+from fedmst.core.optical.circuits import Assignment, OCSPolicy, assign, get_policy, spectrum_for
 from fedmst.core.optical.wavelengths import stretches
 from fedmst.core.plan import LinkDir, Phase, Plan, predicted_link_bytes
 from fedmst.core.tasks import Task, compute_nodes, place_task
@@ -238,7 +238,7 @@ def schedule_workload(
     share_link_state: bool = True,
     mtu: int = DEFAULT_MTU,
     load: Mapping[LinkDir, float] | None = None,
-    optical: str = "ocs",
+    optical: str = OCSPolicy.name,
 ) -> WorkloadPlan:
     """Schedule ``tasks`` in order with ``scheduler``, each admitted or blocked by first fit.
 

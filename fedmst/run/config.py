@@ -122,7 +122,8 @@ class RunConfig:
 
     topology: str = option(
         "nsfnet", "--topology",
-        help="A file in topologies/, a .json/.graphml path, or a topohub key such as sndlib/polska.")
+        help="A file in topologies/, a .json/.graphml path, a topohub key such as sndlib/polska, or a "
+             "fabric spine-leaf:SPINES,LEAVES[,HOSTS_PER_LEAF] (docs/topologies.md).")
     scheduler: str = option(
         "mst", "--scheduler",
         help="spff, mst, mst-latency, steiner-opt, hier, ring, binomial, a registered scheduler, or "
@@ -138,12 +139,13 @@ class RunConfig:
     reconfig_ms: float = option(
         1.2, "--reconfig-ms",
         check=(lambda v: math.isfinite(v) and v >= 0, "give a finite number of ms, 0 or more"),
-        help="Set-up time of new optical circuits, paid before round 1's broadcast on a fabric (default: the "
-             "median reconfiguration of a MEMS optical circuit switch).")
+        help="Set-up time of new optical circuits on a fabric, paid before the first transfer phase that holds "
+             "them (round 1's broadcast, and after a re-plan) (default: the median reconfiguration of a MEMS "
+             "optical circuit switch).")
     optical: str = option(
         "ocs", "--optical", metavar="POLICY",  # OCSPolicy.name: a literal, the CLI loads no graphs (tested equal)
         help="Who gets which wavelength on a fabric: ocs (every lightpath a circuit), a registered policy, or "
-             "package.module:Class (docs/optical.md).")
+             "package.module:Class (docs/topologies.md, optical circuits).")
     """The optical policy (:mod:`fedmst.core.optical.circuits`): looked up when the run is prepared."""
     rounds: int = option(2, "--rounds", "-r", check=_at_least(1))
     model: str = option(DEFAULT_MODEL, "--model", help="A registered model name or package.module:factory.")
