@@ -22,7 +22,7 @@ from fedmst.net.calibrate import cpu_bound_links, link_ceiling_mbps
 from fedmst.net.cleanup import RunState
 from fedmst.net.emulation import Capabilities, Emulation
 from fedmst.run import folders, livestate
-from fedmst.run.prepare import ResolvedRun
+from fedmst.run.prepare import ResolvedRun, unused_optical_options
 from fedmst.run.independent import IndependentRun
 from fedmst.run.lockstep import LockstepRun
 from fedmst.run.measure import Prediction, RoundResult, host_bound_line, rounds_planned, summarise, summarise_clock
@@ -140,6 +140,8 @@ class _Run:
             self.times["network"] = time.monotonic() - self.started
             self.report(f"{self.tag} run {state.id}'s links: htb bandwidth; {emu.emulated()['note']}; "
                         f"TCP congestion control {config.congestion_control}")
+            if unused := unused_optical_options(config, resolved.graph):
+                self.report(f"{self.tag} {unused}")
             auto = f" (auto: {resolved.scale_reason})" if resolved.scale_reason else ""
             if scale.slowed:
                 self.report(f"{self.tag} {scale.describe(resolved.graph)}{auto}")

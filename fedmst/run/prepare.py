@@ -25,14 +25,14 @@ from fedmst.core.schedulers import get_scheduler
 from fedmst.core.selection import SELECTIONS, check_pool, participants
 from fedmst.core.tasks import Task, compute_nodes, place_task
 from fedmst.core.timescale import MEASURED_COSTS, PhaseLoad, TimeScale, phase_load, pick_scale, power_of_two
-from fedmst.core.topology import load_topology, node_order
+from fedmst.core.topology import load_topology, node_order, optical_nodes
 from fedmst.core.traffic import BackgroundFlow, parse_flow, read_traffic_file
 from fedmst.core.workload import TaskEntry, WorkloadPlan, make_tasks, read_workload, schedule_workload
 from fedmst.errors import FedmstError
 from fedmst.fl.strategies import build_strategy, strategy_knobs
 from fedmst.net.capture import parse_links, require_tcpdump
 from fedmst.net.congestion import Transport, prepare_transport
-from fedmst.run.config import RunConfig, validate
+from fedmst.run.config import RunConfig, options, validate
 from fedmst.workers.backends import WorkerLimits, backend_for, check_backend, worker_limits
 from fedmst.wording import counted
 
@@ -336,4 +336,23 @@ def _worker_nodes(config: RunConfig, graph: nx.Graph, workload: WorkloadPlan) ->
     return tuple(sorted(set().union(*(p.nodes for p in workload.plans)), key=node_order))
 
 
-__all__ = ["Host", "ResolvedRun", "check_host", "phase_loads", "pick_time_scale", "resolve", "training_scale"]
+def unused_optical_options(config: RunConfig, graph: nx.Graph) -> str | None:
+    """A line for the console where the circuits' options were changed on a topology with no
+    all-optical node: there they set nothing up, and a user should not read a result as theirs.
+
+    >>> from fedmst.core.topology import load_topology
+    >>> unused_optical_options(RunConfig(reconfig_ms=20.0), load_topology("line3"))
+    '--reconfig-ms: no node of line3 is all-optical, so no circuit is set up (docs/topologies.md)'
+    >>> unused_optical_options(RunConfig(reconfig_ms=20.0), load_topology("spine-leaf:2,2")) is None
+    True
+    """
+    if optical_nodes(graph):
+        return None
+    given = [opt.label(name) for name, (f, opt) in options().items()
+             if name in ("optical", "reconfig_ms") and getattr(config, name) != f.default]
+    return (f"{', '.join(given)}: no node of {graph.graph['name']} is all-optical, so no circuit is set up "
+            "(docs/topologies.md)") if given else None
+
+
+__all__ = ["Host", "ResolvedRun", "check_host", "phase_loads", "pick_time_scale", "resolve", "training_scale",
+           "unused_optical_options"]
