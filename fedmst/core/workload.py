@@ -291,7 +291,7 @@ def check_held(spectrum: Spectrum, plan: Plan, given: Assignment, policy: str) -
     if set(given.circuits) != held:
         raise SchedulerError(f"optical policy {policy!r} gave task {task} {len(given.circuits)} circuit(s) but holds "
                              f"{len(held)} on the spectrum: reserve each circuit it gives (Spectrum.reserve), no other")
-    covered = {(lp.serves or lp.path, lp.path) for lp in held}
+    covered = {(lp.owner[1], lp.path) for lp in held}
     for path in lightpath_paths(plan):
         for stretch in stretches(path, spectrum.graph):
             if (path, stretch) not in covered:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from statistics import mean, median
 from typing import IO, Any, Callable, Iterable, Mapping, Sequence
@@ -68,6 +68,8 @@ class JobRow:
 
 
 JOB_FIELDS = tuple(f.name for f in fields(JobRow))
+REQUIRED_JOB_FIELDS = {f.name for f in fields(JobRow) if f.default is MISSING and f.default_factory is MISSING}
+"""The columns a jobs.csv must have: those added later, with a default, may be missing from older folders."""
 SLOT_FIELDS = tuple(f.name for f in fields(SlotInterval))
 STOPPED_FIELDS = tuple(f.name for f in fields(Stopped))
 
@@ -100,7 +102,7 @@ def read_jobs_csv(folder: Path) -> list[JobRow]:
             rows = list(csv.DictReader(f))
     except OSError:
         raise FedmstError(f"{folder} is not a cluster folder (no {JOBS})") from None
-    lacking = set(JOB_FIELDS) - {"rounds_asked"} - set(rows[0]) if rows else set()
+    lacking = REQUIRED_JOB_FIELDS - set(rows[0]) if rows else set()
     if lacking:
         raise FedmstError(f"{path} lacks the columns {', '.join(sorted(lacking))}")
 

@@ -236,7 +236,7 @@ class Session:
         its task (``tasks``: each flow's) on its transfer path, either way."""
         circuits = []
         for lp in self.live.circuits:
-            serves = lp.serves or lp.path
+            serves = lp.owner[1]
             addresses = tuple(a for key, f in flows.items()
                               if tasks[key] == lp.task and f.path in (serves, serves[::-1])
                               for a in (f.src_addr, f.dst_addr))

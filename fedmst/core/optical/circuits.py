@@ -142,8 +142,6 @@ def planned_view(graph: nx.Graph, lightpaths: Sequence[Lightpath], task: str | N
     plans' profiles, cassini's offsets, fault strike checks, the time scale, the independent
     clock's timeline): :func:`circuit_view` of the ``lightpaths`` the plan holds, or of ``task``'s
     only (its transfers alone on its own wavelengths); ``graph`` itself where nothing is a fibre."""
-    if not fibres(graph):
-        return graph
     return circuit_view(graph, tuple(lp for lp in lightpaths if task is None or lp.task == task))
 
 
@@ -183,7 +181,7 @@ def optical_rows(plans: Sequence[CircuitPlan], blocked: tuple[tuple[str, str], .
     rows: list[dict[str, object]] = []
     before: frozenset[Lightpath] = frozenset()
     for from_round, circuits in plans:
-        rows += [{"task": lp.task, "transfer": "-".join(lp.serves or lp.path), "path": "-".join(lp.path),
+        rows += [{"task": lp.task, "transfer": "-".join(lp.owner[1]), "path": "-".join(lp.path),
                   "kind": "ocs", "wavelength": lp.wavelength, "reserved_mbps": min(lp.slot_mbps),
                   "setup_ms": 0.0 if lp in before else setup_ms, "from_round": from_round, "blocked": ""}
                  for lp in circuits]
