@@ -32,7 +32,8 @@ from typing import ClassVar, Sequence
 
 import networkx as nx
 
-from fedmst.core.optical.wavelengths import Lightpath, Link, Spectrum, admit, link
+from fedmst.core.optical.slots import DEFAULT_FRAME, Frame
+from fedmst.core.optical.wavelengths import Lightpath, Link, Path, Spectrum, admit, link
 from fedmst.core.plan import Plan
 from fedmst.core.topology import node_order, optical_nodes
 from fedmst.errors import SchedulerError
@@ -45,11 +46,15 @@ def fibres(graph: nx.Graph) -> frozenset[Link]:
     return frozenset(link(u, v) for u, v in graph.edges if u in optical or v in optical)
 
 
-def spectrum_for(graph: nx.Graph, wavelengths: int, wavelength_mbps: float | None = None) -> Spectrum:
-    """The wavelengths a workload is admitted on: every fibre's on a fabric, every link's elsewhere."""
+def spectrum_for(graph: nx.Graph, wavelengths: int, wavelength_mbps: float | None = None, *, ots: int = 0,
+                 frame: Frame = DEFAULT_FRAME) -> Spectrum:
+    """The wavelengths a workload is admitted on: every fibre's on a fabric (``wavelengths`` circuit
+    and ``ots`` time-sliced ones), every link's elsewhere (circuits only: time slices need a fabric)."""
     held = fibres(graph)
-    spans = graph.edge_subgraph(tuple(e) for e in held) if held else graph
-    return Spectrum(spans, wavelengths, wavelength_mbps=wavelength_mbps)
+    if not held:
+        return Spectrum(graph, wavelengths, wavelength_mbps=wavelength_mbps)
+    return Spectrum(graph.edge_subgraph(tuple(e) for e in held), wavelengths, wavelength_mbps=wavelength_mbps,
+                    ots=ots, frame=frame)
 
 
 @dataclass(frozen=True)
@@ -77,12 +82,41 @@ class OCSPolicy(OpticalPolicy):
 
     name = "ocs"
 
+    def time_sliced(self, plan: Plan, path: Path) -> bool:
+        """Whether the lightpath serving ``path`` of ``plan`` is time-sliced (here: never)."""
+        return False
+
     def assign(self, spectrum: Spectrum, plan: Plan) -> Assignment:
         task = plan.task.name
-        reason = admit(spectrum, plan)
+        reason = admit(spectrum, plan, lambda path: self.time_sliced(plan, path))
         if reason is not None:
             return Assignment(task, blocked=reason)
         return Assignment(task, tuple(lp for lp in spectrum.lightpaths if lp.task == task))
+
+
+class OTSPolicy(OCSPolicy):
+    """Every lightpath time-sliced: one slot of an OTS wavelength in every frame, by first fit.
+
+    Not registered yet, nor :class:`SizePolicy`: the data plane does not gate timeslots yet, so a run
+    would carry an OTS lightpath at its wavelength's full rate all the time (issue 46)."""
+
+    name = "ots"
+
+    def time_sliced(self, plan: Plan, path: Path) -> bool:
+        return True
+
+
+class SizePolicy(OCSPolicy):
+    """MOON's rule (Zhang et al., IEEE TNSE 2025): a path whose largest transfer carries more than
+    :attr:`threshold_bytes` gets a circuit (a long flow), the rest get timeslots (bursts). The
+    threshold is a class attribute: subclass to change it."""
+
+    name = "size"
+    threshold_bytes: ClassVar[float] = 10e6
+
+    def time_sliced(self, plan: Plan, path: Path) -> bool:
+        payloads = [t.payload(plan.task.model_bytes) for t in plan.transfers if t.path in (path, path[::-1])]
+        return max(payloads, default=0) <= self.threshold_bytes
 
 
 POLICIES: Registry[type[OpticalPolicy]] = Registry(
@@ -128,7 +162,7 @@ def circuit_view(graph: nx.Graph, circuits: tuple[Lightpath, ...]) -> nx.Graph:
         return graph
     rate: dict[Link, float] = {}
     for lp in circuits:
-        for (u, v), mbps in zip(zip(lp.path, lp.path[1:]), lp.slot_mbps):
+        for (u, v), mbps in zip(zip(lp.path, lp.path[1:]), lp.held_mbps):
             rate[link(u, v)] = rate.get(link(u, v), 0.0) + mbps
     view = graph.copy()
     for e, mbps in rate.items():
@@ -182,7 +216,7 @@ def optical_rows(plans: Sequence[CircuitPlan], blocked: tuple[tuple[str, str], .
     before: frozenset[Lightpath] = frozenset()
     for from_round, circuits in plans:
         rows += [{"task": lp.task, "transfer": "-".join(lp.owner[1]), "path": "-".join(lp.path),
-                  "kind": "ocs", "wavelength": lp.wavelength, "reserved_mbps": min(lp.slot_mbps),
+                  "kind": lp.kind, "wavelength": lp.wavelength, "reserved_mbps": min(lp.held_mbps),
                   "setup_ms": 0.0 if lp in before else setup_ms, "from_round": from_round, "blocked": ""}
                  for lp in circuits]
         before = frozenset(circuits)
@@ -214,6 +248,7 @@ def optical_summary(graph: nx.Graph, plans: Sequence[CircuitPlan], blocking_rati
             "circuits": set_up, "wavelengths_used": dict(sorted(used.items())), "blocking_ratio": blocking_ratio}
 
 
-__all__ = ["OPTICAL_FIELDS", "POLICIES", "Assignment", "CircuitPlan", "OCSPolicy", "OpticalPolicy", "assign",
+__all__ = ["OPTICAL_FIELDS", "POLICIES", "Assignment", "CircuitPlan", "OCSPolicy", "OTSPolicy", "OpticalPolicy",
+           "SizePolicy", "assign",
            "circuit_view", "fibre_refusal", "fibres", "get_policy", "optical_rows", "optical_summary", "planned_view",
            "spectrum_for"]

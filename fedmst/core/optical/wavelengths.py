@@ -18,10 +18,17 @@ stretch is the whole path; on a fabric it spans the links with an all-optical en
 (:func:`fedmst.core.optical.circuits.fibres`), and the electrical node between two stretches
 regenerates the signal, so continuity holds within a stretch.
 
-Capacity: a wavelength on link ``u-v`` carries ``capacity_mbps / W`` by default (the link's
-capacity, which is what the emulation shapes, split into W equal slots), or a fixed
-``wavelength_mbps`` when given. Reserved capacity is the sum, over the wavelength-links held,
-of that per-wavelength capacity; each direction of a held wavelength has it.
+Time-sliced wavelengths (OTS): a spectrum may also carry ``ots`` wavelengths (indices ``W..W+ots-1``)
+cut into a :class:`~fedmst.core.optical.slots.Frame` of timeslots. An OTS lightpath holds a set of
+slots of one of them on every link of its path, the same slot indices end to end (continuity in
+time as in wavelength), and many lightpaths share one OTS wavelength in turn. First fit for a slot
+takes the lowest OTS wavelength, then the lowest slot, free on every link.
+
+Capacity: a wavelength on link ``u-v`` carries ``capacity_mbps / (W + ots)`` by default (the link's
+capacity, which is what the emulation shapes, split into equal wavelengths), or a fixed
+``wavelength_mbps`` when given. A lightpath holds that rate times its :attr:`Lightpath.share` (1 for
+a circuit, its slots' share of the frame for OTS). Reserved capacity is the sum, over the
+wavelength-links held, of what is held; each direction of a held wavelength has it.
 
 >>> import networkx as nx
 >>> g = nx.path_graph(["a", "b", "c"])
@@ -39,12 +46,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Sequence
+from typing import Callable, Sequence
 
 import networkx as nx
 
-from fedmst.errors import SchedulerError
+from fedmst.core.optical.slots import DEFAULT_FRAME, Frame
 from fedmst.core.plan import Plan
+from fedmst.errors import SchedulerError
 
 Path = tuple[str, ...]
 Link = frozenset[str]
@@ -71,7 +79,9 @@ class Lightpath:
     """One wavelength held end to end along ``path`` by task ``task``.
 
     ``slot_mbps`` is the capacity of that wavelength on each link of the path, in path order;
-    ``serves`` the transfer path it carries (the path itself unless it is a stretch of fibre in it).
+    ``serves`` the transfer path it carries (the path itself unless it is a stretch of fibre in it);
+    ``slots`` the timeslots it holds of every frame where the wavelength is time-sliced (none for a
+    circuit), and ``share`` the share of the wavelength's rate they carry.
     """
 
     task: str
@@ -79,6 +89,18 @@ class Lightpath:
     wavelength: int
     slot_mbps: tuple[float, ...]
     serves: Path = ()
+    slots: tuple[int, ...] = ()
+    share: float = 1.0
+
+    @property
+    def kind(self) -> str:
+        """``ocs`` for a circuit, ``ots`` for a time-sliced lightpath."""
+        return "ots" if self.slots else "ocs"
+
+    @property
+    def held_mbps(self) -> tuple[float, ...]:
+        """The rate it holds on each link of its path, on average over a frame."""
+        return tuple(mbps * self.share for mbps in self.slot_mbps)
 
     @property
     def owner(self) -> Owner:
@@ -90,22 +112,32 @@ class Lightpath:
 
     @property
     def reserved_mbps(self) -> float:
-        """Capacity this lightpath reserves: per-wavelength capacity summed over its links."""
-        return sum(self.slot_mbps)
+        """Capacity this lightpath reserves: what it holds summed over its links."""
+        return sum(self.held_mbps)
 
 
 class Spectrum:
     """Which wavelength of which link is held by which lightpath (mutable allocation state)."""
 
-    def __init__(self, graph: nx.Graph, wavelengths: int, *, wavelength_mbps: float | None = None) -> None:
-        if isinstance(wavelengths, bool) or not isinstance(wavelengths, int) or wavelengths < 1:
-            raise SchedulerError(f"wavelengths per link must be an integer >= 1, got {wavelengths!r}")
+    def __init__(self, graph: nx.Graph, wavelengths: int, *, wavelength_mbps: float | None = None,
+                 ots: int = 0, frame: Frame = DEFAULT_FRAME) -> None:
+        for name, n, least in (("wavelengths per link", wavelengths, 0 if ots else 1), ("OTS wavelengths", ots, 0)):
+            if isinstance(n, bool) or not isinstance(n, int) or n < least:
+                raise SchedulerError(f"{name} must be an integer >= {least}, got {n!r}")
         if wavelength_mbps is not None and not wavelength_mbps > 0:
             raise SchedulerError(f"wavelength capacity must be > 0 Mbit/s, got {wavelength_mbps!r}")
+        if ots and frame.problem():
+            raise SchedulerError(frame.problem())
         self.graph = graph
         self.wavelengths = wavelengths
+        """Circuit (OCS) wavelengths per link: indices ``0..wavelengths-1``."""
+        self.ots = ots
+        """Time-sliced wavelengths per link: indices ``wavelengths..wavelengths+ots-1``."""
+        self.frame = frame
         self.wavelength_mbps = wavelength_mbps
         self._held: dict[Link, dict[int, Owner]] = {link(u, v): {} for u, v in graph.edges}
+        self._slots: dict[Link, dict[tuple[int, int], Owner]] = {e: {} for e in self._held}
+        """Which (OTS wavelength, slot) of each link is held, by whom."""
         self._lightpaths: dict[tuple[Owner, Path], Lightpath] = {}
         """By owner and the stretch it holds."""
 
@@ -113,7 +145,7 @@ class Spectrum:
         """Capacity of one wavelength on link ``u-v``."""
         if self.wavelength_mbps is not None:
             return float(self.wavelength_mbps)
-        return float(self.graph.edges[u, v]["capacity_mbps"]) / self.wavelengths
+        return float(self.graph.edges[u, v]["capacity_mbps"]) / (self.wavelengths + self.ots)
 
     def _check_path(self, path: Sequence[str]) -> tuple[Link, ...]:
         if len(path) < 2:
@@ -140,31 +172,63 @@ class Spectrum:
                 return w
         return None
 
-    def full_links(self, path: Sequence[str]) -> tuple[tuple[str, str], ...]:
-        """Links of ``path`` with no wavelength left, in path order (a blocking reason)."""
+    def first_fit_slot(self, path: Sequence[str]) -> tuple[int, int] | None:
+        """Lowest OTS wavelength, then lowest slot, free on every link of ``path``, or None (blocked).
+
+        >>> g = nx.path_graph(["a", "b", "c"]); nx.set_edge_attributes(g, 100.0, "capacity_mbps")
+        >>> s = Spectrum(g, 0, ots=1, frame=Frame(timeslots=2))
+        >>> s.reserve(("a", "b"), 0, ("t0", ("a", "b")), slots=(0,)).share
+        0.45
+        >>> s.first_fit_slot(("a", "b", "c")), s.first_fit_slot(("b", "c"))
+        ((0, 1), (0, 0))
+        """
+        links = self._check_path(path)
+        for w in range(self.wavelengths, self.wavelengths + self.ots):
+            for slot in range(self.frame.timeslots):
+                if all((w, slot) not in self._slots[e] for e in links):
+                    return w, slot
+        return None
+
+    def full_links(self, path: Sequence[str], *, ots: bool = False) -> tuple[tuple[str, str], ...]:
+        """Links of ``path`` with no wavelength (``ots``: no slot) left, in path order (a blocking reason)."""
+        if ots:
+            return tuple((u, v) for u, v in pairwise(path)
+                         if len(self._slots[link(u, v)]) >= self.ots * self.frame.timeslots)
         return tuple((u, v) for u, v in pairwise(path) if len(self._held[link(u, v)]) >= self.wavelengths)
 
-    def reserve(self, path: Sequence[str], wavelength: int, owner: Owner) -> Lightpath:
-        """Hold ``wavelength`` on every link of ``path`` for ``owner``; it must be free on all."""
+    def reserve(self, path: Sequence[str], wavelength: int, owner: Owner, *, slots: Sequence[int] = ()) -> Lightpath:
+        """Hold ``wavelength`` on every link of ``path`` for ``owner`` (an OTS wavelength: its
+        ``slots`` of every frame); it, or they, must be free on all."""
         links = self._check_path(path)
-        if not 0 <= wavelength < self.wavelengths:
-            raise SchedulerError(f"wavelength {wavelength} out of range 0..{self.wavelengths - 1}")
+        ots = self.wavelengths <= wavelength < self.wavelengths + self.ots
+        if not 0 <= wavelength < self.wavelengths + self.ots:
+            raise SchedulerError(f"wavelength {wavelength} out of range 0..{self.wavelengths + self.ots - 1}")
+        if ots != bool(slots) or len(set(slots)) != len(slots) or any(
+                not 0 <= t < self.frame.timeslots for t in slots):
+            raise SchedulerError(f"wavelength {wavelength} on {_show(path)} needs "
+                                 + (f"distinct slots in 0..{self.frame.timeslots - 1}" if ots else "no slots")
+                                 + f", got {tuple(slots)}")
         if (owner, tuple(path)) in self._lightpaths:
             raise SchedulerError(f"{owner[0]!r} already holds a lightpath on {_show(path)}")
+        keys = [(wavelength, t) for t in slots] or [wavelength]
         for (u, v), e in zip(pairwise(path), links):
-            if wavelength in self._held[e]:
-                other = self._held[e][wavelength]
-                raise SchedulerError(
-                    f"wavelength {wavelength} on {u}-{v} is held by {other[0]!r} ({_show(other[1])})"
-                )
+            held = self._slots[e] if ots else self._held[e]
+            for key in keys:
+                if key in held:
+                    other = held[key]
+                    what = f"slot {key[1]} of wavelength {wavelength}" if ots else f"wavelength {wavelength}"
+                    raise SchedulerError(f"{what} on {u}-{v} is held by {other[0]!r} ({_show(other[1])})")
         for e in links:
-            self._held[e][wavelength] = owner
+            held = self._slots[e] if ots else self._held[e]
+            held.update(dict.fromkeys(keys, owner))
         lp = Lightpath(
             task=owner[0],
             path=tuple(path),
             wavelength=wavelength,
             slot_mbps=tuple(self.slot_mbps(u, v) for u, v in pairwise(path)),
             serves=() if tuple(path) == owner[1] else owner[1],
+            slots=tuple(sorted(slots)),
+            share=self.frame.share(len(slots)) if ots else 1.0,
         )
         self._lightpaths[(owner, tuple(path))] = lp
         return lp
@@ -174,7 +238,11 @@ class Spectrum:
         for key in [k for k in self._lightpaths if k[0] == owner]:
             lp = self._lightpaths.pop(key)
             for e in _links(lp.path):
-                del self._held[e][lp.wavelength]
+                if lp.slots:
+                    for t in lp.slots:
+                        del self._slots[e][(lp.wavelength, t)]
+                else:
+                    del self._held[e][lp.wavelength]
 
     def release_task(self, task: str) -> None:
         """Free every lightpath held by ``task``."""
@@ -187,7 +255,14 @@ class Spectrum:
         return tuple(self._lightpaths.values())
 
     def reserved_wavelength_links(self) -> int:
-        return sum(len(held) for held in self._held.values())
+        """Wavelength-links in use: each circuit's, and each OTS wavelength's where any slot of it is held."""
+        return (sum(len(held) for held in self._held.values())
+                + sum(len({w for w, _ in held}) for held in self._slots.values()))
+
+    def slot_utilisation(self) -> float:
+        """The share of the OTS slots of the links where any is held that are held (0 with none held)."""
+        busy = [held for held in self._slots.values() if held]
+        return (sum(map(len, busy)) / (len(busy) * self.ots * self.frame.timeslots)) if busy else 0.0
 
     def reserved_capacity_mbps(self) -> float:
         return sum(lp.reserved_mbps for lp in self._lightpaths.values())
@@ -222,25 +297,43 @@ def stretches(path: Path, graph: nx.Graph) -> tuple[Path, ...]:
     return tuple(map(tuple, out))
 
 
-def admit(spectrum: Spectrum, plan: Plan) -> str | None:
-    """Give every path of ``plan`` a lightpath by first fit, in :func:`lightpath_paths` order.
+def admit(spectrum: Spectrum, plan: Plan, time_sliced: Callable[[Path], bool] = lambda path: False) -> str | None:
+    """Give every path of ``plan`` a lightpath by first fit, in :func:`lightpath_paths` order: a
+    circuit, or one timeslot of an OTS wavelength where ``time_sliced(path)`` says so.
 
-    Returns None when the task is admitted. When some path finds no wavelength the task is
-    blocked: the lightpaths it already got are released, and the reason is returned.
+    Returns None when the task is admitted. When some path finds no wavelength (or slot) the task
+    is blocked: the lightpaths it already got are released, and the reason is returned.
+
+    >>> from fedmst.core.plan import Transfer
+    >>> from fedmst.core.tasks import Task
+    >>> g = nx.path_graph(["a", "b", "c"]); nx.set_edge_attributes(g, 100.0, "capacity_mbps")
+    >>> plan = Plan("x", Task("t", "a", ("c",), 1000), (Transfer("broadcast", ("a", "b", "c"), frozenset({0})),))
+    >>> s = Spectrum(g, 0, ots=1, frame=Frame(timeslots=1))
+    >>> admit(s, plan, lambda path: True), s.lightpaths[0].slots
+    (None, (0,))
+    >>> admit(s, Plan("x", Task("u", "a", ("c",), 1000), plan.transfers), lambda path: True)
+    'no timeslot free on every link of path a-b-c (1 OTS wavelengths of 1 slots; links full: a-b, b-c)'
     """
     task = plan.task.name
     for serves, path in ((p, s) for p in lightpath_paths(plan) for s in stretches(p, spectrum.graph)):
-        wl = spectrum.first_fit(path)
-        if wl is None:
-            full = spectrum.full_links(path)
+        ots = time_sliced(serves)
+        got = spectrum.first_fit_slot(path) if ots else spectrum.first_fit(path)
+        if got is None:
+            full = spectrum.full_links(path, ots=ots)
             why = (
                 f"links full: {', '.join(f'{u}-{v}' for u, v in full)}"
                 if full
-                else "a wavelength is free on each link but none on all (continuity)"
+                else f"a {'slot' if ots else 'wavelength'} is free on each link but none on all (continuity)"
             )
             spectrum.release_task(task)
+            if ots:
+                return (f"no timeslot free on every link of path {_show(path)} ({spectrum.ots} OTS wavelengths of "
+                        f"{spectrum.frame.timeslots} slots; {why})")
             return f"no wavelength free on every link of path {_show(path)} (W={spectrum.wavelengths}; {why})"
-        spectrum.reserve(path, wl, (task, serves))
+        if ots:
+            spectrum.reserve(path, got[0], (task, serves), slots=(got[1],))
+        else:
+            spectrum.reserve(path, got, (task, serves))
     return None
 
 
