@@ -91,7 +91,8 @@ def _click_option(name: str, changed: Mapping[str, Any]) -> Callable[..., Any]:
     return lambda fn: old(new(fn))
 
 
-RUN_OPTIONS = ("topology", "local_models", "tasks", "ocs_wavelengths", "reconfig_ms", "optical", "rounds", "model",
+RUN_OPTIONS = ("topology", "local_models", "tasks", "ocs_wavelengths", "ots_wavelengths", "timeslots", "timeslot_us",
+               "guard_us", "reconfig_ms", "optical", "rounds", "model",
                "dataset", "client", "run_config", "seed", "global_node", "local_nodes", "epochs", "lr", "batch_size",
                "optimizer",
                "strategy", "strategy_args", "target_accuracy", "pcap", "pcap_snaplen", "chunk_bytes", "mtu",

@@ -395,7 +395,8 @@ def test_each_optical_circuit_carries_its_wavelengths_rate(tmp_path: Path, clean
     phases keep their prediction, and round 1's broadcast waits out the circuits' set-up."""
     out = tmp_path / "ocs"
     proc = fedmst_cli("run", "--topology", "spine-leaf:2,2,1,mbps=100", "--global-node", "h0_0", "--local-nodes",
-                      "l1,h1_0", "-k", "2", "--scheduler", "spff", "--ocs-wavelengths", "4", "--reconfig-ms", "300",
+                      "l1,h1_0", "-k", "2", "--scheduler", "spff", "--ocs-wavelengths", "4",
+                      "--ots-wavelengths", "0", "--reconfig-ms", "300",
                       "--rounds", "2", "--epochs", "1", "--time-scale", "1", "--out", out)
     assert proc.returncode == 0, proc.stderr[-2000:]
     circuits = read_csv(out / "optical.csv")
@@ -422,12 +423,45 @@ def test_each_optical_circuit_carries_its_wavelengths_rate(tmp_path: Path, clean
 
 
 
+def test_a_time_sliced_lightpath_sends_only_in_its_slots(tmp_path: Path, clean_host: None) -> None:
+    """spine-leaf:2,2,1 at 100 Mbit/s with one OTS wavelength of 4 slots of 5 ms (0.5 ms guards):
+    G's two transfers each hold one slot over l0-s1-l1, 22.5 Mbit/s on average; each carries that
+    rate within 10%, the captures find at most 1% of their bytes outside their slots, and the phases
+    keep their prediction."""
+    out = tmp_path / "ots"
+    proc = fedmst_cli("run", "--topology", "spine-leaf:2,2,1,mbps=100", "--global-node", "h0_0", "--local-nodes",
+                      "l1,h1_0", "-k", "2", "--scheduler", "spff", "--optical", "ots", "--ocs-wavelengths", "0",
+                      "--ots-wavelengths", "1", "--timeslots", "4", "--timeslot-us", "5000", "--guard-us", "500",
+                      "--rounds", "1", "--epochs", "1", "--time-scale", "1", "--out", out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    paths = read_csv(out / "optical.csv")
+    assert sorted((p["kind"], p["timeslots"], float(p["reserved_mbps"])) for p in paths) == [
+        ("ots", "0", 22.5), ("ots", "1", 22.5)]
+    slots = read_csv(out / "timeslots.csv")
+    inside = sum(int(r["bytes"]) for r in slots)
+    assert sum(int(r["outside_bytes"]) for r in slots) <= 0.01 * inside, [
+        (r["link"], r["slot"], r["outside_bytes"]) for r in slots if r["outside_bytes"] != "0"]
+    res = read_csv(out / "rounds.csv")[0]
+    for phase in ("broadcast", "upload"):
+        assert float(res[f"{phase}_s"]) <= 1.15 * float(res[f"predicted_{phase}_s"]), (res, phase)
+    for p in paths:  # G's direction, its broadcast's bytes in its slot over the broadcast (both start with it)
+        sent = sum(int(r["bytes"]) for r in slots if r["link"] == "l0->s1" and r["transfer"] == p["transfer"])
+        assert abs(sent * 8 / float(res["broadcast_s"]) / 1e6 - 22.5) <= 2.25, (p["transfer"], sent)
+    table = json.loads((out / "timeslot_table.json").read_text())
+    assert table["frame"] == {"timeslots": 4, "slot_us": 5000.0, "guard_us": 500.0}
+    assert {r["slot"] for r in table["link_directions"]["s1->l1"]} == {0, 1}
+    summary = json.loads((out / "summary.json").read_text())["optical"]
+    assert summary["wavelengths_used"] == {"l0-s1": 1, "l1-s1": 1} and summary["slot_utilisation"] == 0.5
+    assert summary["slots_outside_share"] <= 0.01
+
+
 def test_a_replans_circuits_are_recorded_from_their_round(tmp_path: Path, clean_host: None) -> None:
     """l0-s1 cut at round 2: the re-plan's circuits over s0 join optical.csv from round 2, each set
     up anew, and summary.json counts both plans' circuits."""
     out = tmp_path / "replan"
     proc = fedmst_cli("run", "--topology", "spine-leaf:2,2,1,mbps=100", "--global-node", "h0_0", "--local-nodes",
-                      "l1,h1_0", "-k", "2", "--scheduler", "spff", "--ocs-wavelengths", "4", "--model", "mlp",
+                      "l1,h1_0", "-k", "2", "--scheduler", "spff", "--ocs-wavelengths", "4",
+                      "--ots-wavelengths", "0", "--model", "mlp",
                       "--rounds", "2", "--epochs", "1", "--fail-link", "l0-s1@2", "--out", out)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [(c["path"], c["from_round"], float(c["setup_ms"])) for c in read_csv(out / "optical.csv")]
@@ -441,7 +475,8 @@ def test_on_independent_clocks_every_task_waits_for_its_circuits(tmp_path: Path,
     on its own clock, measured and predicted."""
     out = tmp_path / "independent"
     proc = fedmst_cli("run", "--topology", "spine-leaf:2,2,1,mbps=100", "--global-node", "h0_0", "--local-nodes",
-                      "l1,h1_0", "-k", "2", "--scheduler", "spff", "--ocs-wavelengths", "4", "--model", "mlp",
+                      "l1,h1_0", "-k", "2", "--scheduler", "spff", "--ocs-wavelengths", "4",
+                      "--ots-wavelengths", "0", "--model", "mlp",
                       "--rounds", "2", "--epochs", "1", "--clock", "independent", "--reconfig-ms", "300", "--out", out)
     assert proc.returncode == 0, proc.stderr[-2000:]
     first = {r["kind"]: float(r["start_s"]) for r in read_csv(out / "timeline.csv")

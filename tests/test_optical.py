@@ -15,7 +15,7 @@ from graphs import graph_from, line
 from fedmst.api import Assignment, OpticalPolicy
 from fedmst.errors import FedmstError, SchedulerError
 from fedmst.core.schedulers import schedule
-from fedmst.core.optical import Spectrum, admit, lightpath_paths
+from fedmst.core.optical.wavelengths import Spectrum, admit, lightpath_paths
 from fedmst.core.optical.circuits import (OCSPolicy, assign, circuit_view, fibres, get_policy, optical_rows,
                                          optical_summary)
 from fedmst.core.plan import Plan
@@ -235,7 +235,7 @@ class TestCircuits:
     def test_records(self) -> None:
         wp = schedule_workload(self.fabric, [task("t", "h0_0", "l1")], "spff", wavelengths=4)
         rows = optical_rows([(1, wp.lightpaths)], (("t9", "no wavelength"),), 1.2)
-        assert [r["kind"] for r in rows] == ["ocs", "ocs"]
+        assert [r["kind"] for r in rows] == ["ocs", ""]  # a blocked task holds no kind
         assert rows[0]["transfer"].startswith("h0_0-l0-") and rows[0]["reserved_mbps"] == 25.0
         assert rows[1]["blocked"] == "no wavelength" and rows[1]["path"] == ""
         summary = optical_summary(self.fabric, [(1, wp.lightpaths)], 0.5, policy="ocs", wavelengths=4, reconfig_ms=1.2)
@@ -255,10 +255,10 @@ class TestCircuits:
 
 
 class TestPolicies:
-    def test_ocs_is_built_in_and_an_unknown_policy_lists_the_choices(self) -> None:
+    def test_the_built_ins_and_an_unknown_policy_lists_the_choices(self) -> None:
         assert isinstance(get_policy("ocs"), OCSPolicy)
-        with pytest.raises(SchedulerError, match=r"unknown optical policy 'ots'; choose one of: ocs"):
-            get_policy("ots")
+        with pytest.raises(SchedulerError, match=r"unknown optical policy 'mesh'; choose one of: ocs, ots, size"):
+            get_policy("mesh")
 
     def test_a_users_policy_by_module_and_class(self) -> None:
         assert isinstance(get_policy("test_optical:FirstOnly"), FirstOnly)
@@ -316,7 +316,11 @@ class TestOptions:
     @pytest.mark.parametrize("change,message", [
         ({"reconfig_ms": -1.0}, "--reconfig-ms -1: give a finite number of ms, 0 or more"),
         ({"reconfig_ms": float("inf")}, "--reconfig-ms inf: give a finite number of ms, 0 or more"),
-        ({"ocs_wavelengths": 0}, "--ocs-wavelengths 0: give a number of 1"),
+        ({"ocs_wavelengths": -1}, "--ocs-wavelengths -1: give a number of 0 or more"),
+        ({"ocs_wavelengths": 0, "ots_wavelengths": 0}, "--ocs-wavelengths 0 with --ots-wavelengths 0: a fibre needs"),
+        ({"timeslots": 0}, "--timeslots 0: give a number of 1 or more"),
+        ({"timeslot_us": 0.0}, "--timeslot-us 0: give a finite number of µs above 0"),
+        ({"guard_us": 500.0}, r"--guard-us \(500\) must be below --timeslot-us \(500\)"),
     ])
     def test_bad_values_are_refused(self, change: dict[str, float], message: str) -> None:
         with pytest.raises(FedmstError, match=message):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fedmst.api import Assignment, OpticalPolicy
-from fedmst.core.optical import Spectrum
+from fedmst.core.optical.wavelengths import Spectrum
 from fedmst.core.optical.circuits import OCSPolicy
 from fedmst.core.plan import Plan
 from fedmst.core.tasks import Task

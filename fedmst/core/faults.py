@@ -28,6 +28,7 @@ import networkx as nx
 
 from fedmst.errors import FedmstError
 from fedmst.core.optical.circuits import OCSPolicy
+from fedmst.core.optical.slots import DEFAULT_FRAME, Frame
 from fedmst.core.tasks import Task
 from fedmst.core.topology import optical_nodes
 from fedmst.core.workload import WorkloadPlan, schedule_workload
@@ -236,7 +237,7 @@ def replan_workload(graph: nx.Graph, tasks: Sequence[Task], scheduler: str, *, d
                     dead_nodes: Iterable[str], workers: Iterable[str], wavelengths: int,
                     mtu: int, load: Mapping[tuple[str, str], float] | None = None,
                     selected: Mapping[str, Collection[int]] | None = None, optical: str = OCSPolicy.name,
-                    ) -> tuple[WorkloadPlan, list[RemainingTask]]:
+                    ots: int = 0, frame: Frame = DEFAULT_FRAME) -> tuple[WorkloadPlan, list[RemainingTask]]:
     """Schedule ``tasks`` again on what survives: each reduced to the local models that can still
     take part (and were ``selected``), planned on ``graph`` without the failed links and dead
     nodes, with ``load`` (bytes per round on link directions, measured) under the link state. The
@@ -247,7 +248,7 @@ def replan_workload(graph: nx.Graph, tasks: Sequence[Task], scheduler: str, *, d
     down = list(down_links)
     remaining = remaining_tasks(graph, tasks, down_links=down, dead_nodes=dead, selected=selected)
     workload = schedule_workload(surviving_graph(graph, down, dead), [r.task for r in remaining], scheduler,
-                                 wavelengths=wavelengths, mtu=mtu, load=load, optical=optical)
+                                 wavelengths=wavelengths, mtu=mtu, load=load, optical=optical, ots=ots, frame=frame)
     if workload.blocked:
         raise FedmstError(f"re-planning: {workload.blocked[0][0]} is blocked: {workload.blocked[0][1]}")
     missing = set().union(*(p.nodes for p in workload.plans)) - set(workers)

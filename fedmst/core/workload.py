@@ -31,8 +31,9 @@ import networkx as nx
 from fedmst.errors import SchedulerError, TaskError
 from fedmst.core.jsonfile import read_entries
 from fedmst.core.schedulers import schedule
-from fedmst.core.optical import Lightpath, Spectrum, lightpath_paths
-from fedmst.core.optical.circuits import Assignment, OCSPolicy, assign, get_policy, spectrum_for
+from fedmst.core.optical.slots import DEFAULT_FRAME, Frame
+from fedmst.core.optical.wavelengths import Lightpath, Spectrum, lightpath_paths
+from fedmst.core.optical.circuits import Assignment, OCSPolicy, assign, fibres, get_policy, spectrum_for
 from fedmst.core.optical.wavelengths import stretches
 from fedmst.core.plan import LinkDir, Phase, Plan, predicted_link_bytes
 from fedmst.core.tasks import Task, compute_nodes, place_task
@@ -239,6 +240,8 @@ def schedule_workload(
     mtu: int = DEFAULT_MTU,
     load: Mapping[LinkDir, float] | None = None,
     optical: str = OCSPolicy.name,
+    ots: int = 0,
+    frame: Frame = DEFAULT_FRAME,
 ) -> WorkloadPlan:
     """Schedule ``tasks`` in order with ``scheduler``, each admitted or blocked by first fit.
 
@@ -246,15 +249,19 @@ def schedule_workload(
     link state the bytes per round of the tasks admitted before it (all zeros with
     ``share_link_state=False``, which makes every task independent), on top of ``load``: bytes per
     round that something else puts on link directions (background traffic, measured). Its paths then get
-    lightpaths on a :class:`~fedmst.core.optical.Spectrum` of ``wavelengths`` per link
-    (per-wavelength capacity ``capacity_mbps / wavelengths``, or ``wavelength_mbps``), given by
-    the ``optical`` policy (:mod:`fedmst.core.optical.circuits`; on a fabric only fibres hold them).
+    lightpaths on a :class:`~fedmst.core.optical.wavelengths.Spectrum` of ``wavelengths`` per link
+    (and, on a fabric, ``ots`` time-sliced ones cut into ``frame``s; per-wavelength capacity
+    ``capacity_mbps`` over all of them, or ``wavelength_mbps``), given by the ``optical`` policy
+    (:mod:`fedmst.core.optical.circuits`; on a fabric only fibres hold them).
     """
     names = [t.name for t in tasks]
     if len(set(names)) != len(names):
         raise SchedulerError(f"task names in a workload must be distinct, got {names}")
-    spectrum = spectrum_for(graph, wavelengths, wavelength_mbps)
+    spectrum = spectrum_for(graph, wavelengths, wavelength_mbps, ots=ots, frame=frame)
     policy = get_policy(optical)
+    if policy.time_slices and not spectrum.ots and fibres(graph):
+        raise SchedulerError(f"--optical {optical} gives timeslots, and the fibres carry no time-sliced wavelength: "
+                             "give --ots-wavelengths 1 or more")
     plans: list[Plan] = []
     blocked: list[tuple[str, str]] = []
     state: dict[LinkDir, float] = defaultdict(float)

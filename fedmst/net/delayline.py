@@ -364,7 +364,7 @@ def compiled_command(program: Path, lines: Sequence[tuple[str, LineSpec]]) -> li
 
 def run_compiled(args: Sequence[str]) -> int:
     """Become the compiled line (``args``: :func:`compiled_command`'s), dying with our parent."""
-    _die_with_parent()  # kept across exec
+    die_with_parent()  # kept across exec
     try:
         os.execv(args[0], [PROGRAM, "serve", *args[1:]])
     except OSError as exc:
@@ -392,7 +392,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Ask the kernel for SIGTERM when our parent (the emulation) dies, even by SIGKILL.
 
     A delay line outliving its run would keep that host's network namespace alive, and fedmst's
@@ -410,7 +410,7 @@ def _die_with_parent() -> None:
         pass
 
 
-def _tighten_timers() -> None:
+def tighten_timers() -> None:
     """Timer slack of 1 ns instead of 50 us: select() timeouts are our release times."""
     try:
         import ctypes
@@ -461,7 +461,7 @@ def _write_json(path: Path, data: dict[str, object]) -> None:
     tmp.replace(path)
 
 
-class _Signals:
+class Signals:
     """SIGTERM/SIGINT ask the loop to stop, SIGUSR1 to re-read the control file. The handlers
     only set a flag; the wake-up pipe makes the blocked select() return at once."""
 
@@ -521,7 +521,7 @@ def wait_before(due_in: float, aim: float) -> float:
     return due_in if due_in > MAX_POLL_S else 0.0
 
 
-def _serve(line: DelayLine, nfq: object, signals: _Signals, control: Path | None) -> None:
+def _serve(line: DelayLine, nfq: object, signals: Signals, control: Path | None) -> None:
     """Read packets and release each when due, never earlier, until asked to stop."""
     clock = time.monotonic
     fd = nfq.get_fd()  # type: ignore[attr-defined]
@@ -583,9 +583,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fedmst.net.delayline: netfilterqueue missing ({exc}); pip install NetfilterQueue", file=sys.stderr)
         return 1
 
-    _die_with_parent()
-    signals = _Signals()
-    _tighten_timers()
+    die_with_parent()
+    signals = Signals()
+    tighten_timers()
     stamps = _enable_rx_timestamps()  # noqa: F841 - kept open: the kernel stamps while it lives
     pushed = _StampedPush(line)
     try:

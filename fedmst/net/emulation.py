@@ -29,6 +29,7 @@ from typing import IO, Callable, Iterable, Mapping, Sequence
 
 import networkx as nx
 
+from fedmst.core.optical.slots import Frame
 from fedmst.core.plan import LinkDir
 from fedmst.core.topology import node_order
 from fedmst.core.traffic import BackgroundFlow, flow_path
@@ -36,7 +37,7 @@ from fedmst.core.wire import DEFAULT_MTU
 from fedmst.errors import EmulationError
 from fedmst.net import queues
 from fedmst.net.background import BackgroundTraffic, arrived_bytes
-from fedmst.net.circuits import Circuit, CircuitClasses
+from fedmst.net.circuits import GATE_QUEUE, Circuit, CircuitClasses, SlotGates, wait_bound
 from fedmst.net.cleanup import RUN_ID_LETTERS, RunState, host_name, probe_name
 from fedmst.net.congestion import Transport
 from fedmst.net.link import DelayLines, EmulatedLink, LinkEnd, LinkShaping, htb_drops
@@ -184,6 +185,7 @@ class Emulation:
         self._background = BackgroundTraffic()
         self._delay_lines = DelayLines(self._hops)
         self._circuits = CircuitClasses()
+        self.gates = SlotGates()
         self._run = run
         self._state: RunState | None = None
 
@@ -320,15 +322,26 @@ class Emulation:
             raise EmulationError("install_flows: the emulation is not running (use it inside `with`)")
         return self._routes.install(paths, background=background)
 
-    def install_circuits(self, circuits: Sequence[Circuit]) -> None:
-        """Give each optical circuit its own class at its wavelength's rate on both directions of
-        every hop (:mod:`fedmst.net.circuits`), live."""
+    def install_circuits(self, circuits: Sequence[Circuit], frame: Frame | None = None) -> None:
+        """Give each optical lightpath its own class at its wavelength's rate on both directions of
+        every hop (:mod:`fedmst.net.circuits`), live, and each time-sliced one its gates, on
+        ``frame`` (its slots and guards in the host's microseconds)."""
         s = self.shaping
         sender = {hop: (hop[0], link.sender(*hop)) for hop, link in self._hops.items()}
         netem = {hop: s.netem(link.delay_s, s.loss) if s.delay_mode == "netem" else None
                  for hop, link in self._hops.items()}
         for node, lines in self._circuits.commands(circuits, sender, mtu=self.mtu, netem=netem).items():
             self._shells[node].batch("tc", lines)
+        if frame is not None and self._state is not None:
+            scratch = self._state.scratch
+            self.gates.install(
+                circuits, sender, frame, scratch=scratch,
+                start=lambda node, table: self.spawn(node, "fedmst.net.slotgate:main",
+                                                     ["--queue", str(GATE_QUEUE), "--table", str(table)], env={},
+                                                     log=scratch / f"gate-{node}.log", name="gate", warm=False),
+                rules=lambda node, lines: self._shells[node].iptables_restore(
+                    ["\n".join(lines) + "\n"], f"installing the timeslot gate of node {node}"),
+                bound=lambda node: wait_bound(node, self._shells[node].pid, self.check))
 
     def start_background(self, flows: Sequence[BackgroundFlow], start_at: float, log_dir: Path) -> None:
         """Route each flow on its least-delay path and start it (:mod:`fedmst.net.generator`):

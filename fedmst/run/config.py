@@ -17,6 +17,7 @@ from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Sequence, get_type_hints
 
+from fedmst.core.optical.slots import Frame
 from fedmst.core.tasks import DEFAULT_DATASET, DEFAULT_MODEL
 from fedmst.core.wire import DEFAULT_MTU
 from fedmst.errors import FedmstError
@@ -133,9 +134,21 @@ class RunConfig:
     tasks: int = option(1, "--tasks", help="Concurrent FL tasks sharing the network, each placed by seed.",
                         check=_at_least(1))
     ocs_wavelengths: int = option(
-        40, "--ocs-wavelengths", check=_at_least(1), was="--wavelengths",
+        32, "--ocs-wavelengths", check=_at_least(0), was="--wavelengths",
         help="Circuit (OCS) wavelengths per fibre, or per link where no node is all-optical (first fit; a task "
-             "that finds none is blocked and not run). On a fabric each circuit carries the fibre's capacity / N.")
+             "that finds none is blocked and not run). On a fabric each wavelength carries the fibre's capacity / "
+             "(OCS + OTS wavelengths).")
+    ots_wavelengths: int = option(
+        8, "--ots-wavelengths", check=_at_least(0),
+        help="Time-sliced (OTS) wavelengths per fibre on a fabric: lightpaths share one in turn, each sending only "
+             "in its timeslots of every frame (ignored where no node is all-optical).")
+    timeslots: int = option(8, "--timeslots", check=_at_least(1), help="Timeslots per frame of an OTS wavelength.")
+    timeslot_us: float = option(
+        500.0, "--timeslot-us", check=(lambda v: math.isfinite(v) and v > 0, "give a finite number of µs above 0"),
+        help="Length of one timeslot in the network's µs, its guard included.")
+    guard_us: float = option(
+        50.0, "--guard-us", check=(lambda v: math.isfinite(v) and v >= 0, "give a finite number of µs, 0 or more"),
+        help="Guard at the start of every timeslot (the switch reconfigures; nothing is sent), below --timeslot-us.")
     reconfig_ms: float = option(
         1.2, "--reconfig-ms",
         check=(lambda v: math.isfinite(v) and v >= 0, "give a finite number of ms, 0 or more"),
@@ -376,6 +389,11 @@ class RunConfig:
     ``--order`` (``run``'s orders the tasks it admits)."""
 
     @property
+    def frame(self) -> Frame:
+        """An OTS wavelength's frame, from ``--timeslots``, ``--timeslot-us`` and ``--guard-us``."""
+        return Frame(self.timeslots, self.timeslot_us, self.guard_us)
+
+    @property
     def trains(self) -> str:
         """What trains the local models, as reports name it: the model, or ``flower:`` and the client."""
         return f"flower:{self.client}" if self.client else self.model
@@ -428,6 +446,10 @@ def validate(config: RunConfig) -> None:
 
 def _check_together(config: RunConfig) -> None:
     """The options that make no sense together."""
+    if config.ocs_wavelengths + config.ots_wavelengths < 1:
+        raise FedmstError("--ocs-wavelengths 0 with --ots-wavelengths 0: a fibre needs at least one wavelength")
+    if config.frame.problem():
+        raise FedmstError(config.frame.problem())
     if config.delay_mode == "off" and (config.loss or config.jitter_ms):
         given = [o for o, v in (("--loss", config.loss), ("--jitter-ms", config.jitter_ms)) if v]
         raise FedmstError(f"{' and '.join(given)} need{'s' if len(given) == 1 else ''} a delay mechanism: "

@@ -178,7 +178,8 @@ class _Run:
             workers=self.backend.describe(),
             wall_s=wall_s, status=self.status, times={k: round(v, 3) for k, v in times.items()},
             background=self.session.background if self.session else [],
-            pcap=self.session.pcap if self.session else None, held=self.session.held if self.session else [])
+            pcap=self.session.pcap if self.session else None, held=self.session.held if self.session else [],
+            slots_outside=self.session.slots_outside if self.session else None)
         summary = (summarise_clock(self.resolved, clock, **common) if clock is not None
                    else summarise(self.resolved, self.rounds, **common))
         summary.write(self.out / "summary.json")

@@ -14,7 +14,7 @@ from dataclasses import asdict, replace
 import psutil
 
 from fedmst.core.contention import ROUND_PHASES
-from fedmst.core.optical import Lightpath
+from fedmst.core.optical.wavelengths import Lightpath
 from fedmst.core.faults import NOT_SELECTED, RemainingTask, remaining_tasks, replan_workload, surviving_graph
 from fedmst.core.plan import plan_summary
 from fedmst.core.route import LinkDir
@@ -274,7 +274,7 @@ class LockstepRun:
             self.session.graph, [live.tasks[p.task.name] for p in live.plans], config.scheduler,
             down_links=live.down, dead_nodes=live.dead, workers=self.session.server.agents,
             wavelengths=config.ocs_wavelengths, mtu=config.mtu, load=self.load, selected=self.selected,
-            optical=config.optical)
+            optical=config.optical, ots=config.ots_wavelengths, frame=config.frame)
 
     def replan(self, res: RoundResult, before_phase: str, fault: Fault) -> dict[LinkDir, int]:
         """Schedule the tasks again around what is broken, install the new routes, have the

@@ -21,7 +21,7 @@ import networkx as nx
 
 from fedmst.core.contention import ROUND_PHASES, Profile, iteration_times
 from fedmst.core.linktrace import LinkChange, graph_at
-from fedmst.core.optical import Lightpath
+from fedmst.core.optical.wavelengths import Lightpath
 from fedmst.core.optical.circuits import CircuitPlan, circuit_view, fibres, optical_summary
 from fedmst.core.plan import TRANSFER_PHASES, Plan, predicted_phase_seconds
 from fedmst.core.route import LinkDir
@@ -291,9 +291,10 @@ def _phase_starts(res: RoundResult) -> list[float]:
 def _shared(run: Any, rows: list[LinkRow], *, reached: tuple[int, float] | None, status: str,
             workers: BackendDescription, wall_s: float, times: dict[str, float],
             background: list[dict[str, Any]], pcap: dict[str, Any] | None = None,
-            held: Sequence[CircuitPlan] = ()) -> dict[str, Any]:
+            held: Sequence[CircuitPlan] = (), slots_outside: float | None = None) -> dict[str, Any]:
     """The summary fields that lockstep and independent runs work out alike: what ran, and the
-    link bytes of its ``rows`` (links.csv) against the plans; ``held``: every plan's circuits."""
+    link bytes of its ``rows`` (links.csv) against the plans; ``held``: every plan's circuits,
+    ``slots_outside``: the share of time-sliced bytes sent outside their slots."""
     config, workload = run.config, run.workload
     first = workload.plans[0]
     return dict(
@@ -317,7 +318,8 @@ def _shared(run: Any, rows: list[LinkRow], *, reached: tuple[int, float] | None,
         clients_per_round=participants(config.clients_per_round, first.task.k) if config.clients_per_round else None,
         selection=config.selection if config.clients_per_round else None,
         optical=optical_summary(run.graph, held, workload.blocking_ratio, policy=config.optical,
-                                wavelengths=config.ocs_wavelengths, reconfig_ms=config.reconfig_ms)
+                                wavelengths=config.ocs_wavelengths, reconfig_ms=config.reconfig_ms,
+                                ots=config.ots_wavelengths, frame=config.frame, slots_outside=slots_outside)
         if fibres(run.graph) else None,
     )
 
@@ -341,7 +343,7 @@ def rounds_planned(run: Any) -> int:
 def summarise(run: Any, rounds: list[RoundResult], *, emulated: dict[str, Any],
               workers: BackendDescription, wall_s: float, status: str, times: dict[str, float],
               background: list[dict[str, Any]], pcap: dict[str, Any] | None = None,
-              held: Sequence[CircuitPlan] = ()) -> Summary:
+              held: Sequence[CircuitPlan] = (), slots_outside: float | None = None) -> Summary:
     """summary.json of ``run`` (a :class:`~fedmst.run.config.ResolvedRun`): means over the
     finished rounds; ``status`` says whether all of them ran (``completed``), or the run was
     ``interrupted`` or ``failed: REASON`` after ``rounds``."""
@@ -356,7 +358,7 @@ def summarise(run: Any, rounds: list[RoundResult], *, emulated: dict[str, Any],
             by_task.setdefault(name, []).append(sum(r.task_seconds[p][name] for p in r.task_seconds))
     return Summary(
         **_shared(run, rows, reached=reached, status=status, workers=workers, wall_s=wall_s, times=times,
-                  background=background, pcap=pcap, held=held),
+                  background=background, pcap=pcap, held=held, slots_outside=slots_outside),
         rounds_planned=rounds_planned(run),
         local_models=config.local_models,
         rounds=len(rounds),
@@ -541,7 +543,7 @@ def write_clock_tables(out: Path, run: ClockRun, graph: nx.Graph, mtu: int) -> N
 def summarise_clock(run: Any, clock: ClockRun, *, emulated: dict[str, Any],
                     workers: BackendDescription, wall_s: float, status: str, times: dict[str, float],
                     background: list[dict[str, Any]], pcap: dict[str, Any] | None = None,
-                    held: Sequence[CircuitPlan] = ()) -> Summary:
+                    held: Sequence[CircuitPlan] = (), slots_outside: float | None = None) -> Summary:
     """summary.json of a run on independent clocks: means over every task's finished rounds."""
     config, workload = run.config, run.workload
     windows = clock.windows()
@@ -558,7 +560,7 @@ def summarise_clock(run: Any, clock: ClockRun, *, emulated: dict[str, Any],
         **_shared(run, clock_link_rows(clock, run.graph, config.mtu),
                   reached=time_to_accuracy(round_means, per_round, config.target_accuracy), status=status,
                   workers=workers, wall_s=wall_s, times=times, background=background, pcap=pcap,
-                  held=held),
+                  held=held, slots_outside=slots_outside),
         rounds_planned=rounds_planned(run), local_models=workload.plans[0].task.k,
         rounds=clock.rounds_done, tcp_retransmitted_segments=clock.retransmits,
         queue_drops=sum(clock.queue_drops.values()),

@@ -207,7 +207,7 @@ def _plan(config: RunConfig, host: Host, inputs: _Inputs, scheduler: str) -> Res
         tasks = tuple(shortest_jobs_first(graph, tasks, scheduler, chunk_bytes=config.chunk_bytes,
                                           with_delay=with_delay, mtu=config.mtu))
     workload = schedule_workload(graph, tasks, scheduler, wavelengths=config.ocs_wavelengths, mtu=config.mtu,
-                                 optical=config.optical)
+                                 optical=config.optical, ots=config.ots_wavelengths, frame=config.frame)
     if not workload.plans:
         raise FedmstError(f"every task was blocked under {scheduler}, e.g. {workload.blocked[0][0]}: "
                           f"{workload.blocked[0][1]}")
@@ -276,9 +276,27 @@ def pick_time_scale(config: RunConfig, host: Host, graph: nx.Graph, workload: Wo
     """``--time-scale`` as a factor, and for ``auto`` why it is that one: from what the plans'
     transfer phases ask of this host (:func:`fedmst.core.timescale.pick_scale`) against its
     cores and the link ceiling it measured (once per boot), on ``graph`` as the plans' circuits
-    carry it."""
+    carry it, and never below what time-sliced lightpaths' slots need
+    (:meth:`fedmst.core.optical.slots.Frame.min_scale`: a given scale below it is refused)."""
+    sliced = any(lp.slots for lp in workload.lightpaths)
+    floor = config.frame.min_scale() if sliced else 1.0
     if config.time_scale != "auto":
+        if float(config.time_scale) < floor:
+            raise FedmstError(f"--time-scale {config.time_scale}: timeslots of {config.timeslot_us:g} µs with "
+                              f"{config.guard_us:g} µs guards need a time scale of {floor:g} or more on this host "
+                              "(docs/topologies.md, time-sliced wavelengths); give --time-scale auto")
         return float(config.time_scale), ""
+    scale, reason = _host_scale(config, host, graph, workload)
+    if scale < floor:
+        scale, reason = power_of_two(floor), (f"timeslots of {config.timeslot_us:g} µs with {config.guard_us:g} µs "
+                                              "guards")
+    if config.clock == "independent":  # trainings are waited out beside the transfers, not counted
+        return training_scale(workload, float(scale), reason)
+    return float(scale), reason
+
+
+def _host_scale(config: RunConfig, host: Host, graph: nx.Graph, workload: WorkloadPlan) -> tuple[int, str]:
+    """What the plans' transfer phases ask of this host: :func:`fedmst.core.timescale.pick_scale`."""
     graph = planned_view(graph, workload.lightpaths)
     from fedmst.net.calibrate import link_ceiling_mbps
     from fedmst.net.delayline import running_kind
@@ -291,12 +309,9 @@ def pick_time_scale(config: RunConfig, host: Host, graph: nx.Graph, workload: Wo
         ceiling = None
     loads = phase_loads(config, host, graph, workload)
     line = running_kind() if host.delay_mode == "userspace" else "compiled"  # netem's cost: not measured
-    scale, reason = pick_scale(loads, MEASURED_COSTS[line].on_host(ceiling), cores=os.cpu_count() or 1,
-                               fastest_mbps=max(float(c) for _, _, c in graph.edges(data="capacity_mbps")),
-                               ceiling_mbps=ceiling)
-    if config.clock == "independent":  # trainings are waited out beside the transfers, not counted
-        return training_scale(workload, float(scale), reason)
-    return float(scale), reason
+    return pick_scale(loads, MEASURED_COSTS[line].on_host(ceiling), cores=os.cpu_count() or 1,
+                      fastest_mbps=max(float(c) for _, _, c in graph.edges(data="capacity_mbps")),
+                      ceiling_mbps=ceiling)
 
 
 def _tasks(config: RunConfig, graph: nx.Graph) -> list[Task]:

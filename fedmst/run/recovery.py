@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from fedmst.core import faults
-from fedmst.core.optical import Lightpath
+from fedmst.core.optical.wavelengths import Lightpath
 from fedmst.core.plan import Plan
 from fedmst.core.tasks import Task
 from fedmst.core.timescale import REAL_TIME, TimeScale

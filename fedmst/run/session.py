@@ -13,14 +13,14 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from contextlib import contextmanager
-from dataclasses import asdict
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 import fedmst
 from fedmst.core.linktrace import LinkChange
-from fedmst.core.optical import Lightpath
+from fedmst.core.optical.wavelengths import Lightpath
 from fedmst.core.optical.circuits import OPTICAL_FIELDS, CircuitPlan, fibres, optical_rows
 from fedmst.core.plan import TRANSFER_PHASES, Transfer, plan_summary
 from fedmst.core.workload import link_state
@@ -39,6 +39,7 @@ from fedmst.run.livestate import LivePublisher, base_status
 from fedmst.run.measure import CounterSampler
 from fedmst.run.recovery import Live
 from fedmst.run.report import Report
+from fedmst.run.slotmeter import metered, slot_hops, slot_table, write_slot_files
 from fedmst.run.results import write_atomic, write_csv, write_json
 from fedmst.run.stall import Stall, StallWatch
 from fedmst.wording import counted
@@ -174,6 +175,10 @@ class Session:
                          models={p.task.name: tuple(range(p.task.k)) for p in plans},
                          circuits=self.circuits_of(resolved.workload.lightpaths))
         self.held: list[CircuitPlan] = [(1, self.live.circuits)] if self.live.circuits else []
+        self.slot_sources: dict[str, Lightpath] = {}
+        """The time-sliced lightpath each transfer address sends on (timeslots.csv reads captures by it)."""
+        self.slots_outside: float | None = None
+        """The share of the time-sliced lightpaths' bytes sent outside their slots (summary.json)."""
         """Every plan's circuits and the round from which they hold (optical.csv, summary.json)."""
         self.index = {name: i for i, name in enumerate(resolved.listed or [p.task.name for p in plans])}
         """Task -> its place in the workload, which seeds its data and initial weights."""
@@ -240,9 +245,14 @@ class Session:
             addresses = tuple(a for key, f in flows.items()
                               if tasks[key] == lp.task and f.path in (serves, serves[::-1])
                               for a in (f.src_addr, f.dst_addr))
-            circuits.append(Circuit(lp.path, tuple(self.scale.real_mbps(m) for m in lp.slot_mbps), addresses))
+            circuits.append(Circuit(lp.path, tuple(self.scale.real_mbps(m) for m in lp.slot_mbps), addresses,
+                                    lp.slots))
+            if lp.slots:
+                self.slot_sources.update(dict.fromkeys(addresses, lp))
         if circuits or self.held:  # an installation also removes the circuits held before
-            self.emu.install_circuits(circuits)
+            frame = self.config.frame
+            self.emu.install_circuits(circuits, replace(frame, slot_us=self.scale.real_s(frame.slot_us),
+                                                        guard_us=self.scale.real_s(frame.guard_us)))
 
     def clock(self) -> float:
         """Now on a monotonic clock in the network's seconds: what fault times and stalls are measured on."""
@@ -290,7 +300,7 @@ class Session:
         outcome = "failed"
         try:
             self._start_agents(spec_file)
-            with self._captures():
+            with self._captures(), self._slot_meter():
                 self._rounds(rounds)
             outcome = "finished"
         except KeyboardInterrupt:
@@ -344,6 +354,19 @@ class Session:
             if dropped:
                 self.report(f"{self.tag} warning: the kernel dropped {counted(dropped, 'frame')} before tcpdump "
                             "read them: the captures miss them (pcap/index.json)")
+
+    def _slot_meter(self) -> AbstractContextManager[None]:
+        """Time-sliced lightpaths: their directions captured while the rounds run, then timeslots.csv
+        and timeslot_table.json (:mod:`fedmst.run.slotmeter`)."""
+        hops = slot_hops(self.live.circuits, self.graph)
+
+        def done(rows: list[dict[str, object]]) -> None:
+            epoch = self.emu.gates.epoch or 0.0
+            frame0 = self.scale.network_s(epoch - (time.time() - time.monotonic() + self.started_at))
+            self.slots_outside = write_slot_files(self.out, rows, slot_table(hops, self.config.frame, frame0))
+
+        return metered(self.emu, hops, self.config.frame, self.scratch, run_id=self.emu.run_id, scale=self.scale,
+                       epoch=lambda: self.emu.gates.epoch, sources=lambda: self.slot_sources, done=done)
 
     def _write_specs(self) -> Path:
         """plan.json, and the agents' spec file (returned) with every task's routes installed."""

@@ -27,7 +27,7 @@ entry-point group ``fedmst.optical``, or ``package.module:Class``); ``ocs`` is t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import ClassVar, Sequence
 
 import networkx as nx
@@ -72,6 +72,8 @@ class OpticalPolicy:
     admitted, on the spectrum the earlier tasks left (and reserves what it gives on it)."""
 
     name: ClassVar[str]
+    time_slices: ClassVar[bool] = False
+    """Whether it gives timeslots: a fabric without OTS wavelengths is refused for it."""
 
     def assign(self, spectrum: Spectrum, plan: Plan) -> Assignment:
         raise NotImplementedError
@@ -95,12 +97,10 @@ class OCSPolicy(OpticalPolicy):
 
 
 class OTSPolicy(OCSPolicy):
-    """Every lightpath time-sliced: one slot of an OTS wavelength in every frame, by first fit.
-
-    Not registered yet, nor :class:`SizePolicy`: the data plane does not gate timeslots yet, so a run
-    would carry an OTS lightpath at its wavelength's full rate all the time (issue 46)."""
+    """Every lightpath time-sliced: one slot of an OTS wavelength in every frame, by first fit."""
 
     name = "ots"
+    time_slices = True
 
     def time_sliced(self, plan: Plan, path: Path) -> bool:
         return True
@@ -112,6 +112,7 @@ class SizePolicy(OCSPolicy):
     threshold is a class attribute: subclass to change it."""
 
     name = "size"
+    time_slices = True
     threshold_bytes: ClassVar[float] = 10e6
 
     def time_sliced(self, plan: Plan, path: Path) -> bool:
@@ -120,7 +121,7 @@ class SizePolicy(OCSPolicy):
 
 
 POLICIES: Registry[type[OpticalPolicy]] = Registry(
-    "optical policy", "fedmst.optical", SchedulerError, {OCSPolicy.name: OCSPolicy},
+    "optical policy", "fedmst.optical", SchedulerError, {cls.name: cls for cls in (OCSPolicy, OTSPolicy, SizePolicy)},
     accepts=lambda cls: isinstance(cls, type) and issubclass(cls, OpticalPolicy),
     requirement="a subclass of fedmst.api.OpticalPolicy")
 
@@ -202,9 +203,10 @@ CircuitPlan = tuple[int, tuple[Lightpath, ...]]
 """One plan's circuits and the round from which they hold (the first plan's from round 1, a re-plan's
 from the round of the first transfer phase that ran on them)."""
 
-OPTICAL_FIELDS = ("task", "transfer", "path", "kind", "wavelength", "reserved_mbps", "setup_ms", "from_round",
-                  "blocked")
-"""optical.csv's columns: one row per circuit of each plan, and one per blocked task (its reason in ``blocked``)."""
+OPTICAL_FIELDS = ("task", "transfer", "path", "kind", "wavelength", "timeslots", "reserved_mbps", "setup_ms",
+                  "from_round", "blocked")
+"""optical.csv's columns: one row per lightpath of each plan (``timeslots``: the slots of every frame a
+time-sliced one holds, ``;``-separated), and one per blocked task (its reason in ``blocked``)."""
 
 
 def optical_rows(plans: Sequence[CircuitPlan], blocked: tuple[tuple[str, str], ...],
@@ -216,36 +218,50 @@ def optical_rows(plans: Sequence[CircuitPlan], blocked: tuple[tuple[str, str], .
     before: frozenset[Lightpath] = frozenset()
     for from_round, circuits in plans:
         rows += [{"task": lp.task, "transfer": "-".join(lp.owner[1]), "path": "-".join(lp.path),
-                  "kind": lp.kind, "wavelength": lp.wavelength, "reserved_mbps": min(lp.held_mbps),
+                  "kind": lp.kind, "wavelength": lp.wavelength,
+                  "timeslots": ";".join(map(str, lp.slots)), "reserved_mbps": min(lp.held_mbps),
                   "setup_ms": 0.0 if lp in before else setup_ms, "from_round": from_round, "blocked": ""}
                  for lp in circuits]
         before = frozenset(circuits)
-    rows += [{"task": name, "transfer": "", "path": "", "kind": "ocs", "wavelength": "", "reserved_mbps": "",
-              "setup_ms": "", "from_round": 1, "blocked": reason} for name, reason in blocked]
+    rows += [dict.fromkeys(OPTICAL_FIELDS, "") | {"task": name, "from_round": 1, "blocked": reason}
+             for name, reason in blocked]
     return rows
 
 
 def optical_summary(graph: nx.Graph, plans: Sequence[CircuitPlan], blocking_ratio: float, *, policy: str,
-                    wavelengths: int, reconfig_ms: float) -> dict[str, object]:
+                    wavelengths: int, reconfig_ms: float, ots: int = 0, frame: Frame = DEFAULT_FRAME,
+                    slots_outside: float | None = None) -> dict[str, object]:
     """summary.json's ``optical``: the all-optical nodes, the policy and its terms, how many circuit
-    ``plans`` the run held and how many ``circuits`` it set up over them (a circuit kept from one
-    plan to the next counts once), the most wavelengths held at once on each fibre (``u-v``, ends
-    sorted) and the share of tasks blocked."""
+    ``plans`` the run held and how many lightpaths (``circuits``) it set up over them (one kept from
+    one plan to the next counts once), the most wavelengths held at once on each fibre (``u-v``, ends
+    sorted; a time-sliced wavelength counts once however many share it), the share of tasks
+    blocked, the share of the OTS slots held on the fibres that hold any (mean over the plans), and
+    the share of the time-sliced lightpaths' bytes sent outside their slots (``slots_outside``,
+    from timeslots.csv; None where none ran)."""
     used: dict[str, int] = {}
     set_up = 0
+    utilisation: list[float] = []
     before: frozenset[Lightpath] = frozenset()
     for _, circuits in plans:
-        held: dict[str, int] = {}
+        held: dict[str, set[int]] = {}
+        slots: dict[str, int] = {}
         for lp in circuits:
             for u, v in zip(lp.path, lp.path[1:]):
                 name = "-".join(sorted((u, v), key=node_order))
-                held[name] = held.get(name, 0) + 1
-        used = {name: max(used.get(name, 0), held.get(name, 0)) for name in used.keys() | held.keys()}
+                held.setdefault(name, set()).add(lp.wavelength)
+                slots[name] = slots.get(name, 0) + len(lp.slots)
+        used = {name: max(used.get(name, 0), len(held.get(name, ()))) for name in used.keys() | held.keys()}
+        busy = [n for n in slots.values() if n]
+        if busy and ots:
+            utilisation.append(sum(busy) / (len(busy) * ots * frame.timeslots))
         set_up += len(set(circuits) - before)
         before = frozenset(circuits)
     return {"optical_nodes": sorted(optical_nodes(graph), key=node_order), "policy": policy,
-            "ocs_wavelengths": wavelengths, "reconfig_ms": reconfig_ms, "plans": len(plans),
-            "circuits": set_up, "wavelengths_used": dict(sorted(used.items())), "blocking_ratio": blocking_ratio}
+            "ocs_wavelengths": wavelengths, "ots_wavelengths": ots, "frame": asdict(frame),
+            "reconfig_ms": reconfig_ms, "plans": len(plans), "circuits": set_up,
+            "wavelengths_used": dict(sorted(used.items())), "blocking_ratio": blocking_ratio,
+            "slot_utilisation": sum(utilisation) / len(utilisation) if utilisation else 0.0,
+            "slots_outside_share": slots_outside}
 
 
 __all__ = ["OPTICAL_FIELDS", "POLICIES", "Assignment", "CircuitPlan", "OCSPolicy", "OTSPolicy", "OpticalPolicy",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Iterable, Sequence
 
 SLOT_FLOOR_US = 5000.0
 """The shortest slot this host times well on its own clock: a delay line's wake-up is late by up to a
@@ -88,8 +89,40 @@ class Frame:
         return need
 
 
+def where(frame: Frame, t: float) -> tuple[int, bool]:
+    """Which slot of its frame the network time ``t`` (seconds after frame 0 began where it is
+    measured) falls in, and whether in that slot's guard.
+
+    >>> f = Frame(timeslots=4, slot_us=1000.0, guard_us=100.0)
+    >>> where(f, 0.00205), where(f, 0.00215), where(f, 0.00405)
+    ((2, True), (2, False), (0, True))
+    """
+    into = (t * 1e6) % frame.frame_us
+    slot = min(int(into // frame.slot_us), frame.timeslots - 1)
+    return slot, into - slot * frame.slot_us < frame.guard_us
+
+
+def occupancy(frame: Frame, packets: Iterable[tuple[float, int]], slots: Sequence[int]) -> dict[int, tuple[int, int]]:
+    """What a lightpath holding ``slots`` sent on one link direction, by the slot each of its
+    ``packets`` (network time after that direction's frame 0 began, bytes) started in: per slot,
+    the bytes inside its own open slots, and the bytes *outside* them (in a guard, or in a slot it
+    does not hold).
+
+    >>> f = Frame(timeslots=4, slot_us=1000.0, guard_us=100.0)
+    >>> occupancy(f, [(0.0012, 1500), (0.0015, 1500), (0.00105, 100), (0.0031, 60)], (1,))
+    {1: (3000, 100), 3: (0, 60)}
+    """
+    held = set(slots)
+    out: dict[int, list[int]] = {}
+    for t, size in packets:
+        slot, guard = where(frame, t)
+        row = out.setdefault(slot, [0, 0])
+        row[0 if slot in held and not guard else 1] += size
+    return {slot: (inside, outside) for slot, (inside, outside) in sorted(out.items())}
+
+
 DEFAULT_FRAME = Frame()
 """The frame when none is given: 8 slots of 500 µs with 50 µs guards (OpenOptics' Mininet back end
 runs millisecond slices; this is its scale, halved)."""
 
-__all__ = ["DEFAULT_FRAME", "GUARD_FLOOR_US", "SLOT_FLOOR_US", "Frame"]
+__all__ = ["DEFAULT_FRAME", "GUARD_FLOOR_US", "SLOT_FLOOR_US", "Frame", "occupancy", "where"]

@@ -1,0 +1,144 @@
+"""Time-sliced lightpaths checked against their slots, by captures nobody can argue with.
+
+While the rounds run, ``tcpdump`` captures the frames sent on every link direction a time-sliced
+(OTS) lightpath crosses (headers only, in the run's scratch folder); afterwards each frame is put
+in the slot of its direction's frame in which it started (:func:`fedmst.core.optical.slots.occupancy`)
+and ``timeslots.csv`` says, per OTS wavelength, link direction, slot and transfer, the bytes sent
+inside the transfer's own open slots and the bytes sent outside them (in a guard, or in a slot
+it does not hold). ``timeslot_table.json`` is the slot table as it ran: for every OTS link
+direction, which transfer holds which slot, when that direction's frame 0 began on the run's
+clock and how much later than where the lightpath enters the fibre its slots open there (the
+light's delay), so that a capture taken anywhere can be checked against it.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from itertools import pairwise
+from pathlib import Path
+from typing import Callable, Iterator, Mapping, Sequence
+
+import networkx as nx
+
+from fedmst.core.optical.slots import Frame, occupancy
+from fedmst.core.optical.wavelengths import Lightpath
+from fedmst.core.route import LinkDir
+from fedmst.core.timescale import TimeScale
+from fedmst.net.capture import Captures, records
+from fedmst.run.results import write_csv, write_json
+
+TIMESLOT_FIELDS = ("wavelength", "link", "slot", "task", "transfer", "bytes", "outside_bytes")
+"""timeslots.csv's columns: one row per slot a transfer holds on a link direction, and one per slot
+it does not hold but sent in (``bytes`` 0); ``outside_bytes`` is what it sent in that slot's guard
+or, for a slot it does not hold, in that slot."""
+SNAPLEN = 64
+"""Bytes kept of each captured frame: Ethernet and the IPv4 header are all the meter reads."""
+
+
+@dataclass(frozen=True)
+class SlotHop:
+    """One link direction a time-sliced lightpath crosses, and how much later (the network's
+    seconds: the light's delay) its slots open there than where that direction enters the fibre."""
+
+    hop: LinkDir
+    lightpath: Lightpath
+    after_s: float
+
+
+def slot_hops(lightpaths: Sequence[Lightpath], graph: nx.Graph) -> list[SlotHop]:
+    """Every link direction of every time-sliced lightpath, either way along its path.
+
+    >>> g = nx.path_graph(["l0", "s", "l1"]); nx.set_edge_attributes(g, 0.001, "delay_s")
+    >>> lp = Lightpath("t", ("l0", "s", "l1"), 8, (10.0, 10.0), slots=(2,), share=0.1)
+    >>> [(h.hop, h.after_s) for h in slot_hops([lp], g)]
+    [(('l0', 's'), 0.0), (('s', 'l1'), 0.001), (('l1', 's'), 0.0), (('s', 'l0'), 0.001)]
+    """
+    out: list[SlotHop] = []
+    for lp in lightpaths:
+        if not lp.slots:
+            continue
+        for path in (lp.path, lp.path[::-1]):
+            after = 0.0
+            for u, v in pairwise(path):
+                out.append(SlotHop((u, v), lp, after))
+                after += float(graph.edges[u, v]["delay_s"])
+    return out
+
+
+def _transfer(lp: Lightpath) -> str:
+    return "-".join(lp.owner[1])
+
+
+def slot_table(hops: Sequence[SlotHop], frame: Frame, frame0_s: float) -> dict[str, object]:
+    """timeslot_table.json: the frame, when frame 0 began where each lightpath enters the fibre
+    (``frame0_s``, the network's seconds after the run's first round began) and, per link direction,
+    who holds which slot and how much later the slots open there."""
+    directions: dict[str, list[dict[str, object]]] = {}
+    for h in hops:
+        directions.setdefault(f"{h.hop[0]}->{h.hop[1]}", []).extend(
+            {"slot": k, "wavelength": h.lightpath.wavelength, "task": h.lightpath.task,
+             "transfer": _transfer(h.lightpath), "opens_after_s": h.after_s} for k in h.lightpath.slots)
+    return {"frame": asdict(frame), "frame0_s": frame0_s, "link_directions": directions}
+
+
+def slot_rows(hops: Sequence[SlotHop], frame: Frame, sent: Callable[[SlotHop], list[tuple[float, int]]],
+              ) -> list[dict[str, object]]:
+    """timeslots.csv's rows (:data:`TIMESLOT_FIELDS`): ``sent(hop)`` gives what the hop's lightpath
+    sent on its direction, as (the network's seconds after that direction's frame 0, bytes)."""
+    rows = []
+    for h in hops:
+        lp = h.lightpath
+        by_slot = {k: (0, 0) for k in lp.slots} | occupancy(frame, sent(h), lp.slots)
+        rows += [{"wavelength": lp.wavelength, "link": f"{h.hop[0]}->{h.hop[1]}", "slot": k, "task": lp.task,
+                  "transfer": _transfer(lp), "bytes": inside, "outside_bytes": outside}
+                 for k, (inside, outside) in sorted(by_slot.items())]
+    return rows
+
+
+def _sources(head: bytes) -> str:
+    """An Ethernet frame's IPv4 source address ('' for anything else)."""
+    return ".".join(map(str, head[26:30])) if len(head) >= 30 and head[12:14] == b"\x08\x00" else ""
+
+
+@contextmanager
+def metered(emu: object, hops: Sequence[SlotHop], frame: Frame, scratch: Path, *, run_id: str, scale: TimeScale,
+            epoch: Callable[[], float | None], sources: Callable[[], Mapping[str, Lightpath]],
+            done: Callable[[list[dict[str, object]]], None]) -> Iterator[None]:
+    """Capture ``hops``' directions while the body runs, then hand their rows to ``done``: ``frame``
+    is in the network's microseconds, ``epoch()`` when the gates' frame 0 began (wall clock; None:
+    no gate ran), ``sources()`` the lightpath each source address sends on."""
+    if not hops:
+        yield
+        return
+    directions = list(dict.fromkeys(h.hop for h in hops))
+    captures = Captures(emu, directions, scratch / "slots", snaplen=SNAPLEN, log_dir=scratch / "slots-logs",  # type: ignore[arg-type]
+                        run_id=run_id)
+    with captures:
+        yield
+    start = epoch()
+    if start is None:
+        return
+    files = {(f.src, f.dst): captures.folder / f.file for f in captures.files}
+    by_source = sources()
+
+    def sent(h: SlotHop) -> list[tuple[float, int]]:
+        path = files.get(h.hop)
+        if path is None:
+            return []
+        return [(scale.network_s(t - start) - h.after_s, size) for t, size, head in records(path)
+                if by_source.get(_sources(head)) == h.lightpath]
+
+    done(slot_rows(hops, frame, sent))
+
+
+def write_slot_files(out: Path, rows: list[dict[str, object]], table: dict[str, object]) -> float:
+    """timeslots.csv and timeslot_table.json in the run's folder ``out``; returns the share of the
+    bytes counted that were sent outside their slots (0 with none counted)."""
+    write_csv(out / "timeslots.csv", TIMESLOT_FIELDS, rows)
+    write_json(out / "timeslot_table.json", table)
+    counted = sum(int(r["bytes"]) + int(r["outside_bytes"]) for r in rows)
+    return sum(int(r["outside_bytes"]) for r in rows) / counted if counted else 0.0
+
+
+__all__ = ["TIMESLOT_FIELDS", "SlotHop", "metered", "slot_hops", "slot_rows", "slot_table", "write_slot_files"]
