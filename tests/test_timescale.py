@@ -127,6 +127,29 @@ def test_auto_slows_a_run_until_the_host_keeps_up_in_every_phase() -> None:
         64, "180 MB through the agents in 0.04 s")
 
 
+def test_more_cores_do_not_speed_one_relay_up() -> None:
+    """A relay's bytes go through one agent on one core: sixteen cores slow a 10 Gbit/s line's
+    relay chain as much as two do (measured on a 16-core host: 1.29-1.65 times the prediction at
+    the 8 the host's cores alone would have given, docs/time-scale.md)."""
+    costs = MEASURED_COSTS["compiled"]
+    chain = PhaseLoad(seconds=0.04, transfers=2, packets=1_000, agent_bytes=180e6, busiest_agent_bytes=90e6)
+    spread = PhaseLoad(seconds=0.04, transfers=20, packets=1_000, agent_bytes=180e6, busiest_agent_bytes=9e6)
+    picks = {cores: (pick_scale([chain], costs, cores=cores, fastest_mbps=100, ceiling_mbps=None)[0],
+                     pick_scale([spread], costs, cores=cores, fastest_mbps=100, ceiling_mbps=None)[0])
+             for cores in (2, 16)}
+    assert picks == {2: (64, 64), 16: (64, 8)}
+
+
+@pytest.mark.parametrize("delay_s, lines, scale", [(0.000275, True, 4), (0.0005, True, 2), (0.0015, True, 1),
+                                                   (0.000275, False, 1)])
+def test_short_links_are_slowed_until_the_delay_lines_hold_them(delay_s: float, lines: bool, scale: int) -> None:
+    """A link delay below a millisecond on the host's clock is slowed up to it where delay lines
+    apply the delays (their lateness is not small beside it); netem or no delay needs nothing."""
+    quiet = PhaseLoad(seconds=1.0, transfers=2, packets=1_000, shortest_delay_s=delay_s)
+    assert pick_scale([quiet], MEASURED_COSTS["compiled"], cores=2, fastest_mbps=100, ceiling_mbps=None,
+                      delay_lines=lines)[0] == scale
+
+
 def test_a_compare_runs_every_scheduler_at_the_largest_scale_auto_picks_for_any(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The README's main job with Python delay lines: SPFF alone keeps up in real time, MST's

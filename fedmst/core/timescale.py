@@ -20,6 +20,7 @@ False
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Sequence
@@ -113,43 +114,52 @@ class TimeScale:
 class PhaseLoad:
     """What one transfer phase of a run asks of the host: its predicted length (the network's
     seconds), its transfers, the packets its weights and their ACKs put on the links (one per
-    link they cross), and the weights' bytes the agents move (each transfer's payload sent at its
-    source and received, relayed or summed, at its destination), in all and at the busiest node."""
+    link they cross), the weights' bytes the agents move (each transfer's payload sent at its
+    source and received, relayed or summed, at its destination), in all and at the busiest node,
+    and the shortest link delay it crosses."""
 
     seconds: float
     transfers: int
     packets: float
     agent_bytes: float = 0.0
     busiest_agent_bytes: float = 0.0
+    shortest_delay_s: float = math.inf
+    """The shortest propagation delay of the links its transfers cross (the network's seconds)."""
 
 
 ACKS_PER_PACKET = 0.5
 """A receiver acknowledges every second full segment: half a packet back for every one sent."""
 
 
-def phase_load(plans: Sequence[Plan], phase: Phase, seconds: float, *, mtu: int) -> PhaseLoad:
-    """What ``plans``' ``phase``, predicted to last ``seconds``, asks of the host.
+def phase_load(plans: Sequence[Plan], phase: Phase, seconds: float, *, mtu: int,
+               graph: nx.Graph | None = None) -> PhaseLoad:
+    """What ``plans``' ``phase``, predicted to last ``seconds``, asks of the host (on ``graph``,
+    whose links' ``delay_s`` give the shortest delay crossed; without it, none is known).
 
     >>> from fedmst.core.plan import Plan, Transfer
     >>> from fedmst.core.tasks import Task
     >>> task = Task("t", "a", ("c",), 1_000_000)
     >>> chain = Plan("x", task, (Transfer("broadcast", ("a", "b"), frozenset({0})),
     ...                          Transfer("broadcast", ("b", "c"), frozenset({0}))))
-    >>> load = phase_load([chain], "broadcast", 0.1, mtu=1500)
-    >>> load.transfers, round(load.packets), load.agent_bytes, load.busiest_agent_bytes
-    (2, 2072, 4000000.0, 2000000.0)
+    >>> g = nx.Graph(); g.add_edge("a", "b", delay_s=0.002); g.add_edge("b", "c", delay_s=0.0005)
+    >>> load = phase_load([chain], "broadcast", 0.1, mtu=1500, graph=g)
+    >>> load.transfers, round(load.packets), load.agent_bytes, load.busiest_agent_bytes, load.shortest_delay_s
+    (2, 2072, 4000000.0, 2000000.0, 0.0005)
     """
     moved: dict[str, float] = defaultdict(float)
     frames = 0.0
+    delays = [math.inf]
     for plan in plans:
         for t in plan.phase(phase):
             payload = t.payload(plan.task.model_bytes)
             moved[t.src] += payload
             moved[t.dst] += payload
             frames += wire_bytes(payload, mtu) / (mtu + ETH_HEADER) * len(t.hops)
+            if graph is not None:
+                delays += [float(graph.edges[u, v]["delay_s"]) for u, v in t.hops]
     return PhaseLoad(seconds=seconds, transfers=sum(len(p.phase(phase)) for p in plans),
                      packets=frames * (1 + ACKS_PER_PACKET), agent_bytes=sum(moved.values()),
-                     busiest_agent_bytes=max(moved.values(), default=0.0))
+                     busiest_agent_bytes=max(moved.values(), default=0.0), shortest_delay_s=min(delays))
 
 
 @dataclass(frozen=True)
@@ -209,17 +219,30 @@ path, and each waits for a core (docs/time-scale.md: a 10 Gbit/s line's upload a
 its prediction, NSFNET's MST phases at 29% 1.03x)."""
 LINK_SHARE = 0.5
 """The most of one emulated link's ceiling a slowed link may ask for."""
+SHORTEST_DELAY_S = 1e-3
+"""The shortest link delay, on the host's clock, that the delay lines hold faithfully: they release a
+packet up to about 0.1 ms late on an idle host (more on a busy one), so a shorter link runs with
+a longer and more variable delay than it stands for, and flows that share a FIFO link split it by
+their distorted round trips rather than evenly. Measured on Geant2012 under hier (shortest link
+0.275 ms), whose broadcast waits on the slowest of four flows sharing a link: on an idle 16-core
+host 0.93-1.24 times its prediction at scale 1 and 1.00-1.15 at 2, 0.93-0.95 at 4; on the 2-core
+host 0.93-1.16 at 2 and 0.93-1.01 at 4 (docs/time-scale.md)."""
+ONE_AGENT_CORE = 1
+"""An agent moves its weights on one core at a time (gloo's copies and its chunk loop): a relay's
+bytes must fit one core whatever the host has."""
 MAX_AUTO = 512
 
 
 def pick_scale(phases: Sequence[PhaseLoad], costs: HostCosts, *, cores: int, fastest_mbps: float,
-               ceiling_mbps: float | None) -> tuple[int, str]:
+               ceiling_mbps: float | None, delay_lines: bool = True) -> tuple[int, str]:
     """The time scale a run needs so that its host keeps up, with the reason (for the console):
     the smallest power of two at which, in every transfer phase, the packets take at most
     :data:`PACKET_BUSY` of the host's ``cores``, the transfers' fixed costs at most
-    :data:`TRANSFER_BUSY`, the agents' handling of the weights at most :data:`AGENT_BUSY`, and the
-    ``fastest_mbps`` link at most :data:`LINK_SHARE` of the ``ceiling_mbps`` one emulated link
-    carries (None: not known). 1 where the host keeps up.
+    :data:`TRANSFER_BUSY`, the agents' handling of the weights at most :data:`AGENT_BUSY` (of the
+    ``cores`` for all of them, and of one core for the busiest agent), the shortest link delay
+    crossed is at least :data:`SHORTEST_DELAY_S` on the host's clock where ``delay_lines`` apply
+    the delays, and the ``fastest_mbps`` link at most :data:`LINK_SHARE` of the ``ceiling_mbps``
+    one emulated link carries (None: not known). 1 where the host keeps up.
 
     >>> costs = MEASURED_COSTS["compiled"]
     >>> bulk = PhaseLoad(seconds=0.614, transfers=8, packets=42_007, agent_bytes=72.1e6)  # README's job, MST
@@ -228,9 +251,15 @@ def pick_scale(phases: Sequence[PhaseLoad], costs: HostCosts, *, cores: int, fas
     >>> many = PhaseLoad(seconds=0.144, transfers=450, packets=23_000)  # 30 tasks of 15 local models
     >>> pick_scale([many], costs, cores=2, fastest_mbps=100, ceiling_mbps=2130)
     (16, "450 transfers' fixed costs in 0.144 s")
-    >>> line = PhaseLoad(seconds=0.0403, transfers=2, packets=93_695, agent_bytes=181e6)  # 10 Gbit/s, mlp-xl
+    >>> line = PhaseLoad(seconds=0.0403, transfers=2, packets=93_695, agent_bytes=181e6,  # 10 Gbit/s, mlp-xl
+    ...                  busiest_agent_bytes=90.4e6)
     >>> pick_scale([line], costs, cores=2, fastest_mbps=10_000, ceiling_mbps=2130)
     (64, '181 MB through the agents in 0.0403 s')
+    >>> pick_scale([line], costs, cores=16, fastest_mbps=10_000, ceiling_mbps=2130)  # a relay has one core
+    (64, '90.4 MB through one agent in 0.0403 s')
+    >>> geant = PhaseLoad(seconds=1.77, transfers=16, packets=196_034, shortest_delay_s=0.000275)
+    >>> pick_scale([geant], costs, cores=16, fastest_mbps=100, ceiling_mbps=2130)
+    (4, '0.275 ms links against the delay lines')
     """
     needs = [(1.0, "the host keeps up")]
     for p in phases:
@@ -243,6 +272,11 @@ def pick_scale(phases: Sequence[PhaseLoad], costs: HostCosts, *, cores: int, fas
                       f"{p.transfers} transfers' fixed costs in {p.seconds:.3g} s"))
         needs.append((p.agent_bytes * costs.per_agent_byte_s / (AGENT_BUSY * budget),
                       f"{p.agent_bytes / 1e6:,.0f} MB through the agents in {p.seconds:.3g} s"))
+        needs.append((p.busiest_agent_bytes * costs.per_agent_byte_s / (AGENT_BUSY * ONE_AGENT_CORE * p.seconds),
+                      f"{p.busiest_agent_bytes / 1e6:,.3g} MB through one agent in {p.seconds:.3g} s"))
+        if delay_lines and p.shortest_delay_s > 0:
+            needs.append((SHORTEST_DELAY_S / p.shortest_delay_s,
+                          f"{p.shortest_delay_s * 1e3:.3g} ms links against the delay lines"))
     if ceiling_mbps:
         needs.append((fastest_mbps / (LINK_SHARE * ceiling_mbps),
                       f"{fastest_mbps:g} Mbit/s links against {ceiling_mbps:g} Mbit/s one link carries here"))
@@ -302,6 +336,7 @@ def keeps_up_at(factor: float, ratio: float, busy: float, *, cores: int) -> int 
 REAL_TIME = TimeScale()
 """No slowing: the emulation runs at the network's own speed."""
 
-__all__ = ["HOST_BOUND_CORES", "HOST_BOUND_RATIO", "MEASURED_COSTS", "REAL_TIME", "SATURATED", "TCP_RTO_MIN_S",
+__all__ = ["HOST_BOUND_CORES", "HOST_BOUND_RATIO", "MEASURED_COSTS", "REAL_TIME", "SATURATED", "SHORTEST_DELAY_S",
+           "TCP_RTO_MIN_S",
            "HostCosts", "PhaseLoad", "TimeScale", "keeps_up_at", "phase_load", "pick_scale",
            "power_of_two"]

@@ -256,7 +256,7 @@ def phase_loads(config: RunConfig, host: Host, graph: nx.Graph, workload: Worklo
     with_delay = host.delay_mode != "off"
     return [phase_load(workload.plans, phase, predicted_phase_seconds(
         workload.plans, graph, phase, chunk_bytes=config.chunk_bytes, with_delay=with_delay, mtu=config.mtu),
-        mtu=config.mtu) for phase in TRANSFER_PHASES]
+        mtu=config.mtu, graph=graph) for phase in TRANSFER_PHASES]
 
 
 def training_scale(workload: WorkloadPlan, scale: float, reason: str, *, what: str = "") -> tuple[float, str]:
@@ -311,7 +311,7 @@ def _host_scale(config: RunConfig, host: Host, graph: nx.Graph, workload: Worklo
     line = running_kind() if host.delay_mode == "userspace" else "compiled"  # netem's cost: not measured
     return pick_scale(loads, MEASURED_COSTS[line].on_host(ceiling), cores=os.cpu_count() or 1,
                       fastest_mbps=max(float(c) for _, _, c in graph.edges(data="capacity_mbps")),
-                      ceiling_mbps=ceiling)
+                      ceiling_mbps=ceiling, delay_lines=host.delay_mode == "userspace")
 
 
 def _tasks(config: RunConfig, graph: nx.Graph) -> list[Task]:
