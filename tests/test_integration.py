@@ -416,7 +416,7 @@ def test_each_optical_circuit_carries_its_wavelengths_rate(tmp_path: Path, clean
             assert float(res[f"{phase}_s"]) <= 1.15 * float(res[f"predicted_{phase}_s"]), (res, phase)
     paused = float(rounds[0]["broadcast_s"]) - float(rounds[1]["broadcast_s"])
     assert abs(float(rounds[0]["predicted_broadcast_s"]) - float(rounds[1]["predicted_broadcast_s"]) - 0.3) < 1e-6
-    assert 0.2 < paused < 0.45 and "2 new optical circuit(s) set up in 300 ms before the broadcast" in proc.stdout
+    assert 0.2 < paused < 0.45 and "2 new lightpath(s) set up in 300 ms before the broadcast" in proc.stdout
     summary = json.loads((out / "summary.json").read_text())["optical"]
     assert summary["optical_nodes"] == ["s0", "s1"] and summary["blocking_ratio"] == 0.0
     assert sorted(summary["wavelengths_used"].values()) == [2, 2]
@@ -450,9 +450,13 @@ def test_a_time_sliced_lightpath_sends_only_in_its_slots(tmp_path: Path, clean_h
     table = json.loads((out / "timeslot_table.json").read_text())
     assert table["frame"] == {"timeslots": 4, "slot_us": 5000.0, "guard_us": 500.0}
     assert {r["slot"] for r in table["link_directions"]["s1->l1"]} == {0, 1}
-    summary = json.loads((out / "summary.json").read_text())["optical"]
-    assert summary["wavelengths_used"] == {"l0-s1": 1, "l1-s1": 1} and summary["slot_utilisation"] == 0.5
-    assert summary["slots_outside_share"] <= 0.01
+    summary = json.loads((out / "summary.json").read_text())
+    optical = summary["optical"]
+    assert optical["wavelengths_used"] == {"l0-s1": 1, "l1-s1": 1} and optical["slot_utilisation"] == 0.5
+    assert optical["slots_outside_share"] <= 0.01
+    # 2 km fibres (10 µs), shorter than a delay line's timing error: none holds them
+    assert {"l0-s1", "l1-s1"} <= set(summary["emulated"]["links_without_delay_line"])
+    assert not (out / "delay_lines.json").exists()  # nor any other link of this fabric
 
 
 def test_a_replans_circuits_are_recorded_from_their_round(tmp_path: Path, clean_host: None) -> None:
@@ -482,7 +486,7 @@ def test_on_independent_clocks_every_task_waits_for_its_circuits(tmp_path: Path,
     first = {r["kind"]: float(r["start_s"]) for r in read_csv(out / "timeline.csv")
              if (r["round"], r["phase"]) == ("1", "broadcast")}
     assert first["predicted"] == pytest.approx(0.3) and 0.3 <= first["measured"] < 0.4
-    assert "2 optical circuit(s) set up in 300 ms" in proc.stdout
+    assert "2 lightpath(s) set up in 300 ms" in proc.stdout
 
 def test_a_replans_circuits_replace_the_classes_of_the_ones_before(clean_host: None) -> None:
     """As after a fault's re-plan on spine-leaf:2,2: the first plan's circuit over s1, then the

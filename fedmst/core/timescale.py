@@ -124,7 +124,7 @@ class PhaseLoad:
     agent_bytes: float = 0.0
     busiest_agent_bytes: float = 0.0
     shortest_delay_s: float = math.inf
-    """The shortest propagation delay of the links its transfers cross (the network's seconds)."""
+    """The shortest propagation delay of the links with delay lines its transfers cross (the network's seconds)."""
 
 
 ACKS_PER_PACKET = 0.5
@@ -134,7 +134,8 @@ ACKS_PER_PACKET = 0.5
 def phase_load(plans: Sequence[Plan], phase: Phase, seconds: float, *, mtu: int,
                graph: nx.Graph | None = None) -> PhaseLoad:
     """What ``plans``' ``phase``, predicted to last ``seconds``, asks of the host (on ``graph``,
-    whose links' ``delay_s`` give the shortest delay crossed; without it, none is known).
+    whose links' ``delay_s`` give the shortest delay crossed that a delay line holds; without it,
+    none is known).
 
     >>> from fedmst.core.plan import Plan, Transfer
     >>> from fedmst.core.tasks import Task
@@ -155,8 +156,8 @@ def phase_load(plans: Sequence[Plan], phase: Phase, seconds: float, *, mtu: int,
             moved[t.src] += payload
             moved[t.dst] += payload
             frames += wire_bytes(payload, mtu) / (mtu + ETH_HEADER) * len(t.hops)
-            if graph is not None:
-                delays += [float(graph.edges[u, v]["delay_s"]) for u, v in t.hops]
+            if graph is not None:  # of the links with delay lines
+                delays += [d for u, v in t.hops if (d := float(graph.edges[u, v]["delay_s"])) >= DELAY_LINE_FLOOR_S]
     return PhaseLoad(seconds=seconds, transfers=sum(len(p.phase(phase)) for p in plans),
                      packets=frames * (1 + ACKS_PER_PACKET), agent_bytes=sum(moved.values()),
                      busiest_agent_bytes=max(moved.values(), default=0.0), shortest_delay_s=min(delays))
@@ -219,6 +220,24 @@ path, and each waits for a core (docs/time-scale.md: a 10 Gbit/s line's upload a
 its prediction, NSFNET's MST phases at 29% 1.03x)."""
 LINK_SHARE = 0.5
 """The most of one emulated link's ceiling a slowed link may ask for."""
+DELAY_LINE_FLOOR_S = 1e-4
+"""A delay line releases a packet up to about 0.1 ms late, so a link shorter than that (a fabric's
+2 km fibre is 10 µs) gets none: the kernel's own forwarding latency, tens of µs, stands closer to
+its delay than a line would (:func:`without_delay_lines`). The network's seconds: a slowed run
+does not give it one either."""
+
+
+def without_delay_lines(graph: nx.Graph) -> list[tuple[str, str]]:
+    """The links of ``graph`` too short for a delay line (:data:`DELAY_LINE_FLOOR_S`), which run
+    with no delay of their own.
+
+    >>> g = nx.Graph(); g.add_edge("l0", "s0", delay_s=1e-5); g.add_edge("s0", "l1", delay_s=0.002)
+    >>> without_delay_lines(g)
+    [('l0', 's0')]
+    """
+    return [(u, v) for u, v, d in graph.edges(data="delay_s") if 0 < float(d) < DELAY_LINE_FLOOR_S]
+
+
 SHORTEST_DELAY_S = 1e-3
 """The shortest link delay, on the host's clock, that the delay lines hold faithfully: they release a
 packet up to about 0.1 ms late on an idle host (more on a busy one), so a shorter link runs with
@@ -336,7 +355,6 @@ def keeps_up_at(factor: float, ratio: float, busy: float, *, cores: int) -> int 
 REAL_TIME = TimeScale()
 """No slowing: the emulation runs at the network's own speed."""
 
-__all__ = ["HOST_BOUND_CORES", "HOST_BOUND_RATIO", "MEASURED_COSTS", "REAL_TIME", "SATURATED", "SHORTEST_DELAY_S",
-           "TCP_RTO_MIN_S",
-           "HostCosts", "PhaseLoad", "TimeScale", "keeps_up_at", "phase_load", "pick_scale",
-           "power_of_two"]
+__all__ = ["DELAY_LINE_FLOOR_S", "HOST_BOUND_CORES", "HOST_BOUND_RATIO", "MEASURED_COSTS", "REAL_TIME", "SATURATED",
+           "SHORTEST_DELAY_S", "TCP_RTO_MIN_S", "HostCosts", "PhaseLoad", "TimeScale", "keeps_up_at", "phase_load",
+           "pick_scale", "power_of_two", "without_delay_lines"]

@@ -16,6 +16,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import networkx as nx
+
+from fedmst.core.timescale import without_delay_lines
 from fedmst.core.topology import node_order
 from fedmst.errors import FedmstError
 from fedmst.net.calibrate import cpu_bound_links, link_ceiling_mbps
@@ -206,8 +209,9 @@ def emulation(resolved: ResolvedRun, backend: WorkerBackend, state: RunState, ou
     hosts = {node: state.host_name(i) for i, node in enumerate(sorted(resolved.graph.nodes, key=node_order))}
     netns = backend.up(hosts, mounts=(str(state.scratch), str(out.resolve())))
     scale = resolved.scale
+    graph, unlined = _unlined(resolved, report)
     emu = Emulation(
-        scale.graph(resolved.graph), delay_mode=resolved.delay_mode, loss=config.loss,
+        scale.graph(graph), delay_mode=resolved.delay_mode, loss=config.loss,
         jitter_s=scale.real_s(config.jitter_ms / 1e3), mtu=config.mtu, queue=config.queue,
         rto_min_s=scale.rto_min_s(), transport=resolved.transport, netns=netns,
         capabilities=capabilities,
@@ -215,7 +219,24 @@ def emulation(resolved: ResolvedRun, backend: WorkerBackend, state: RunState, ou
                                 batch_size=config.batch_size, lr=config.lr, client=config.client),
         changing=[c.link for c in resolved.link_changes if c.delay_ms is not None or c.loss is not None],
         run=state)
-    return emu, ceiling
+    return emu, {**ceiling, **unlined}
+
+
+def _unlined(resolved: ResolvedRun, report: Report) -> tuple[nx.Graph, dict[str, object]]:
+    """The graph the emulation builds: with delay lines applying the delays, the links too short
+    for one (:func:`fedmst.core.timescale.without_delay_lines`; one a link trace changes keeps its
+    line) get no delay of their own, and the run says so (the key it adds to summary.json's ``emulated``)."""
+    changing = {frozenset(c.link) for c in resolved.link_changes}
+    short = [(u, v) for u, v in without_delay_lines(resolved.graph) if frozenset((u, v)) not in changing]
+    if resolved.delay_mode != "userspace" or not short:
+        return resolved.graph, {}
+    graph = resolved.graph.copy()
+    for u, v in short:
+        graph.edges[u, v]["delay_s"] = 0.0
+    longest = max(float(resolved.graph.edges[e]["delay_s"]) for e in short)
+    report(f"{counted(len(short), 'link')} of at most {longest * 1e6:.3g} µs run without a delay line, shorter than "
+           "its timing error: the kernel's own forwarding stands for their delay")
+    return graph, {"links_without_delay_line": ["-".join(sorted(e, key=node_order)) for e in short]}
 
 
 def _gone(out: Path) -> str:

@@ -44,7 +44,7 @@ class IndependentRun:
         self.clock = clock = ClockRun(plans=live.plans, rounds=rounds, offsets=offsets, alone=alone,
                                       predicted=simulate(alone, later, rounds, carried))
         if setup_s:
-            session.report(f"{session.tag} {len(live.circuits)} optical circuit(s) set up in "
+            session.report(f"{session.tag} {len(live.circuits)} lightpath(s) set up in "
                            f"{config.reconfig_ms:g} ms: every task starts that much later")
         shifted = {n: o for n, o in resolved.offsets.items() if o}
         if shifted:

@@ -227,7 +227,7 @@ class LockstepRun:
         pause_s = self.config.reconfig_ms / 1e3
         time.sleep(self.session.scale.real_s(pause_s))
         res.reconfig_s[phase] = res.reconfig_s.get(phase, 0.0) + pause_s
-        self.session.report(f"{self.session.tag} round {res.round}: {len(new)} new optical circuit(s) set up in "
+        self.session.report(f"{self.session.tag} round {res.round}: {len(new)} new lightpath(s) set up in "
                             f"{self.config.reconfig_ms:g} ms before the {phase}")
 
     def report_late(self, r: int, late: dict[str, list[int]]) -> None:
