@@ -134,7 +134,7 @@ class RunConfig:
     tasks: int = option(1, "--tasks", help="Concurrent FL tasks sharing the network, each placed by seed.",
                         check=_at_least(1))
     ocs_wavelengths: int = option(
-        32, "--ocs-wavelengths", check=_at_least(0), was="--wavelengths",
+        40, "--ocs-wavelengths", check=_at_least(0), was="--wavelengths",
         help="Circuit (OCS) wavelengths per fibre, or per link where no node is all-optical (first fit; a task "
              "that finds none is blocked and not run). On a fabric each wavelength carries the fibre's capacity / "
              "(OCS + OTS wavelengths).")
