@@ -163,3 +163,18 @@ def test_ocs_is_unchanged_by_time_sliced_wavelengths_but_for_the_rate() -> None:
     beside = OCSPolicy().assign(spectrum_for(g, 4, ots=4), plan).circuits
     assert [(lp.path, lp.wavelength) for lp in alone] == [(lp.path, lp.wavelength) for lp in beside]
     assert all(b.slot_mbps[0] == pytest.approx(a.slot_mbps[0] / 2) for a, b in zip(alone, beside))
+
+
+def test_a_slot_carries_whole_packets_and_one_too_short_for_any_is_refused() -> None:
+    """A packet never straddles a slot's end: the share counts the whole frames that fit its open
+    time (the gate lets no more go), and a slot that fits none cannot carry anything."""
+    g = _line(2, mbps=100.0)
+    fluid = Spectrum(g, 0, ots=1, frame=Frame(timeslots=2, slot_us=200.0, guard_us=20.0))
+    packets = Spectrum(g, 0, ots=1, frame=Frame(timeslots=2, slot_us=200.0, guard_us=20.0), frame_bytes=1514)
+    # 180 µs open at 100 Mbit/s is 2,250 bytes: one whole 1,514-byte frame
+    assert fluid.reserve(("n0", "n1"), 0, ("a", ("n0", "n1")), slots=(0,)).share == pytest.approx(0.45)
+    assert packets.reserve(("n0", "n1"), 0, ("a", ("n0", "n1")), slots=(0,)).share == pytest.approx(
+        1514 * 8 / 100 / 200 / 2)
+    short = Spectrum(g, 0, ots=1, frame=Frame(timeslots=2, slot_us=100.0, guard_us=10.0), frame_bytes=1514)
+    with pytest.raises(SchedulerError, match="carries no whole packet of 1514 bytes: give a longer --timeslot-us"):
+        short.reserve(("n0", "n1"), 0, ("a", ("n0", "n1")), slots=(0,))

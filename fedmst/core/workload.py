@@ -257,7 +257,7 @@ def schedule_workload(
     names = [t.name for t in tasks]
     if len(set(names)) != len(names):
         raise SchedulerError(f"task names in a workload must be distinct, got {names}")
-    spectrum = spectrum_for(graph, wavelengths, wavelength_mbps, ots=ots, frame=frame)
+    spectrum = spectrum_for(graph, wavelengths, wavelength_mbps, ots=ots, frame=frame, mtu=mtu)
     policy = get_policy(optical)
     if policy.time_slices and not spectrum.ots and fibres(graph):
         raise SchedulerError(f"--optical {optical} gives timeslots, and the fibres carry no time-sliced wavelength: "

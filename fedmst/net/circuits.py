@@ -22,6 +22,7 @@ interface's circuit classes are exactly the circuits held.
 from __future__ import annotations
 
 import ipaddress
+import json
 import signal
 import time
 from dataclasses import dataclass
@@ -171,6 +172,22 @@ class SlotGates:
         self._gates: dict[str, tuple[object, Path]] = {}
         """Node -> its gate process and table file."""
         self.epoch: float | None = None
+
+    @staticmethod
+    def stats_file(table: Path) -> Path:
+        """Where the gate that runs ``table`` writes its counters when it stops."""
+        return table.with_suffix(".stats.json")
+
+    def counters(self) -> dict[str, int]:
+        """What the stopped gates counted, together: the bytes they let go, the packets they
+        dropped past their queues' bound and the most packets one lightpath had waiting (empty
+        where no gate ran)."""
+        rows = [row for _, table in self._gates.values() if self.stats_file(table).exists()
+                for row in json.loads(self.stats_file(table).read_text())]
+        if not rows:
+            return {}
+        return {"released_bytes": sum(r["released_bytes"] for r in rows), "dropped": sum(r["dropped"] for r in rows),
+                "most_held": max(r["most_held"] for r in rows)}
 
     def install(self, circuits: Sequence[Circuit], sender: Mapping[tuple[str, str], tuple[str, str]], frame: Frame,
                 *, scratch: Path, start: Callable[[str, Path], object], rules: Callable[[str, list[str]], None],

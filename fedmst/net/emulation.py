@@ -186,6 +186,7 @@ class Emulation:
         self._delay_lines = DelayLines(self._hops)
         self._circuits = CircuitClasses()
         self.gates = SlotGates()
+        self.gate_counters: dict[str, int] = {}  # what the timeslot gates counted, once they stopped
         self._run = run
         self._state: RunState | None = None
 
@@ -212,6 +213,7 @@ class Emulation:
             "loss": self.loss > 0, "loss_rate": self.loss, "jitter_s": self.jitter_s,
             "netem_available": self.capabilities.netem, "mtu": self.mtu, "note": note,
             **({"delay_line": self._delay_lines.implementation} if self.delay_mode == "userspace" else {}),
+            **({"timeslot_gates": self.gate_counters} if self.gate_counters else {}),
             **self.tcp.terms(),
             "slow_start_after_idle": SLOW_START_AFTER_IDLE,
         }
@@ -300,6 +302,7 @@ class Emulation:
         """Stop every process started in the hosts, then the network, then unregister the run's
         congestion control. Safe to call twice."""
         self._processes.close()
+        self.gate_counters = self.gates.counters()  # written as they stopped, read before the scratch goes
         try:
             self.tcp.read((hop, link.sender(*hop), self._shells[hop[0]].cmd)
                           for link in self._links for hop in link.directions if hop[0] in self._shells)
@@ -337,7 +340,8 @@ class Emulation:
             self.gates.install(
                 circuits, sender, frame, scratch=scratch,
                 start=lambda node, table: self.spawn(node, "fedmst.net.slotgate:main",
-                                                     ["--queue", str(GATE_QUEUE), "--table", str(table)], env={},
+                                                     ["--queue", str(GATE_QUEUE), "--table", str(table),
+                                                      "--stats", str(SlotGates.stats_file(table))], env={},
                                                      log=scratch / f"gate-{node}.log", name="gate", warm=False),
                 rules=lambda node, lines: self._shells[node].iptables_restore(
                     ["\n".join(lines) + "\n"], f"installing the timeslot gate of node {node}"),

@@ -35,6 +35,7 @@ import networkx as nx
 from fedmst.core.optical.slots import DEFAULT_FRAME, Frame
 from fedmst.core.optical.wavelengths import Lightpath, Link, Path, Spectrum, admit, link
 from fedmst.core.plan import Plan
+from fedmst.core.wire import ETH_HEADER
 from fedmst.core.topology import node_order, optical_nodes
 from fedmst.errors import SchedulerError
 from fedmst.plugins import Registry, one_line
@@ -47,14 +48,15 @@ def fibres(graph: nx.Graph) -> frozenset[Link]:
 
 
 def spectrum_for(graph: nx.Graph, wavelengths: int, wavelength_mbps: float | None = None, *, ots: int = 0,
-                 frame: Frame = DEFAULT_FRAME) -> Spectrum:
+                 frame: Frame = DEFAULT_FRAME, mtu: int | None = None) -> Spectrum:
     """The wavelengths a workload is admitted on: every fibre's on a fabric (``wavelengths`` circuit
-    and ``ots`` time-sliced ones), every link's elsewhere (circuits only: time slices need a fabric)."""
+    and ``ots`` time-sliced ones, whose slots carry whole packets of ``mtu``), every link's elsewhere
+    (circuits only: time slices need a fabric)."""
     held = fibres(graph)
     if not held:
         return Spectrum(graph, wavelengths, wavelength_mbps=wavelength_mbps)
     return Spectrum(graph.edge_subgraph(tuple(e) for e in held), wavelengths, wavelength_mbps=wavelength_mbps,
-                    ots=ots, frame=frame)
+                    ots=ots, frame=frame, frame_bytes=None if mtu is None else mtu + ETH_HEADER)
 
 
 @dataclass(frozen=True)

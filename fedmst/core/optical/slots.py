@@ -65,9 +65,20 @@ class Frame:
     def frame_us(self) -> float:
         return self.timeslots * self.slot_us
 
-    def share(self, slots: int) -> float:
-        """The share of the wavelength's rate that ``slots`` slots of every frame carry on average."""
-        return slots / self.timeslots * (1.0 - self.guard_us / self.slot_us)
+    def share(self, slots: int, *, mbps: float | None = None, frame_bytes: int | None = None) -> float:
+        """The share of the wavelength's rate that ``slots`` slots of every frame carry on average:
+        their open time, or, given the wavelength's ``mbps`` and the packets' ``frame_bytes`` on the
+        wire, the whole packets that fit in it (a packet never straddles a slot's end: 7.7 frames'
+        worth of a slot carries 7).
+
+        >>> f = Frame(timeslots=8, slot_us=500.0, guard_us=50.0)
+        >>> f.share(1), round(f.share(1, mbps=10_000 / 48, frame_bytes=1514), 4)
+        (0.1125, 0.1017)
+        """
+        open_us = self.slot_us - self.guard_us
+        if mbps is not None and frame_bytes is not None:
+            open_us = math.floor(open_us * mbps / 8 / frame_bytes) * frame_bytes * 8 / mbps
+        return slots / self.timeslots * open_us / self.slot_us
 
     def opens_at(self, slot: int, frame: int = 0, *, delay_s: float = 0.0) -> float:
         """When ``slot`` of the ``frame``-th frame opens (its guard over) on the network's clock,

@@ -120,7 +120,7 @@ class Spectrum:
     """Which wavelength of which link is held by which lightpath (mutable allocation state)."""
 
     def __init__(self, graph: nx.Graph, wavelengths: int, *, wavelength_mbps: float | None = None,
-                 ots: int = 0, frame: Frame = DEFAULT_FRAME) -> None:
+                 ots: int = 0, frame: Frame = DEFAULT_FRAME, frame_bytes: int | None = None) -> None:
         for name, n, least in (("wavelengths per link", wavelengths, 0 if ots else 1), ("OTS wavelengths", ots, 0)):
             if isinstance(n, bool) or not isinstance(n, int) or n < least:
                 raise SchedulerError(f"{name} must be an integer >= {least}, got {n!r}")
@@ -134,6 +134,8 @@ class Spectrum:
         self.ots = ots
         """Time-sliced wavelengths per link: indices ``wavelengths..wavelengths+ots-1``."""
         self.frame = frame
+        self.frame_bytes = frame_bytes
+        """The packets' size on the wire, whole ones of which a slot carries (None: its open time, as a fluid)."""
         self.wavelength_mbps = wavelength_mbps
         self._held: dict[Link, dict[int, Owner]] = {link(u, v): {} for u, v in graph.edges}
         self._slots: dict[Link, dict[tuple[int, int], Owner]] = {e: {} for e in self._held}
@@ -210,6 +212,12 @@ class Spectrum:
                                  + f", got {tuple(slots)}")
         if (owner, tuple(path)) in self._lightpaths:
             raise SchedulerError(f"{owner[0]!r} already holds a lightpath on {_show(path)}")
+        rates = tuple(self.slot_mbps(u, v) for u, v in pairwise(path))
+        share = self.frame.share(len(slots), mbps=min(rates), frame_bytes=self.frame_bytes) if ots else 1.0
+        if ots and share <= 0:
+            raise SchedulerError(f"a timeslot of {self.frame.slot_us:g} µs ({self.frame.guard_us:g} µs guard) at "
+                                 f"{min(rates):g} Mbit/s carries no whole packet of {self.frame_bytes} bytes: "
+                                 "give a longer --timeslot-us")
         keys = [(wavelength, t) for t in slots] or [wavelength]
         for (u, v), e in zip(pairwise(path), links):
             held = self._slots[e] if ots else self._held[e]
@@ -225,10 +233,10 @@ class Spectrum:
             task=owner[0],
             path=tuple(path),
             wavelength=wavelength,
-            slot_mbps=tuple(self.slot_mbps(u, v) for u, v in pairwise(path)),
+            slot_mbps=rates,
             serves=() if tuple(path) == owner[1] else owner[1],
             slots=tuple(sorted(slots)),
-            share=self.frame.share(len(slots)) if ots else 1.0,
+            share=share,
         )
         self._lightpaths[(owner, tuple(path))] = lp
         return lp
