@@ -32,9 +32,8 @@ from fedmst.errors import SchedulerError, TaskError
 from fedmst.core.jsonfile import read_entries
 from fedmst.core.schedulers import schedule
 from fedmst.core.optical.slots import DEFAULT_FRAME, Frame
-from fedmst.core.optical.wavelengths import Lightpath, Spectrum, lightpath_paths
+from fedmst.core.optical.wavelengths import Lightpath, Spectrum, lightpath_stretches
 from fedmst.core.optical.circuits import Assignment, OCSPolicy, assign, fibres, get_policy, spectrum_for
-from fedmst.core.optical.wavelengths import stretches
 from fedmst.core.plan import LinkDir, Phase, Plan, predicted_link_bytes
 from fedmst.core.tasks import Task, compute_nodes, place_task
 from fedmst.core.wire import DEFAULT_MTU
@@ -299,11 +298,10 @@ def check_held(spectrum: Spectrum, plan: Plan, given: Assignment, policy: str) -
         raise SchedulerError(f"optical policy {policy!r} gave task {task} {len(given.circuits)} circuit(s) but holds "
                              f"{len(held)} on the spectrum: reserve each circuit it gives (Spectrum.reserve), no other")
     covered = {(lp.owner[1], lp.path) for lp in held}
-    for path in lightpath_paths(plan):
-        for stretch in stretches(path, spectrum.graph):
-            if (path, stretch) not in covered:
-                raise SchedulerError(f"optical policy {policy!r} gave task {task} no circuit on "
-                                     f"{'-'.join(stretch)} (transfer path {'-'.join(path)})")
+    for path, stretch in lightpath_stretches(plan, spectrum.graph):
+        if (path, stretch) not in covered:
+            raise SchedulerError(f"optical policy {policy!r} gave task {task} no circuit on "
+                                 f"{'-'.join(stretch)} (transfer path {'-'.join(path)})")
 
 
 __all__ = ["TaskEntry", "WorkloadPlan", "link_state", "make_tasks", "read_workload", "schedule_workload", "task_seed"]

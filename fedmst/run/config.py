@@ -421,6 +421,17 @@ def options() -> dict[str, tuple[Field[Any], Option]]:
     return {f.name: (f, f.metadata["option"]) for f in fields(RunConfig)}
 
 
+def changed(config: RunConfig, names: Sequence[str]) -> list[str]:
+    """The options among ``names`` (fields) whose value in ``config`` is not their declared default,
+    as the command line names them.
+
+    >>> changed(RunConfig(reconfig_ms=20.0), ("optical", "reconfig_ms"))
+    ['--reconfig-ms']
+    """
+    declared = options()
+    return [declared[n][1].label(n) for n in names if getattr(config, n) != declared[n][0].default]
+
+
 def split_list(value: str, option_name: str) -> tuple[str, ...]:
     """``a,b,c`` as its items, refusing an empty one (``a,,b``, a trailing comma) in one line.
 

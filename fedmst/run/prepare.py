@@ -32,7 +32,7 @@ from fedmst.errors import FedmstError
 from fedmst.fl.strategies import build_strategy, strategy_knobs
 from fedmst.net.capture import parse_links, require_tcpdump
 from fedmst.net.congestion import Transport, prepare_transport
-from fedmst.run.config import RunConfig, options, validate
+from fedmst.run.config import RunConfig, changed, validate
 from fedmst.workers.backends import WorkerLimits, backend_for, check_backend, worker_limits
 from fedmst.wording import counted
 
@@ -357,15 +357,14 @@ def unused_optical_options(config: RunConfig, graph: nx.Graph) -> str | None:
 
     >>> from fedmst.core.topology import load_topology
     >>> unused_optical_options(RunConfig(reconfig_ms=20.0), load_topology("line3"))
-    '--reconfig-ms: no node of line3 is all-optical, so no circuit is set up (docs/topologies.md)'
+    '--reconfig-ms: no node of line3 is all-optical, so no lightpath is set up (docs/topologies.md)'
     >>> unused_optical_options(RunConfig(reconfig_ms=20.0), load_topology("spine-leaf:2,2")) is None
     True
     """
     if optical_nodes(graph):
         return None
-    given = [opt.label(name) for name, (f, opt) in options().items()
-             if name in ("optical", "reconfig_ms") and getattr(config, name) != f.default]
-    return (f"{', '.join(given)}: no node of {graph.graph['name']} is all-optical, so no circuit is set up "
+    given = changed(config, ("optical", "reconfig_ms", "ots_wavelengths", "timeslots", "timeslot_us", "guard_us"))
+    return (f"{', '.join(given)}: no node of {graph.graph['name']} is all-optical, so no lightpath is set up "
             "(docs/topologies.md)") if given else None
 
 

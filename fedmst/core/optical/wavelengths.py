@@ -243,7 +243,15 @@ class Spectrum:
 
     def release(self, owner: Owner) -> None:
         """Free every lightpath ``owner`` holds."""
-        for key in [k for k in self._lightpaths if k[0] == owner]:
+        self._release(lambda o: o == owner)
+
+    def release_task(self, task: str) -> None:
+        """Free every lightpath held by ``task``."""
+        self._release(lambda o: o[0] == task)
+
+    def _release(self, whose: Callable[[Owner], bool]) -> None:
+        """Free, in one pass, every lightpath whose owner ``whose`` picks."""
+        for key in [k for k in self._lightpaths if whose(k[0])]:
             lp = self._lightpaths.pop(key)
             for e in _links(lp.path):
                 if lp.slots:
@@ -251,11 +259,6 @@ class Spectrum:
                         del self._slots[e][(lp.wavelength, t)]
                 else:
                     del self._held[e][lp.wavelength]
-
-    def release_task(self, task: str) -> None:
-        """Free every lightpath held by ``task``."""
-        for owner in dict.fromkeys(o for o, _ in self._lightpaths if o[0] == task):
-            self.release(owner)
 
     @property
     def lightpaths(self) -> tuple[Lightpath, ...]:
@@ -286,6 +289,12 @@ def lightpath_paths(plan: Plan) -> tuple[Path, ...]:
             seen.add(t.path)
             out.append(t.path)
     return tuple(out)
+
+
+def lightpath_stretches(plan: Plan, graph: nx.Graph) -> tuple[tuple[Path, Path], ...]:
+    """Every (transfer path, stretch of fibre in it) of ``plan`` that holds a lightpath on the
+    spectrum over ``graph``, in :func:`lightpath_paths` order: what a policy must cover."""
+    return tuple((path, s) for path in lightpath_paths(plan) for s in stretches(path, graph))
 
 
 def stretches(path: Path, graph: nx.Graph) -> tuple[Path, ...]:
@@ -323,7 +332,7 @@ def admit(spectrum: Spectrum, plan: Plan, time_sliced: Callable[[Path], bool] = 
     'no timeslot free on every link of path a-b-c (1 OTS wavelengths of 1 slots; links full: a-b, b-c)'
     """
     task = plan.task.name
-    for serves, path in ((p, s) for p in lightpath_paths(plan) for s in stretches(p, spectrum.graph)):
+    for serves, path in lightpath_stretches(plan, spectrum.graph):
         ots = time_sliced(serves)
         got = spectrum.first_fit_slot(path) if ots else spectrum.first_fit(path)
         if got is None:
@@ -345,4 +354,5 @@ def admit(spectrum: Spectrum, plan: Plan, time_sliced: Callable[[Path], bool] = 
     return None
 
 
-__all__ = ["Lightpath", "Link", "Owner", "Spectrum", "admit", "lightpath_paths", "link", "stretches"]
+__all__ = ["Lightpath", "Link", "Owner", "Spectrum", "admit", "lightpath_paths", "lightpath_stretches", "link",
+           "stretches"]
