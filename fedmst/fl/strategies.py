@@ -276,11 +276,11 @@ class Krum(_Robust):
     limits: ClassVar[Mapping[str, Range]] = {"num_malicious_clients": Range(0), "num_clients_to_keep": Range(0)}
 
     def check(self, participants: int) -> None:
-        f = self.num_malicious_clients
-        if f < 0 or participants <= 2 * f + 2:
+        f = self.num_malicious_clients  # neither knob below 0: the limits refuse that
+        if participants <= 2 * f + 2:
             raise StrategyError(f"krum with num_malicious_clients={f} needs more than {2 * f + 2} participants a "
                                 f"round (Blanchard et al.: n > 2f + 2); this run has {participants}")
-        if not 0 <= self.num_clients_to_keep <= participants:
+        if self.num_clients_to_keep > participants:
             raise StrategyError(f"krum: num_clients_to_keep={self.num_clients_to_keep} must be from 0 to the "
                                 f"{participants} participants a round")
 
@@ -295,7 +295,7 @@ class Krum(_Robust):
         scores = [distances[i].sort().values[1:closest + 1].sum().item() for i in range(len(models))]
         ranked = sorted(range(len(models)), key=lambda i: scores[i])
         keep = self.num_clients_to_keep
-        if keep <= 0:
+        if keep == 0:
             return current + updates[models[ranked[0]]]
         best = [models[i] for i in ranked[:keep]]
         total = sum(weights[m] for m in best)

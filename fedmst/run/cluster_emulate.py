@@ -25,7 +25,7 @@ import threading
 import time
 import traceback
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
@@ -148,8 +148,7 @@ class EmulatedRunner:
             for line in lines:
                 try:
                     s = json.loads(line)
-                    told.setdefault(s["node"], []).append(PhaseSpan(name, int(s["round"]), s["phase"],
-                                                                    float(s["start_s"]), float(s["end_s"])))
+                    told.setdefault(s["node"], []).append(PhaseSpan(**{f.name: s[f.name] for f in fields(PhaseSpan)}))
                 except (ValueError, KeyError, TypeError):
                     continue  # a line cut short by the interruption
             spans += self._windows(self.plans[name], started, {

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import cache, partial
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping
@@ -499,8 +499,7 @@ def _spanned(progress_dir: str | None, node: str, span: PhaseSpan) -> None:
     (:meth:`fedmst.run.cluster_emulate.EmulatedRunner.interrupted` reads them)."""
     if not progress_dir:
         return
-    line = json.dumps({"node": node, "round": span.round, "phase": span.phase, "start_s": span.start_s,
-                       "end_s": span.end_s}) + "\n"
+    line = json.dumps({"node": node, **asdict(span)}) + "\n"
     with (Path(progress_dir) / f"{span.task}.spans").open("a") as f:
         f.write(line)
 
