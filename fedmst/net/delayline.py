@@ -44,7 +44,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Deque, Protocol, Sequence
+from typing import Any, Callable, Deque, Protocol, Sequence
 
 from fedmst.net.buildcache import CACHE_ROOT, cached, digest
 
@@ -410,6 +410,31 @@ def die_with_parent() -> None:
         pass
 
 
+def queue_process(prog: str, queue: int, take: Callable[[Any], None], mode: str,
+                  **bind: int) -> tuple[Any, Signals] | None:
+    """A user-space NFQUEUE process's start (a delay line's, a timeslot gate's): dying with its
+    parent, its signals caught, its timers tight, and ``queue`` of its network namespace bound to
+    ``take`` in netfilterqueue's copy ``mode`` (``bind``: the rest of ``NetfilterQueue.bind``'s
+    options). Returns the bound queue and the signals, or None where netfilterqueue is missing or
+    the queue cannot be bound, said on stderr as ``prog``."""
+    try:
+        import netfilterqueue
+    except ImportError as exc:
+        print(f"{prog}: netfilterqueue missing ({exc}); pip install NetfilterQueue", file=sys.stderr)
+        return None
+    die_with_parent()
+    signals = Signals()
+    tighten_timers()
+    try:
+        nfq = netfilterqueue.NetfilterQueue()
+        nfq.bind(queue, take, mode=getattr(netfilterqueue, mode), **bind)
+    except (OSError, RuntimeError) as exc:
+        print(f"{prog}: cannot bind NFQUEUE {queue} ({exc}); need root, and no other process may hold that "
+              "queue in this network namespace", file=sys.stderr)
+        return None
+    return nfq, signals
+
+
 def tighten_timers() -> None:
     """Timer slack of 1 ns instead of 50 us: select() timeouts are our release times."""
     try:
@@ -577,26 +602,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         spec = LineSpec(args.queue, args.delay_ms / 1e3, args.jitter_ms / 1e3, args.loss, args.capacity, seed,
                         args.stats, args.control)
         return run_compiled(compiled_command(args.compiled, [("-", spec)]))
-    try:
-        from netfilterqueue import COPY_META, NetfilterQueue
-    except ImportError as exc:
-        print(f"fedmst.net.delayline: netfilterqueue missing ({exc}); pip install NetfilterQueue", file=sys.stderr)
-        return 1
-
-    die_with_parent()
-    signals = Signals()
-    tighten_timers()
     stamps = _enable_rx_timestamps()  # noqa: F841 - kept open: the kernel stamps while it lives
     pushed = _StampedPush(line)
-    try:
-        nfq = NetfilterQueue()
-        # COPY_META: only metadata crosses to user space, never payload; packets stay in the kernel
-        nfq.bind(args.queue, pushed, max_len=args.capacity + KERNEL_QUEUE_SLACK, mode=COPY_META)
-    except (OSError, RuntimeError) as exc:
-        print(f"fedmst.net.delayline: cannot bind NFQUEUE {args.queue} ({exc}); need root, "
-              "and no other process may hold that queue in this network namespace", file=sys.stderr)
+    # COPY_META: only metadata crosses to user space, never payload; packets stay in the kernel
+    started = queue_process("fedmst.net.delayline", args.queue, pushed, "COPY_META",
+                            max_len=args.capacity + KERNEL_QUEUE_SLACK)
+    if started is None:
         return 1
-
+    nfq, signals = started
     rc = 0
     try:
         _serve(line, nfq, signals, args.control)

@@ -28,14 +28,13 @@ import collections
 import json
 import select
 import struct
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Deque, Protocol, Sequence
 
 from fedmst.core.wire import ETH_HEADER
-from fedmst.net.delayline import Signals, die_with_parent, tighten_timers
+from fedmst.net.delayline import Signals, queue_process
 
 QUEUE_PACKETS = 256
 """Packets a gate holds per lightpath, waiting for its slot: a frame's worth of a wavelength at
@@ -262,14 +261,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--table", type=Path, required=True, help="the gate's GateTable as JSON; read again on SIGUSR1")
     p.add_argument("--stats", type=Path, default=None, help="write the gate's counters here as JSON on exit")
     args = p.parse_args(argv)
-    try:
-        from netfilterqueue import COPY_PACKET, NetfilterQueue
-    except ImportError as exc:
-        print(f"fedmst.net.slotgate: netfilterqueue missing ({exc}); pip install NetfilterQueue", file=sys.stderr)
-        return 1
-    die_with_parent()
-    signals = Signals()
-    tighten_timers()
     gate = Gate(GateTable.from_json(args.table.read_text()))
 
     def take(packet: object) -> None:
@@ -277,14 +268,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if gate.push(packet, source, size, time.time()):  # type: ignore[arg-type]
             packet.accept()  # type: ignore[attr-defined]
 
-    nfq = NetfilterQueue()
-    try:
-        # the first 20 bytes (the IPv4 header) cross to user space: the source and the length
-        nfq.bind(args.queue, take, max_len=QUEUE_PACKETS * 64, mode=COPY_PACKET, range=20)
-    except (OSError, RuntimeError) as exc:
-        print(f"fedmst.net.slotgate: cannot bind NFQUEUE {args.queue} ({exc}); need root, and no other "
-              "process may hold that queue in this network namespace", file=sys.stderr)
+    # the first 20 bytes (the IPv4 header) cross to user space: the source and the length
+    started = queue_process("fedmst.net.slotgate", args.queue, take, "COPY_PACKET", max_len=QUEUE_PACKETS * 64,
+                            range=20)
+    if started is None:
         return 1
+    nfq, signals = started
     try:
         gate = _serve(gate, nfq, signals, args.table)
     finally:
