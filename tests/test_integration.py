@@ -389,15 +389,20 @@ def test_a_users_dataset_shapes_the_model_and_aggregates_exactly(tmp_path: Path,
     assert set(summary["time_breakdown_s"]) == {"prepare", "network", "agents", "rounds", "teardown"}
 
 
+def _fabric_run(out: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """``fedmst run`` on spine-leaf:2,2,1 at 100 Mbit/s, G on h0_0 sending to l1 and h1_0 under spff
+    over the same fibres l0-s1-l1 (one epoch a round), with ``options``, into ``out``."""
+    return fedmst_cli("run", "--topology", "spine-leaf:2,2,1,mbps=100", "--global-node", "h0_0", "--local-nodes",
+                      "l1,h1_0", "-k", "2", "--scheduler", "spff", "--epochs", "1", *options, "--out", out)
+
+
 def test_each_optical_circuit_carries_its_wavelengths_rate(tmp_path: Path, clean_host: None) -> None:
     """spine-leaf:2,2,1 at 100 Mbit/s with 4 OCS wavelengths per fibre: G on h0_0 sends to l1 and h1_0
     over two circuits on the same fibres, each held to 25 Mbit/s (the fibre carries 50, not 100); the
     phases keep their prediction, and round 1's broadcast waits out the circuits' set-up."""
     out = tmp_path / "ocs"
-    proc = fedmst_cli("run", "--topology", "spine-leaf:2,2,1,mbps=100", "--global-node", "h0_0", "--local-nodes",
-                      "l1,h1_0", "-k", "2", "--scheduler", "spff", "--ocs-wavelengths", "4",
-                      "--ots-wavelengths", "0", "--reconfig-ms", "300",
-                      "--rounds", "2", "--epochs", "1", "--time-scale", "1", "--out", out)
+    proc = _fabric_run(out, "--ocs-wavelengths", "4", "--ots-wavelengths", "0", "--reconfig-ms", "300", "--rounds", "2",
+                       "--time-scale", "1")
     assert proc.returncode == 0, proc.stderr[-2000:]
     circuits = read_csv(out / "optical.csv")
     assert [(c["kind"], float(c["reserved_mbps"]), c["blocked"]) for c in circuits] == [("ocs", 25.0, "")] * 2
@@ -429,10 +434,8 @@ def test_a_time_sliced_lightpath_sends_only_in_its_slots(tmp_path: Path, clean_h
     rate within 10%, the captures find at most 1% of their bytes outside their slots, and the phases
     keep their prediction."""
     out = tmp_path / "ots"
-    proc = fedmst_cli("run", "--topology", "spine-leaf:2,2,1,mbps=100", "--global-node", "h0_0", "--local-nodes",
-                      "l1,h1_0", "-k", "2", "--scheduler", "spff", "--optical", "ots", "--ocs-wavelengths", "0",
-                      "--ots-wavelengths", "1", "--timeslots", "4", "--timeslot-us", "5000", "--guard-us", "500",
-                      "--rounds", "1", "--epochs", "1", "--time-scale", "1", "--out", out)
+    proc = _fabric_run(out, "--optical", "ots", "--ocs-wavelengths", "0", "--ots-wavelengths", "1", "--timeslots", "4",
+                       "--timeslot-us", "5000", "--guard-us", "500", "--rounds", "1", "--time-scale", "1")
     assert proc.returncode == 0, proc.stderr[-2000:]
     paths = read_csv(out / "optical.csv")
     # one slot of 4 at 100 Mbit/s, 4.5 ms open: 37 whole 1,514-byte frames, 22.4 Mbit/s on average
@@ -464,10 +467,8 @@ def test_a_replans_circuits_are_recorded_from_their_round(tmp_path: Path, clean_
     """l0-s1 cut at round 2: the re-plan's circuits over s0 join optical.csv from round 2, each set
     up anew, and summary.json counts both plans' circuits."""
     out = tmp_path / "replan"
-    proc = fedmst_cli("run", "--topology", "spine-leaf:2,2,1,mbps=100", "--global-node", "h0_0", "--local-nodes",
-                      "l1,h1_0", "-k", "2", "--scheduler", "spff", "--ocs-wavelengths", "4",
-                      "--ots-wavelengths", "0", "--model", "mlp",
-                      "--rounds", "2", "--epochs", "1", "--fail-link", "l0-s1@2", "--out", out)
+    proc = _fabric_run(out, "--ocs-wavelengths", "4", "--ots-wavelengths", "0", "--model", "mlp", "--rounds", "2",
+                       "--fail-link", "l0-s1@2")
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [(c["path"], c["from_round"], float(c["setup_ms"])) for c in read_csv(out / "optical.csv")]
     assert rows == [("l0-s1-l1", "1", 1.2)] * 2 + [("l0-s0-l1", "2", 1.2)] * 2
@@ -479,10 +480,8 @@ def test_on_independent_clocks_every_task_waits_for_its_circuits(tmp_path: Path,
     """--clock independent on a fabric: each task's round 1 broadcast starts --reconfig-ms later
     on its own clock, measured and predicted."""
     out = tmp_path / "independent"
-    proc = fedmst_cli("run", "--topology", "spine-leaf:2,2,1,mbps=100", "--global-node", "h0_0", "--local-nodes",
-                      "l1,h1_0", "-k", "2", "--scheduler", "spff", "--ocs-wavelengths", "4",
-                      "--ots-wavelengths", "0", "--model", "mlp",
-                      "--rounds", "2", "--epochs", "1", "--clock", "independent", "--reconfig-ms", "300", "--out", out)
+    proc = _fabric_run(out, "--ocs-wavelengths", "4", "--ots-wavelengths", "0", "--model", "mlp", "--rounds", "2",
+                       "--clock", "independent", "--reconfig-ms", "300")
     assert proc.returncode == 0, proc.stderr[-2000:]
     first = {r["kind"]: float(r["start_s"]) for r in read_csv(out / "timeline.csv")
              if (r["round"], r["phase"]) == ("1", "broadcast")}
