@@ -120,6 +120,7 @@ def _emulated(resolved: ResolvedCluster) -> ResolvedCluster:
     full = _full(resolved)
     scale, reason = float(config.time_scale) if config.time_scale != "auto" else 1.0, ""
     if config.time_scale == "auto":  # jobs run on their own clocks: a full cluster's trainings must fit the cores
+        # the cluster's jobs hold no lightpaths: the graph is as they see it
         scale, reason = training_scale(full, *pick_time_scale(config, host, resolved.graph, full),
                                        what="of a full cluster ")
     base = ResolvedRun(

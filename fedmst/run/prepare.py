@@ -221,7 +221,7 @@ def _plan(config: RunConfig, host: Host, inputs: _Inputs, scheduler: str) -> Res
                                 compute_s=p.task.compute_s, start_s=p.task.start_s,
                                 chunk_bytes=config.chunk_bytes, with_delay=with_delay, mtu=config.mtu)
                      for p in workload.plans)
-    time_scale, reason = pick_time_scale(config, host, graph, workload)
+    time_scale, reason = pick_time_scale(config, host, view, workload)
     offsets = {p.task.name: 0.0 for p in workload.plans}
     if config.interleave == "cassini":
         offsets = cassini_offsets(list(profiles), {p.task.name: p.task.rounds for p in workload.plans},
@@ -276,8 +276,9 @@ def pick_time_scale(config: RunConfig, host: Host, graph: nx.Graph, workload: Wo
     """``--time-scale`` as a factor, and for ``auto`` why it is that one: from what the plans'
     transfer phases ask of this host (:func:`fedmst.core.timescale.pick_scale`) against its
     cores and the link ceiling it measured (once per boot), on ``graph`` as the plans' circuits
-    carry it, and never below what time-sliced lightpaths' slots need
-    (:meth:`fedmst.core.optical.slots.Frame.min_scale`: a given scale below it is refused)."""
+    carry it (:func:`fedmst.core.optical.circuits.planned_view`, which the caller made), and never
+    below what time-sliced lightpaths' slots need (:meth:`fedmst.core.optical.slots.Frame.min_scale`:
+    a given scale below it is refused)."""
     sliced = any(lp.slots for lp in workload.lightpaths)
     floor = config.frame.min_scale() if sliced else 1.0
     if config.time_scale != "auto":
@@ -297,7 +298,6 @@ def pick_time_scale(config: RunConfig, host: Host, graph: nx.Graph, workload: Wo
 
 def _host_scale(config: RunConfig, host: Host, graph: nx.Graph, workload: WorkloadPlan) -> tuple[int, str]:
     """What the plans' transfer phases ask of this host: :func:`fedmst.core.timescale.pick_scale`."""
-    graph = planned_view(graph, workload.lightpaths)
     from fedmst.net.calibrate import link_ceiling_mbps
     from fedmst.net.delayline import running_kind
     from fedmst.net.emulation import Capabilities
