@@ -92,7 +92,7 @@ from typing import TYPE_CHECKING
 
 from fedmst.core.cluster.jobs import Job
 from fedmst.core.cluster.policies import ClusterView, Evict, Order, Placed, Placement, Preemption, Running
-from fedmst.core.optical.circuits import Assignment, OpticalPolicy
+from fedmst.core.optical.policies import Assignment, OpticalPolicy
 from fedmst.core.plan import Plan, Transfer, equal_segments
 from fedmst.core.schedulers import register_scheduler
 from fedmst.core.schedulers.base import LinkState, Scheduler

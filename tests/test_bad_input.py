@@ -154,7 +154,7 @@ CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
     ("guard-not-below-slot", _args("--timeslot-us", "100", "--guard-us", "100"),
      ("--guard-us (100) must be below --timeslot-us (100)",)),
     ("unknown-optical-policy", _args("--optical", "mesh"),
-     ("unknown optical policy 'mesh'", "choose one of: ocs, ots, size")),
+     ("unknown optical policy 'mesh'", "choose one of: joint, ocs, ots, size")),
     ("link-trace-delay-without-delay", lambda p: (["--delay-mode", "off", "--link-trace", _write_topology(
         p, "t.json", '{"changes": [{"at_s": 1, "a": "a", "b": "b", "delay_ms": 5}]}')], {}),
      ("t.json", "--delay-mode off")),

@@ -37,7 +37,7 @@ Extract = Callable[[str], list[str] | None]
 def _registries() -> dict[str, Any]:
     """Each registry by the option that names its plugins (imported here: models and datasets load torch)."""
     from fedmst.core.cluster.policies import ORDERS, PLACEMENTS, PREEMPTIONS
-    from fedmst.core.optical.circuits import POLICIES
+    from fedmst.core.optical.policies import POLICIES
     from fedmst.core.schedulers import SCHEDULERS
     from fedmst.core.selection import SELECTIONS
     from fedmst.fl.data import DATASETS

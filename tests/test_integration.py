@@ -428,19 +428,26 @@ def test_each_optical_circuit_carries_its_wavelengths_rate(tmp_path: Path, clean
 
 
 
-def test_a_time_sliced_lightpath_sends_only_in_its_slots(tmp_path: Path, clean_host: None) -> None:
+@pytest.mark.parametrize("policy, slots", [
+    ("ots", ["0", "1"]),  # one slot each
+    ("joint", ["0;2", "1;3"]),  # one slot each, then the two left lent one to each, next after its own
+    ("test_optical_policies:Halves", ["0;1", "2;3"]),  # a user's class: two neighbouring slots each
+])
+def test_a_time_sliced_lightpath_sends_only_in_its_slots(tmp_path: Path, clean_host: None, policy: str,
+                                                         slots: list[str]) -> None:
     """spine-leaf:2,2,1 at 100 Mbit/s with one OTS wavelength of 4 slots of 5 ms (0.5 ms guards):
-    G's two transfers each hold one slot over l0-s1-l1, 22.4 Mbit/s on average; each carries that
-    rate within 10%, the captures find at most 1% of their bytes outside their slots, and the phases
-    keep their prediction."""
+    G's two transfers over l0-s1-l1 hold the slots ``policy`` gives (one slot of 4: 22.4 Mbit/s on
+    average); each carries that rate within 10%, the captures find at most 1% of their bytes outside
+    their slots, and the phases keep their prediction."""
     out = tmp_path / "ots"
-    proc = _fabric_run(out, "--optical", "ots", "--ocs-wavelengths", "0", "--ots-wavelengths", "1", "--timeslots", "4",
-                       "--timeslot-us", "5000", "--guard-us", "500", "--rounds", "1", "--time-scale", "1")
+    proc = _fabric_run(out, "--optical", policy, "--ocs-wavelengths", "0", "--ots-wavelengths", "1", "--timeslots",
+                       "4", "--timeslot-us", "5000", "--guard-us", "500", "--rounds", "1", "--time-scale", "1")
     assert proc.returncode == 0, proc.stderr[-2000:]
     paths = read_csv(out / "optical.csv")
     # one slot of 4 at 100 Mbit/s, 4.5 ms open: 37 whole 1,514-byte frames, 22.4 Mbit/s on average
+    held = len(slots[0].split(";"))
     assert sorted((p["kind"], p["timeslots"], round(float(p["reserved_mbps"]), 1)) for p in paths) == [
-        ("ots", "0", 22.4), ("ots", "1", 22.4)]
+        ("ots", s, round(22.4 * held, 1)) for s in slots]
     slots = read_csv(out / "timeslots.csv")
     inside = sum(int(r["bytes"]) for r in slots)
     assert sum(int(r["outside_bytes"]) for r in slots) <= 0.01 * inside, [
@@ -450,13 +457,13 @@ def test_a_time_sliced_lightpath_sends_only_in_its_slots(tmp_path: Path, clean_h
         assert float(res[f"{phase}_s"]) <= 1.15 * float(res[f"predicted_{phase}_s"]), (res, phase)
     for p in paths:  # G's direction, its broadcast's bytes in its slot over the broadcast (both start with it)
         sent = sum(int(r["bytes"]) for r in slots if r["link"] == "l0->s1" and r["transfer"] == p["transfer"])
-        assert abs(sent * 8 / float(res["broadcast_s"]) / 1e6 - 22.4) <= 2.24, (p["transfer"], sent)
+        assert abs(sent * 8 / float(res["broadcast_s"]) / 1e6 - 22.4 * held) <= 2.24 * held, (p["transfer"], sent)
     table = json.loads((out / "timeslot_table.json").read_text())
     assert table["frame"] == {"timeslots": 4, "slot_us": 5000.0, "guard_us": 500.0}
-    assert {r["slot"] for r in table["link_directions"]["s1->l1"]} == {0, 1}
+    assert {r["slot"] for r in table["link_directions"]["s1->l1"]} == set(range(2 * held))
     summary = json.loads((out / "summary.json").read_text())
     optical = summary["optical"]
-    assert optical["wavelengths_used"] == {"l0-s1": 1, "l1-s1": 1} and optical["slot_utilisation"] == 0.5
+    assert optical["wavelengths_used"] == {"l0-s1": 1, "l1-s1": 1} and optical["slot_utilisation"] == held / 2
     assert optical["slots_outside_share"] <= 0.01
     # 2 km fibres (10 µs), shorter than a delay line's timing error: none holds them
     assert {"l0-s1", "l1-s1"} <= set(summary["emulated"]["links_without_delay_line"])

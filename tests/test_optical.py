@@ -16,8 +16,8 @@ from fedmst.api import Assignment, OpticalPolicy
 from fedmst.errors import FedmstError, SchedulerError
 from fedmst.core.schedulers import schedule
 from fedmst.core.optical.wavelengths import Spectrum, admit, lightpath_paths
-from fedmst.core.optical.circuits import (OCSPolicy, assign, circuit_view, fibres, get_policy, optical_rows,
-                                         optical_summary)
+from fedmst.core.optical.circuits import circuit_view, fibres, optical_rows, optical_summary
+from fedmst.core.optical.policies import OCSPolicy, assign, get_policy
 from fedmst.core.plan import Plan
 from fedmst.core.topology import load_topology
 from fedmst.net.circuits import Circuit, CircuitClasses, circuit_commands, classifier
@@ -257,7 +257,7 @@ class TestCircuits:
 class TestPolicies:
     def test_the_built_ins_and_an_unknown_policy_lists_the_choices(self) -> None:
         assert isinstance(get_policy("ocs"), OCSPolicy)
-        with pytest.raises(SchedulerError, match=r"unknown optical policy 'mesh'; choose one of: ocs, ots, size"):
+        with pytest.raises(SchedulerError, match=r"unknown optical policy 'mesh'; choose one of: joint, ocs, ots"):
             get_policy("mesh")
 
     def test_a_users_policy_by_module_and_class(self) -> None:

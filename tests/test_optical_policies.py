@@ -1,13 +1,14 @@
 """A user's optical policy must give exactly what it reserved: the data plane and the prediction
 read the spectrum, so an answer that differs from it is refused in one line, and wavelengths a
-policy reserved before it blocked a task go back to the others."""
+policy reserved before it blocked a task go back to the others. (:class:`Halves`, a user's policy
+that does it right, runs for real in test_integration.py.)"""
 from __future__ import annotations
 
 import pytest
 
 from fedmst.api import Assignment, OpticalPolicy
-from fedmst.core.optical.wavelengths import Spectrum
-from fedmst.core.optical.circuits import OCSPolicy
+from fedmst.core.optical.wavelengths import Spectrum, lightpath_stretches
+from fedmst.core.optical.policies import OCSPolicy
 from fedmst.core.plan import Plan
 from fedmst.core.tasks import Task
 from fedmst.core.topology import load_topology
@@ -19,6 +20,24 @@ M = 1_000_000
 
 def _tasks(*names: str) -> list[Task]:
     return [Task(name=n, global_node="l0", local_nodes=("l1",), model_bytes=M) for n in names]
+
+
+class Halves(OpticalPolicy):
+    """A user's policy: every stretch of fibre time-sliced, two neighbouring slots of every frame
+    of the first OTS wavelength with a slot free (the one after it taken too)."""
+
+    name = "halves"
+    time_slices = True
+
+    def assign(self, spectrum: Spectrum, plan: Plan) -> Assignment:
+        task = plan.task.name
+        for serves, path in lightpath_stretches(plan, spectrum.graph):
+            got = spectrum.first_fit_slot(path)
+            if got is None:
+                return Assignment(task, blocked=f"no slot on {'-'.join(path)}")
+            wavelength, slot = got
+            spectrum.reserve(path, wavelength, (task, serves), slots=(slot, (slot + 1) % spectrum.frame.timeslots))
+        return Assignment(task, tuple(lp for lp in spectrum.lightpaths if lp.task == task))
 
 
 class Unreserved(OpticalPolicy):

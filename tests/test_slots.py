@@ -10,9 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedmst.core.optical.circuits import OCSPolicy, OTSPolicy, SizePolicy, circuit_view, spectrum_for
+from fedmst.core.optical.circuits import circuit_view, spectrum_for
+from fedmst.core.optical.policies import JointPolicy, OCSPolicy, OTSPolicy, SizePolicy
 from fedmst.core.optical.slots import Frame
 from fedmst.core.optical.wavelengths import Spectrum, admit
+from fedmst.core.plan import Plan, Transfer
 from fedmst.core.schedulers import schedule
 from fedmst.core.tasks import Task
 from fedmst.core.topology import load_topology
@@ -178,3 +180,70 @@ def test_a_slot_carries_whole_packets_and_one_too_short_for_any_is_refused() -> 
     short = Spectrum(g, 0, ots=1, frame=Frame(timeslots=2, slot_us=100.0, guard_us=10.0), frame_bytes=1514)
     with pytest.raises(SchedulerError, match="carries no whole packet of 1514 bytes: give a longer --timeslot-us"):
         short.reserve(("n0", "n1"), 0, ("a", ("n0", "n1")), slots=(0,))
+
+
+def _one_hop(task: str, model_bytes: int, *paths: tuple[str, ...]) -> Plan:
+    """A plan broadcasting ``task``'s model along ``paths`` in turn, each relaying the one before."""
+    transfers = tuple(Transfer("broadcast", p, frozenset({0})) for p in paths)
+    return Plan("hand", Task(task, paths[0][0], (paths[-1][-1],), model_bytes), transfers)
+
+
+def test_joint_relays_in_the_slot_after_their_feeder() -> None:
+    """A relay at n1 forwards what n0-n1 brought: joint gives n1-n2 the slot after n0-n1's, so a
+    chunk goes on in the same frame; ots takes the lowest slot free, the same as its feeder's."""
+    plan = _one_hop("t", 1000, ("n0", "n1"), ("n1", "n2"))
+    got = {}
+    for policy in (OTSPolicy(), JointPolicy()):
+        spectrum = Spectrum(_line(), 0, ots=1, frame=Frame(timeslots=4))
+        assert policy.assign(spectrum, plan).blocked is None
+        got[policy.name] = [lp.slots for lp in spectrum.lightpaths]
+    assert got == {"ots": [(0,), (0,)], "joint": [(0,), (1,)]}
+
+
+def test_joint_takes_the_other_kind_where_its_own_is_full() -> None:
+    small = [_one_hop(f"t{i}", 1000, ("n0", "n1", "n2")) for i in range(3)]
+    outcomes = {}
+    for policy in (SizePolicy(), JointPolicy()):
+        spectrum = Spectrum(_line(), 1, ots=1, frame=Frame(timeslots=1))
+        outcomes[policy.name] = [policy.assign(spectrum, plan).blocked for plan in small]
+    assert outcomes["size"][0] is None and outcomes["size"][1].startswith("no timeslot free")
+    assert outcomes["joint"][:2] == [None, None]
+    why = outcomes["joint"][2]
+    assert why.startswith("no timeslot free on every link of path n0-n1-n2") and "; no wavelength free" in why
+
+
+def test_joint_lends_the_spare_slots_by_bytes() -> None:
+    """Two lightpaths on one wavelength of six slots, one carrying twice the bytes: after one slot
+    each, the four left go two to one, so each holds slots in proportion to its bytes."""
+    big, small = _one_hop("big", 2000, ("n0", "n1")), _one_hop("small", 1000, ("n0", "n1"))
+    spectrum = Spectrum(_line(2), 0, ots=1, frame=Frame(timeslots=6))
+    for plan in (big, small):
+        assert JointPolicy().assign(spectrum, plan).blocked is None
+    JointPolicy().settle(spectrum, [big, small])
+    assert {lp.task: len(lp.slots) for lp in spectrum.lightpaths} == {"big": 4, "small": 2}
+    assert spectrum.slot_utilisation() == 1.0
+
+
+@pytest.mark.parametrize("scheduler", ["spff", "mst"])
+def test_joint_lending_speeds_bursts_without_lighting_a_wavelength(scheduler: str) -> None:
+    g = load_topology("spine-leaf:4,8,2")
+    hosts = sorted((n for n in g if n.startswith("h")), key=lambda n: (int(n[1:].split("_")[0]), n))
+    plan = schedule(g, Task("t0", hosts[0], tuple(hosts[3:15]), 4_500_000), scheduler)
+    spectrum = spectrum_for(g, 40, ots=8)
+    assert JointPolicy().assign(spectrum, plan).blocked is None
+    before = spectrum.lightpaths
+
+    def lit() -> dict[frozenset[str], set[int]]:
+        out: dict[frozenset[str], set[int]] = {}
+        for lp in spectrum.lightpaths:
+            for hop in zip(lp.path, lp.path[1:]):
+                out.setdefault(frozenset(hop), set()).add(lp.wavelength)
+        return out
+
+    wavelengths = lit()
+    JointPolicy().settle(spectrum, [plan])
+    assert lit() == wavelengths
+    assert [(lp.path, lp.wavelength) for lp in spectrum.lightpaths] == [(lp.path, lp.wavelength) for lp in before]
+    assert all(len(a.slots) >= len(b.slots) for a, b in zip(spectrum.lightpaths, before))
+    assert sum(len(lp.slots) for lp in spectrum.lightpaths) > sum(len(lp.slots) for lp in before)
+    assert all(spectrum.lend(lp) is None for lp in spectrum.lightpaths)  # nothing left to lend

@@ -27,7 +27,7 @@ from typing import Collection, Iterable, Mapping, Sequence
 import networkx as nx
 
 from fedmst.errors import FedmstError
-from fedmst.core.optical.circuits import OCSPolicy
+from fedmst.core.optical.policies import OCSPolicy
 from fedmst.core.optical.slots import DEFAULT_FRAME, Frame
 from fedmst.core.tasks import Task
 from fedmst.core.topology import optical_nodes

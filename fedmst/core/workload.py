@@ -33,7 +33,8 @@ from fedmst.core.jsonfile import read_entries
 from fedmst.core.schedulers import schedule
 from fedmst.core.optical.slots import DEFAULT_FRAME, Frame
 from fedmst.core.optical.wavelengths import Lightpath, Spectrum, lightpath_stretches
-from fedmst.core.optical.circuits import Assignment, OCSPolicy, assign, fibres, get_policy, spectrum_for
+from fedmst.core.optical.circuits import fibres, spectrum_for
+from fedmst.core.optical.policies import Assignment, OCSPolicy, assign, get_policy, settle
 from fedmst.core.plan import LinkDir, Phase, Plan, predicted_link_bytes
 from fedmst.core.tasks import Task, compute_nodes, place_task
 from fedmst.core.wire import DEFAULT_MTU
@@ -251,7 +252,8 @@ def schedule_workload(
     lightpaths on a :class:`~fedmst.core.optical.wavelengths.Spectrum` of ``wavelengths`` per link
     (and, on a fabric, ``ots`` time-sliced ones cut into ``frame``s; per-wavelength capacity
     ``capacity_mbps`` over all of them, or ``wavelength_mbps``), given by the ``optical`` policy
-    (:mod:`fedmst.core.optical.circuits`; on a fabric only fibres hold them).
+    (:mod:`fedmst.core.optical.policies`; on a fabric only fibres hold them), which may share out what
+    is left once every task is in.
     """
     names = [t.name for t in tasks]
     if len(set(names)) != len(names):
@@ -279,6 +281,7 @@ def schedule_workload(
         plans.append(plan)
         for hop, b in predicted_link_bytes(plan, mtu=mtu).items():
             state[hop] += b
+    settle(policy, spectrum, plans)
     return WorkloadPlan(
         scheduler=scheduler,
         plans=tuple(plans),

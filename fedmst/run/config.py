@@ -157,9 +157,10 @@ class RunConfig:
              "optical circuit switch).")
     optical: str = option(
         "ocs", "--optical", metavar="POLICY",  # OCSPolicy.name: a literal, the CLI loads no graphs (tested equal)
-        help="Who gets which wavelength on a fabric: ocs (every lightpath a circuit), a registered policy, or "
-             "package.module:Class (docs/topologies.md, optical circuits).")
-    """The optical policy (:mod:`fedmst.core.optical.circuits`): looked up when the run is prepared."""
+        help="Who gets which wavelength on a fabric: ocs (every lightpath a circuit), ots (one timeslot each), "
+             "size (circuits above 10 MB), joint (fedmst's, docs/topologies.md), a registered policy, or "
+             "package.module:Class.")
+    """The optical policy (:mod:`fedmst.core.optical.policies`): looked up when the run is prepared."""
     rounds: int = option(2, "--rounds", "-r", check=_at_least(1))
     model: str = option(DEFAULT_MODEL, "--model", help="A registered model name or package.module:factory.")
     dataset: str = option(DEFAULT_DATASET, "--dataset",

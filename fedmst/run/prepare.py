@@ -18,7 +18,8 @@ import networkx as nx
 from fedmst.core import faults
 from fedmst.core.contention import Profile, capacities, cassini_offsets, profile_of
 from fedmst.core.linktrace import LinkChange, read_link_trace
-from fedmst.core.optical.circuits import fibre_refusal, get_policy, planned_view
+from fedmst.core.optical.circuits import fibre_refusal, planned_view
+from fedmst.core.optical.policies import get_policy
 from fedmst.core.plan import TRANSFER_PHASES, predicted_phase_seconds
 from fedmst.core.ordering import shortest_jobs_first
 from fedmst.core.schedulers import get_scheduler

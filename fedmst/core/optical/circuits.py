@@ -1,5 +1,6 @@
-"""Optical circuits (OCS) that carry what they hold: which links are fibres, who gets which
-wavelength (a policy point, ``--optical``), and the network a plan on circuits is predicted on.
+"""Optical circuits (OCS) that carry what they hold: which links are fibres, the spectrum a workload
+is admitted on, and the network a plan on circuits is predicted on (who gets which wavelength is
+:mod:`fedmst.core.optical.policies`').
 
 A *fibre* is a link with at least one all-optical end (:func:`fibres`; on a spine-leaf fabric,
 every spine-leaf link). On a fabric each fibre carries ``--ocs-wavelengths`` W wavelengths, and an
@@ -14,9 +15,6 @@ capacity.
 A blocked task (a stretch finds no wavelength) is not run, as the accounting always did: it is
 reported per task, never an error, and its transfers do not ride the fibres unreserved.
 
-A policy is an :class:`OpticalPolicy` subclass registered like the schedulers (:data:`POLICIES`,
-entry-point group ``fedmst.optical``, or ``package.module:Class``); ``ocs`` is the built-in.
-
 >>> g = nx.Graph()
 >>> g.add_edges_from([("l0", "s"), ("s", "l1")], capacity_mbps=100.0)
 >>> g.add_edge("h", "l0", capacity_mbps=100.0)
@@ -27,18 +25,15 @@ entry-point group ``fedmst.optical``, or ``package.module:Class``); ``ocs`` is t
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import ClassVar, Sequence
+from dataclasses import asdict
+from typing import Sequence
 
 import networkx as nx
 
 from fedmst.core.optical.slots import DEFAULT_FRAME, Frame
-from fedmst.core.optical.wavelengths import Lightpath, Link, Path, Spectrum, admit, link
-from fedmst.core.plan import Plan
+from fedmst.core.optical.wavelengths import Lightpath, Link, Spectrum, link
 from fedmst.core.wire import ETH_HEADER
 from fedmst.core.topology import node_order, optical_nodes
-from fedmst.errors import SchedulerError
-from fedmst.plugins import Registry, one_line
 
 
 def fibres(graph: nx.Graph) -> frozenset[Link]:
@@ -57,96 +52,6 @@ def spectrum_for(graph: nx.Graph, wavelengths: int, wavelength_mbps: float | Non
         return Spectrum(graph, wavelengths, wavelength_mbps=wavelength_mbps)
     return Spectrum(graph.edge_subgraph(tuple(e) for e in held), wavelengths, wavelength_mbps=wavelength_mbps,
                     ots=ots, frame=frame, frame_bytes=None if mtu is None else mtu + ETH_HEADER)
-
-
-@dataclass(frozen=True)
-class Assignment:
-    """What a policy gave one task: its ``circuits`` (one OCS lightpath per stretch of fibre of each
-    of its transfer paths), or, where it is ``blocked``, none and why."""
-
-    task: str
-    circuits: tuple[Lightpath, ...] = ()
-    blocked: str | None = None
-
-
-class OpticalPolicy:
-    """Who gets which wavelength: :meth:`assign` is called once per task, in the order tasks are
-    admitted, on the spectrum the earlier tasks left (and reserves what it gives on it)."""
-
-    name: ClassVar[str]
-    time_slices: ClassVar[bool] = False
-    """Whether it gives timeslots: a fabric without OTS wavelengths is refused for it."""
-
-    def assign(self, spectrum: Spectrum, plan: Plan) -> Assignment:
-        raise NotImplementedError
-
-
-class OCSPolicy(OpticalPolicy):
-    """Every lightpath a circuit, by first fit (what the poster's testbed does)."""
-
-    name = "ocs"
-
-    def time_sliced(self, plan: Plan, path: Path) -> bool:
-        """Whether the lightpath serving ``path`` of ``plan`` is time-sliced (here: never)."""
-        return False
-
-    def assign(self, spectrum: Spectrum, plan: Plan) -> Assignment:
-        task = plan.task.name
-        reason = admit(spectrum, plan, lambda path: self.time_sliced(plan, path))
-        if reason is not None:
-            return Assignment(task, blocked=reason)
-        return Assignment(task, tuple(lp for lp in spectrum.lightpaths if lp.task == task))
-
-
-class OTSPolicy(OCSPolicy):
-    """Every lightpath time-sliced: one slot of an OTS wavelength in every frame, by first fit."""
-
-    name = "ots"
-    time_slices = True
-
-    def time_sliced(self, plan: Plan, path: Path) -> bool:
-        return True
-
-
-class SizePolicy(OCSPolicy):
-    """MOON's rule (Zhang et al., IEEE TNSE 2025): a path whose largest transfer carries more than
-    :attr:`threshold_bytes` gets a circuit (a long flow), the rest get timeslots (bursts). The
-    threshold is a class attribute: subclass to change it."""
-
-    name = "size"
-    time_slices = True
-    threshold_bytes: ClassVar[float] = 10e6
-
-    def time_sliced(self, plan: Plan, path: Path) -> bool:
-        payloads = [t.payload(plan.task.model_bytes) for t in plan.transfers if t.path in (path, path[::-1])]
-        return max(payloads, default=0) <= self.threshold_bytes
-
-
-POLICIES: Registry[type[OpticalPolicy]] = Registry(
-    "optical policy", "fedmst.optical", SchedulerError, {cls.name: cls for cls in (OCSPolicy, OTSPolicy, SizePolicy)},
-    accepts=lambda cls: isinstance(cls, type) and issubclass(cls, OpticalPolicy),
-    requirement="a subclass of fedmst.api.OpticalPolicy")
-
-
-def get_policy(spec: str) -> OpticalPolicy:
-    """The policy registered as ``spec`` or named ``package.module:Class``; an unknown one is
-    refused with the choices."""
-    return POLICIES.lookup(spec)()
-
-
-def assign(policy: OpticalPolicy, spectrum: Spectrum, plan: Plan) -> Assignment:
-    """``policy``'s assignment for ``plan``; a plugin's failure or wrong answer is its fault, in one line."""
-    try:
-        given = policy.assign(spectrum, plan)
-    except SchedulerError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a plugin's bug is reported as its fault, in one line
-        raise SchedulerError(f"optical policy {type(policy).__name__} failed on {plan.task.name}: "
-                             f"{one_line(exc)}") from exc
-    if not isinstance(given, Assignment):
-        raise SchedulerError(f"optical policy {type(policy).__name__} returned {type(given).__name__}, "
-                             "not a fedmst.api.Assignment")
-    return given
 
 
 def circuit_view(graph: nx.Graph, circuits: tuple[Lightpath, ...]) -> nx.Graph:
@@ -266,7 +171,5 @@ def optical_summary(graph: nx.Graph, plans: Sequence[CircuitPlan], blocking_rati
             "slots_outside_share": slots_outside}
 
 
-__all__ = ["OPTICAL_FIELDS", "POLICIES", "Assignment", "CircuitPlan", "OCSPolicy", "OTSPolicy", "OpticalPolicy",
-           "SizePolicy", "assign",
-           "circuit_view", "fibre_refusal", "fibres", "get_policy", "optical_rows", "optical_summary", "planned_view",
-           "spectrum_for"]
+__all__ = ["OPTICAL_FIELDS", "CircuitPlan", "circuit_view", "fibre_refusal", "fibres", "optical_rows",
+           "optical_summary", "planned_view", "spectrum_for"]

@@ -44,7 +44,7 @@ wavelength-links held, of what is held; each direction of a held wavelength has 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Callable, Sequence
 
@@ -174,8 +174,9 @@ class Spectrum:
                 return w
         return None
 
-    def first_fit_slot(self, path: Sequence[str]) -> tuple[int, int] | None:
-        """Lowest OTS wavelength, then lowest slot, free on every link of ``path``, or None (blocked).
+    def first_fit_slot(self, path: Sequence[str], start: int = 0) -> tuple[int, int] | None:
+        """Lowest OTS wavelength, then lowest slot (counting on from slot ``start`` round the frame),
+        free on every link of ``path``, or None (blocked).
 
         >>> g = nx.path_graph(["a", "b", "c"]); nx.set_edge_attributes(g, 100.0, "capacity_mbps")
         >>> s = Spectrum(g, 0, ots=1, frame=Frame(timeslots=2))
@@ -186,10 +187,46 @@ class Spectrum:
         """
         links = self._check_path(path)
         for w in range(self.wavelengths, self.wavelengths + self.ots):
-            for slot in range(self.frame.timeslots):
+            for slot in self._round_frame(start):
                 if all((w, slot) not in self._slots[e] for e in links):
                     return w, slot
         return None
+
+    def _round_frame(self, start: int) -> list[int]:
+        """The frame's slots counted from ``start``, round to the one before it."""
+        n = self.frame.timeslots
+        return [(start + i) % n for i in range(n)]
+
+    def lend(self, lp: Lightpath) -> Lightpath | None:
+        """One more slot of its own wavelength for time-sliced ``lp``: the first free on every link of
+        its path counting on from the slot after its last (so its slots stay one window where they
+        can); the lightpath as it now is, or None where no slot is free on all of them.
+
+        >>> g = nx.path_graph(["a", "b", "c"]); nx.set_edge_attributes(g, 100.0, "capacity_mbps")
+        >>> s = Spectrum(g, 0, ots=1, frame=Frame(timeslots=3))
+        >>> lp = s.reserve(("a", "b", "c"), 0, ("t0", ("a", "b", "c")), slots=(1,))
+        >>> _ = s.reserve(("b", "c"), 0, ("t1", ("b", "c")), slots=(2,))
+        >>> s.lend(lp).slots, s.lend(s.lightpaths[0])
+        ((0, 1), None)
+        """
+        key = (lp.owner, lp.path)
+        if not lp.slots or self._lightpaths.get(key) != lp:
+            raise SchedulerError(f"only a time-sliced lightpath the spectrum holds can be lent a slot, not "
+                                 f"{lp.task!r}'s on {_show(lp.path)}")
+        links = _links(lp.path)
+        for slot in self._round_frame(lp.slots[-1] + 1):
+            if all((lp.wavelength, slot) not in self._slots[e] for e in links):
+                for e in links:
+                    self._slots[e][(lp.wavelength, slot)] = lp.owner
+                slots = tuple(sorted((*lp.slots, slot)))
+                wider = replace(lp, slots=slots, share=self._share(len(slots), lp.slot_mbps))
+                self._lightpaths[key] = wider
+                return wider
+        return None
+
+    def _share(self, slots: int, rates: Sequence[float]) -> float:
+        """The share of a wavelength ``slots`` slots of every frame carry on a path of ``rates``."""
+        return self.frame.share(slots, mbps=min(rates), frame_bytes=self.frame_bytes)
 
     def full_links(self, path: Sequence[str], *, ots: bool = False) -> tuple[tuple[str, str], ...]:
         """Links of ``path`` with no wavelength (``ots``: no slot) left, in path order (a blocking reason)."""
@@ -213,7 +250,7 @@ class Spectrum:
         if (owner, tuple(path)) in self._lightpaths:
             raise SchedulerError(f"{owner[0]!r} already holds a lightpath on {_show(path)}")
         rates = tuple(self.slot_mbps(u, v) for u, v in pairwise(path))
-        share = self.frame.share(len(slots), mbps=min(rates), frame_bytes=self.frame_bytes) if ots else 1.0
+        share = self._share(len(slots), rates) if ots else 1.0
         if ots and share <= 0:
             raise SchedulerError(f"a timeslot of {self.frame.slot_us:g} µs ({self.frame.guard_us:g} µs guard) at "
                                  f"{min(rates):g} Mbit/s carries no whole packet of {self.frame_bytes} bytes: "
@@ -314,9 +351,11 @@ def stretches(path: Path, graph: nx.Graph) -> tuple[Path, ...]:
     return tuple(map(tuple, out))
 
 
-def admit(spectrum: Spectrum, plan: Plan, time_sliced: Callable[[Path], bool] = lambda path: False) -> str | None:
+def admit(spectrum: Spectrum, plan: Plan, time_sliced: Callable[[Path], bool] = lambda path: False, *,
+          either: bool = False, first_slot: Callable[[Path], int] = lambda path: 0) -> str | None:
     """Give every path of ``plan`` a lightpath by first fit, in :func:`lightpath_paths` order: a
-    circuit, or one timeslot of an OTS wavelength where ``time_sliced(path)`` says so.
+    circuit, or one timeslot of an OTS wavelength (the first free from slot ``first_slot(path)``
+    on) where ``time_sliced(path)`` says so; with ``either``, the other kind where that kind is full.
 
     Returns None when the task is admitted. When some path finds no wavelength (or slot) the task
     is blocked: the lightpaths it already got are released, and the reason is returned.
@@ -333,25 +372,32 @@ def admit(spectrum: Spectrum, plan: Plan, time_sliced: Callable[[Path], bool] = 
     """
     task = plan.task.name
     for serves, path in lightpath_stretches(plan, spectrum.graph):
-        ots = time_sliced(serves)
-        got = spectrum.first_fit_slot(path) if ots else spectrum.first_fit(path)
+        first = time_sliced(serves)
+        other = either and bool(spectrum.wavelengths if first else spectrum.ots)
+        kinds = (first, not first)[:1 + other]
+        for ots in kinds:
+            got = spectrum.first_fit_slot(path, first_slot(serves)) if ots else spectrum.first_fit(path)
+            if got is not None:
+                break
         if got is None:
-            full = spectrum.full_links(path, ots=ots)
-            why = (
-                f"links full: {', '.join(f'{u}-{v}' for u, v in full)}"
-                if full
-                else f"a {'slot' if ots else 'wavelength'} is free on each link but none on all (continuity)"
-            )
             spectrum.release_task(task)
-            if ots:
-                return (f"no timeslot free on every link of path {_show(path)} ({spectrum.ots} OTS wavelengths of "
-                        f"{spectrum.frame.timeslots} slots; {why})")
-            return f"no wavelength free on every link of path {_show(path)} (W={spectrum.wavelengths}; {why})"
+            return "; ".join(_full(spectrum, path, ots) for ots in kinds)
         if ots:
             spectrum.reserve(path, got[0], (task, serves), slots=(got[1],))
         else:
             spectrum.reserve(path, got, (task, serves))
     return None
+
+
+def _full(spectrum: Spectrum, path: Path, ots: bool) -> str:
+    """Why ``path`` finds no wavelength (``ots``: no timeslot) on ``spectrum``, in words."""
+    full = spectrum.full_links(path, ots=ots)
+    why = (f"links full: {', '.join(f'{u}-{v}' for u, v in full)}" if full
+           else f"a {'slot' if ots else 'wavelength'} is free on each link but none on all (continuity)")
+    if ots:
+        return (f"no timeslot free on every link of path {_show(path)} ({spectrum.ots} OTS wavelengths of "
+                f"{spectrum.frame.timeslots} slots; {why})")
+    return f"no wavelength free on every link of path {_show(path)} (W={spectrum.wavelengths}; {why})"
 
 
 __all__ = ["Lightpath", "Link", "Owner", "Spectrum", "admit", "lightpath_paths", "lightpath_stretches", "link",
