@@ -472,13 +472,17 @@ def test_a_time_sliced_lightpath_sends_only_in_its_slots(tmp_path: Path, clean_h
 
 def test_a_replans_circuits_are_recorded_from_their_round(tmp_path: Path, clean_host: None) -> None:
     """l0-s1 cut at round 2: the re-plan's circuits over s0 join optical.csv from round 2, each set
-    up anew, and summary.json counts both plans' circuits."""
+    up anew (--reconfig-ms 300), their set-up inside round 2's measured broadcast, and summary.json
+    counts both plans' circuits."""
     out = tmp_path / "replan"
     proc = _fabric_run(out, "--ocs-wavelengths", "4", "--ots-wavelengths", "0", "--model", "mlp", "--rounds", "2",
-                       "--fail-link", "l0-s1@2")
+                       "--fail-link", "l0-s1@2", "--reconfig-ms", "300")
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [(c["path"], c["from_round"], float(c["setup_ms"])) for c in read_csv(out / "optical.csv")]
-    assert rows == [("l0-s1-l1", "1", 1.2)] * 2 + [("l0-s0-l1", "2", 1.2)] * 2
+    assert rows == [("l0-s1-l1", "1", 300.0)] * 2 + [("l0-s0-l1", "2", 300.0)] * 2
+    assert "round 2: 2 new lightpath(s) set up in 300 ms before the broadcast" in proc.stdout
+    again = read_csv(out / "rounds.csv")[1]
+    assert float(again["broadcast_s"]) >= 0.3 and float(again["predicted_broadcast_s"]) >= 0.3, again
     summary = json.loads((out / "summary.json").read_text())["optical"]
     assert (summary["plans"], summary["circuits"]) == (2, 4) and set(summary["wavelengths_used"].values()) == {2}
 

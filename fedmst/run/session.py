@@ -358,7 +358,9 @@ class Session:
     def _slot_meter(self) -> AbstractContextManager[None]:
         """Time-sliced lightpaths: their directions captured while the rounds run, then timeslots.csv
         and timeslot_table.json (:mod:`fedmst.run.slotmeter`)."""
-        hops = slot_hops(self.live.circuits, self.graph)
+        emulated = self.emu.graph  # the host's seconds; a link without a delay line has none
+        hops = slot_hops(self.live.circuits,
+                         lambda u, v: self.scale.network_s(float(emulated.edges[u, v]["delay_s"])))
 
         def done(rows: list[dict[str, object]]) -> None:
             epoch = self.emu.gates.epoch or 0.0

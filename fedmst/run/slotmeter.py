@@ -19,8 +19,6 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
 
-import networkx as nx
-
 from fedmst.core.optical.slots import Frame, occupancy
 from fedmst.core.optical.wavelengths import Lightpath
 from fedmst.core.route import LinkDir
@@ -46,12 +44,13 @@ class SlotHop:
     after_s: float
 
 
-def slot_hops(lightpaths: Sequence[Lightpath], graph: nx.Graph) -> list[SlotHop]:
-    """Every link direction of every time-sliced lightpath, either way along its path.
+def slot_hops(lightpaths: Sequence[Lightpath], delay_s: Callable[[str, str], float]) -> list[SlotHop]:
+    """Every link direction of every time-sliced lightpath, either way along its path; ``delay_s``
+    is the light's delay on a link as the emulation gives it (the network's seconds: none on a link
+    that runs without a delay line, whose packets cross as fast as the kernel forwards them).
 
-    >>> g = nx.path_graph(["l0", "s", "l1"]); nx.set_edge_attributes(g, 0.001, "delay_s")
     >>> lp = Lightpath("t", ("l0", "s", "l1"), 8, (10.0, 10.0), slots=(2,), share=0.1)
-    >>> [(h.hop, h.after_s) for h in slot_hops([lp], g)]
+    >>> [(h.hop, h.after_s) for h in slot_hops([lp], lambda u, v: 0.001)]
     [(('l0', 's'), 0.0), (('s', 'l1'), 0.001), (('l1', 's'), 0.0), (('s', 'l0'), 0.001)]
     """
     out: list[SlotHop] = []
@@ -62,7 +61,7 @@ def slot_hops(lightpaths: Sequence[Lightpath], graph: nx.Graph) -> list[SlotHop]
             after = 0.0
             for u, v in pairwise(path):
                 out.append(SlotHop((u, v), lp, after))
-                after += float(graph.edges[u, v]["delay_s"])
+                after += delay_s(u, v)
     return out
 
 

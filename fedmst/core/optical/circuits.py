@@ -142,7 +142,8 @@ def optical_summary(graph: nx.Graph, plans: Sequence[CircuitPlan], blocking_rati
     ``plans`` the run held and how many lightpaths (``circuits``) it set up over them (one kept from
     one plan to the next counts once), the most wavelengths held at once on each fibre (``u-v``, ends
     sorted; a time-sliced wavelength counts once however many share it), the share of tasks
-    blocked, the share of the OTS slots held on the fibres that hold any (mean over the plans), and
+    blocked, the share of the slots of the OTS wavelengths lit on each fibre that are held (mean
+    over the plans), and
     the share of the time-sliced lightpaths' bytes sent outside their slots (``slots_outside``,
     from timeslots.csv; None where none ran)."""
     used: dict[str, int] = {}
@@ -151,16 +152,18 @@ def optical_summary(graph: nx.Graph, plans: Sequence[CircuitPlan], blocking_rati
     before: frozenset[Lightpath] = frozenset()
     for _, circuits in plans:
         held: dict[str, set[int]] = {}
-        slots: dict[str, int] = {}
+        sliced: set[tuple[str, int]] = set()
+        slots = 0
         for lp in circuits:
             for u, v in zip(lp.path, lp.path[1:]):
                 name = "-".join(sorted((u, v), key=node_order))
                 held.setdefault(name, set()).add(lp.wavelength)
-                slots[name] = slots.get(name, 0) + len(lp.slots)
+                if lp.slots:
+                    sliced.add((name, lp.wavelength))
+                    slots += len(lp.slots)
         used = {name: max(used.get(name, 0), len(held.get(name, ()))) for name in used.keys() | held.keys()}
-        busy = [n for n in slots.values() if n]
-        if busy and ots:
-            utilisation.append(sum(busy) / (len(busy) * ots * frame.timeslots))
+        if sliced:
+            utilisation.append(slots / (len(sliced) * frame.timeslots))
         set_up += len(set(circuits) - before)
         before = frozenset(circuits)
     return {"optical_nodes": sorted(optical_nodes(graph), key=node_order), "policy": policy,

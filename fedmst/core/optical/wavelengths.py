@@ -308,9 +308,10 @@ class Spectrum:
                 + sum(len({w for w, _ in held}) for held in self._slots.values()))
 
     def slot_utilisation(self) -> float:
-        """The share of the OTS slots of the links where any is held that are held (0 with none held)."""
-        busy = [held for held in self._slots.values() if held]
-        return (sum(map(len, busy)) / (len(busy) * self.ots * self.frame.timeslots)) if busy else 0.0
+        """The share of the slots of the OTS wavelengths lit (any slot held) that are held, over the
+        links (0 with none held): how full time-slicing packs the wavelengths it lights."""
+        lit = sum(len({w for w, _ in held}) for held in self._slots.values())
+        return sum(map(len, self._slots.values())) / (lit * self.frame.timeslots) if lit else 0.0
 
     def reserved_capacity_mbps(self) -> float:
         return sum(lp.reserved_mbps for lp in self._lightpaths.values())
