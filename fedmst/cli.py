@@ -676,8 +676,11 @@ def watch(run_dir: Path, wait_s: float) -> None:
 @click.option("--jobs", is_flag=True,
               help="Instead, for a cluster folder: its jobs on the nodes' slots over time (a Gantt chart) and the "
                    "distribution of their completion times.")
+@click.option("--slots", is_flag=True,
+              help="Instead, for a run on a fabric with time-sliced lightpaths: the busiest fibre directions' "
+                   "timeslots over time, coloured by task.")
 def plot(run_dir: Path, out: Path | None, task: str | None, link: str | None, accuracy: bool, timeline: bool,
-         jobs: bool) -> None:
+         jobs: bool, slots: bool) -> None:
     """Draw the topology with each link coloured by the bytes it carried and the task's broadcast and
     upload trees overlaid; a compare folder gets one panel per scheduler, side by side; a sweep folder
     gets its figures drawn again from its sweep.csv; a cluster folder its jobs (as --jobs), a
@@ -686,10 +689,10 @@ def plot(run_dir: Path, out: Path | None, task: str | None, link: str | None, ac
     from fedmst.views.folders import check_plot
     from fedmst.views.plots import plot_accuracy, plot_link_utilisation, plot_run, plot_timeline
 
-    if (link is not None) + accuracy + timeline + jobs > 1:
-        raise click.UsageError("give one of --link, --accuracy, --timeline and --jobs")
+    if (link is not None) + accuracy + timeline + jobs + slots > 1:
+        raise click.UsageError("give one of --link, --accuracy, --timeline, --jobs and --slots")
     kind = _guard(lambda: check_plot(run_dir, {"--jobs": jobs, "--link": link is not None, "--accuracy": accuracy,
-                                               "--timeline": timeline, "--task": task is not None,
+                                               "--timeline": timeline, "--slots": slots, "--task": task is not None,
                                                "--out": out is not None}))
     if jobs or (link is None and kind in ("cluster", "policies")):
         from fedmst.views.gantt import plot_jobs
@@ -697,6 +700,10 @@ def plot(run_dir: Path, out: Path | None, task: str | None, link: str | None, ac
         console.print(f"wrote {_guard(lambda: plot_jobs(run_dir, out))}", soft_wrap=True)
     elif timeline:
         console.print(f"wrote {_guard(lambda: plot_timeline(run_dir, out))}", soft_wrap=True)
+    elif slots:
+        from fedmst.views.slotgrid import plot_slots
+
+        console.print(f"wrote {_guard(lambda: plot_slots(run_dir, out))}", soft_wrap=True)
     elif kind == "sweep":
         from fedmst.run.experiments import read_sweep, sweep_ended
 

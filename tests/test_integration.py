@@ -450,6 +450,8 @@ def test_a_time_sliced_lightpath_sends_only_in_its_slots(tmp_path: Path, clean_h
         ("ots", s, round(22.4 * held, 1)) for s in slots]
     slots = read_csv(out / "timeslots.csv")
     inside = sum(int(r["bytes"]) for r in slots)
+    over_time = read_csv(out / "slot_occupancy.csv")  # the same captures, by 0.1 s and slot
+    assert sum(int(r["bytes"]) for r in over_time) == inside + sum(int(r["outside_bytes"]) for r in slots)
     assert sum(int(r["outside_bytes"]) for r in slots) <= 0.01 * inside, [
         (r["link"], r["slot"], r["outside_bytes"]) for r in slots if r["outside_bytes"] != "0"]
     res = read_csv(out / "rounds.csv")[0]
@@ -465,6 +467,9 @@ def test_a_time_sliced_lightpath_sends_only_in_its_slots(tmp_path: Path, clean_h
     optical = summary["optical"]
     assert optical["wavelengths_used"] == {"l0-s1": 1, "l1-s1": 1} and optical["slot_utilisation"] == held / 2
     assert optical["slots_outside_share"] <= 0.01
+    if policy == "joint":
+        drawn = fedmst_cli("plot", out, "--slots")
+        assert drawn.returncode == 0 and (out / "slots.png").stat().st_size > 10_000, drawn.stderr
     # 2 km fibres (10 µs), shorter than a delay line's timing error: none holds them
     assert {"l0-s1", "l1-s1"} <= set(summary["emulated"]["links_without_delay_line"])
     assert not (out / "delay_lines.json").exists()  # nor any other link of this fabric

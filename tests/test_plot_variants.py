@@ -31,6 +31,7 @@ VARIANTS = {
     "plot": ("plot",), "plot --out": ("plot", "--out", "{out}"), "plot --task": ("plot", "--task", "task0"),
     "plot --link a-b": ("plot", "--link", "a-b"), "plot --link 0-1": ("plot", "--link", "0-1"),
     "plot --accuracy": ("plot", "--accuracy"), "plot --timeline": ("plot", "--timeline"),
+    "plot --slots": ("plot", "--slots"),
     "plot --jobs": ("plot", "--jobs"), "plot --jobs --out": ("plot", "--jobs", "--out", "{out}"),
     "plot --link --task": ("plot", "--link", "a-b", "--task", "task0"),
     "links": ("links",), "links --round 1": ("links", "--round", "1"),
@@ -54,6 +55,8 @@ EXPECTED = {
     ("sweep", "links"): "is a sweep folder, with no links of its own",
     ("policies", "links"): "is a cluster --policies comparison, with no links of its own",
     ("run", "plot --link --task"): "--task picks the task whose trees the folder's own figure overlays",
+    ("run", "plot --slots"): "no slot_occupancy.csv: the run held no time-sliced lightpath",
+    ("compare", "plot --slots"): "is a compare folder: --slots draws one run, give one of",
     ("empty", "plot"): "holds no results of fedmst",
     ("missing", "plot"): "no such folder",
 }

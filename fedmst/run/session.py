@@ -362,10 +362,10 @@ class Session:
         hops = slot_hops(self.live.circuits,
                          lambda u, v: self.scale.network_s(float(emulated.edges[u, v]["delay_s"])))
 
-        def done(rows: list[dict[str, object]]) -> None:
+        def done(rows: list[dict[str, object]], over: list[dict[str, object]]) -> None:
             epoch = self.emu.gates.epoch or 0.0
             frame0 = self.scale.network_s(epoch - (time.time() - time.monotonic() + self.started_at))
-            self.slots_outside = write_slot_files(self.out, rows, slot_table(hops, self.config.frame, frame0))
+            self.slots_outside = write_slot_files(self.out, rows, slot_table(hops, self.config.frame, frame0), over)
 
         return metered(self.emu, hops, self.config.frame, self.scratch, run_id=self.emu.run_id, scale=self.scale,
                        epoch=lambda: self.emu.gates.epoch, sources=lambda: self.slot_sources, done=done)

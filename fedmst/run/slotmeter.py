@@ -19,7 +19,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
 
-from fedmst.core.optical.slots import Frame, occupancy
+from fedmst.core.optical.slots import Frame, occupancy, over_time
 from fedmst.core.optical.wavelengths import Lightpath
 from fedmst.core.route import LinkDir
 from fedmst.core.timescale import TimeScale
@@ -30,6 +30,12 @@ TIMESLOT_FIELDS = ("wavelength", "link", "slot", "task", "transfer", "bytes", "o
 """timeslots.csv's columns: one row per slot a transfer holds on a link direction, and one per slot
 it does not hold but sent in (``bytes`` 0); ``outside_bytes`` is what it sent in that slot's guard
 or, for a slot it does not hold, in that slot."""
+OVER_TIME_FIELDS = ("link", "wavelength", "slot", "task", "transfer", "t_s", "bytes")
+"""slot_occupancy.csv's columns: the bytes a transfer sent in one slot of its direction's frames
+within :data:`BIN_S` from ``t_s`` (the network's seconds after that direction's frame 0), guards
+included: what ``fedmst plot --slots`` draws."""
+BIN_S = 0.1
+"""slot_occupancy.csv's time bins, the network's seconds: samples.csv's interval."""
 SNAPLEN = 64
 """Bytes kept of each captured frame: Ethernet and the IPv4 header are all the meter reads."""
 
@@ -95,6 +101,15 @@ def slot_rows(hops: Sequence[SlotHop], frame: Frame, sent: Callable[[SlotHop], l
     return rows
 
 
+def time_rows(hops: Sequence[SlotHop], frame: Frame, sent: Callable[[SlotHop], list[tuple[float, int]]],
+              ) -> list[dict[str, object]]:
+    """slot_occupancy.csv's rows (:data:`OVER_TIME_FIELDS`), from what ``sent(hop)`` gives as for
+    :func:`slot_rows`."""
+    return [{"link": f"{h.hop[0]}->{h.hop[1]}", "wavelength": h.lightpath.wavelength, "slot": slot,
+             "task": h.lightpath.task, "transfer": _transfer(h.lightpath), "t_s": round(b * BIN_S, 6), "bytes": size}
+            for h in hops for (b, slot), size in over_time(frame, sent(h), BIN_S).items()]
+
+
 def _sources(head: bytes) -> str:
     """An Ethernet frame's IPv4 source address ('' for anything else)."""
     return ".".join(map(str, head[26:30])) if len(head) >= 30 and head[12:14] == b"\x08\x00" else ""
@@ -103,8 +118,9 @@ def _sources(head: bytes) -> str:
 @contextmanager
 def metered(emu: object, hops: Sequence[SlotHop], frame: Frame, scratch: Path, *, run_id: str, scale: TimeScale,
             epoch: Callable[[], float | None], sources: Callable[[], Mapping[str, Lightpath]],
-            done: Callable[[list[dict[str, object]]], None]) -> Iterator[None]:
-    """Capture ``hops``' directions while the body runs, then hand their rows to ``done``: ``frame``
+            done: Callable[[list[dict[str, object]], list[dict[str, object]]], None]) -> Iterator[None]:
+    """Capture ``hops``' directions while the body runs, then hand their rows (timeslots.csv's and
+    slot_occupancy.csv's) to ``done``: ``frame``
     is in the network's microseconds, ``epoch()`` when the gates' frame 0 began (wall clock; None:
     no gate ran), ``sources()`` the lightpath each source address sends on."""
     if not hops:
@@ -128,16 +144,21 @@ def metered(emu: object, hops: Sequence[SlotHop], frame: Frame, scratch: Path, *
         return [(scale.network_s(t - start) - h.after_s, size) for t, size, head in records(path)
                 if by_source.get(_sources(head)) == h.lightpath]
 
-    done(slot_rows(hops, frame, sent))
+    packets = {h: sent(h) for h in hops}
+    done(slot_rows(hops, frame, packets.__getitem__), time_rows(hops, frame, packets.__getitem__))
 
 
-def write_slot_files(out: Path, rows: list[dict[str, object]], table: dict[str, object]) -> float:
-    """timeslots.csv and timeslot_table.json in the run's folder ``out``; returns the share of the
-    bytes counted that were sent outside their slots (0 with none counted)."""
+def write_slot_files(out: Path, rows: list[dict[str, object]], table: dict[str, object],
+                     over: list[dict[str, object]]) -> float:
+    """timeslots.csv, timeslot_table.json and slot_occupancy.csv (``over``) in the run's folder
+    ``out``; returns the share of the bytes counted that were sent outside their slots (0 with none
+    counted)."""
     write_csv(out / "timeslots.csv", TIMESLOT_FIELDS, rows)
+    write_csv(out / "slot_occupancy.csv", OVER_TIME_FIELDS, over)
     write_json(out / "timeslot_table.json", table)
     counted = sum(int(r["bytes"]) + int(r["outside_bytes"]) for r in rows)
     return sum(int(r["outside_bytes"]) for r in rows) / counted if counted else 0.0
 
 
-__all__ = ["TIMESLOT_FIELDS", "SlotHop", "metered", "slot_hops", "slot_rows", "slot_table", "write_slot_files"]
+__all__ = ["BIN_S", "OVER_TIME_FIELDS", "TIMESLOT_FIELDS", "SlotHop", "metered", "slot_hops", "slot_rows", "slot_table",
+           "time_rows", "write_slot_files"]

@@ -22,14 +22,15 @@ from fedmst.views.links import compare_runs, no_cluster_links
 
 KINDS = ("run", "compare", "sweep", "cluster", "policies")
 HONOURS = {
-    "run": ("--out", "--task", "--link", "--accuracy", "--timeline"),
-    "compare": ("--out", "--task", "--accuracy", "--link", "--timeline"),  # the last two: refused naming its runs
+    "run": ("--out", "--task", "--link", "--accuracy", "--timeline", "--slots"),
+    "compare": ("--out", "--task", "--accuracy", "--link", "--timeline", "--slots"),  # the last three: refused
+    # naming its runs
     "sweep": (),
     "cluster": ("--out", "--jobs", "--link"),
     "policies": ("--out",),
 }
 """The flags of ``fedmst plot`` each kind of folder can honour."""
-FIGURES = ("--link", "--accuracy", "--timeline", "--jobs")
+FIGURES = ("--link", "--accuracy", "--timeline", "--jobs", "--slots")
 """The flags that pick a figure other than the folder's own; ``--task`` only picks within the run's
 or compare's own figure."""
 NEEDS = {
@@ -37,6 +38,7 @@ NEEDS = {
     "--link": "draws one link of a run folder (or of an emulated cluster)",
     "--accuracy": "draws the rounds of a run or compare folder",
     "--timeline": "draws the phases of one run folder (its timeline.csv)",
+    "--slots": "draws the timeslots of one run folder on a fabric (its slot_occupancy.csv)",
     "--task": "picks the task whose trees a run or compare folder's own figure overlays",
 }
 
@@ -103,15 +105,16 @@ def offers(path: Path, kind: str) -> str:
     """What a folder of ``kind`` at ``path`` draws, as the rest of a sentence that names it."""
     if kind == "run":
         return ("a run folder: plot it without flags for its links and trees (--task NAME for another task's), "
-                "or with --link A-B, --accuracy or --timeline")
+                "or with --link A-B, --accuracy, --timeline or --slots")
     if kind == "compare":
         runs = ", ".join(str(run) for _, run in _runs(path))
         return ("a compare folder: plot it without flags for a panel per scheduler (--task NAME for another task's), "
-                "or with --accuracy; --link and --timeline draw one of its runs" + (f" ({runs})" if runs else ""))
+                "or with --accuracy; --link, --timeline and --slots draw one of its runs"
+                + (f" ({runs})" if runs else ""))
     if kind == "sweep":
         found = sorted(p.parent for p in path.glob("*/*/links.csv"))
         return ("a sweep folder, with no per-link trace, rounds or timeline of its own: plot it without flags to draw "
-                "its figures again from its sweep.csv; --link, --accuracy and --timeline draw one of its runs"
+                "its figures again from its sweep.csv; --link, --accuracy, --timeline and --slots draw one of its runs"
                 + (f", e.g. {found[0]}" if found else " (it holds none)"))
     if kind == "cluster":
         link = (", or with --link A-B for a link's utilisation over the trace" if (path / "links.csv").is_file()
