@@ -385,7 +385,11 @@ def _int_list(_ctx: object, _param: object, value: str) -> list[int]:
 @click.option("--local-models", "ks", default="2,4,6,8,10,12,14,15", show_default=True,
               callback=_int_list, help="Local-model counts to sweep (list or range a-b:step).")
 @click.option("--seeds", default="1,2", show_default=True, callback=_int_list, help="Seeds to repeat every point with.")
-@_schema_options("tasks", "ocs_wavelengths", "reconfig_ms", "optical", "rounds", "model", changed=SWEEP)
+@_schema_options("tasks", "ocs_wavelengths", "reconfig_ms", "rounds", "model", changed=SWEEP)
+@click.option("--optical", "opticals", default=None, metavar="POLICY,...",
+              help="Comma-separated optical policies (ocs, ots, size, joint, package.module:Class) to run every point "
+                   "with on a fabric; with several, the policy is an axis of the figures and the table shows the tasks "
+                   f"blocked and the wavelengths lit.  [default: {options()['optical'][0].default}]")
 @click.option("--models", "--model-sizes", "models", default=None,
               help="Comma-separated models (e.g. mlp,mlp-large,mlp-xl: 19 KB, 4.5 MB, 45 MB) to run every point "
                    "with, instead of --model; with several, the sweep also maps where each schedule wins.")
@@ -412,7 +416,7 @@ def sweep(ctx: click.Context, ks: list[int], seeds: list[int], overwrite: bool, 
     # said once the inputs are checked (as the first point starts or ends): an input error says only its own line
     early: list[str] = []
 
-    def lists() -> tuple[RunConfig, OutputFolder, list[str], list[str], list[str], str | None]:
+    def lists() -> tuple[RunConfig, OutputFolder, list[str], list[str], list[str], list[str], str | None]:
         nonlocal ks, seeds
         config, extra = _config(ctx, kw, SWEEP, own={"local_models": "ks", "seeds": "seeds"}, refused={
             "seed": "give seeds = [1, 2]", "scheduler": 'give schedulers = ["spff", "mst"]'})
@@ -423,13 +427,14 @@ def sweep(ctx: click.Context, ks: list[int], seeds: list[int], overwrite: bool, 
         transports = split_list(extra["congestion_controls"] or config.congestion_control, "--congestion-control")
         for cc in transports:
             validate(replace(config, congestion_control=cc))
+        opticals = split_list(extra["opticals"] or config.optical, "--optical")
         return (config, out, list(split_list(extra["schedulers"], "--schedulers")), list(models), list(transports),
-                extra["ray_address"])
+                list(opticals), extra["ray_address"])
 
-    config, out, schedulers, models, transports, ray_address = _guard(lists)
+    config, out, schedulers, models, transports, opticals, ray_address = _guard(lists)
     folder = out.path
     with Progress(*_sweep_columns(), console=console) as bar:
-        total = len(points(ks, seeds, schedulers, models, transports))
+        total = len(points(ks, seeds, schedulers, models, transports, opticals))
         job = bar.add_task("checking inputs" if ray_address is None else "all points", total=total)
         nodes: dict[str, Any] = {}
 
@@ -454,7 +459,7 @@ def sweep(ctx: click.Context, ks: list[int], seeds: list[int], overwrite: bool, 
 
         try:
             rows = _guard(lambda: sweep_(config, ks, seeds, out, Shown(), schedulers, models, ray_address,
-                                         transports), emulates=True)
+                                         transports, opticals), emulates=True)
         except SystemExit as exc:
             if exc.code != 130:  # an error (an input's, most often) says its one line, and no bar after it
                 bar.live.transient = True  # a terminal's bar is wiped
@@ -486,25 +491,28 @@ def _sweep_columns() -> tuple[Any, ...]:
 
 
 def _draw_sweep(rows: list[dict[str, Any]], folder: Path) -> None:
-    """A sweep's figures (Figure 3's pair for each model and congestion control, each titled with
-    what it ran, and with several models the regime map, one for each congestion control), then its
-    results table."""
+    """A sweep's figures (Figure 3's pair for each model, congestion control and optical policy,
+    each titled with what it ran, and with several models the regime map, one for each congestion
+    control and optical policy), then its results table."""
     from fedmst.run.experiments import sweep_points, sweep_table
     from fedmst.run.layout import run_folder_name
     from fedmst.views.plots import plot_sweep
 
     models = list(dict.fromkeys(r["model"] for r in rows))
-    transports = list(dict.fromkeys(r["congestion_control"] for r in rows))
-    named = {cc: f"-{run_folder_name(cc)}" if len(transports) > 1 else "" for cc in transports}
+    settings = list(dict.fromkeys((r["congestion_control"], r["optical"]) for r in rows))
+    several = [len({s[i] for s in settings}) > 1 for i in (0, 1)]
+    named = {s: "".join(f"-{run_folder_name(v)}" for v, many in zip(s, several) if many) for s in settings}
     for model in models:
-        for cc in transports:
-            plot_sweep([r for r in rows if r["model"] == model and r["congestion_control"] == cc], folder,
-                       suffix=(f"-{model}" if len(models) > 1 else "") + named[cc],
-                       subject=sweep_subject(model, cc, several_models=len(models) > 1))
+        for setting in settings:
+            plot_sweep([r for r in rows if r["model"] == model and (r["congestion_control"], r["optical"]) == setting],
+                       folder, suffix=(f"-{model}" if len(models) > 1 else "") + named[setting],
+                       subject=sweep_subject(model, *setting, several_models=len(models) > 1,
+                                             several_opticals=several[1]))
     console.print(sweep_table(sweep_points(rows)))
+    axes = " and ".join(["congestion control"] * several[0] + ["optical policy"] * several[1])
     if len(models) == 1:
-        figures = ("latency_vs_local_models.png and bandwidth_vs_local_models.png" if len(transports) == 1 else
-                   "each congestion control's latency and bandwidth figures")
+        figures = ("latency_vs_local_models.png and bandwidth_vs_local_models.png" if len(settings) == 1 else
+                   f"each {axes}'s latency and bandwidth figures")
         console.print(f"sweep.csv and {figures} in {folder}/", markup=False)
         return
     from fedmst.run.experiments import regime_map
@@ -512,29 +520,34 @@ def _draw_sweep(rows: list[dict[str, Any]], folder: Path) -> None:
     from fedmst.run.results import write_json
     from fedmst.views.plots import plot_regime_map
 
-    for cc in transports:
-        regime = regime_map([r for r in rows if r["congestion_control"] == cc])
-        write_json(folder / f"regime{named[cc]}.json", regime)
-        subject = sweep_subject("", cc, several_models=False)
+    for setting in settings:
+        regime = regime_map([r for r in rows if (r["congestion_control"], r["optical"]) == setting])
+        write_json(folder / f"regime{named[setting]}.json", regime)
+        subject = sweep_subject("", *setting, several_models=False, several_opticals=several[1])
         table = regime_table(regime)
         table.title = f"{table.title}, {subject}" if subject else table.title
         console.print(table)
-        figure = plot_regime_map(regime, folder / f"regime_map{named[cc]}.png", subject)
-    maps = f"regime.json, {figure.name}" if len(transports) == 1 else "each congestion control's regime.json and map"
+        figure = plot_regime_map(regime, folder / f"regime_map{named[setting]}.png", subject)
+    maps = f"regime.json, {figure.name}" if len(settings) == 1 else f"each {axes}'s regime.json and map"
     console.print(f"sweep.csv, {maps} and each model's latency and bandwidth figures in {folder}/", markup=False)
 
 
-def sweep_subject(model: str, congestion_control: str, several_models: bool) -> str:
+def sweep_subject(model: str, congestion_control: str, optical: str = "ocs", *, several_models: bool,
+                  several_opticals: bool = False) -> str:
     """What one pair of a sweep's figures ran, for their titles: its TCP congestion control (none
-    for a sweep.csv from before it was recorded), and its model where the sweep ran several.
+    for a sweep.csv from before it was recorded), its model where the sweep ran several, and its
+    optical policy where it ran several.
 
-    >>> sweep_subject("mlp", "dctcp", False), sweep_subject("mlp-xl", "cubic", True)
+    >>> sweep_subject("mlp", "dctcp", several_models=False), sweep_subject("mlp-xl", "cubic", several_models=True)
     ('TCP dctcp', 'model mlp-xl, TCP cubic')
-    >>> sweep_subject("mlp", "unrecorded", False)
+    >>> sweep_subject("mlp", "unrecorded", several_models=False)
     ''
+    >>> sweep_subject("mlp", "cubic", "joint", several_models=False, several_opticals=True)
+    'TCP cubic, optical joint'
     """
     return ", ".join([f"model {model}"] * several_models
-                     + [f"TCP {congestion_control}"] * (congestion_control != "unrecorded"))
+                     + [f"TCP {congestion_control}"] * (congestion_control != "unrecorded")
+                     + [f"optical {optical}"] * several_opticals)
 
 
 CLUSTER_OPTIONS = ("topology", "slots", "jobs", "time_compress", "scheduler", "mode", "job_order", "placement",

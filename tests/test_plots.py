@@ -296,7 +296,8 @@ def sweep_rows(scheduler: str, scale: float) -> list[dict[str, Any]]:
              "broadcast_s": 0.1, "train_s": 1.0, "upload_s": 0.1, "round_s": scale * k + seed / 10, "accuracy": 0.9,
              "run_link_bytes_measured": scale * k * 1e6, "run_link_bytes_predicted": scale * k * 1e6,
              "run_reserved_capacity_mbps": scale * 1e4, "run_tasks_blocked": 0, "run_predicted_comm_s": scale * k,
-             "time_scale": 1.0, "cpu_busy": 0.5, "host_bound": ""}
+             "run_wavelengths_lit": 0, "run_slot_utilisation": 0.0, "time_scale": 1.0, "cpu_busy": 0.5,
+             "host_bound": ""}
             for k in (2, 4) for seed in (1, 2)]
 
 
@@ -405,8 +406,8 @@ def test_sweep_csv_reads_back_with_its_numbers_typed(tmp_path: Path) -> None:
     so a figure drawn again from the file sees what the sweep saw."""
     from fedmst.run.experiments import SWEEP_FIELDS, SweepRow, read_sweep, write_sweep
 
-    rows = [SweepRow(**{**row, "model": "mlp", "model_bytes": 19_240, "congestion_control": "dctcp", "round_s": 1.25,
-                        "ray_node": node, "host_bound": bound})
+    rows = [SweepRow(**{**row, "model": "mlp", "model_bytes": 19_240, "congestion_control": "dctcp",
+                        "optical": "joint", "round_s": 1.25, "ray_node": node, "host_bound": bound})
             for row, node, bound in zip(sweep_rows("mst", 0.5), ("", "10.0.0.2", "", ""), ("", "upload", "", ""))]
     write_sweep(tmp_path / "sweep.csv", rows)
     assert (tmp_path / "sweep.csv").read_text().splitlines()[0] == ",".join(SWEEP_FIELDS)
@@ -417,9 +418,13 @@ def test_sweep_csv_reads_back_with_its_numbers_typed(tmp_path: Path) -> None:
     with pytest.raises(FedmstError, match="other.csv lacks the columns model_bytes, scheduler"):
         read_sweep(tmp_path / "other.csv")
     # a sweep from before the transport was an axis reads back, its congestion control unrecorded
-    old = [name for name in SWEEP_FIELDS if name != "congestion_control"]
+    # and from before the optical policy was: every point held circuits (ocs), none lit on no fabric
+    new = {"congestion_control", "optical", "run_wavelengths_lit", "run_slot_utilisation"}
+    old = [name for name in SWEEP_FIELDS if name not in new]
     write_csv(tmp_path / "old.csv", old, [{k: v for k, v in asdict(r).items() if k in old} for r in rows])
-    assert {r["congestion_control"] for r in read_sweep(tmp_path / "old.csv")} == {"unrecorded"}
+    back = read_sweep(tmp_path / "old.csv")
+    assert {(r["congestion_control"], r["optical"], r["run_wavelengths_lit"]) for r in back} == {
+        ("unrecorded", "ocs", 0)}
 
 
 def flags(*given: str) -> dict[str, bool]:

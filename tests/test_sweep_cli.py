@@ -61,3 +61,15 @@ def test_a_ray_nodes_progress_row_counts_its_points_of_all_without_a_time_of_its
     sweep_row, node_row = [line for line in console.export_text().splitlines() if line.strip()]
     assert "3/4" in sweep_row and "left" in sweep_row, sweep_row
     assert "2/4" in node_row and "?" not in node_row and "left" not in node_row and ":" not in node_row, node_row
+
+
+def test_a_sweep_over_optical_policies_names_each_in_its_figures(
+        tmp_path: Path, drawn: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    console = Console(record=True, width=100, force_terminal=False)
+    monkeypatch.setattr(cli, "console", console)
+    cli._draw_sweep(rows(opticals=("ocs", "ots", "joint")), tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(
+        f"{what}_vs_local_models-{o}.png" for what in ("bandwidth", "latency") for o in ("ocs", "ots", "joint"))
+    assert [f["suptitle"] for f in drawn[1::2]] == [f"TCP cubic, optical {o}" for o in ("ocs", "ots", "joint")]
+    text = " ".join(console.export_text().split())
+    assert text.endswith(f"sweep.csv and each optical policy's latency and bandwidth figures in {tmp_path}/")

@@ -15,17 +15,20 @@ from fedmst.views.plots import plot_sweep
 
 
 def rows(ks: tuple[int, ...] = (2, 3), transports: tuple[str, ...] = ("cubic",), model: str = "mlp",
-         schedulers: tuple[str, ...] = ("spff", "mst")) -> list[dict[str, Any]]:
-    """sweep.csv rows: every scheduler at every local-model count under every congestion control,
-    two seeds, one task and round; SPFF moves twice MST's bytes, each communicating 0.1 s a local model."""
-    return [{"model": model, "model_bytes": 19_240, "congestion_control": cc, "scheduler": s, "local_models": k,
+         schedulers: tuple[str, ...] = ("spff", "mst"), opticals: tuple[str, ...] = ("ocs",)) -> list[dict[str, Any]]:
+    """sweep.csv rows: every scheduler at every local-model count under every congestion control and
+    optical policy, two seeds, one task and round; SPFF moves twice MST's bytes, each communicating
+    0.1 s a local model; a policy other than ocs lights half the wavelengths and blocks one task."""
+    return [{"model": model, "model_bytes": 19_240, "congestion_control": cc, "optical": o, "scheduler": s,
+             "local_models": k, "run_wavelengths_lit": 8 * k // (1 if o == "ocs" else 2),
+             "run_slot_utilisation": 0.0 if o == "ocs" else 0.5,
              "seed": seed, "task": "task0", "round": 1, "broadcast_s": 0.05 * k, "train_s": 1.0,
              "upload_s": 0.05 * k * (2 if s == "spff" else 1), "round_s": 1.0 + 0.1 * k + seed / 100,
              "accuracy": 0.9, "run_link_bytes_measured": k * (200_000 if s == "spff" else 100_000) + seed,
              "run_link_bytes_predicted": k * (190_000 if s == "spff" else 95_000), "run_reserved_capacity_mbps": 1e3,
-             "run_tasks_blocked": 0, "run_predicted_comm_s": 0.1 * k, "time_scale": 1.0, "cpu_busy": 0.5,
-             "ray_node": "", "host_bound": ""}
-            for cc in transports for k in ks for seed in (1, 2) for s in schedulers]
+             "run_tasks_blocked": int(o != "ocs"), "run_predicted_comm_s": 0.1 * k, "time_scale": 1.0,
+             "cpu_busy": 0.5, "ray_node": "", "host_bound": ""}
+            for cc in transports for o in opticals for k in ks for seed in (1, 2) for s in schedulers]
 
 
 @pytest.fixture
@@ -84,3 +87,14 @@ def test_the_results_table_has_a_row_per_point_and_scheduler_with_ratios_to_the_
     # one transport, one scheduler: neither the TCP column nor ratios
     alone = _text(sweep_table(sweep_points(rows(schedulers=("mst",)))))
     assert "TCP" not in alone and "vs" not in alone and "cubic" not in alone
+
+
+def test_with_several_optical_policies_the_table_shows_blocking_and_wavelengths() -> None:
+    text = _text(sweep_table(sweep_points(rows(ks=(2,), opticals=("ocs", "joint")))), width=100)
+    assert "optical" in text and "blocked" in text and "λ lit" in text, text
+    body = [line.split() for line in text.splitlines() if line.split()[:1] in (["ocs"], ["joint"])]
+    # policy, k, scheduler, five figures, two ratios (none for the baseline), blocked, wavelengths lit
+    assert [(b[0], b[2], b[-2], b[-1]) for b in body] == [("ocs", "SPFF", "0", "16"), ("ocs", "MST", "0", "16"),
+                                                         ("joint", "SPFF", "1", "8"), ("joint", "MST", "1", "8")]
+    one = _text(sweep_table(sweep_points(rows(ks=(2,)))))
+    assert "blocked" not in one and "optical" not in one
