@@ -18,6 +18,7 @@ from fedmst.core.plan import Plan, Transfer
 from fedmst.core.schedulers import schedule
 from fedmst.core.tasks import Task
 from fedmst.core.topology import load_topology
+from fedmst.core.workload import make_tasks, schedule_workload
 from fedmst.errors import SchedulerError
 
 
@@ -247,3 +248,14 @@ def test_joint_lending_speeds_bursts_without_lighting_a_wavelength(scheduler: st
     assert all(len(a.slots) >= len(b.slots) for a, b in zip(spectrum.lightpaths, before))
     assert sum(len(lp.slots) for lp in spectrum.lightpaths) > sum(len(lp.slots) for lp in before)
     assert all(spectrum.lend(lp) is None for lp in spectrum.lightpaths)  # nothing left to lend
+
+
+@pytest.mark.parametrize("policy", ["ots", "size", "joint"])
+def test_where_no_node_is_all_optical_every_policy_keeps_first_fits_accounting(policy: str) -> None:
+    """No fabric, no time slices: the links keep the circuits' accounting as always (the run says
+    the option set nothing up), rather than block every task for want of an OTS wavelength."""
+    g = load_topology("nsfnet")
+    tasks = make_tasks(g, 3, 4, 19_000, 1)
+    wanted = schedule_workload(g, tasks, "mst", wavelengths=40)
+    got = schedule_workload(g, tasks, "mst", wavelengths=40, optical=policy, ots=8)
+    assert got.blocked == () and got.lightpaths == wanted.lightpaths

@@ -260,7 +260,9 @@ def schedule_workload(
         raise SchedulerError(f"task names in a workload must be distinct, got {names}")
     spectrum = spectrum_for(graph, wavelengths, wavelength_mbps, ots=ots, frame=frame, mtu=mtu)
     policy = get_policy(optical)
-    if policy.time_slices and not spectrum.ots and fibres(graph):
+    if not fibres(graph):  # no fabric: nothing is set up, the links keep first fit's accounting whatever the policy
+        policy = OCSPolicy()
+    if policy.time_slices and not spectrum.ots:
         raise SchedulerError(f"--optical {optical} gives timeslots, and the fibres carry no time-sliced wavelength: "
                              "give --ots-wavelengths 1 or more")
     plans: list[Plan] = []
