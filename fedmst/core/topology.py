@@ -77,6 +77,16 @@ def node_order(node: str) -> tuple[int, int | str]:
     return (0, int(node)) if node.isdigit() else (1, node)
 
 
+def link_name(u: str, v: str) -> str:
+    """How files and the console name the link between ``u`` and ``v`` (links.csv's ``link``, a
+    fibre in summary.json): its ends in node order, joined by ``-``.
+
+    >>> link_name("10", "2"), link_name("s1", "l0")
+    ('2-10', 'l0-s1')
+    """
+    return "-".join(sorted((u, v), key=node_order))
+
+
 def optical_nodes(graph: nx.Graph) -> frozenset[str]:
     """The nodes light passes through (node attribute ``optical``): all-optical switches that buffer,
     relay, aggregate and compute nothing, so no plan may start, end or sum a transfer there.

@@ -19,7 +19,7 @@ from typing import Any
 import networkx as nx
 
 from fedmst.core.timescale import without_delay_lines
-from fedmst.core.topology import node_order
+from fedmst.core.topology import link_name, node_order
 from fedmst.errors import FedmstError
 from fedmst.net.calibrate import cpu_bound_links, link_ceiling_mbps
 from fedmst.net.cleanup import RunState
@@ -236,7 +236,7 @@ def _unlined(resolved: ResolvedRun, report: Report) -> tuple[nx.Graph, dict[str,
     longest = max(float(resolved.graph.edges[e]["delay_s"]) for e in short)
     report(f"{counted(len(short), 'link')} of at most {longest * 1e6:.3g} µs run without a delay line, shorter than "
            "its timing error: the kernel's own forwarding stands for their delay")
-    return graph, {"links_without_delay_line": ["-".join(sorted(e, key=node_order)) for e in short]}
+    return graph, {"links_without_delay_line": [link_name(*e) for e in short]}
 
 
 def _gone(out: Path) -> str:

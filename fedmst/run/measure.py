@@ -29,7 +29,7 @@ from fedmst.core.schedulers import get_scheduler
 from fedmst.core.selection import participants
 from fedmst.core.span import PhaseSpan
 from fedmst.core.timescale import REAL_TIME, TimeScale, keeps_up_at
-from fedmst.core.topology import node_order
+from fedmst.core.topology import link_name, node_order
 from fedmst.core.workload import link_state
 from fedmst.fl.strategies import build_strategy, knobs, strategy_knobs
 from fedmst.run.recovery import FaultEvent
@@ -210,7 +210,7 @@ class Prediction:
             planned = sum(predicted[p].get(hop, 0) for p in TRANSFER_PHASES)
             weights = sum(measured[p] for p in TRANSFER_PHASES if predicted[p].get(hop))
             rows.append(LinkRow(
-                round=res.round, link=_link_name(hop), src=u, dst=v, capacity_mbps=graph.edges[u, v]["capacity_mbps"],
+                round=res.round, link=link_name(*hop), src=u, dst=v, capacity_mbps=graph.edges[u, v]["capacity_mbps"],
                 predicted_bytes=planned, measured_bytes=sum(measured.values()),
                 measured_weight_bytes=weights, measured_other_bytes=sum(measured.values()) - weights,
                 error_pct=_error_pct(weights, planned),
@@ -267,11 +267,6 @@ def write_timeline(out: Path, measured: Sequence[PhaseSpan], predicted: Sequence
     write_csv(out / "timeline.csv", TIMELINE_FIELDS,
               [{"kind": kind, "task": s.task, "round": s.round, "phase": s.phase, "start_s": s.start_s,
                 "end_s": s.end_s} for kind, spans in (("measured", measured), ("predicted", predicted)) for s in spans])
-
-
-def _link_name(hop: LinkDir) -> str:
-    """links.csv's ``link``: its ends in node order."""
-    return "-".join(sorted(hop, key=node_order))
 
 
 def _error_pct(weight_bytes: int, predicted_bytes: int) -> float:
@@ -491,7 +486,7 @@ def whole_run_link_rows(done: Sequence[tuple[Plan, int]], link_bytes: Mapping[Li
         measured, planned = link_bytes[hop], predicted.get(hop, 0)
         weights = measured if planned else 0
         rows.append(LinkRow(
-            round=0, link=_link_name(hop), src=u, dst=v, capacity_mbps=graph.edges[u, v]["capacity_mbps"],
+            round=0, link=link_name(*hop), src=u, dst=v, capacity_mbps=graph.edges[u, v]["capacity_mbps"],
             predicted_bytes=planned, measured_bytes=measured, measured_weight_bytes=weights,
             measured_other_bytes=measured - weights, error_pct=_error_pct(weights, planned),
             broadcast_bytes=None, upload_bytes=None, aborted_bytes=0,

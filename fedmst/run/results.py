@@ -157,11 +157,11 @@ MLTCP_FIELDS = tuple(f.name for f in fields(AggressivenessBin))
 def write_transport(out: Path, tcp: RunTcp, graph: nx.Graph) -> None:
     """``ecn.csv`` and ``mltcp.csv`` from what a closed emulation's TCP read (nothing where it has
     neither); ``graph`` gives each link's capacity in the network's terms."""
-    from fedmst.core.topology import node_order
+    from fedmst.core.topology import link_name
     from fedmst.net.congestion import aggressiveness
 
     if tcp.ecn_marks:
-        rows = [{"link": "-".join(sorted((u, v), key=node_order)), "src": u, "dst": v,
+        rows = [{"link": link_name(u, v), "src": u, "dst": v,
                  "capacity_mbps": graph.edges[u, v]["capacity_mbps"], "k_bytes": tcp.ecn_k_bytes.get((u, v)),
                  **asdict(counts)} for (u, v), counts in tcp.ecn_marks.items()]
         write_csv(out / "ecn.csv", ECN_FIELDS, rows)

@@ -33,7 +33,7 @@ import networkx as nx
 from fedmst.core.optical.slots import DEFAULT_FRAME, Frame
 from fedmst.core.optical.wavelengths import Lightpath, Link, Spectrum, link
 from fedmst.core.wire import ETH_HEADER
-from fedmst.core.topology import node_order, optical_nodes
+from fedmst.core.topology import link_name, node_order, optical_nodes
 
 
 def fibres(graph: nx.Graph) -> frozenset[Link]:
@@ -156,7 +156,7 @@ def optical_summary(graph: nx.Graph, plans: Sequence[CircuitPlan], blocking_rati
         slots = 0
         for lp in circuits:
             for u, v in zip(lp.path, lp.path[1:]):
-                name = "-".join(sorted((u, v), key=node_order))
+                name = link_name(u, v)
                 held.setdefault(name, set()).add(lp.wavelength)
                 if lp.slots:
                     sliced.add((name, lp.wavelength))
