@@ -227,7 +227,7 @@ def test_unwritable_output_is_one_line(cluster: Path, tmp_path: Path) -> None:
 
 
 def test_plot_knows_a_cluster_folder_from_a_run_or_compare_folder(tmp_path: Path) -> None:
-    from fedmst.views.gantt import is_cluster_folder
+    from fedmst.views.folders import folder_kind
 
     one, policies, compare, run = (tmp_path / n for n in ("one", "policies", "compare", "run"))
     for folder in (one, policies, compare, run):
@@ -236,7 +236,7 @@ def test_plot_knows_a_cluster_folder_from_a_run_or_compare_folder(tmp_path: Path
     (policies / "comparison.json").write_text('{"status": "completed", "policies": ["fifo+random"]}')
     (compare / "comparison.json").write_text('{"status": "completed", "schedulers": ["spff", "mst"]}')
     (run / "config.json").write_text("{}")
-    assert [is_cluster_folder(f) for f in (one, policies, compare, run)] == [True, True, False, False]
+    assert [folder_kind(f) for f in (one, policies, compare, run)] == ["cluster", "policies", "compare", "run"]
 
 
 def preempted_cluster(folder: Path, mode: str, *, with_record: bool = True, crowd: int = 40) -> Path:

@@ -142,17 +142,6 @@ def figure_size(rows: int) -> tuple[float, float]:
     return WIDTH_IN, round(gantt_height(rows) + CDF_IN + TITLE_IN, 6)
 
 
-def is_cluster_folder(folder: Path) -> bool:
-    """Whether ``folder`` is what ``fedmst cluster`` writes: one cluster (jobs.csv), or a
-    ``--policies`` comparison (a comparison.json naming its policies)."""
-    if (folder / JOBS).is_file():
-        return True
-    try:
-        return "policies" in json.loads((folder / COMPARISON).read_text())
-    except (OSError, ValueError, TypeError):
-        return False
-
-
 def plot_jobs(folder: Path, out: Path | None = None) -> Path:
     """Draw the cluster folder ``folder`` as one PNG and return its path (``out``, by default
     ``folder / "jobs.png"``): the Gantt chart of slots held over time above, the finished jobs'
@@ -573,5 +562,5 @@ def _draw_cdf(ax: Any, jobs: Sequence[JobRow], clock: str) -> None:
     ax.legend(loc="lower right", fontsize="small")
 
 
-__all__ = ["JOBS_PNG", "clock_of", "ecdf", "figure_size", "is_cluster_folder", "jobs_figure", "plot_jobs", "read_stops",
+__all__ = ["JOBS_PNG", "clock_of", "ecdf", "figure_size", "jobs_figure", "plot_jobs", "read_stops",
            "slot_rows", "stops_and_resumes", "tally"]
