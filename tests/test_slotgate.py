@@ -80,14 +80,18 @@ def test_a_full_queue_drops_and_counts_and_strangers_pass() -> None:
 
 
 def test_a_new_table_keeps_what_is_held_for_lightpaths_it_keeps() -> None:
+    """The same gate takes the new table (the queue's callback holds it): what it held is queued
+    again by the new table, and packets that come later are gated by it, a new source's too."""
     gate = Gate(_table((1,)))
-    kept, gone = Packet(), Packet()
+    kept, gone, later = Packet(), Packet(), Packet()
     gate.push(kept, "10.0.0.1", 100, 1000.0)
     gate.push(gone, "10.0.0.2", 100, 1000.0)
-    table = GateTable(4, 0.01, 0.001, 1000.0, (GatedPath(("10.0.0.1",), (2,), 1e6),))
-    new = gate.replaced(table, 1000.0)
+    table = GateTable(4, 0.01, 0.001, 1000.0, (GatedPath(("10.0.0.1", "10.0.0.7"), (2,), 1e6),))
+    gate.retable(table, 1000.0)
     assert gone.verdict == "accept" and kept.verdict is None
-    assert new.release(1000.021) == [kept]
+    assert gate.push(later, "10.0.0.7", 100, 1000.0) is False  # held for slot 2, not passed
+    assert gate.release(1000.021) == [kept, later]
+    assert [row["released_bytes"] for row in gate.stats()] == [0, 200]  # the first table's lightpath, then the new
 
 
 def test_a_table_survives_its_json() -> None:

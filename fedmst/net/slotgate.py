@@ -113,8 +113,13 @@ class Gate:
     """
 
     def __init__(self, table: GateTable, capacity: int = QUEUE_PACKETS) -> None:
-        self.table = table
         self.capacity = capacity
+        self._retired: list[_Held] = []
+        """The lightpaths of earlier tables, for their counters."""
+        self._take(table)
+
+    def _take(self, table: GateTable) -> None:
+        self.table = table
         self._frame_s = table.timeslots * table.slot_s
         self._by_source: dict[str, _Held] = {}
         self._held: list[_Held] = []
@@ -198,20 +203,23 @@ class Gate:
             held.queue.clear()
         return out
 
-    def replaced(self, table: GateTable, now: float) -> Gate:
-        """A gate for ``table`` holding what this one holds, each packet queued again by its source
-        (one no lightpath of ``table`` sends passes at once)."""
-        gate = Gate(table, self.capacity)
-        for held in self._held:
+    def retable(self, table: GateTable, now: float) -> None:
+        """Gate by ``table`` from now on (a re-plan's lightpaths; a cluster's jobs come and go), the
+        packets held so far queued again by their source (one no lightpath of ``table`` sends passes
+        at once). The gate itself stays: the queue's callback holds it."""
+        old = self._held
+        self._retired += old
+        self._take(table)
+        for held in old:
             for packet, source, size in held.queue:
-                if gate.push(packet, source, size, now):
+                if self.push(packet, source, size, now):
                     packet.accept()
             held.queue.clear()
-        return gate
 
     def stats(self) -> list[dict[str, object]]:
+        """Each lightpath's counters, those of earlier tables' included."""
         return [{"sources": list(h.path.sources), "slots": list(h.path.slots), "released_bytes": h.released_bytes,
-                 "dropped": h.dropped, "most_held": h.most_held} for h in self._held]
+                 "dropped": h.dropped, "most_held": h.most_held} for h in [*self._retired, *self._held]]
 
 
 def wire_size(head: bytes) -> tuple[str, int]:
@@ -231,10 +239,10 @@ def rule(interface: str, sources: Sequence[str], queue: int) -> list[str]:
     return [f"-A POSTROUTING -o {interface} -s {addr}/32 -j NFQUEUE --queue-num {queue}" for addr in sources]
 
 
-def _serve(gate: Gate, nfq: object, signals: Signals, table: Path) -> Gate:
+def _serve(gate: Gate, nfq: object, signals: Signals, table: Path) -> None:
     """Let packets go as their slots open until asked to stop; on SIGUSR1 take the table again from
-    ``table`` (a re-plan's lightpaths), the packets held so far re-queued by it. Returns the gate
-    that ran last."""
+    ``table`` (a re-plan's lightpaths, a cluster's jobs), the packets held so far re-queued by it,
+    in the same gate: the queue's callback pushes into it."""
     fd = nfq.get_fd()  # type: ignore[attr-defined]
     while not signals.stop:
         due = gate.next_due(time.time())
@@ -247,10 +255,9 @@ def _serve(gate: Gate, nfq: object, signals: Signals, table: Path) -> Gate:
             signals.drain()
         if signals.retune:
             signals.retune = False
-            gate = gate.replaced(GateTable.from_json(table.read_text()), time.time())
+            gate.retable(GateTable.from_json(table.read_text()), time.time())
         while (packet := gate.release_one(time.time())) is not None:
             packet.accept()  # type: ignore[attr-defined]
-    return gate
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -275,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     nfq, signals = started
     try:
-        gate = _serve(gate, nfq, signals, args.table)
+        _serve(gate, nfq, signals, args.table)
     finally:
         for packet in gate.flush():  # dropped, not passed: stopping must never send outside a slot
             packet.drop()  # type: ignore[attr-defined]
