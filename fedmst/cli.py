@@ -553,7 +553,8 @@ def sweep_subject(model: str, congestion_control: str, optical: str = "ocs", *, 
 CLUSTER_OPTIONS = ("topology", "slots", "jobs", "time_compress", "scheduler", "mode", "job_order", "placement",
                    "preempt", "rounds", "model", "dataset", "epochs", "compute_s", "seed", "lr", "batch_size",
                    "optimizer", "strategy", "strategy_args", "chunk_bytes", "mtu", "delay_mode", "congestion_control",
-                   "cc_args", "ecn_k", "time_scale")
+                   "cc_args", "ecn_k", "optical", "ocs_wavelengths", "ots_wavelengths", "timeslots", "timeslot_us",
+                   "guard_us", "reconfig_ms", "time_scale")
 """The options of ``cluster``, in the order ``--help`` lists them."""
 
 

@@ -226,6 +226,10 @@ CLUSTER_CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
     ("unknown-preemption", _args("--jobs", "poisson:60,3", "--preempt", "nope"), ("preemption 'nope'", "las")),
     ("preemption-not-a-preemption", _args("--jobs", "poisson:60,3", "--preempt", "fedmst.core.cluster.policies:Fifo"),
      ("fedmst.core.cluster.policies:Fifo", "subclass of fedmst.api.Preemption")),
+    ("cluster-ots-without-ots-wavelengths",
+     _args("--topology", "spine-leaf:2,2,1", "--optical", "ots", "--ots-wavelengths", "0"),
+     ("--optical ots gives timeslots", "--ots-wavelengths 1 or more")),
+    ("cluster-unknown-optical-policy", _args("--optical", "mesh"), ("unknown optical policy 'mesh'", "joint, ocs")),
 ]
 
 

@@ -269,3 +269,55 @@ def test_the_seeds_policies_run_for_real_on_one_trace(tmp_path: Path, clean_host
         assert summary["transport"]["congestion_control"] == "dctcp", summary["transport"]
         assert isinstance(summary["transport"]["ecn_marked"], int)
         _held_once(tmp_path / "out" / name / "slots.csv")
+
+
+def _fabric_cluster(tmp_path: Path, *optical: str) -> tuple[Path, dict[str, dict[str, str]]]:
+    """Three one-model jobs of mlp-large at once on spine-leaf:1,2,3 at 100 Mbit/s, a user's
+    placement sending every job across l0-s0-l1, with the ``optical`` options; the folder and jobs.csv."""
+    (tmp_path / "jobs.csv").write_text("job,submit_s,local_models,rounds,compute_s\nj0,0,1,1,\nj1,0,1,1,\n"
+                                       "j2,0,1,1,\n")
+    users = str(Path(__file__).with_name("userbackends"))
+    proc = subprocess.run(
+        [FEDMST, "cluster", "--topology", "spine-leaf:1,2,3,mbps=100", "--slots", "1", "--jobs",
+         str(tmp_path / "jobs.csv"), "--model", "mlp-large", "--epochs", "1", "--scheduler", "spff",
+         "--placement", "userpolicies:Across", *optical, "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [users, os.environ.get("PYTHONPATH")]))})
+    assert proc.returncode == 0, proc.stderr
+    jobs = _rows(tmp_path / "out" / "jobs.csv")
+    assert {n: r["status"] for n, r in jobs.items()} == dict.fromkeys(("j0", "j1", "j2"), "finished")
+    return tmp_path / "out", jobs
+
+
+def test_jobs_on_a_fabric_hold_their_circuits_and_wait_for_them(tmp_path: Path, clean_host: None) -> None:
+    """Two circuit wavelengths a fibre (50 Mbit/s each): j0 and j1 run at once on a wavelength
+    each, j2 waits for one of them to give its wavelength back; each job's optical.csv says what it
+    held, and its weights go at its wavelength's rate, not the fibre's."""
+    out, jobs = _fabric_cluster(tmp_path, "--ocs-wavelengths", "2", "--ots-wavelengths", "0", "--reconfig-ms", "100")
+    j0, j1, j2 = (jobs[n] for n in ("j0", "j1", "j2"))
+    assert float(j2["start_s"]) >= min(float(j0["end_s"]), float(j1["end_s"])) - 1e-6  # it waited for a wavelength
+    assert float(j0["start_s"]) < float(j1["end_s"]) and float(j1["start_s"]) < float(j0["end_s"])  # side by side
+    for r in (j0, j1, j2):
+        circuits = list(csv.DictReader((out / "jobs" / r["job"] / "optical.csv").open()))
+        assert [(c["path"], float(c["reserved_mbps"])) for c in circuits] == [("l0-s0-l1", 50.0)]
+        assert float(r["setup_s"]) >= 0.1  # its circuit's set-up, before its first broadcast
+        assert 2 * 4.5e6 * 8 / 50e6 <= float(r["comm_s"]) * 1.1, r  # down and up on its own 50 Mbit/s
+    optical = json.loads((out / "summary.json").read_text())["optical"]
+    assert optical["wavelengths_used"] == {"l0-s0": 2, "l1-s0": 2} and optical["jobs_blocked_on_wavelengths"] == 1
+
+
+def test_jobs_on_a_fabric_share_a_time_sliced_wavelength_each_in_its_slot(tmp_path: Path, clean_host: None) -> None:
+    """One OTS wavelength of 4 slots of 5 ms: the three jobs run at once, a slot each, and the
+    gates, which take each new job's slots as it starts, keep every job's bytes in its own slot."""
+    out, jobs = _fabric_cluster(tmp_path, "--optical", "ots", "--ocs-wavelengths", "0", "--ots-wavelengths", "1",
+                                "--timeslots", "4", "--timeslot-us", "5000", "--guard-us", "500")
+    assert all(float(r["start_s"]) < min(float(o["end_s"]) for o in jobs.values()) for r in jobs.values())
+    slots = set()
+    for name in jobs:
+        (held,) = csv.DictReader((out / "jobs" / name / "optical.csv").open())
+        slots.add(held["timeslots"])
+        rows = list(csv.DictReader((out / "jobs" / name / "timeslots.csv").open()))
+        inside = sum(int(r["bytes"]) for r in rows)
+        assert inside > 4 * 4.5e6 and sum(int(r["outside_bytes"]) for r in rows) <= 0.01 * inside, name
+    assert slots == {"0", "1", "2"}
+    assert json.loads((out / "summary.json").read_text())["optical"]["jobs_blocked_on_wavelengths"] == 0

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +116,29 @@ class CircuitClasses:
         return cmds
 
 
+class HeldCircuits:
+    """Each owner's circuits (a run's, or each of a cluster's jobs'): what an emulation installs is
+    all of them, on the last frame given. Take :attr:`lock` around :meth:`hold` and the installation:
+    a cluster's jobs start and end in threads of their own.
+
+    >>> held = HeldCircuits()
+    >>> a, b = Circuit(("l0", "s", "l1"), (10.0, 10.0), ("10.0.0.1",)), Circuit(("l0", "s"), (10.0,), ("10.0.0.2",))
+    >>> len(held.hold("j0", [a], None)), len(held.hold("j1", [b], None)), held.hold("j0", [], None) == [b]
+    (1, 2, True)
+    """
+
+    def __init__(self) -> None:
+        self._owned: dict[str, tuple[Circuit, ...]] = {}
+        self.frame: Frame | None = None
+        self.lock = threading.Lock()
+
+    def hold(self, owner: str, circuits: Sequence[Circuit], frame: Frame | None) -> list[Circuit]:
+        """Make ``circuits`` what ``owner`` holds (and ``frame``, where given, the frame); every circuit held."""
+        self._owned[owner] = tuple(circuits)
+        self.frame = frame or self.frame
+        return [c for held in self._owned.values() for c in held]
+
+
 GATE_QUEUE = 65000
 """The NFQUEUE queue of a node's timeslot gate (the delay lines number theirs from 0)."""
 GATE_CHAIN = "FEDMST-SLOTS"
@@ -172,6 +196,11 @@ class SlotGates:
         self._gates: dict[str, tuple[object, Path]] = {}
         """Node -> its gate process and table file."""
         self.epoch: float | None = None
+
+    @staticmethod
+    def argv(table: Path) -> list[str]:
+        """The arguments of the gate that runs ``table`` (:func:`fedmst.net.slotgate.main`)."""
+        return ["--queue", str(GATE_QUEUE), "--table", str(table), "--stats", str(SlotGates.stats_file(table))]
 
     @staticmethod
     def stats_file(table: Path) -> Path:

@@ -37,7 +37,7 @@ from fedmst.core.wire import DEFAULT_MTU
 from fedmst.errors import EmulationError
 from fedmst.net import queues
 from fedmst.net.background import BackgroundTraffic, arrived_bytes
-from fedmst.net.circuits import GATE_QUEUE, Circuit, CircuitClasses, SlotGates, wait_bound
+from fedmst.net.circuits import Circuit, CircuitClasses, HeldCircuits, SlotGates, wait_bound
 from fedmst.net.cleanup import RUN_ID_LETTERS, RunState, host_name, probe_name
 from fedmst.net.congestion import Transport
 from fedmst.net.link import DelayLines, EmulatedLink, LinkEnd, LinkShaping, htb_drops
@@ -184,7 +184,7 @@ class Emulation:
         self.tcp = RunTcp(transport, graph, mtu)
         self._background = BackgroundTraffic()
         self._delay_lines = DelayLines(self._hops)
-        self._circuits = CircuitClasses()
+        self._circuits, self._held = CircuitClasses(), HeldCircuits()
         self.gates = SlotGates()
         self.gate_counters: dict[str, int] = {}  # what the timeslot gates counted, once they stopped
         self._run = run
@@ -325,23 +325,23 @@ class Emulation:
             raise EmulationError("install_flows: the emulation is not running (use it inside `with`)")
         return self._routes.install(paths, background=background)
 
-    def install_circuits(self, circuits: Sequence[Circuit], frame: Frame | None = None) -> None:
-        """Give each optical lightpath its own class at its wavelength's rate on both directions of
-        every hop (:mod:`fedmst.net.circuits`), live, and each time-sliced one its gates, on
-        ``frame`` (its slots and guards in the host's microseconds)."""
+    def install_circuits(self, circuits: Sequence[Circuit], frame: Frame | None = None, owner: str = "") -> None:
+        """Make ``circuits`` what ``owner`` (a run, a cluster's job) holds; give every circuit held its
+        class on each hop, and each time-sliced one its gates on ``frame`` (host µs; None: the last)."""
         s = self.shaping
         sender = {hop: (hop[0], link.sender(*hop)) for hop, link in self._hops.items()}
         netem = {hop: s.netem(link.delay_s, s.loss) if s.delay_mode == "netem" else None
                  for hop, link in self._hops.items()}
-        for node, lines in self._circuits.commands(circuits, sender, mtu=self.mtu, netem=netem).items():
-            self._shells[node].batch("tc", lines)
-        if frame is not None and self._state is not None:
+        with self._held.lock:
+            circuits, frame = self._held.hold(owner, circuits, frame), self._held.frame
+            for node, lines in self._circuits.commands(circuits, sender, mtu=self.mtu, netem=netem).items():
+                self._shells[node].batch("tc", lines)
+            if frame is None or self._state is None:
+                return
             scratch = self._state.scratch
             self.gates.install(
                 circuits, sender, frame, scratch=scratch,
-                start=lambda node, table: self.spawn(node, "fedmst.net.slotgate:main",
-                                                     ["--queue", str(GATE_QUEUE), "--table", str(table),
-                                                      "--stats", str(SlotGates.stats_file(table))], env={},
+                start=lambda node, table: self.spawn(node, "fedmst.net.slotgate:main", SlotGates.argv(table), env={},
                                                      log=scratch / f"gate-{node}.log", name="gate", warm=False),
                 rules=lambda node, lines: self._shells[node].iptables_restore(
                     ["\n".join(lines) + "\n"], f"installing the timeslot gate of node {node}"),

@@ -29,6 +29,9 @@ from fedmst.core.cluster.simulate import SimulatedRunner
 from fedmst.core.cluster.slots import Occupancy, node_slots
 from fedmst.core.cluster.traces import Trace, read_jobs
 from fedmst.core.contention import Profile, profile_of
+from fedmst.core.optical.circuits import fibres, planned_view
+from fedmst.core.optical.held import Wavelengths
+from fedmst.core.optical.policies import get_policy
 from fedmst.core.plan import TRANSFER_PHASES, Plan, loaded_phase_seconds
 from fedmst.core.schedulers import get_scheduler
 from fedmst.core.topology import load_topology
@@ -84,6 +87,10 @@ def resolve(config: RunConfig) -> ResolvedCluster:
     PREEMPTIONS.lookup(config.preempt)
     get_scheduler(config.scheduler)
     graph = load_topology(config.topology)
+    get_policy(config.optical)
+    if fibres(graph):  # the wavelengths' terms, refused now rather than once the network is up
+        Wavelengths(graph, config.optical, ocs=config.ocs_wavelengths, ots=config.ots_wavelengths, frame=config.frame,
+                    mtu=config.mtu)
     slots = node_slots(graph, config.slots)
     if sum(slots.values()) < 2:
         raise JobError(f"topology {graph.graph['name']!r}: the cluster has 1 slot, and a job needs 2 at least (a local "
@@ -118,11 +125,10 @@ def _emulated(resolved: ResolvedCluster) -> ResolvedCluster:
     check_backend(config.workers, limited=False)
     host = check_host(config)
     full = _full(resolved)
-    scale, reason = float(config.time_scale) if config.time_scale != "auto" else 1.0, ""
+    view = planned_view(resolved.graph, full.lightpaths)  # the network as the full cluster's lightpaths carry it
+    scale, reason = pick_time_scale(config, host, view, full)  # a given scale below the slots' floor is refused
     if config.time_scale == "auto":  # jobs run on their own clocks: a full cluster's trainings must fit the cores
-        # the cluster's jobs hold no lightpaths: the graph is as they see it
-        scale, reason = training_scale(full, *pick_time_scale(config, host, resolved.graph, full),
-                                       what="of a full cluster ")
+        scale, reason = training_scale(full, scale, reason, what="of a full cluster ")
     base = ResolvedRun(
         config=config, graph=resolved.graph, workload=full, link_failures=(), kills=(), slow={},
         worker_nodes=tuple(n for n, k in resolved.slots.items() if k), limits={}, delay_mode=host.delay_mode,
@@ -132,8 +138,9 @@ def _emulated(resolved: ResolvedCluster) -> ResolvedCluster:
 
 
 def _full(resolved: ResolvedCluster) -> WorkloadPlan:
-    """The trace's first jobs placed on an empty cluster until it is full, planned: what the host
-    must keep up with when every slot is busy (``--time-scale auto``)."""
+    """The trace's first jobs placed on an empty cluster until it is full, planned, with the
+    lightpaths they would hold on a fabric: what the host must keep up with when every slot is busy
+    (``--time-scale auto``, whose floor time-sliced lightpaths' slots set)."""
     config, cluster = resolved.config, _cluster(resolved)
     occupancy = Occupancy(resolved.slots)
     plan, comm_s = _planner(resolved), cluster.comm_s
@@ -147,7 +154,11 @@ def _full(resolved: ResolvedCluster) -> WorkloadPlan:
             break
         occupancy.take(job.name, placed.nodes, 0.0)
         plans.append(plan(job, placed, plans))
-    return WorkloadPlan(scheduler=config.scheduler, plans=tuple(plans), blocked=(), wavelengths=0, lightpaths=())
+    held = cluster.wavelengths
+    for p in plans if held is not None else ():
+        held.admit(p)  # a job that would block holds nothing: it would wait
+    return WorkloadPlan(scheduler=config.scheduler, plans=tuple(plans), blocked=(), wavelengths=0,
+                        lightpaths=held.spectrum.lightpaths if held is not None else ())
 
 
 def _cluster(resolved: ResolvedCluster) -> Cluster:
@@ -164,7 +175,17 @@ def _cluster(resolved: ResolvedCluster) -> Cluster:
 
     return Cluster(resolved.graph, resolved.slots, config.seed, ORDERS.lookup(config.job_order)(),
                    PLACEMENTS.lookup(config.placement)(), PREEMPTIONS.lookup(config.preempt)(), comm_s=comm_s,
-                   profile=profile)
+                   profile=profile, wavelengths=wavelengths(resolved))
+
+
+def wavelengths(resolved: ResolvedCluster) -> Wavelengths | None:
+    """On a fabric, its fibres' wavelengths as the running jobs will hold them (None elsewhere:
+    the links carry their full capacity, as in a run)."""
+    config = resolved.config
+    if not fibres(resolved.graph):
+        return None
+    return Wavelengths(resolved.graph, config.optical, ocs=config.ocs_wavelengths, ots=config.ots_wavelengths,
+                       frame=config.frame, mtu=config.mtu)
 
 
 def _planner(resolved: ResolvedCluster) -> Planner:
@@ -279,8 +300,10 @@ def run(resolved: ResolvedCluster, output: folders.OutputFolder, report: Report,
     config, out = resolved.config, output.path
     began = time.monotonic()
     transport: dict[str, Any] = {}  # the emulation's TCP terms, once it has them
+    cluster = _cluster(resolved)
+    optical = cluster.wavelengths.summary if cluster.wavelengths is not None else dict
     with claimed(output, "cluster",
-                 lambda status: _summarise(resolved, out, status, time.monotonic() - began, transport)):
+                 lambda status: _summarise(resolved, out, status, time.monotonic() - began, transport, optical())):
         write_json(out / "config.json", asdict(config))
         left_out = resolved.trace.left_out()  # public traces' jobs without a GPU or a run time
         if left_out is not None:
@@ -288,7 +311,6 @@ def run(resolved: ResolvedCluster, output: folders.OutputFolder, report: Report,
         files = _Files(out)
         try:
             with _runner(resolved, out, report, transport) as runner:
-                cluster = _cluster(resolved)
                 def ended(life: Ended) -> None:
                     files.ended(life)
                     if life.status not in ("finished", "interrupted"):  # the command says it was interrupted
@@ -311,7 +333,8 @@ def _runner(resolved: ResolvedCluster, out: Path, report: Report, transport: dic
     config = resolved.config
     if resolved.base is None:
         yield SimulatedRunner(resolved.graph, train_s=lambda job: job.compute_s or 0.0,
-                              chunk_bytes=config.chunk_bytes, with_delay=resolved.with_delay, mtu=config.mtu)
+                              chunk_bytes=config.chunk_bytes, with_delay=resolved.with_delay, mtu=config.mtu,
+                              reconfig_s=config.reconfig_ms / 1e3)
         return
     from fedmst.net.cleanup import RunState
     from fedmst.net.emulation import Emulation
@@ -421,7 +444,7 @@ def compare(resolved: ResolvedCluster, policies: Sequence[Policies], output: fol
 
 
 def _summarise(resolved: ResolvedCluster, out: Path, status: str, wall_s: float,
-               transport: Mapping[str, Any]) -> None:
+               transport: Mapping[str, Any], optical: Mapping[str, Any]) -> None:
     """summary.json from the folder's tables (what they hold is what the command got to)."""
     config = resolved.config
     rows = read_jobs_csv(out) if (out / JOBS).exists() else []
@@ -437,7 +460,7 @@ def _summarise(resolved: ResolvedCluster, out: Path, status: str, wall_s: float,
         jobs_failed=sum(r.status == "failed" for r in rows),
         jobs_interrupted=sum(r.status == "interrupted" for r in rows), **figures(rows, held, total),  # type: ignore[arg-type]
         time_scale=resolved.time_scale, wall_s=wall_s, skipped=resolved.trace.skipped, transport=dict(transport),
-    ).write(out)
+        optical=dict(optical)).write(out)
 
 
 __all__ = ["Policies", "ResolvedCluster", "compare", "parse_policies", "policy_folder", "policy_spec", "resolve", "run"]

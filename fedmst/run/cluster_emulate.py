@@ -31,6 +31,7 @@ from typing import Iterator, Mapping, Sequence
 
 from fedmst.core.cluster.jobs import Job
 from fedmst.core.cluster.loop import Outcome, Underway
+from fedmst.core.optical.wavelengths import Lightpath
 from fedmst.core.plan import Plan
 from fedmst.core.route import LinkDir, warm_elements
 from fedmst.core.wire import wire_bytes
@@ -111,12 +112,13 @@ class EmulatedRunner:
     def now(self) -> float:
         return self.scale.network_s(time.monotonic() - self.t0)
 
-    def start(self, job: Job, plan: Plan, first_round: int = 1, start_at_s: float | None = None) -> None:
+    def start(self, job: Job, plan: Plan, first_round: int = 1, start_at_s: float | None = None,
+              circuits: tuple[Lightpath, ...] = ()) -> None:
         self.begun[job.name] = self.now()
         self.plans[job.name], self.finished_spans[job.name] = plan, []
         self.underways[job.name] = Underway(0, None)
-        thread = threading.Thread(target=self._run, args=(job, plan, first_round, start_at_s), name=f"job-{job.name}",
-                                  daemon=True)
+        thread = threading.Thread(target=self._run, args=(job, plan, first_round, start_at_s, circuits),
+                                  name=f"job-{job.name}", daemon=True)
         self.threads[job.name] = thread
         thread.start()
 
@@ -179,19 +181,22 @@ class EmulatedRunner:
                 held.pop(name, None)
         return out
 
-    def _job_run(self, job: Job, plan: Plan, folder: Path) -> ResolvedRun:
-        """The job as a run of one task on the cluster's network."""
+    def _job_run(self, job: Job, plan: Plan, folder: Path, circuits: tuple[Lightpath, ...]) -> ResolvedRun:
+        """The job as a run of one task on the cluster's network, holding ``circuits``."""
         base = self.base
         config = replace(base.config, out=str(folder), scheduler=plan.scheduler, seed=self.seeds[job.name],
                          rounds=job.rounds or 1, model=str(job.model), dataset=str(job.dataset),
                          epochs=job.epochs or base.config.epochs, compute_s=job.compute_s or 0.0)
-        workload = WorkloadPlan(scheduler=plan.scheduler, plans=(plan,), blocked=(), wavelengths=0, lightpaths=())
+        workload = WorkloadPlan(scheduler=plan.scheduler, plans=(plan,), blocked=(), wavelengths=0,
+                                lightpaths=circuits)
         return replace(base, config=config, workload=workload, worker_nodes=tuple(sorted(plan.nodes)),
                        listed=(job.name,), offsets={job.name: 0.0}, profiles=())
 
-    def _run(self, job: Job, plan: Plan, first_round: int, start_at_s: float | None) -> None:
-        """Run ``job``'s rounds from ``first_round``, the first not before ``start_at_s``, and say
-        how it ended (a failure is the job's, not the cluster's); a run after the first goes in
+    def _run(self, job: Job, plan: Plan, first_round: int, start_at_s: float | None,
+             circuits: tuple[Lightpath, ...]) -> None:
+        """Run ``job``'s rounds from ``first_round``, the first not before ``start_at_s`` nor
+        before its ``circuits`` are set up (``--reconfig-ms`` after its session installs them), and
+        say how it ended (a failure is the job's, not the cluster's); a run after the first goes in
         ``DIR/jobs/NAME/run-N/``."""
         folder = self.out / "jobs" / job.name
         if first_round > 1:
@@ -202,10 +207,16 @@ class EmulatedRunner:
         try:
             folder.mkdir(parents=True)
             scratch.mkdir(parents=True)
-            session = Session(self._job_run(job, plan, folder), self.emu, self.backend, folder, scratch,
+            session = Session(self._job_run(job, plan, folder, circuits), self.emu, self.backend, folder, scratch,
                               report=lambda line: None)
             got: dict[str, object] = {}
-            session.run(lambda: got.update(self._rounds(session, job, first_round, start_at_s)))
+
+            def rounds(session: Session = session) -> None:
+                if circuits:  # set up once its session installed them, before its first broadcast
+                    time.sleep(self.scale.real_s(self.base.config.reconfig_ms / 1e3))
+                got.update(self._rounds(session, job, first_round, start_at_s))
+
+            session.run(rounds)
             outcome = Outcome.finished(plan, got["spans"], self.begun[job.name], self.now(),  # type: ignore[arg-type]
                                        mtu=self.base.config.mtu, accuracies=got["accuracy"])  # type: ignore[arg-type]
             if got["stopped"]:
@@ -223,8 +234,13 @@ class EmulatedRunner:
                               reason=f"{type(exc).__name__}: {' '.join(str(exc).split())} (traceback in "
                                      f"{folder / 'error.log'})")
         finally:
-            _stop_agents(session)  # a job that failed mid-round must not train on in slots given to others
-            self._ended.put((job.name, outcome or Outcome(end_s=self.now(), status="failed", reason="interrupted")))
+            try:
+                _stop_agents(session)  # a job that failed mid-round must not train on in slots given to others
+                if session is not None:
+                    session.release_circuits()  # its wavelengths go back to the loop's spectrum as it ends
+            finally:
+                self._ended.put((job.name, outcome or Outcome(end_s=self.now(), status="failed",
+                                                              reason="interrupted")))
 
     def _rounds(self, session: Session, job: Job, first_round: int, start_at_s: float | None) -> dict[str, object]:
         """The job's rounds from ``first_round`` (resumed from its checkpoint after the first), the

@@ -194,6 +194,9 @@ class ClusterSummary:
     """What carried the weights, as a run's summary.json ``emulated`` says it: the TCP congestion
     control asked and loaded, its knobs, the ECN marking threshold and the packets marked (empty on
     the fluid model of ``--mode simulate``, which runs no TCP)."""
+    optical: dict[str, Any] = field(default_factory=dict)
+    """On a fabric (:meth:`fedmst.core.optical.held.Wavelengths.summary`): the optical policy and its
+    terms, the most wavelengths held at once on each fibre, the jobs blocked on wavelengths."""
 
     def write(self, folder: Path) -> None:
         write_json(folder / SUMMARY, asdict(self))

@@ -252,7 +252,13 @@ class Session:
         if circuits or self.held:  # an installation also removes the circuits held before
             frame = self.config.frame
             self.emu.install_circuits(circuits, replace(frame, slot_us=self.scale.real_s(frame.slot_us),
-                                                        guard_us=self.scale.real_s(frame.guard_us)))
+                                                        guard_us=self.scale.real_s(frame.guard_us)),
+                                      owner=str(self.out))
+
+    def release_circuits(self) -> None:
+        """Give back this session's circuits while the emulation goes on (a cluster's job that ended)."""
+        if self.held:
+            self.emu.install_circuits((), owner=str(self.out))
 
     def clock(self) -> float:
         """Now on a monotonic clock in the network's seconds: what fault times and stalls are measured on."""

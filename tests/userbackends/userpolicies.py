@@ -27,3 +27,14 @@ class StopLongest(Preemption):
 
     def wake_at(self, waiting, view):  # type: ignore[no-untyped-def]
         return min((j.submit_s + 1.0 for j in waiting if j.submit_s + 1.0 > view.now_s), default=None)
+
+
+class Across(Placement):
+    """Job i: G on h0_i, its one local model on h1_i, so that on a spine-leaf fabric every job
+    crosses the fibres from leaf 0 to leaf 1; a job of two local models: G on h0_0, its models on
+    h1_0 and h1_1 (two lightpaths over the same fibres)."""
+
+    def place(self, job, view):  # type: ignore[no-untyped-def]
+        i = int(job.name[-1])
+        placed = Placed("h0_0", ("h1_0", "h1_1")) if job.local_models == 2 else Placed(f"h0_{i}", (f"h1_{i}",))
+        return placed if all(view.free.get(n) for n in placed.nodes) else None

@@ -45,6 +45,9 @@ from fedmst.wording import counted
 if TYPE_CHECKING:
     import networkx as nx
 
+    from fedmst.core.optical.held import Wavelengths
+    from fedmst.core.optical.wavelengths import Lightpath
+
 Status = Literal["finished", "rejected", "failed", "preempted", "interrupted"]
 """How a run of a job ended; "preempted" only between its runs (it goes back to the queue);
 "interrupted": the command was stopped while it ran, waited or was still to come."""
@@ -165,10 +168,12 @@ class Runner(Protocol):
     def now(self) -> float:
         """The time now."""
 
-    def start(self, job: Job, plan: Plan, first_round: int = 1, start_at_s: float | None = None) -> None:
+    def start(self, job: Job, plan: Plan, first_round: int = 1, start_at_s: float | None = None,
+              circuits: tuple[Lightpath, ...] = ()) -> None:
         """Run ``job`` now, its rounds moving weights as ``plan`` says, the first not before
-        ``start_at_s`` (a time shift); a job a preemption stopped resumes from its checkpoint at
-        round ``first_round`` (``job.rounds`` are those left)."""
+        ``start_at_s`` (a time shift), on the optical ``circuits`` it holds (on a fabric); a job a
+        preemption stopped resumes from its checkpoint at round ``first_round`` (``job.rounds`` are
+        those left)."""
 
     def preempt(self, name: str) -> None:
         """Stop job ``name`` at its next round boundary, keeping its checkpoint; :meth:`wait` then
@@ -218,6 +223,8 @@ class Cluster:
     """A plan's broadcast and upload on links the given running plans load too (the view's ``comm_s``)."""
     profile: Callable[[Job, Plan], Profile] | None = None
     """A job's round on a plan for the fluid model (the view's ``profile``)."""
+    wavelengths: Wavelengths | None = None
+    """On a fabric, the fibres' wavelengths: a job starts only once it holds its lightpaths."""
 
 
 @dataclass(frozen=True)
@@ -358,13 +365,31 @@ class _Loop:
             done = self.rounds_before.get(job.name, 0)
             remaining = replace(job, rounds=(job.rounds or 1) - done)
             plan = self.plan(remaining, placed, [r.plan for r in self.running.values()])
+            circuits = self._circuits(job, plan, now)
+            if circuits is None:
+                continue
             self.occupancy.take(job.name, placed.nodes, now)
             self._changes += 1
             self.waiting.remove(job)
             self.first_start.setdefault(job.name, now)
             self.running[job.name] = Running(job, placed, now, plan, rounds_before=done)
-            self.runner.start(remaining, plan, first_round=done + 1, start_at_s=placed.start_at_s)
+            self.runner.start(remaining, plan, first_round=done + 1, start_at_s=placed.start_at_s, circuits=circuits)
         self.first = [name for name in self.first if any(j.name == name for j in self.waiting)]
+
+    def _circuits(self, job: Job, plan: Plan, now: float) -> tuple[Lightpath, ...] | None:
+        """The lightpaths ``job`` holds from now on ``plan`` (none off a fabric), or None where they
+        would block: it waits for a running job to give wavelengths back, or, with none running
+        (nothing else holds one), it never fits and is rejected."""
+        if self.cluster.wavelengths is None:
+            return ()
+        got = self.cluster.wavelengths.admit(plan)
+        if not isinstance(got, str):
+            return got
+        if not self.running:
+            self.waiting.remove(job)
+            self._record(Ended(job, self.first_start.pop(job.name, None), now, "rejected",
+                               f"blocked on an idle cluster: {got}"))
+        return None
 
     def _preempt(self, now: float) -> None:
         """Ask the preemption, for each job still waiting in the order's order, which running jobs
@@ -444,6 +469,8 @@ class _Loop:
     def _end(self, name: str, outcome: Outcome) -> None:
         self._changes += 1
         run = self.running.pop(name)
+        if self.cluster.wavelengths is not None:
+            self.cluster.wavelengths.release(name)
         held = len(self.occupancy.intervals)
         self.occupancy.release(name, outcome.end_s)
         self.held.setdefault(name, []).extend(self.occupancy.intervals[held:])
