@@ -385,7 +385,10 @@ def _int_list(_ctx: object, _param: object, value: str) -> list[int]:
 @click.option("--local-models", "ks", default="2,4,6,8,10,12,14,15", show_default=True,
               callback=_int_list, help="Local-model counts to sweep (list or range a-b:step).")
 @click.option("--seeds", default="1,2", show_default=True, callback=_int_list, help="Seeds to repeat every point with.")
-@_schema_options("tasks", "ocs_wavelengths", "reconfig_ms", "rounds", "model", changed=SWEEP)
+@click.option("--tasks", "task_counts", default="30", show_default=True, callback=_int_list,
+              help="Concurrent FL tasks sharing the network, each placed by seed: a number, or several (list or "
+                   "range a-b:step) to run every point with each.")
+@_schema_options("ocs_wavelengths", "reconfig_ms", "rounds", "model", changed=SWEEP)
 @click.option("--optical", "opticals", default=None, metavar="POLICY,...",
               help="Comma-separated optical policies (ocs, ots, size, joint, package.module:Class) to run every point "
                    "with on a fabric; with several, the policy is an axis of the figures and the table shows the tasks "
@@ -405,7 +408,8 @@ def _int_list(_ctx: object, _param: object, value: str) -> list[int]:
 @_config_file
 @_overwrite_option
 @click.pass_context
-def sweep(ctx: click.Context, ks: list[int], seeds: list[int], overwrite: bool, **kw: Any) -> None:
+def sweep(ctx: click.Context, ks: list[int], seeds: list[int], task_counts: list[int], overwrite: bool,
+          **kw: Any) -> None:
     """Reproduce the poster's Figure 3: every scheduler, many concurrent tasks, for real, with figures;
     over several models, a map of where each schedule wins. (Stall timeout 60 s unless given.)"""
     from rich.progress import Progress
@@ -417,11 +421,13 @@ def sweep(ctx: click.Context, ks: list[int], seeds: list[int], overwrite: bool, 
     early: list[str] = []
 
     def lists() -> tuple[RunConfig, OutputFolder, list[str], list[str], list[str], list[str], str | None]:
-        nonlocal ks, seeds
-        config, extra = _config(ctx, kw, SWEEP, own={"local_models": "ks", "seeds": "seeds"}, refused={
+        nonlocal ks, seeds, task_counts
+        own = {"local_models": "ks", "seeds": "seeds", "tasks": "task_counts"}
+        config, extra = _config(ctx, kw, SWEEP, own=own, refused={
             "seed": "give seeds = [1, 2]", "scheduler": 'give schedulers = ["spff", "mst"]'})
         ks = _ints_from(kw_path, "local_models", extra.get("local_models", ks))
         seeds = _ints_from(kw_path, "seeds", extra.get("seeds", seeds))
+        task_counts = _ints_from(kw_path, "tasks", extra.get("tasks", task_counts))
         config, out = _output(config, extra, overwrite, say=early.append)
         models = split_list(extra["models"] or config.model, "--models")
         transports = split_list(extra["congestion_controls"] or config.congestion_control, "--congestion-control")
@@ -434,7 +440,7 @@ def sweep(ctx: click.Context, ks: list[int], seeds: list[int], overwrite: bool, 
     config, out, schedulers, models, transports, opticals, ray_address = _guard(lists)
     folder = out.path
     with Progress(*_sweep_columns(), console=console) as bar:
-        total = len(points(ks, seeds, schedulers, models, transports, opticals))
+        total = len(points(ks, seeds, schedulers, models, transports, opticals, task_counts))
         job = bar.add_task("checking inputs" if ray_address is None else "all points", total=total)
         nodes: dict[str, Any] = {}
 
@@ -459,7 +465,7 @@ def sweep(ctx: click.Context, ks: list[int], seeds: list[int], overwrite: bool, 
 
         try:
             rows = _guard(lambda: sweep_(config, ks, seeds, out, Shown(), schedulers, models, ray_address,
-                                         transports, opticals), emulates=True)
+                                         transports, opticals, task_counts), emulates=True)
         except SystemExit as exc:
             if exc.code != 130:  # an error (an input's, most often) says its one line, and no bar after it
                 bar.live.transient = True  # a terminal's bar is wiped
@@ -491,28 +497,37 @@ def _sweep_columns() -> tuple[Any, ...]:
 
 
 def _draw_sweep(rows: list[dict[str, Any]], folder: Path) -> None:
-    """A sweep's figures (Figure 3's pair for each model, congestion control and optical policy,
-    each titled with what it ran, and with several models the regime map, one for each congestion
-    control and optical policy), then its results table."""
+    """A sweep's figures (Figure 3's pair for each model, congestion control, optical policy and
+    number of tasks, each titled with what it ran, and with several models the regime map, one for
+    each of the others), then its results table."""
     from fedmst.run.experiments import sweep_points, sweep_table
     from fedmst.run.layout import run_folder_name
     from fedmst.views.plots import plot_sweep
 
     models = list(dict.fromkeys(r["model"] for r in rows))
-    settings = list(dict.fromkeys((r["congestion_control"], r["optical"]) for r in rows))
-    several = [len({s[i] for s in settings}) > 1 for i in (0, 1)]
-    named = {s: "".join(f"-{run_folder_name(v)}" for v, many in zip(s, several) if many) for s in settings}
+    def setting(r: dict[str, Any]) -> tuple[str, str, int]:
+        return r["congestion_control"], r["optical"], int(r["tasks"])
+
+    settings = list(dict.fromkeys(map(setting, rows)))
+    several = [len({s[i] for s in settings}) > 1 for i in (0, 1, 2)]
+    named = {s: "".join(f"-{v}" for v, many in zip((run_folder_name(s[0]), run_folder_name(s[1]), f"tasks{s[2]}"),
+                                                  several) if many) for s in settings}
     for model in models:
-        for setting in settings:
-            plot_sweep([r for r in rows if r["model"] == model and (r["congestion_control"], r["optical"]) == setting],
-                       folder, suffix=(f"-{model}" if len(models) > 1 else "") + named[setting],
-                       subject=sweep_subject(model, *setting, several_models=len(models) > 1,
-                                             several_opticals=several[1]))
-    console.print(sweep_table(sweep_points(rows)))
-    axes = " and ".join(["congestion control"] * several[0] + ["optical policy"] * several[1])
+        for each in settings:
+            plot_sweep([r for r in rows if r["model"] == model and setting(r) == each],
+                       folder, suffix=(f"-{model}" if len(models) > 1 else "") + named[each],
+                       subject=sweep_subject(model, *each, several=(len(models) > 1, *several[1:])))
+    width = console.width  # never cut a figure short: with several policies or tasks the table needs 100 columns
+    console.width = max(width, 120)
+    try:
+        console.print(sweep_table(sweep_points(rows)))
+    finally:
+        console.width = width
+    axes = " and ".join(name for name, many in zip(("congestion control", "optical policy", "number of tasks"),
+                                                   several) if many)
     if len(models) == 1:
         figures = ("latency_vs_local_models.png and bandwidth_vs_local_models.png" if len(settings) == 1 else
-                   f"each {axes}'s latency and bandwidth figures")
+                   f"the latency and bandwidth figures of each {axes}")
         console.print(f"sweep.csv and {figures} in {folder}/", markup=False)
         return
     from fedmst.run.experiments import regime_map
@@ -520,34 +535,34 @@ def _draw_sweep(rows: list[dict[str, Any]], folder: Path) -> None:
     from fedmst.run.results import write_json
     from fedmst.views.plots import plot_regime_map
 
-    for setting in settings:
-        regime = regime_map([r for r in rows if (r["congestion_control"], r["optical"]) == setting])
-        write_json(folder / f"regime{named[setting]}.json", regime)
-        subject = sweep_subject("", *setting, several_models=False, several_opticals=several[1])
+    for each in settings:
+        regime = regime_map([r for r in rows if setting(r) == each])
+        write_json(folder / f"regime{named[each]}.json", regime)
+        subject = sweep_subject("", *each, several=(False, *several[1:]))
         table = regime_table(regime)
         table.title = f"{table.title}, {subject}" if subject else table.title
         console.print(table)
-        figure = plot_regime_map(regime, folder / f"regime_map{named[setting]}.png", subject)
-    maps = f"regime.json, {figure.name}" if len(settings) == 1 else f"each {axes}'s regime.json and map"
+        figure = plot_regime_map(regime, folder / f"regime_map{named[each]}.png", subject)
+    maps = f"regime.json, {figure.name}" if len(settings) == 1 else f"the regime.json and map of each {axes}"
     console.print(f"sweep.csv, {maps} and each model's latency and bandwidth figures in {folder}/", markup=False)
 
 
-def sweep_subject(model: str, congestion_control: str, optical: str = "ocs", *, several_models: bool,
-                  several_opticals: bool = False) -> str:
+def sweep_subject(model: str, congestion_control: str, optical: str = "ocs", tasks: int = 0, *,
+                  several: tuple[bool, bool, bool] = (False, False, False)) -> str:
     """What one pair of a sweep's figures ran, for their titles: its TCP congestion control (none
-    for a sweep.csv from before it was recorded), its model where the sweep ran several, and its
-    optical policy where it ran several.
+    for a sweep.csv from before it was recorded), and where the sweep ran ``several`` of them, its
+    model, optical policy and number of tasks.
 
-    >>> sweep_subject("mlp", "dctcp", several_models=False), sweep_subject("mlp-xl", "cubic", several_models=True)
+    >>> sweep_subject("mlp", "dctcp"), sweep_subject("mlp-xl", "cubic", several=(True, False, False))
     ('TCP dctcp', 'model mlp-xl, TCP cubic')
-    >>> sweep_subject("mlp", "unrecorded", several_models=False)
+    >>> sweep_subject("mlp", "unrecorded")
     ''
-    >>> sweep_subject("mlp", "cubic", "joint", several_models=False, several_opticals=True)
-    'TCP cubic, optical joint'
+    >>> sweep_subject("mlp", "cubic", "joint", 8, several=(False, True, True))
+    'TCP cubic, optical joint, 8 tasks'
     """
-    return ", ".join([f"model {model}"] * several_models
-                     + [f"TCP {congestion_control}"] * (congestion_control != "unrecorded")
-                     + [f"optical {optical}"] * several_opticals)
+    models, opticals, tasks_ = several
+    return ", ".join([f"model {model}"] * models + [f"TCP {congestion_control}"] * (congestion_control != "unrecorded")
+                     + [f"optical {optical}"] * opticals + [counted(tasks, "task")] * tasks_)
 
 
 CLUSTER_OPTIONS = ("topology", "slots", "jobs", "time_compress", "scheduler", "mode", "job_order", "placement",

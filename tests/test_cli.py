@@ -155,8 +155,8 @@ def test_the_sweeps_own_defaults_apply_unless_given(tmp_path: Path) -> None:
         return cli._config(ctx, kw, cli.SWEEP)[0]
 
     config = merged()
-    assert ((config.tasks, config.ocs_wavelengths, config.rounds, config.model, config.stall_s)
-            == (30, 120, 1, "mlp", 60.0))
+    assert ((config.ocs_wavelengths, config.rounds, config.model, config.stall_s) == (120, 1, "mlp", 60.0))
+    assert cli.sweep.make_context("sweep", []).params["task_counts"] == [30]  # the poster's 30, a list of one
     path = tmp_path / "exp.toml"
     path.write_text("stall_s = 5.0\nrounds = 3\n")
     config = merged("--config", str(path), "--rounds", "4")

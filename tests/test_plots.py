@@ -297,7 +297,7 @@ def sweep_rows(scheduler: str, scale: float) -> list[dict[str, Any]]:
              "run_link_bytes_measured": scale * k * 1e6, "run_link_bytes_predicted": scale * k * 1e6,
              "run_reserved_capacity_mbps": scale * 1e4, "run_tasks_blocked": 0, "run_predicted_comm_s": scale * k,
              "run_wavelengths_lit": 0, "run_slot_utilisation": 0.0, "time_scale": 1.0, "cpu_busy": 0.5,
-             "host_bound": ""}
+             "host_bound": "", "tasks": 30}
             for k in (2, 4) for seed in (1, 2)]
 
 
@@ -419,12 +419,12 @@ def test_sweep_csv_reads_back_with_its_numbers_typed(tmp_path: Path) -> None:
         read_sweep(tmp_path / "other.csv")
     # a sweep from before the transport was an axis reads back, its congestion control unrecorded
     # and from before the optical policy was: every point held circuits (ocs), none lit on no fabric
-    new = {"congestion_control", "optical", "run_wavelengths_lit", "run_slot_utilisation"}
+    new = {"congestion_control", "optical", "tasks", "run_wavelengths_lit", "run_slot_utilisation"}
     old = [name for name in SWEEP_FIELDS if name not in new]
     write_csv(tmp_path / "old.csv", old, [{k: v for k, v in asdict(r).items() if k in old} for r in rows])
     back = read_sweep(tmp_path / "old.csv")
-    assert {(r["congestion_control"], r["optical"], r["run_wavelengths_lit"]) for r in back} == {
-        ("unrecorded", "ocs", 0)}
+    assert {(r["congestion_control"], r["optical"], r["tasks"], r["run_wavelengths_lit"]) for r in back} == {
+        ("unrecorded", "ocs", 0, 0)}
 
 
 def flags(*given: str) -> dict[str, bool]:

@@ -27,7 +27,7 @@ def test_a_sweep_over_transports_names_each_in_its_figures_and_prints_its_table(
     assert [f["suptitle"] for f in drawn[1::2]] == ["TCP cubic", "TCP dctcp"]
     text = " ".join(console.export_text().split())
     assert "The sweep, per task and round" in text and text.count("dctcp") == 4, text
-    assert text.endswith(f"sweep.csv and each congestion control's latency and bandwidth figures in {tmp_path}/")
+    assert text.endswith(f"sweep.csv and the latency and bandwidth figures of each congestion control in {tmp_path}/")
 
 
 def test_a_sweep_over_models_and_transports_names_both_in_each_figure(
@@ -72,4 +72,17 @@ def test_a_sweep_over_optical_policies_names_each_in_its_figures(
         f"{what}_vs_local_models-{o}.png" for what in ("bandwidth", "latency") for o in ("ocs", "ots", "joint"))
     assert [f["suptitle"] for f in drawn[1::2]] == [f"TCP cubic, optical {o}" for o in ("ocs", "ots", "joint")]
     text = " ".join(console.export_text().split())
-    assert text.endswith(f"sweep.csv and each optical policy's latency and bandwidth figures in {tmp_path}/")
+    assert text.endswith(f"sweep.csv and the latency and bandwidth figures of each optical policy in {tmp_path}/")
+
+
+def test_a_sweep_over_tasks_and_optical_policies_names_both_in_its_figures(
+        tmp_path: Path, drawn: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    console = Console(record=True, width=100, force_terminal=False)
+    monkeypatch.setattr(cli, "console", console)
+    cli._draw_sweep(rows(opticals=("ocs", "ots"), tasks=(1, 8)), tmp_path)
+    assert (tmp_path / "latency_vs_local_models-ots-tasks8.png").is_file()
+    assert [f["suptitle"] for f in drawn[1::2]] == [f"TCP cubic, optical {o}, {n}" for o in ("ocs", "ots")
+                                                    for n in ("1 task", "8 tasks")]
+    text = " ".join(console.export_text().split())
+    assert text.endswith("sweep.csv and the latency and bandwidth figures of each optical policy and number of tasks "
+                         f"in {tmp_path}/")

@@ -15,11 +15,12 @@ from fedmst.views.plots import plot_sweep
 
 
 def rows(ks: tuple[int, ...] = (2, 3), transports: tuple[str, ...] = ("cubic",), model: str = "mlp",
-         schedulers: tuple[str, ...] = ("spff", "mst"), opticals: tuple[str, ...] = ("ocs",)) -> list[dict[str, Any]]:
+         schedulers: tuple[str, ...] = ("spff", "mst"), opticals: tuple[str, ...] = ("ocs",),
+         tasks: tuple[int, ...] = (1,)) -> list[dict[str, Any]]:
     """sweep.csv rows: every scheduler at every local-model count under every congestion control and
     optical policy, two seeds, one task and round; SPFF moves twice MST's bytes, each communicating
     0.1 s a local model; a policy other than ocs lights half the wavelengths and blocks one task."""
-    return [{"model": model, "model_bytes": 19_240, "congestion_control": cc, "optical": o, "scheduler": s,
+    return [{"model": model, "model_bytes": 19_240, "congestion_control": cc, "optical": o, "tasks": n, "scheduler": s,
              "local_models": k, "run_wavelengths_lit": 8 * k // (1 if o == "ocs" else 2),
              "run_slot_utilisation": 0.0 if o == "ocs" else 0.5,
              "seed": seed, "task": "task0", "round": 1, "broadcast_s": 0.05 * k, "train_s": 1.0,
@@ -28,7 +29,7 @@ def rows(ks: tuple[int, ...] = (2, 3), transports: tuple[str, ...] = ("cubic",),
              "run_link_bytes_predicted": k * (190_000 if s == "spff" else 95_000), "run_reserved_capacity_mbps": 1e3,
              "run_tasks_blocked": int(o != "ocs"), "run_predicted_comm_s": 0.1 * k, "time_scale": 1.0,
              "cpu_busy": 0.5, "ray_node": "", "host_bound": ""}
-            for cc in transports for o in opticals for k in ks for seed in (1, 2) for s in schedulers]
+            for cc in transports for o in opticals for n in tasks for k in ks for seed in (1, 2) for s in schedulers]
 
 
 @pytest.fixture
@@ -98,3 +99,10 @@ def test_with_several_optical_policies_the_table_shows_blocking_and_wavelengths(
                                                          ("joint", "SPFF", "1", "8"), ("joint", "MST", "1", "8")]
     one = _text(sweep_table(sweep_points(rows(ks=(2,)))))
     assert "blocked" not in one and "optical" not in one
+
+
+def test_with_several_numbers_of_tasks_the_table_names_each() -> None:
+    text = _text(sweep_table(sweep_points(rows(ks=(2,), tasks=(1, 8)))), width=100)
+    body = [line.split() for line in text.splitlines() if line.split()[:1] in (["1"], ["8"])]
+    assert [(b[0], b[1], b[2]) for b in body] == [(n, "2", s) for n in ("1", "8") for s in ("SPFF", "MST")], text
+    assert "tasks" in text and "λ lit" in text

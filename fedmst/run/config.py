@@ -403,8 +403,7 @@ class RunConfig:
 CLUSTER_ONLY = ("slots", "jobs", "time_compress", "mode", "placement", "job_order", "preempt")
 """The options only ``fedmst cluster`` takes (``run`` and ``compare`` run no cluster)."""
 
-SWEEP = {"tasks": {"default": 30, "help": None},
-         "ocs_wavelengths": {"default": 120,
+SWEEP = {"ocs_wavelengths": {"default": 120,
                          "help": "Enough that SPFF blocks no task of the default sweep (with 40 it blocks 17 of 30 "
                                  "at 15 local models); blocking is reported either way."},
          "rounds": {"default": 1},

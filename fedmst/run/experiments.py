@@ -1,7 +1,8 @@
 """Experiments over any list of schedulers: ``compare`` (one configuration, every scheduler on
 identical tasks) and ``sweep`` (the poster's Figure 3: every scheduler over a range of
 local-model counts and seeds, over several models for a regime map, over several TCP
-congestion controls to make the transport an axis, and over several optical policies on a fabric).
+congestion controls to make the transport an axis, over several optical policies on a fabric, and
+over several numbers of concurrent tasks).
 
 Everything is resolved before the first network is built: the host is checked once, and each
 point's topology, tasks and plans are made once, so bad input fails before anything runs and a
@@ -32,15 +33,17 @@ from fedmst.wording import counted
 @dataclass(frozen=True)
 class SweepRow:
     """One row of sweep.csv: one task and round of one point (model, congestion control, optical
-    policy, local models, seed, scheduler), with the point's run-wide figures (``run_*``: per round
-    where they are bytes). Written by :func:`write_sweep` and read back, numbers as numbers, by
-    :func:`read_sweep`."""
+    policy, tasks, local models, seed, scheduler), with the point's run-wide figures (``run_*``: per
+    round where they are bytes). Written by :func:`write_sweep` and read back, numbers as numbers,
+    by :func:`read_sweep`."""
 
     model: str
     model_bytes: int
     congestion_control: str
     optical: str
     """The ``--optical`` policy (it gives wavelengths only on a fabric)."""
+    tasks: int
+    """The point's concurrent tasks (``--tasks``; 0 in a sweep.csv from before it was recorded)."""
     scheduler: str
     local_models: int
     seed: int
@@ -140,27 +143,29 @@ def _into(run: ResolvedRun, folder: Path) -> ResolvedRun:
     return replace(run, config=replace(run.config, out=str(folder)))
 
 
-Point = tuple[str, str, str, int, int, str]
-"""One run of a sweep: (model, congestion control, optical policy, local models, seed, scheduler)."""
+Point = tuple[str, str, str, int, int, int, str]
+"""One run of a sweep: (model, congestion control, optical policy, tasks, local models, seed, scheduler)."""
 
 
 def points(local_models: Sequence[int], seeds: Sequence[int], schedulers: Sequence[str] = DEFAULT_SCHEDULERS,
            models: Sequence[str] = ("mlp",), congestion_controls: Sequence[str] = ("cubic",),
-           opticals: Sequence[str] = ("ocs",)) -> list[Point]:
+           opticals: Sequence[str] = ("ocs",), tasks: Sequence[int] = (30,)) -> list[Point]:
     """Every point to run, in the order they run.
 
     >>> points([2, 4], [1], ["mst"])
-    [('mlp', 'cubic', 'ocs', 2, 1, 'mst'), ('mlp', 'cubic', 'ocs', 4, 1, 'mst')]
+    [('mlp', 'cubic', 'ocs', 30, 2, 1, 'mst'), ('mlp', 'cubic', 'ocs', 30, 4, 1, 'mst')]
     """
-    return [(m, cc, o, k, seed, s) for m in models for cc in congestion_controls for o in opticals
-            for k in local_models for seed in seeds for s in schedulers]
+    return [(m, cc, o, n, k, seed, s) for m in models for cc in congestion_controls for o in opticals
+            for n in tasks for k in local_models for seed in seeds for s in schedulers]
 
 
 def point_folder(out: Path, point: Point, several: Sequence[bool]) -> Path:
-    """Where one point's run goes: ``out/k4-seed1/mst``, with the model, the congestion control and
-    the optical policy in front where the sweep has ``several`` of each (``out/mlp-xl-dctcp-k4-seed1/mst``)."""
-    *setting, k, seed, scheduler = point
-    name = "-".join([run_folder_name(str(v)) for v, many in zip(setting, several) if many] + [f"k{k}-seed{seed}"])
+    """Where one point's run goes: ``out/k4-seed1/mst``, with the model, the congestion control, the
+    optical policy and the tasks in front where the sweep has ``several`` of each
+    (``out/mlp-xl-dctcp-tasks8-k4-seed1/mst``)."""
+    model, cc, optical, tasks, k, seed, scheduler = point
+    named = [run_folder_name(model), run_folder_name(cc), run_folder_name(optical), f"tasks{tasks}"]
+    name = "-".join([v for v, many in zip(named, several) if many] + [f"k{k}-seed{seed}"])
     return out / name / run_folder_name(scheduler)
 
 
@@ -177,10 +182,11 @@ class Progress(Protocol):
 def sweep(base: RunConfig, local_models: Sequence[int], seeds: Sequence[int], output: OutputFolder,
           progress: Progress, schedulers: Sequence[str] = DEFAULT_SCHEDULERS, models: Sequence[str] | None = None,
           ray_address: str | None = None, congestion_controls: Sequence[str] | None = None,
-          opticals: Sequence[str] | None = None) -> list[dict[str, Any]]:
+          opticals: Sequence[str] | None = None, tasks: Sequence[int] | None = None) -> list[dict[str, Any]]:
     """Run every point for real, writing ``out/sweep.csv`` after each one; return its rows.
-    ``models``, ``congestion_controls`` and ``opticals`` (default: the configuration's) add
-    dimensions: each point runs with each model, each congestion control and each optical policy.
+    ``models``, ``congestion_controls``, ``opticals`` and ``tasks`` (default: the configuration's)
+    add dimensions: each point runs with each model, congestion control, optical policy and number
+    of concurrent tasks.
     With ``ray_address`` the points run as tasks of that Ray cluster (:mod:`fedmst.run.distributed`),
     as many at once as it has emulation slots; the table is the same, in the same order.
     However the sweep ends, ``out/sweep.json`` says so: ``status`` and the points done of all."""
@@ -190,23 +196,22 @@ def sweep(base: RunConfig, local_models: Sequence[int], seeds: Sequence[int], ou
     models = list(dict.fromkeys(models or [base.model]))
     transports = list(dict.fromkeys(congestion_controls or [base.congestion_control]))
     policies = list(dict.fromkeys(opticals or [base.optical]))
+    counts = list(dict.fromkeys(tasks or [base.tasks]))
+    order = points(local_models, seeds, schedulers, models, transports, policies, counts)
     resolved: dict[Point, ResolvedRun] = {}
     for cc in transports:  # every input is checked and planned before the first network is built
         host = check_host(replace(base, congestion_control=cc))
-        for model in models:
-            for optical in policies:
-                for k in local_models:
-                    for seed in seeds:
-                        config = replace(base, model=model, congestion_control=cc, optical=optical, local_models=k,
-                                         seed=seed)
-                        for r in resolve(config, schedulers, host):
-                            resolved[(model, cc, optical, k, seed, r.config.scheduler)] = r
-    order = points(local_models, seeds, schedulers, models, transports, policies)
+        for model, _, optical, n, k, seed in dict.fromkeys(p[:-1] for p in order if p[1] == cc):
+            config = replace(base, model=model, congestion_control=cc, optical=optical, tasks=n, local_models=k,
+                             seed=seed)
+            for r in resolve(config, schedulers, host):
+                resolved[(model, cc, optical, n, k, seed, r.config.scheduler)] = r
     out = output.path
-    several = (len(models) > 1, len(transports) > 1, len(policies) > 1)
+    several = (len(models) > 1, len(transports) > 1, len(policies) > 1, len(counts) > 1)
     folders = {p: point_folder(out, p, several) for p in order}
-    described = {p: f"{p[-1]}, {counted(p[3], 'local model')}, seed {p[4]}"
-                 + "".join(f", {v}" for v, many in zip(p[:3], several) if many) for p in order}
+    described = {p: f"{p[-1]}, {counted(p[4], 'local model')}, seed {p[5]}"
+                 + "".join(f", {v}" for v, many in zip((p[0], p[1], p[2], counted(p[3], "task")), several) if many)
+                 for p in order}
     done: dict[Point, list[SweepRow]] = {}
 
     def record(point: Point, summary: Summary, node: str) -> None:
@@ -256,14 +261,14 @@ def sweep_ended(folder: Path) -> str | None:
 
 def _rows(point: Point, summary: Summary, folder: Path, node: str) -> list[SweepRow]:
     """A finished point's rows of ``sweep.csv``: one per task and round."""
-    model, cc, optical, k, seed, scheduler = point
+    model, cc, optical, tasks, k, seed, scheduler = point
     lit = (summary.optical or {}).get("wavelengths_used", {})
     rounds = read_csv(folder / "rounds.csv")
     busy = {r["round"]: max(float(r[f"{p}_cpu_busy"] or 0) for p in TRANSFER_PHASES) for r in rounds}
     bound = {r["round"]: r["host_bound"] for r in rounds}
     return [SweepRow(
-        model=model, model_bytes=summary.model_bytes, congestion_control=cc, optical=optical, scheduler=scheduler,
-        local_models=k, seed=seed,
+        model=model, model_bytes=summary.model_bytes, congestion_control=cc, optical=optical, tasks=tasks,
+        scheduler=scheduler, local_models=k, seed=seed,
         task=r["task"], round=int(r["round"]), broadcast_s=float(r["broadcast_s"]), train_s=float(r["train_s"]),
         upload_s=float(r["upload_s"]), round_s=float(r["round_s"]), accuracy=float(r["accuracy"]),
         run_link_bytes_measured=summary.per_round_bytes,
@@ -290,8 +295,8 @@ same bytes)."""
 def read_sweep(path: Path) -> list[dict[str, Any]]:
     """The rows of a ``sweep.csv``, each column read as its :class:`SweepRow` field's type (to
     draw its figures again); a file of another format is refused in one line."""
-    rows = [{"congestion_control": "unrecorded", "host_bound": "", "optical": "ocs", "run_wavelengths_lit": "0",
-             "run_slot_utilisation": "0", **r}  # a sweep from before the columns
+    rows = [{"congestion_control": "unrecorded", "host_bound": "", "optical": "ocs", "tasks": "0",
+             "run_wavelengths_lit": "0", "run_slot_utilisation": "0", **r}  # a sweep from before the columns
             for r in read_csv(path)]
     missing = [f for f in SWEEP_FIELDS if rows and f not in rows[0]]
     if missing:
@@ -305,23 +310,23 @@ def read_sweep(path: Path) -> list[dict[str, Any]]:
 
 def sweep_points(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """A sweep's results, one entry per point and scheduler (model, congestion control, optical
-    policy, local models, in the order the rows have them): the means over its seeds, tasks and
+    policy, tasks, local models, in the order the rows have them): the means over its seeds, tasks and
     rounds of the round's latency, its communication (broadcast + upload) and the Plans' prediction
     of it, the bytes on all links per round, measured and predicted, the tasks blocked and the
     wavelengths lit; ``baseline`` is the first scheduler of the point (the one the others are
     compared with).
 
     >>> row = lambda s, seed, up, b: {"model": "m", "model_bytes": 8, "congestion_control": "cubic",
-    ...     "optical": "ocs", "local_models": 2, "seed": seed, "scheduler": s, "round_s": 1.0, "broadcast_s": 0.5,
-    ...     "upload_s": up, "run_predicted_comm_s": 1.0, "run_link_bytes_measured": b, "run_link_bytes_predicted": b,
-    ...     "run_tasks_blocked": 0, "run_wavelengths_lit": 4}
+    ...     "optical": "ocs", "tasks": 1, "local_models": 2, "seed": seed, "scheduler": s, "round_s": 1.0,
+    ...     "broadcast_s": 0.5, "upload_s": up, "run_predicted_comm_s": 1.0, "run_link_bytes_measured": b,
+    ...     "run_link_bytes_predicted": b, "run_tasks_blocked": 0, "run_wavelengths_lit": 4}
     >>> spff, mst = sweep_points([row("spff", 1, 0.5, 10.0), row("mst", 1, 1.0, 6.0), row("spff", 2, 1.5, 30.0)])
     >>> spff["scheduler"], spff["comm_s"], spff["bytes"], mst["baseline"], mst["wavelengths"]
     ('spff', 1.5, 20.0, 'spff', 4.0)
     """
-    groups: dict[tuple[str, str, str, int], dict[str, list[Mapping[str, Any]]]] = {}
+    groups: dict[tuple[str, str, str, int, int], dict[str, list[Mapping[str, Any]]]] = {}
     for r in rows:
-        point = (r["model"], r["congestion_control"], r["optical"], int(r["local_models"]))
+        point = (r["model"], r["congestion_control"], r["optical"], int(r["tasks"]), int(r["local_models"]))
         groups.setdefault(point, {}).setdefault(r["scheduler"], []).append(r)
     measures: dict[str, Callable[[Mapping[str, Any]], float]] = {
         "round_s": lambda r: float(r["round_s"]),
@@ -333,15 +338,16 @@ def sweep_points(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         "wavelengths": lambda r: float(r["run_wavelengths_lit"]),
     }
     return [{"model": model, "model_bytes": int(rs[0]["model_bytes"]), "congestion_control": cc, "optical": optical,
-             "local_models": k, "scheduler": scheduler, "baseline": next(iter(per)),
+             "tasks": n, "local_models": k, "scheduler": scheduler, "baseline": next(iter(per)),
              **{name: sum(map(measure, rs)) / len(rs) for name, measure in measures.items()}}
-            for (model, cc, optical, k), per in groups.items() for scheduler, rs in per.items()]
+            for (model, cc, optical, n, k), per in groups.items() for scheduler, rs in per.items()]
 
 
 def sweep_table(points: Sequence[Mapping[str, Any]]) -> Any:
     """A rich Table of a sweep's results (:func:`sweep_points`): a row per
-    point and scheduler, with the model, the congestion control and the optical policy where the
-    sweep ran several (with several policies, the tasks blocked and the wavelengths lit too),
+    point and scheduler, with the model, the congestion control, the optical policy and the tasks
+    where the sweep ran several (with several policies or tasks, the tasks blocked and the
+    wavelengths lit too),
     measured beside predicted, and each scheduler's communication and link bytes against its
     point's first scheduler's (the baseline, the first of ``--schedulers``)."""
     from rich import box
@@ -352,32 +358,37 @@ def sweep_table(points: Sequence[Mapping[str, Any]]) -> Any:
     def several(key: str) -> bool:
         return len({p[key] for p in points}) > 1
 
-    models, transports, opticals = several("model"), several("congestion_control"), several("optical")
+    models, transports, opticals, tasks = (several("model"), several("congestion_control"), several("optical"),
+                                           several("tasks"))
     unit, scale = size_unit(max([p[key] for p in points for key in ("bytes", "predicted_bytes")] + [1]))
     size = "{:.0f}" if unit == "B" else "{:.2f}"
     base = scheduler_label(points[0]["baseline"]) if points else ""
     table = Table(title="The sweep, per task and round (means over seeds; comm.: broadcast + upload; "
                         f"link {unit}: on all links per round)", box=box.SIMPLE_HEAD, show_edge=False,
                   collapse_padding=True, pad_edge=False)
-    for header in ["model"] * models + ["TCP"] * transports + ["optical"] * opticals + ["k", "scheduler"]:
+    varied = ["model"] * models + ["TCP"] * transports + ["optical"] * opticals + ["tasks"] * tasks
+    for header in [*varied, "k", "scheduler"]:
         table.add_column(header, overflow="fold")
     compared = len({p["scheduler"] for p in points}) > 1
     for header in ("round\n(s)", "comm.\n(s)", "pred.\n(s)", f"link\n{unit}", f"pred.\n{unit}",
-                   *[f"comm.\nvs {base}", f"bytes\nvs {base}"] * compared, *["blocked", "λ lit"] * opticals):
+                   *[f"comm.\nvs {base}", f"bytes\nvs {base}"] * compared, *["blocked", "λ lit"] * (opticals or tasks)):
         table.add_column(header, justify="right")  # two lines a header: fits 80 columns
-    by = {(p["model"], p["congestion_control"], p["optical"], p["local_models"], p["scheduler"]): p for p in points}
+    def key(p: Mapping[str, Any], scheduler: str) -> tuple[object, ...]:
+        return p["model"], p["congestion_control"], p["optical"], p["tasks"], p["local_models"], scheduler
 
-    def ratio(p: Mapping[str, Any], key: str) -> str:
-        baseline = by[(p["model"], p["congestion_control"], p["optical"], p["local_models"], p["baseline"])]
-        return "" if p is baseline or not baseline[key] else f"{p[key] / baseline[key]:.2f}"
+    by = {key(p, p["scheduler"]): p for p in points}
+
+    def ratio(p: Mapping[str, Any], measure: str) -> str:
+        baseline = by[key(p, p["baseline"])]
+        return "" if p is baseline or not baseline[measure] else f"{p[measure] / baseline[measure]:.2f}"
 
     for p in points:
         what = ([f"{p['model']} {size_label(p['model_bytes'])}"] * models + [p["congestion_control"]] * transports
-                + [p["optical"]] * opticals)
+                + [p["optical"]] * opticals + [str(p["tasks"])] * tasks)
         table.add_row(*what, str(p["local_models"]), scheduler_label(p["scheduler"]), f"{p['round_s']:.3f}",
                       f"{p['comm_s']:.3f}", f"{p['predicted_comm_s']:.3f}", size.format(p["bytes"] / scale),
                       size.format(p["predicted_bytes"] / scale), *[ratio(p, "comm_s"), ratio(p, "bytes")] * compared,
-                      *[f"{p['blocked']:g}", f"{p['wavelengths']:g}"] * opticals)
+                      *[f"{p['blocked']:g}", f"{p['wavelengths']:g}"] * (opticals or tasks))
     return table
 
 
