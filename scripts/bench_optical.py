@@ -9,7 +9,7 @@ broadcast + upload, rounds.csv) beside the plans' prediction, the wavelengths li
 fibres, and the most on one fibre: what a fibre must carry for no task to block), the tasks
 blocked, the share of the slots held on the fibres that hold any, and the share of the time-sliced
 bytes the captures found outside their slots, each lightpath's measured rate over what it holds
-(the least and the most, :func:`held_rates`) and the final accuracy. Every run's folder is kept
+(the least and the most, optical.csv's ``measured_mbps``) and the final accuracy. Every run's folder is kept
 under ``--out``, and ``optical.json`` holds the figures.
 
 Run as root from the repository: ``.venv/bin/python scripts/bench_optical.py [--tasks 1,8,30]
@@ -34,33 +34,10 @@ from fedmst.run.prepare import resolve
 from fedmst.run.results import read_csv
 
 
-def held_rates(folder: Path) -> list[float]:
-    """Each lightpath's measured rate over what it holds (optical.csv's ``reserved_mbps``), where it
-    enters the fibre in a direction no other lightpath takes: the mean rate of samples.csv's
-    intervals (0.1 s) in which it sent all along (bytes in the intervals before and after too, and
-    at least a tenth of its rate: not its ACKs)."""
-    lightpaths = [r for r in read_csv(folder / "optical.csv") if r["path"]]
-    entries: dict[tuple[str, str], list[dict[str, str]]] = {}
-    for r in lightpaths:
-        hops = r["path"].split("-")
-        for entry in ((hops[0], hops[1]), (hops[-1], hops[-2])):
-            entries.setdefault(entry, []).append(r)
-    series: dict[tuple[str, str, str, str], list[tuple[float, int]]] = {}
-    for row in read_csv(folder / "samples.csv"):
-        if (row["src"], row["dst"]) in entries:
-            key = (row["src"], row["dst"], row["round"], row["phase"])
-            series.setdefault(key, []).append((float(row["t_s"]), int(row["bytes"])))
-    ratios = []
-    for (src, dst, _, _), points in series.items():
-        [held] = entries[(src, dst)] if len(entries[(src, dst)]) == 1 else [None]
-        if held is None:
-            continue
-        mbps = float(held["reserved_mbps"])
-        rates = [(b1 - b0) * 8 / (t1 - t0) / 1e6 for (t0, b0), (t1, b1) in zip(points, points[1:]) if t1 > t0]
-        inside = [r for before, r, after in zip(rates, rates[1:], rates[2:]) if min(before, r, after) > 0.1 * mbps]
-        if inside:
-            ratios.append(mean(inside) / mbps)
-    return ratios
+def rate_over_held(folder: Path) -> list[float]:
+    """Each lightpath's measured rate over what it holds, where optical.csv could measure it."""
+    return [float(r["measured_mbps"]) / float(r["reserved_mbps"]) for r in read_csv(folder / "optical.csv")
+            if r.get("measured_mbps")]
 
 
 def measure(config: RunConfig) -> dict[str, Any]:
@@ -78,7 +55,7 @@ def measure(config: RunConfig) -> dict[str, Any]:
         "blocked": summary.tasks_blocked, "tasks": summary.tasks,
         "slot_utilisation": optical.get("slot_utilisation", 0.0),
         "outside": optical.get("slots_outside_share"), "accuracy": summary.final_accuracy,
-        "rate_vs_held": (min(ratios), max(ratios)) if (ratios := held_rates(Path(config.out))) else None,
+        "rate_vs_held": (min(ratios), max(ratios)) if (ratios := rate_over_held(Path(config.out))) else None,
     }
 
 

@@ -428,6 +428,18 @@ def test_each_optical_circuit_carries_its_wavelengths_rate(tmp_path: Path, clean
 
 
 
+def test_optical_csv_says_the_rate_each_lightpath_measured(tmp_path: Path, clean_host: None) -> None:
+    """One circuit of four wavelengths (25 Mbit/s of a 100 Mbit/s fibre), alone on its fibres:
+    optical.csv's measured_mbps is its rate while it sent, within 10% of what it holds."""
+    out = tmp_path / "one"
+    proc = fedmst_cli("run", "--topology", "spine-leaf:2,2,1,mbps=100", "--global-node", "h0_0", "--local-nodes",
+                      "h1_0", "-k", "1", "--scheduler", "spff", "--epochs", "1", "--rounds", "1",
+                      "--ocs-wavelengths", "4", "--ots-wavelengths", "0", "--time-scale", "1", "--out", out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (row,) = read_csv(out / "optical.csv")
+    assert float(row["reserved_mbps"]) == 25.0 and abs(float(row["measured_mbps"]) - 25.0) <= 2.5, row
+
+
 @pytest.mark.parametrize("policy, slots", [
     ("ots", ["0", "1"]),  # one slot each
     ("joint", ["0;2", "1;3"]),  # one slot each, then the two left lent one to each, next after its own

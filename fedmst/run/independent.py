@@ -72,6 +72,7 @@ class IndependentRun:
         clock.accuracy = {name: list(acc) for reply in replies.values() for name, acc in reply.accuracy.items()}
         write_clock_tables(session.out, clock, session.graph, config.mtu)
         write_csv(session.out / "samples.csv", SAMPLE_FIELDS, session.sampler.rows)
+        session.write_optical()  # with the rates the samples measured
         self.report(clock)
 
     def report(self, clock: ClockRun) -> None:

@@ -66,6 +66,7 @@ class LockstepRun:
             session.times["rounds"] += time.monotonic() - begun
             write_tables(session.out, results)
             write_csv(session.out / "samples.csv", SAMPLE_FIELDS, session.sampler.rows)
+            session.write_optical()  # with the rates the samples measured
             res = results[-1]
             background = sum(res.background_bytes.values())
             compute = max(p.task.compute_s for p in self.live.plans)

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Mapping
 import fedmst
 from fedmst.core.linktrace import LinkChange
 from fedmst.core.optical.wavelengths import Lightpath
-from fedmst.core.optical.circuits import OPTICAL_FIELDS, CircuitPlan, fibres, optical_rows
+from fedmst.core.optical.circuits import OPTICAL_FIELDS, CircuitPlan, fibres, measured_rates, optical_rows
 from fedmst.core.plan import TRANSFER_PHASES, Transfer, plan_summary
 from fedmst.core.workload import link_state
 from fedmst.core.route import LinkDir, window_bytes
@@ -231,10 +231,13 @@ class Session:
             self.write_optical()
 
     def write_optical(self) -> None:
-        """optical.csv, on a topology with all-optical nodes: every plan's circuits so far."""
+        """optical.csv, on a topology with all-optical nodes: every plan's circuits so far, with the
+        rates measured so far (the link counters' samples)."""
         if fibres(self.graph):
+            held = list(dict.fromkeys(lp for _, circuits in self.held for lp in circuits))
             write_csv(self.out / "optical.csv", OPTICAL_FIELDS, optical_rows(
-                self.held, self.resolved.workload.blocked, self.config.reconfig_ms))
+                self.held, self.resolved.workload.blocked, self.config.reconfig_ms,
+                measured_rates(held, self.sampler.rows)))
 
     def install_circuits(self, flows: Mapping[str, Flow], tasks: Mapping[str, str]) -> None:
         """Give each live circuit its wavelength's rate (on the host's clock) for the ``flows`` of

@@ -26,7 +26,7 @@ reported per task, never an error, and its transfers do not ride the fibres unre
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import networkx as nx
 
@@ -110,23 +110,59 @@ CircuitPlan = tuple[int, tuple[Lightpath, ...]]
 """One plan's circuits and the round from which they hold (the first plan's from round 1, a re-plan's
 from the round of the first transfer phase that ran on them)."""
 
-OPTICAL_FIELDS = ("task", "transfer", "path", "kind", "wavelength", "timeslots", "reserved_mbps", "setup_ms",
-                  "from_round", "blocked")
+OPTICAL_FIELDS = ("task", "transfer", "path", "kind", "wavelength", "timeslots", "reserved_mbps", "measured_mbps",
+                  "setup_ms", "from_round", "blocked")
 """optical.csv's columns: one row per lightpath of each plan (``timeslots``: the slots of every frame a
-time-sliced one holds, ``;``-separated), and one per blocked task (its reason in ``blocked``)."""
+time-sliced one holds, ``;``-separated; ``measured_mbps``: :func:`measured_rates`, blank where it
+cannot be told), and one per blocked task (its reason in ``blocked``)."""
+
+
+def measured_rates(lightpaths: Sequence[Lightpath], samples: Sequence[Mapping[str, object]]) -> dict[Lightpath, float]:
+    """Each lightpath's measured rate (Mbit/s, the network's), where it enters the fibre in a
+    direction no other of ``lightpaths`` takes: the mean, over the intervals of ``samples``
+    (samples.csv's rows: cumulative bytes per link direction, every 0.1 s of a phase) in which it
+    sent all along (bytes in the intervals before and after too), of its rate; intervals under a
+    tenth of what it holds are its ACKs, not its transfers. A lightpath whose transfers are too
+    short for three intervals, or that shares its entries, gets none.
+
+    >>> lp = Lightpath("t", ("l0", "s", "l1"), 0, (20.0, 20.0))
+    >>> rows = [{"t_s": i / 10, "round": 1, "phase": "broadcast", "src": "l0", "dst": "s", "bytes": b}
+    ...         for i, b in enumerate([0, 250_000, 500_000, 750_000, 1_000_000, 1_000_000])]
+    >>> measured_rates([lp], rows)[lp]
+    20.0
+    """
+    entries: dict[tuple[str, str], list[Lightpath]] = {}
+    for lp in lightpaths:
+        for entry in ((lp.path[0], lp.path[1]), (lp.path[-1], lp.path[-2])):
+            entries.setdefault(entry, []).append(lp)
+    series: dict[tuple[str, str, object, object], list[tuple[float, int]]] = {}
+    for row in samples:
+        hop = (str(row["src"]), str(row["dst"]))
+        if len(entries.get(hop, ())) == 1:
+            series.setdefault((*hop, row["round"], row["phase"]), []).append((float(row["t_s"]), int(row["bytes"])))
+    found: dict[Lightpath, list[float]] = {}
+    for (u, v, _, _), points in series.items():
+        (lp,) = entries[(u, v)]
+        least = 0.1 * min(lp.held_mbps)
+        rates = [(b1 - b0) * 8 / (t1 - t0) / 1e6 for (t0, b0), (t1, b1) in zip(points, points[1:]) if t1 > t0]
+        found.setdefault(lp, []).extend(r for before, r, after in zip(rates, rates[1:], rates[2:])
+                                        if min(before, r, after) > least)
+    return {lp: round(sum(rs) / len(rs), 3) for lp, rs in found.items() if rs}
 
 
 def optical_rows(plans: Sequence[CircuitPlan], blocked: tuple[tuple[str, str], ...],
-                 setup_ms: float) -> list[dict[str, object]]:
+                 setup_ms: float, measured: Mapping[Lightpath, float] | None = None) -> list[dict[str, object]]:
     """optical.csv's rows (:data:`OPTICAL_FIELDS`): every plan's circuits; ``reserved_mbps`` is the
-    wavelength's rate on its narrowest fibre, in the network's terms, and a circuit the plan before
-    already held costs no set-up (``setup_ms`` 0)."""
+    wavelength's rate on its narrowest fibre, in the network's terms, ``measured_mbps`` what
+    ``measured`` says of it, and a circuit the plan before already held costs no set-up
+    (``setup_ms`` 0)."""
     rows: list[dict[str, object]] = []
     before: frozenset[Lightpath] = frozenset()
     for from_round, circuits in plans:
         rows += [{"task": lp.task, "transfer": "-".join(lp.owner[1]), "path": "-".join(lp.path),
                   "kind": lp.kind, "wavelength": lp.wavelength,
                   "timeslots": ";".join(map(str, lp.slots)), "reserved_mbps": min(lp.held_mbps),
+                  "measured_mbps": (measured or {}).get(lp, ""),
                   "setup_ms": 0.0 if lp in before else setup_ms, "from_round": from_round, "blocked": ""}
                  for lp in circuits]
         before = frozenset(circuits)
@@ -174,5 +210,5 @@ def optical_summary(graph: nx.Graph, plans: Sequence[CircuitPlan], blocking_rati
             "slots_outside_share": slots_outside}
 
 
-__all__ = ["OPTICAL_FIELDS", "CircuitPlan", "circuit_view", "fibre_refusal", "fibres", "optical_rows",
-           "optical_summary", "planned_view", "spectrum_for"]
+__all__ = ["OPTICAL_FIELDS", "CircuitPlan", "circuit_view", "fibre_refusal", "fibres", "measured_rates",
+           "optical_rows", "optical_summary", "planned_view", "spectrum_for"]
