@@ -504,6 +504,25 @@ def test_a_replans_circuits_are_recorded_from_their_round(tmp_path: Path, clean_
     assert (summary["plans"], summary["circuits"]) == (2, 4) and set(summary["wavelengths_used"].values()) == {2}
 
 
+def test_a_replans_time_sliced_lightpaths_are_captured_too(tmp_path: Path, clean_host: None) -> None:
+    """l0-s1 cut at round 2 under ots: the re-plan's lightpaths over s0 are captured from round 2
+    (their own tcpdumps, started as they begin to hold), and they too send only in their slots (the
+    4.5 MB model: the old connections' few closing packets, ungated once their lightpaths are gone,
+    stay far under 1%)."""
+    out = tmp_path / "replan-ots"
+    proc = _fabric_run(out, "--optical", "ots", "--ocs-wavelengths", "0", "--ots-wavelengths", "1", "--timeslots",
+                       "4", "--timeslot-us", "5000", "--guard-us", "500", "--rounds", "2",
+                       "--fail-link", "l0-s1@2", "--time-scale", "1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = read_csv(out / "timeslots.csv")
+    carried = {r["link"] for r in rows if int(r["bytes"])}
+    assert {"l0->s1", "s1->l1", "l0->s0", "s0->l1"} <= carried, carried  # the first plan's fibres, then the re-plan's
+    inside = sum(int(r["bytes"]) for r in rows)
+    assert sum(int(r["outside_bytes"]) for r in rows) <= 0.01 * inside
+    table = json.loads((out / "timeslot_table.json").read_text())
+    assert {"l0->s1", "l0->s0"} <= set(table["link_directions"])
+
+
 def test_on_independent_clocks_every_task_waits_for_its_circuits(tmp_path: Path, clean_host: None) -> None:
     """--clock independent on a fabric: each task's round 1 broadcast starts --reconfig-ms later
     on its own clock, measured and predicted."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -39,7 +39,7 @@ from fedmst.run.livestate import LivePublisher, base_status
 from fedmst.run.measure import CounterSampler
 from fedmst.run.recovery import Live
 from fedmst.run.report import Report
-from fedmst.run.slotmeter import metered, slot_hops, slot_table, write_slot_files
+from fedmst.run.slotmeter import SlotMeter, slot_table, write_slot_files
 from fedmst.run.results import write_atomic, write_csv, write_json
 from fedmst.run.stall import Stall, StallWatch
 from fedmst.wording import counted
@@ -176,6 +176,8 @@ class Session:
                          circuits=self.circuits_of(resolved.workload.lightpaths))
         self.held: list[CircuitPlan] = [(1, self.live.circuits)] if self.live.circuits else []
         self.slot_sources: dict[str, Lightpath] = {}
+        self.meter: SlotMeter | None = None
+        """The time-sliced lightpaths' captures while the rounds run (a re-plan adds its own)."""
         """The time-sliced lightpath each transfer address sends on (timeslots.csv reads captures by it)."""
         self.slots_outside: float | None = None
         """The share of the time-sliced lightpaths' bytes sent outside their slots (summary.json)."""
@@ -229,6 +231,8 @@ class Session:
         if circuits != (self.held[-1][1] if self.held else ()):
             self.held.append((round_, circuits))
             self.write_optical()
+            if self.meter is not None:  # the captures follow the re-plan's time-sliced lightpaths
+                self.meter.add(circuits)
 
     def write_optical(self) -> None:
         """optical.csv, on a topology with all-optical nodes: every plan's circuits so far, with the
@@ -364,20 +368,30 @@ class Session:
                 self.report(f"{self.tag} warning: the kernel dropped {counted(dropped, 'frame')} before tcpdump "
                             "read them: the captures miss them (pcap/index.json)")
 
-    def _slot_meter(self) -> AbstractContextManager[None]:
-        """Time-sliced lightpaths: their directions captured while the rounds run, then timeslots.csv
-        and timeslot_table.json (:mod:`fedmst.run.slotmeter`)."""
+    @contextmanager
+    def _slot_meter(self) -> Iterator[None]:
+        """Time-sliced lightpaths: the directions they cross captured while the rounds run (a
+        re-plan's too, from :meth:`hold`), then timeslots.csv, slot_occupancy.csv and
+        timeslot_table.json (:mod:`fedmst.run.slotmeter`)."""
+        if not any(lp.slots for lp in self.live.circuits):
+            yield
+            return
         emulated = self.emu.graph  # the host's seconds; a link without a delay line has none
-        hops = slot_hops(self.live.circuits,
-                         lambda u, v: self.scale.network_s(float(emulated.edges[u, v]["delay_s"])))
-
-        def done(rows: list[dict[str, object]], over: list[dict[str, object]]) -> None:
-            epoch = self.emu.gates.epoch or 0.0
-            frame0 = self.scale.network_s(epoch - (time.time() - time.monotonic() + self.started_at))
-            self.slots_outside = write_slot_files(self.out, rows, slot_table(hops, self.config.frame, frame0), over)
-
-        return metered(self.emu, hops, self.config.frame, self.scratch, run_id=self.emu.run_id, scale=self.scale,
-                       epoch=lambda: self.emu.gates.epoch, sources=lambda: self.slot_sources, done=done)
+        meter = SlotMeter(self.emu, self.config.frame, self.scratch, run_id=self.emu.run_id, scale=self.scale,
+                          delay_s=lambda u, v: self.scale.network_s(float(emulated.edges[u, v]["delay_s"])))
+        with meter:
+            meter.add(self.live.circuits)
+            self.meter = meter
+            try:
+                yield
+            finally:
+                self.meter = None
+        epoch = self.emu.gates.epoch
+        if epoch is None:
+            return
+        rows, over = meter.rows(epoch, self.slot_sources)
+        frame0 = self.scale.network_s(epoch - (time.time() - time.monotonic() + self.started_at))
+        self.slots_outside = write_slot_files(self.out, rows, slot_table(meter.hops, self.config.frame, frame0), over)
 
     def _write_specs(self) -> Path:
         """plan.json, and the agents' spec file (returned) with every task's routes installed."""

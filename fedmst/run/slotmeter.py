@@ -13,11 +13,11 @@ light's delay), so that a capture taken anywhere can be checked against it.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from itertools import pairwise
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from fedmst.core.optical.slots import Frame, occupancy, over_time
 from fedmst.core.optical.wavelengths import Lightpath
@@ -115,37 +115,56 @@ def _sources(head: bytes) -> str:
     return ".".join(map(str, head[26:30])) if len(head) >= 30 and head[12:14] == b"\x08\x00" else ""
 
 
-@contextmanager
-def metered(emu: object, hops: Sequence[SlotHop], frame: Frame, scratch: Path, *, run_id: str, scale: TimeScale,
-            epoch: Callable[[], float | None], sources: Callable[[], Mapping[str, Lightpath]],
-            done: Callable[[list[dict[str, object]], list[dict[str, object]]], None]) -> Iterator[None]:
-    """Capture ``hops``' directions while the body runs, then hand their rows (timeslots.csv's and
-    slot_occupancy.csv's) to ``done``: ``frame``
-    is in the network's microseconds, ``epoch()`` when the gates' frame 0 began (wall clock; None:
-    no gate ran), ``sources()`` the lightpath each source address sends on."""
-    if not hops:
-        yield
-        return
-    directions = list(dict.fromkeys(h.hop for h in hops))
-    captures = Captures(emu, directions, scratch / "slots", snaplen=SNAPLEN, log_dir=scratch / "slots-logs",  # type: ignore[arg-type]
-                        run_id=run_id)
-    with captures:
-        yield
-    start = epoch()
-    if start is None:
-        return
-    files = {(f.src, f.dst): captures.folder / f.file for f in captures.files}
-    by_source = sources()
+class SlotMeter:
+    """Captures of the directions time-sliced lightpaths cross, while the rounds run (use as ``with``):
+    those of the lightpaths held when it starts, and those a re-plan's lightpaths take when they are
+    :meth:`add`-ed (each batch of new directions starts its own tcpdumps, listening before the
+    re-planned phase begins). ``delay_s(u, v)`` is a link's light delay as the emulation gives it
+    (the network's seconds), ``frame`` in the network's microseconds."""
 
-    def sent(h: SlotHop) -> list[tuple[float, int]]:
-        path = files.get(h.hop)
-        if path is None:
-            return []
-        return [(scale.network_s(t - start) - h.after_s, size) for t, size, head in records(path)
-                if by_source.get(_sources(head)) == h.lightpath]
+    def __init__(self, emu: object, frame: Frame, scratch: Path, *, run_id: str, scale: TimeScale,
+                 delay_s: Callable[[str, str], float]) -> None:
+        self.emu, self.frame, self.scratch, self.run_id, self.scale = emu, frame, scratch, run_id, scale
+        self.delay_s = delay_s
+        self.hops: list[SlotHop] = []
+        self._captures: list[Captures] = []
+        self._stack = ExitStack()
 
-    packets = {h: sent(h) for h in hops}
-    done(slot_rows(hops, frame, packets.__getitem__), time_rows(hops, frame, packets.__getitem__))
+    def __enter__(self) -> SlotMeter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def add(self, lightpaths: Sequence[Lightpath]) -> None:
+        """Meter ``lightpaths`` too: their directions not captured yet start being captured now."""
+        new = [h for h in slot_hops(lightpaths, self.delay_s) if h not in self.hops]
+        captured = {hop for c in self._captures for hop in c.hops}
+        directions = [hop for hop in dict.fromkeys(h.hop for h in new) if hop not in captured]
+        self.hops += new
+        if directions:
+            batch = f"slots-{len(self._captures)}"
+            captures = Captures(self.emu, directions, self.scratch / batch, snaplen=SNAPLEN,  # type: ignore[arg-type]
+                                log_dir=self.scratch / f"{batch}-logs", run_id=self.run_id)
+            self._stack.enter_context(captures)
+            self._captures.append(captures)
+
+    def rows(self, epoch: float, sources: Mapping[str, Lightpath]) -> tuple[list[dict[str, object]],
+                                                                         list[dict[str, object]]]:
+        """timeslots.csv's and slot_occupancy.csv's rows, once the captures stopped: ``epoch`` is
+        when the gates' frame 0 began (wall clock), ``sources`` the lightpath each address sends on."""
+        files = {(f.src, f.dst): c.folder / f.file for c in self._captures for f in c.files}
+
+        def sent(h: SlotHop) -> list[tuple[float, int]]:
+            path = files.get(h.hop)
+            if path is None:
+                return []
+            return [(self.scale.network_s(t - epoch) - h.after_s, size) for t, size, head in records(path)
+                    if sources.get(_sources(head)) == h.lightpath]
+
+        packets = {h: sent(h) for h in self.hops}
+        return slot_rows(self.hops, self.frame, packets.__getitem__), time_rows(self.hops, self.frame,
+                                                                                 packets.__getitem__)
 
 
 def write_slot_files(out: Path, rows: list[dict[str, object]], table: dict[str, object],
@@ -160,5 +179,5 @@ def write_slot_files(out: Path, rows: list[dict[str, object]], table: dict[str, 
     return sum(int(r["outside_bytes"]) for r in rows) / counted if counted else 0.0
 
 
-__all__ = ["BIN_S", "OVER_TIME_FIELDS", "TIMESLOT_FIELDS", "SlotHop", "metered", "slot_hops", "slot_rows", "slot_table",
-           "time_rows", "write_slot_files"]
+__all__ = ["BIN_S", "OVER_TIME_FIELDS", "TIMESLOT_FIELDS", "SlotHop", "SlotMeter", "slot_hops", "slot_rows",
+           "slot_table", "time_rows", "write_slot_files"]
