@@ -102,7 +102,7 @@ def test_a_fabric_runs_circuits_beside_what_each_direction_carried(tmp_path: Pat
     one plan reserved on it together and its rate in its busier phase; a narrow console leaves them out."""
     run = write_run(tmp_path / "run")
     circuit = {"task": "t", "transfer": "2-10-9", "kind": "ocs", "wavelength": 0, "timeslots": "", "setup_ms": 1.2,
-               "blocked": ""}
+               "measured_mbps": "", "blocked": ""}
     write_csv(run / "optical.csv", OPTICAL_FIELDS, [
         {**circuit, "path": "2-10", "reserved_mbps": 25.0, "from_round": 1},
         {**circuit, "path": "2-10", "reserved_mbps": 25.0, "from_round": 2},
