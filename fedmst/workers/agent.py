@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from functools import cache, partial
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping
@@ -33,48 +33,17 @@ from fedmst.fl import data
 from fedmst.fl import models
 from fedmst.fl import training
 from fedmst.fl.flower import Fitted, load_client_fn
-from fedmst.fl.strategies import Strategy, build_strategy
+from fedmst.fl.strategies import build_strategy
 from fedmst.protocol import (ABORT_FILE, ARRIVALS_SUFFIX, AgentSpec, Broadcast, Checkpoint, Command, Done, Evaluate,
                              Evaluated, Failed, PhaseDone, PhaseSpan, ProtocolError, Replan, Reply, Restore, RoundsDone,
-                             RunRounds, RunsIn, Save, Setup, SetupDone, Stop, TaskSpec, Train, Trained, TransferSpec,
-                             Upload, root_id)
+                             RunRounds, RunsIn, Save, Setup, SetupDone, Stop, TaskSpec, Train, Trained, Upload, root_id)
 from fedmst.workers import control
 from fedmst.workers import dataflow
 from fedmst.workers import learners
+from fedmst.workers import snapshots
 from fedmst.workers import transport
 from fedmst.workers.iteration_bytes import Told
-
-
-
-@dataclass
-class TaskRole:
-    """One task's state on this node: its spec, the transfers that start or end here (with their
-    pairs while open), and the models it holds. Models, shards and trained weights outlive a
-    re-plan; the spec, transfers and pairs are replaced."""
-
-    spec: TaskSpec
-    transfers: tuple[TransferSpec, ...]
-    strategy: Strategy
-    """The task's server strategy, on every node that takes part (it steps where an upload ends)."""
-    pairs: dict[str, transport.Pair] = field(default_factory=dict)
-    """Connection key -> this node's end of it, while connected."""
-    global_weights: torch.Tensor | None = None
-    """At G: the global model (flat), the one the last upload ended with."""
-    judge: learners.Judge | None = None
-    """At G: the accuracy of a global model."""
-    local: dict[int, learners.Learner] = field(default_factory=dict)
-    """Original local-model index -> what trains it here (fedmst's model on its shard, or a Flower client)."""
-    trained: dict[int, torch.Tensor] = field(default_factory=dict)
-    """Original local-model index -> weights after this round's training (absent when late)."""
-    base: torch.Tensor | None = None
-    """The global model (flat) this node's models started the round from: what updates are taken
-    against, and what a strategy steps from."""
-    kept: list[tuple[int, torch.Tensor]] = field(default_factory=list)
-    """At G: each round's global model since the last evaluation (:attr:`RunRounds.evaluate`)."""
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
+from fedmst.workers.roles import TaskRole
 
 
 class PhaseAborted(RuntimeError):
@@ -423,37 +392,18 @@ class Agent:
                 acc[role.name] = role.judge(role.global_weights, cmd.round)
         return Evaluated(accuracy=acc)
 
+
+    # what it keeps on disk (fedmst.workers.snapshots) ----------------------------------------
     def checkpoint(self, cmd: Checkpoint) -> Done:
-        """At each task's G, write its global model and its strategy (with its state) into ``cmd.dir``."""
-        out = Path(cmd.dir)
-        for role in self.roles:
-            if self.node == role.spec.global_node and role.global_weights is not None:
-                torch.save(role.global_weights, out / f"{role.name}-global.pt")
-                torch.save(role.strategy, out / f"{role.name}-strategy.pt")
+        snapshots.checkpoint(self.roles, self.node, Path(cmd.dir))
         return Done()
 
     def restore(self, cmd: Restore) -> Done:
-        """Take up each task's checkpoint from ``cmd.dir``: its strategy on every node of the task
-        (each that ends an upload steps it), its global model at G, which the next round broadcasts."""
-        folder = Path(cmd.dir)
-        for role in self.roles:
-            strategy = folder / f"{role.name}-strategy.pt"
-            if not strategy.is_file():
-                raise FileNotFoundError(f"{role.name}: no checkpoint in {folder}")
-            role.strategy = torch.load(strategy, weights_only=False)
-            if self.node == role.spec.global_node:
-                role.global_weights = torch.load(folder / f"{role.name}-global.pt")
-                role.base = role.global_weights.clone()
+        snapshots.restore(self.roles, self.node, Path(cmd.dir))
         return Done()
 
     def save(self, cmd: Save) -> Done:
-        """Write this node's trained local models and new global models (for exactness checks)."""
-        out = Path(cmd.dir)
-        for role in self.roles:
-            for i, flat in role.trained.items():
-                torch.save(flat, out / f"{role.name}-local{i}.pt")
-            if role.global_weights is not None:
-                torch.save(role.global_weights, out / f"{role.name}-global.pt")
+        snapshots.save(self.roles, Path(cmd.dir))
         return Done()
 
 
