@@ -34,7 +34,7 @@ from fedmst.core.schedulers import schedule
 from fedmst.core.optical.slots import DEFAULT_FRAME, Frame
 from fedmst.core.optical.wavelengths import Lightpath, Spectrum, lightpath_stretches
 from fedmst.core.optical.circuits import fibres, spectrum_for
-from fedmst.core.optical.policies import Assignment, OCSPolicy, assign, get_policy, settle
+from fedmst.core.optical.policies import Assignment, OCSPolicy, assign, policy_on, settle
 from fedmst.core.plan import LinkDir, Phase, Plan, predicted_link_bytes
 from fedmst.core.tasks import Task, compute_nodes, place_task
 from fedmst.core.wire import DEFAULT_MTU
@@ -259,12 +259,7 @@ def schedule_workload(
     if len(set(names)) != len(names):
         raise SchedulerError(f"task names in a workload must be distinct, got {names}")
     spectrum = spectrum_for(graph, wavelengths, wavelength_mbps, ots=ots, frame=frame, mtu=mtu)
-    policy = get_policy(optical)
-    if not fibres(graph):  # no fabric: nothing is set up, the links keep first fit's accounting whatever the policy
-        policy = OCSPolicy()
-    if policy.time_slices and not spectrum.ots:
-        raise SchedulerError(f"--optical {optical} gives timeslots, and the fibres carry no time-sliced wavelength: "
-                             "give --ots-wavelengths 1 or more")
+    policy = policy_on(optical, spectrum, fabric=bool(fibres(graph)))
     plans: list[Plan] = []
     blocked: list[tuple[str, str]] = []
     state: dict[LinkDir, float] = defaultdict(float)

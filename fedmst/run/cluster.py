@@ -88,9 +88,7 @@ def resolve(config: RunConfig) -> ResolvedCluster:
     get_scheduler(config.scheduler)
     graph = load_topology(config.topology)
     get_policy(config.optical)
-    if fibres(graph):  # the wavelengths' terms, refused now rather than once the network is up
-        Wavelengths(graph, config.optical, ocs=config.ocs_wavelengths, ots=config.ots_wavelengths, frame=config.frame,
-                    mtu=config.mtu)
+    wavelengths(graph, config)  # the wavelengths' terms, refused now rather than once the network is up
     slots = node_slots(graph, config.slots)
     if sum(slots.values()) < 2:
         raise JobError(f"topology {graph.graph['name']!r}: the cluster has 1 slot, and a job needs 2 at least (a local "
@@ -175,16 +173,15 @@ def _cluster(resolved: ResolvedCluster) -> Cluster:
 
     return Cluster(resolved.graph, resolved.slots, config.seed, ORDERS.lookup(config.job_order)(),
                    PLACEMENTS.lookup(config.placement)(), PREEMPTIONS.lookup(config.preempt)(), comm_s=comm_s,
-                   profile=profile, wavelengths=wavelengths(resolved))
+                   profile=profile, wavelengths=wavelengths(resolved.graph, config))
 
 
-def wavelengths(resolved: ResolvedCluster) -> Wavelengths | None:
+def wavelengths(graph: nx.Graph, config: RunConfig) -> Wavelengths | None:
     """On a fabric, its fibres' wavelengths as the running jobs will hold them (None elsewhere:
     the links carry their full capacity, as in a run)."""
-    config = resolved.config
-    if not fibres(resolved.graph):
+    if not fibres(graph):
         return None
-    return Wavelengths(resolved.graph, config.optical, ocs=config.ocs_wavelengths, ots=config.ots_wavelengths,
+    return Wavelengths(graph, config.optical, ocs=config.ocs_wavelengths, ots=config.ots_wavelengths,
                        frame=config.frame, mtu=config.mtu)
 
 

@@ -176,9 +176,9 @@ class Session:
                          circuits=self.circuits_of(resolved.workload.lightpaths))
         self.held: list[CircuitPlan] = [(1, self.live.circuits)] if self.live.circuits else []
         self.slot_sources: dict[str, Lightpath] = {}
+        """The time-sliced lightpath each transfer address sends on (timeslots.csv reads captures by it)."""
         self.meter: SlotMeter | None = None
         """The time-sliced lightpaths' captures while the rounds run (a re-plan adds its own)."""
-        """The time-sliced lightpath each transfer address sends on (timeslots.csv reads captures by it)."""
         self.slots_outside: float | None = None
         """The share of the time-sliced lightpaths' bytes sent outside their slots (summary.json)."""
         """Every plan's circuits and the round from which they hold (optical.csv, summary.json)."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from fedmst.errors import FedmstError
 from fedmst.run.results import read_csv
 from fedmst.run.slotmeter import BIN_S
-from fedmst.views.plots import _pyplot, _refuse_compare, _save
+from fedmst.views.plots import _BESIDE, _pyplot, _refuse_compare, _save
 
 PANELS = 6
 """Fibre directions drawn: the ones that carried the most time-sliced bytes."""
@@ -60,7 +60,7 @@ def plot_slots(run_dir: Path, out: Path | None = None) -> Path:
     shown = tasks[:LEGEND_TASKS]
     handles = [plt.Rectangle((0, 0), 1, 1, color=colour[t]) for t in shown]
     axes[0, 0].legend(handles, shown, title=f"{len(shown)} of {len(tasks)} tasks" if len(tasks) > len(shown) else None,
-                      loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
+                      **_BESIDE)
     fig.suptitle(f"Timeslots used on the {len(links)} busiest of {len(carried)} fibre directions "
                  f"(a cell: one slot of every frame over {BIN_S:g} s; darker: more bytes)", fontsize="small")
     fig.tight_layout()

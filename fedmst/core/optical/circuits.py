@@ -26,7 +26,7 @@ reported per task, never an error, and its transfers do not ride the fibres unre
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import networkx as nx
 
@@ -171,6 +171,20 @@ def optical_rows(plans: Sequence[CircuitPlan], blocked: tuple[tuple[str, str], .
     return rows
 
 
+def wavelengths_held(lightpaths: Iterable[Lightpath]) -> dict[str, int]:
+    """How many wavelengths ``lightpaths`` hold on each fibre (``u-v``, ends in node order; a
+    time-sliced wavelength counts once however many share it).
+
+    >>> wavelengths_held([Lightpath("t", ("l0", "s", "l1"), 0, (1.0, 1.0)), Lightpath("u", ("l0", "s"), 2, (1.0,))])
+    {'l0-s': 2, 'l1-s': 1}
+    """
+    held: dict[str, set[int]] = {}
+    for lp in lightpaths:
+        for u, v in zip(lp.path, lp.path[1:]):
+            held.setdefault(link_name(u, v), set()).add(lp.wavelength)
+    return {name: len(wavelengths) for name, wavelengths in held.items()}
+
+
 def optical_summary(graph: nx.Graph, plans: Sequence[CircuitPlan], blocking_ratio: float, *, policy: str,
                     wavelengths: int, reconfig_ms: float, ots: int = 0, frame: Frame = DEFAULT_FRAME,
                     slots_outside: float | None = None) -> dict[str, object]:
@@ -187,17 +201,10 @@ def optical_summary(graph: nx.Graph, plans: Sequence[CircuitPlan], blocking_rati
     utilisation: list[float] = []
     before: frozenset[Lightpath] = frozenset()
     for _, circuits in plans:
-        held: dict[str, set[int]] = {}
-        sliced: set[tuple[str, int]] = set()
-        slots = 0
-        for lp in circuits:
-            for u, v in zip(lp.path, lp.path[1:]):
-                name = link_name(u, v)
-                held.setdefault(name, set()).add(lp.wavelength)
-                if lp.slots:
-                    sliced.add((name, lp.wavelength))
-                    slots += len(lp.slots)
-        used = {name: max(used.get(name, 0), len(held.get(name, ()))) for name in used.keys() | held.keys()}
+        held = wavelengths_held(circuits)
+        used = {name: max(used.get(name, 0), held.get(name, 0)) for name in used.keys() | held.keys()}
+        sliced = {(link_name(u, v), lp.wavelength) for lp in circuits if lp.slots for u, v in zip(lp.path, lp.path[1:])}
+        slots = sum(len(lp.slots) * lp.wavelength_links for lp in circuits)
         if sliced:
             utilisation.append(slots / (len(sliced) * frame.timeslots))
         set_up += len(set(circuits) - before)
@@ -211,4 +218,4 @@ def optical_summary(graph: nx.Graph, plans: Sequence[CircuitPlan], blocking_rati
 
 
 __all__ = ["OPTICAL_FIELDS", "CircuitPlan", "circuit_view", "fibre_refusal", "fibres", "measured_rates",
-           "optical_rows", "optical_summary", "planned_view", "spectrum_for"]
+           "optical_rows", "optical_summary", "planned_view", "spectrum_for", "wavelengths_held"]

@@ -25,15 +25,13 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from fedmst.core.optical.circuits import spectrum_for
-from fedmst.core.optical.policies import assign, get_policy
+from fedmst.core.optical.circuits import spectrum_for, wavelengths_held
+from fedmst.core.optical.policies import assign, policy_on
 from fedmst.core.optical.slots import DEFAULT_FRAME, Frame
 from fedmst.core.optical.wavelengths import Lightpath
 from fedmst.core.plan import Plan
-from fedmst.core.topology import link_name
 from fedmst.core.wire import DEFAULT_MTU
 from fedmst.core.workload import check_held
-from fedmst.errors import SchedulerError
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -46,10 +44,7 @@ class Wavelengths:
     def __init__(self, graph: nx.Graph, policy: str, *, ocs: int, ots: int, frame: Frame = DEFAULT_FRAME,
                  mtu: int = DEFAULT_MTU) -> None:
         self.spectrum = spectrum_for(graph, ocs, ots=ots, frame=frame, mtu=mtu)
-        self.policy, self.name = get_policy(policy), policy
-        if self.policy.time_slices and not self.spectrum.ots:
-            raise SchedulerError(f"--optical {policy} gives timeslots, and the fibres carry no time-sliced "
-                                 "wavelength: give --ots-wavelengths 1 or more")
+        self.policy, self.name = policy_on(policy, self.spectrum, fabric=True), policy
         self.most_used: dict[str, int] = {}
         """Fibre (``u-v``) -> the most wavelengths held on it at once (a time-sliced one counts once)."""
         self.waited: set[str] = set()
@@ -63,12 +58,8 @@ class Wavelengths:
             self.waited.add(plan.task.name)
             return given.blocked
         check_held(self.spectrum, plan, given, self.name)
-        lit: dict[str, set[int]] = {}
-        for lp in self.spectrum.lightpaths:
-            for u, v in zip(lp.path, lp.path[1:]):
-                lit.setdefault(link_name(u, v), set()).add(lp.wavelength)
-        for fibre, wavelengths in lit.items():
-            self.most_used[fibre] = max(self.most_used.get(fibre, 0), len(wavelengths))
+        for fibre, held in wavelengths_held(self.spectrum.lightpaths).items():
+            self.most_used[fibre] = max(self.most_used.get(fibre, 0), held)
         return given.circuits
 
     def summary(self) -> dict[str, object]:

@@ -149,6 +149,20 @@ POLICIES: Registry[type[OpticalPolicy]] = Registry(
     requirement="a subclass of fedmst.api.OpticalPolicy")
 
 
+def policy_on(spec: str, spectrum: Spectrum, *, fabric: bool) -> OpticalPolicy:
+    """The policy ``spec`` names, to give lightpaths on ``spectrum``: where nothing is a fibre
+    (``fabric`` False) nothing is set up and the links keep first fit's circuit accounting
+    whatever the policy; on a fabric, one that gives timeslots is refused where the fibres carry
+    no time-sliced wavelength."""
+    policy = get_policy(spec)
+    if not fabric:
+        return OCSPolicy()
+    if policy.time_slices and not spectrum.ots:
+        raise SchedulerError(f"--optical {spec} gives timeslots, and the fibres carry no time-sliced wavelength: "
+                             "give --ots-wavelengths 1 or more")
+    return policy
+
+
 def get_policy(spec: str) -> OpticalPolicy:
     """The policy registered as ``spec`` or named ``package.module:Class``; an unknown one is
     refused with the choices."""
@@ -183,4 +197,4 @@ def settle(policy: OpticalPolicy, spectrum: Spectrum, plans: Sequence[Plan]) -> 
 
 
 __all__ = ["POLICIES", "Assignment", "JointPolicy", "OCSPolicy", "OTSPolicy", "OpticalPolicy", "SizePolicy", "assign",
-           "get_policy", "settle"]
+           "get_policy", "policy_on", "settle"]
