@@ -109,7 +109,7 @@ def measure_bare(kind: str, delay_mode: str = "userspace", nbytes: int = 40_000_
                      [rank, store, address, str(nbytes), str(run.chunk_bytes)], name)
                     for node, rank, address, name in (("c", "1", flow.dst_addr, "sink"),
                                                       ("a", "0", flow.src_addr, "send"))]
-        before, counters, busy = emu.cpu_seconds(), emu.counters(), host_busy_s()
+        before, counters, busy = emu.cpu_seconds(), emu.meters.counters(), host_busy_s()
         procs = [emu.spawn(node, target, args, env={}, log=logs / f"{name}.log", name=name)
                  for node, target, args, name in ends]
         # the two ends' CPU is read while they live (they exit when the transfer ends, and an
@@ -120,7 +120,7 @@ def measure_bare(kind: str, delay_mode: str = "userspace", nbytes: int = 40_000_
             time.sleep(0.02)
         if any(p.returncode for p in procs):
             raise SystemExit(f"the bare {kind} transfer failed: see {logs}")
-        after, busy = emu.counters(), host_busy_s() - busy
+        after, busy = emu.meters.counters(), host_busy_s() - busy
     data = sum(after[hop] - counters[hop] for hop in (("a", "b"), ("b", "c")))
     acks = sum(after[hop] - counters[hop] for hop in (("c", "b"), ("b", "a")))
     return {"agent": last.get("send", 0.0) + last.get("sink", 0.0),

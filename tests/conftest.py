@@ -19,7 +19,7 @@ import pytest
 
 from fedmst.workers import docker as containers
 from forked_cli import ForkedCli
-from fedmst.net.cleanup import POINT_PREFIX, STATE_DIR, is_ours
+from fedmst.net.cleanup import POINT_PREFIX, STATE_DIR, is_ours, is_ray_local, ray_address_file
 
 
 def leftovers() -> list[str]:
@@ -167,3 +167,50 @@ def missing_bpf() -> str | None:
         if shutil.which(tool) is None:
             return f"{tool} is not installed (scripts/setup.sh --all installs clang, libbpf-dev, bpftool)"
     return None
+
+
+RAY_LOCAL = Path(__file__).resolve().parents[1] / "scripts" / "ray-local.sh"
+
+
+@contextmanager
+def script_cluster(nodes: int, env: dict[str, str], *options: str) -> Iterator[tuple[str, list[int]]]:
+    """A cluster of ``nodes`` started by the script with ``env``: (address, PIDs of its `ray start`
+    processes); ``options`` are the script's (``--namespaces``). The script stops it however the
+    block ends, and then every process under them (raylets, GCS, workers; a zombie holds nothing and
+    waits for init to reap it) is gone, nothing of any run is left (nor the namespaces), and Ray's
+    address file holds what it held before (nothing where that named a stopped cluster of the
+    script, as older fedmst versions left it)."""
+    before = ray_address()
+    started = subprocess.run(["bash", str(RAY_LOCAL), "start", str(nodes), *options], capture_output=True, text=True,
+                             env=env, timeout=300)
+    pids = [int(p.read_text()) for p in sorted(Path(env["RAY_LOCAL_DIR"]).glob("node*.pid"))]
+    try:
+        assert started.returncode == 0, started.stderr
+        yield started.stdout.strip().splitlines()[-1], pids
+    finally:
+        tree = _with_descendants(pids)
+        stopped = subprocess.run(["bash", str(RAY_LOCAL), "stop"], capture_output=True, text=True, env=env,
+                                 timeout=300)
+        assert stopped.returncode == 0, stopped.stderr
+        assert "No such file" not in stopped.stderr, stopped.stderr  # nodes ending as stop reads them: no word
+        left = [p.pid for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert not left, f"ray-local.sh stop left processes of the cluster running: {left}"
+        assert not leftovers(), f"left behind: {leftovers()}"
+        expected = None if before is not None and is_ray_local(before) else before
+        assert ray_address() == expected, f"{ray_address_file()}: {ray_address()!r}, before the cluster {before!r}"
+
+
+def ray_address() -> str | None:
+    """What Ray's address file (the cluster a plain ``ray.init()`` on this host joins) holds."""
+    return ray_address_file().read_text() if ray_address_file().exists() else None
+
+
+def _with_descendants(pids: list[int]) -> list[psutil.Process]:
+    procs = []
+    for pid in pids:
+        try:
+            node = psutil.Process(pid)
+            procs += [node, *node.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+    return procs

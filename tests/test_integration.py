@@ -37,9 +37,9 @@ def test_each_transfer_follows_its_planned_path(clean_host: None) -> None:
     path = ("0", "4", "3", "2")  # 0-1-2 is shorter: plain shortest-path routing would not do this
     with Emulation(graph, delay_mode="off") as emu:
         flow = emu.install_flows({"long": path})["long"]
-        before = emu.counters()
+        before = emu.meters.counters()
         out = emu.cmd("0", f"ping -q -c 40 -i 0.01 -s 1400 -I {flow.src_addr} {flow.dst_addr}")
-        after = emu.counters()
+        after = emu.meters.counters()
     assert " 0% packet loss" in out, out
     delta = {hop: after[hop] - before[hop] for hop in after}
     planned = set(zip(path, path[1:])) | set(zip(path[1:], path))

@@ -13,21 +13,18 @@ import socket
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 import psutil
 import pytest
 
-from conftest import FEDMST, fedmst_cli, leftovers
-from fedmst.net.cleanup import is_ray_local, ray_address_file
+from conftest import FEDMST, fedmst_cli, leftovers, script_cluster
 from fedmst.run.results import read_csv
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(os.geteuid() != 0, reason="emulations need root")]
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "ray-local.sh"
 SWEEP = ["sweep", "--topology", "small", "--local-models", "2,3", "--seeds", "1", "--tasks", "2"]
 
 
@@ -38,51 +35,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, lis
     stops them however the tests end (:func:`_script_cluster` checks what that leaves). The test
     that kills a node comes last in this file."""
     assert not leftovers(), f"host not clean before the cluster: {leftovers()}"
-    with _script_cluster(2, {**os.environ, "RAY_LOCAL_DIR": str(tmp_path_factory.mktemp("ray"))}) as found:
+    with script_cluster(2, {**os.environ, "RAY_LOCAL_DIR": str(tmp_path_factory.mktemp("ray"))}) as found:
         yield found
-
-
-@contextmanager
-def _script_cluster(nodes: int, env: dict[str, str]) -> Iterator[tuple[str, list[int]]]:
-    """A cluster of ``nodes`` started by the script with ``env``: (address, PIDs of its `ray start`
-    processes). The script stops it however the block ends, and then every process under them
-    (raylets, GCS, workers; a zombie holds nothing and waits for init to reap it) is gone, nothing
-    of any run is left, and Ray's address file holds what it held before (nothing where that named
-    a stopped cluster of the script, as older fedmst versions left it)."""
-    before = _ray_address()
-    started = subprocess.run(["bash", str(SCRIPT), "start", str(nodes)], capture_output=True, text=True, env=env,
-                             timeout=300)
-    pids = [int(p.read_text()) for p in sorted(Path(env["RAY_LOCAL_DIR"]).glob("node*.pid"))]
-    try:
-        assert started.returncode == 0, started.stderr
-        yield started.stdout.strip().splitlines()[-1], pids
-    finally:
-        tree = _with_descendants(pids)
-        stopped = subprocess.run(["bash", str(SCRIPT), "stop"], capture_output=True, text=True, env=env,
-                                 timeout=300)
-        assert stopped.returncode == 0, stopped.stderr
-        assert "No such file" not in stopped.stderr, stopped.stderr  # nodes ending as stop reads them: no word
-        left = [p.pid for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-        assert not left, f"ray-local.sh stop left processes of the cluster running: {left}"
-        assert not leftovers(), f"left behind: {leftovers()}"
-        expected = None if before is not None and is_ray_local(before) else before
-        assert _ray_address() == expected, f"{ray_address_file()}: {_ray_address()!r}, before the cluster {before!r}"
-
-
-def _ray_address() -> str | None:
-    """What Ray's address file (the cluster a plain ``ray.init()`` on this host joins) holds."""
-    return ray_address_file().read_text() if ray_address_file().exists() else None
-
-
-def _with_descendants(pids: list[int]) -> list[psutil.Process]:
-    procs = []
-    for pid in pids:
-        try:
-            node = psutil.Process(pid)
-            procs += [node, *node.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            continue
-    return procs
 
 
 def _bytes(folder: Path) -> dict[tuple[str, str, str], float]:
@@ -113,7 +67,7 @@ def test_once_the_script_s_cluster_is_stopped_a_plain_ray_init_works(tmp_path: P
     the one Ray's address file named before) instead of waiting on the stopped cluster's address.
     HOME is a temporary folder: Ray writes the token of a Ray it starts there. This and the next
     test run before the module's cluster: two clusters at once would contend for Ray's ports."""
-    with _script_cluster(1, {**os.environ, "RAY_LOCAL_DIR": str(tmp_path / "ray")}):
+    with script_cluster(1, {**os.environ, "RAY_LOCAL_DIR": str(tmp_path / "ray")}):
         pass
     (tmp_path / "home").mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
@@ -167,7 +121,7 @@ def test_the_script_s_cluster_and_a_sweep_s_driver_agree_where_the_user_has_a_ra
     (tmp_path / "home" / ".ray" / "auth_token").write_text(secrets.token_hex(32))
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH_") and k != "RAY_ADDRESS"}
     env |= {"HOME": str(tmp_path / "home"), "RAY_LOCAL_DIR": str(tmp_path / "ray")}
-    with _script_cluster(2, env) as (address, _):
+    with script_cluster(2, env) as (address, _):
         for given in (address, "auto"):
             joined = subprocess.run([sys.executable, "-c", JOIN, given], capture_output=True, text=True, env=env,
                                     timeout=120)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from fedmst.core.traffic import BackgroundFlow
+from fedmst.core.wire import ETH_HEADER
 from fedmst.errors import EmulationError
 from fedmst.net.processes import Process
 from fedmst.net.routes import BACKGROUND_NET, Flow
@@ -20,7 +21,6 @@ _COUNTING_RULE = re.compile(r"^\s*(\d+)\s+(\d+)\s+\S+\s+--\s+(\S+)\s+\*\s+(\S+)\
 """A counting rule (no target) of ``iptables -t raw -L PREROUTING -v -x -n``: packets, bytes,
 in-interface, source (the background's addresses, or ``0.0.0.0/0``: every packet)."""
 EVERY = "0.0.0.0/0"
-_ETH_HEADER = 14
 
 
 class BackgroundTraffic:
@@ -97,5 +97,5 @@ def arrived_bytes(shell: HostShell) -> tuple[dict[str, int], dict[str, int]]:
     counted: dict[str, dict[str, int]] = {str(BACKGROUND_NET): {}, EVERY: {}}
     for pkts, size, intf, source in _COUNTING_RULE.findall(out):
         if source in counted:
-            counted[source][intf] = int(size) + _ETH_HEADER * int(pkts)
+            counted[source][intf] = int(size) + ETH_HEADER * int(pkts)
     return counted[str(BACKGROUND_NET)], counted[EVERY]

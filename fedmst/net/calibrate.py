@@ -101,7 +101,7 @@ def measure_ceiling_mbps(delay_mode: str, mtu: int, capabilities: Capabilities) 
         samples: list[tuple[float, int]] = []
         deadline = time.monotonic() + PROBE_S + 10
         while source.poll() is None and time.monotonic() < deadline:
-            samples.append((time.monotonic(), emu.counters()[("a", "b")]))
+            samples.append((time.monotonic(), emu.meters.counters()[("a", "b")]))
             time.sleep(WINDOW_S / 4)
         for proc, log in ((source, "source.log"), (sink, "sink.log")):
             try:

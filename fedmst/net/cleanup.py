@@ -21,6 +21,7 @@ Ray's address file as it was before the script started (:func:`restore_ray_addre
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import random
@@ -57,7 +58,9 @@ POINT_PREFIX = "fedmst-ray-point-"
 _POINT = re.compile(rf"^{POINT_PREFIX}(\d+)-")
 RAY_LOCAL_DIR = Path(os.environ.get("RAY_LOCAL_DIR", "/run/fedmst-ray"))
 RAY_LOCAL_PORT = os.environ.get("RAY_LOCAL_PORT", "6390")
-"""scripts/ray-local.sh's folder and its head node's port (the same variables, the same defaults)."""
+RAY_LOCAL_NET = ipaddress.ip_network(os.environ.get("RAY_LOCAL_NET", "172.30.250.0/24"))
+"""scripts/ray-local.sh's folder, its head node's port and, with ``--namespaces``, the network of its
+namespaced hosts (the same variables, the same defaults)."""
 SAVED_RAY_ADDRESS = "ray_current_cluster.before"
 """In :data:`RAY_LOCAL_DIR`: what Ray's address file held when the script started (absent: nothing)."""
 
@@ -118,14 +121,15 @@ class RunState:
     agents' rendezvous and control socket, the delay lines' logs), and the processes it started,
     each with its start time, rewritten whenever it starts one."""
 
-    def __init__(self) -> None:
+    def __init__(self, run_id: str | None = None) -> None:
+        """Claim a free id, or ``run_id`` (a run's id on another of its hosts), which must be free here."""
         STATE_DIR.mkdir(parents=True, exist_ok=True)
         me = psutil.Process()
         self._record: dict = {"coordinator": me.pid, "started": me.create_time(), "pids": []}
         draft = STATE_DIR / f".claim-{me.pid}.tmp"
         try:
-            for _ in range(1000):
-                self.id = "".join(random.choices(string.ascii_lowercase, k=RUN_ID_LETTERS))
+            for _ in range(1 if run_id else 1000):
+                self.id = run_id or "".join(random.choices(string.ascii_lowercase, k=RUN_ID_LETTERS))
                 self.path = STATE_DIR / f"{self.id}.json"
                 draft.write_text(json.dumps({"run": self.id, **self._record}))
                 try:
@@ -134,7 +138,8 @@ class RunState:
                 except FileExistsError:
                     continue
             else:
-                raise FedmstError(f"no free run id in {STATE_DIR}: too many runs' records "
+                raise FedmstError(f"run id {run_id} is taken on this host" if run_id else
+                                  f"no free run id in {STATE_DIR}: too many runs' records "
                                   "(`fedmst clean` removes dead ones)")
         finally:
             draft.unlink(missing_ok=True)
@@ -246,16 +251,21 @@ def ray_address_file() -> Path:
 
 def is_ray_local(address: str, port: str = RAY_LOCAL_PORT) -> bool:
     """Whether ``address`` (host:port) is ``port`` on this host, as ray-local.sh's nodes write it
-    (Ray writes the host's own address for their 127.0.0.1).
+    (Ray writes the host's own address for their 127.0.0.1), or on its namespaced hosts' network.
 
     >>> is_ray_local("127.0.0.1:6390", "6390"), is_ray_local("127.0.0.1:6379", "6390")
     (True, False)
-    >>> is_ray_local("203.0.113.9:6390", "6390")
-    False
+    >>> is_ray_local("203.0.113.9:6390", "6390"), is_ray_local(f"{RAY_LOCAL_NET[1]}:6390", "6390")
+    (False, True)
     """
     host, _, named = address.strip().rpartition(":")
+    host = host.strip("[]")
     ours = {"localhost"} | {a.address.split("%")[0] for found in psutil.net_if_addrs().values() for a in found}
-    return named == port and host.strip("[]") in ours
+    try:
+        namespaced = ipaddress.ip_address(host) in RAY_LOCAL_NET
+    except ValueError:
+        namespaced = False
+    return named == port and (host in ours or namespaced)
 
 
 def restore_ray_address(address_file: Path, saved: Path, port: str = RAY_LOCAL_PORT) -> list[str]:

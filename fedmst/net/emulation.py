@@ -18,11 +18,9 @@ the worker backend's business, not this module's.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import shutil
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, Iterable, Mapping, Sequence
@@ -36,14 +34,16 @@ from fedmst.core.traffic import BackgroundFlow, flow_path
 from fedmst.core.wire import DEFAULT_MTU
 from fedmst.errors import EmulationError
 from fedmst.net import queues
-from fedmst.net.background import BackgroundTraffic, arrived_bytes
+from fedmst.net.background import BackgroundTraffic
 from fedmst.net.circuits import Circuit, CircuitClasses, HeldCircuits, SlotGates, wait_bound
 from fedmst.net.cleanup import RUN_ID_LETTERS, RunState, host_name, probe_name
 from fedmst.net.congestion import Transport
-from fedmst.net.link import DelayLines, EmulatedLink, LinkEnd, LinkShaping, htb_drops
+from fedmst.net.link import DelayLines, EmulatedLink, LinkShaping, plan_links
+from fedmst.net.meters import LinkMeters
 from fedmst.net.processes import HostProcesses, Process, cpu_seconds
 from fedmst.net.routes import Flow, FlowRoutes
 from fedmst.net.tcp import RunTcp
+from fedmst.net.tunnels import HostShare, Tunnels
 from fedmst.net.shell import (SLOW_START_AFTER_IDLE, HostShell, coordinator_batch, mininet_exits, raise_limits,
                               start_host)
 
@@ -52,7 +52,6 @@ __all__ = ["Capabilities", "Emulation", "Flow", "Process", "probe_capabilities",
 
 IFNAMSIZ = 15
 """The longest interface name Linux takes."""
-LINK_NET = ipaddress.ip_network("10.0.0.0/10")
 _TOOLS = [
     ("ip", "iproute2"), ("tc", "iproute2"), ("mnexec", "mininet"), ("ethtool", "ethtool"),
     # Mininet's own: Node.setup exits unless `which` finds mnexec and ifconfig; every host is a
@@ -139,7 +138,9 @@ class Emulation:
     None: the kernel's), ``transport`` TCP's congestion control on them (None: the host's
     default), with its ECN markers on every link sender where it marks; :attr:`tcp`
     (:mod:`fedmst.net.tcp`) holds what they counted after :meth:`close`. The emulation knows no
-    time scale: a slowed run hands it a slowed graph.
+    time scale: a slowed run hands it a slowed graph. ``share`` makes it one host's part of an
+    emulation placed on several (:mod:`fedmst.net.tunnels`): the nodes placed here, their links,
+    and a tunnel end for each link to another host; ``run`` then carries the run's id.
     """
 
     def __init__(self, graph: nx.Graph, *, delay_mode: str = "auto", loss: float = 0.0,
@@ -147,7 +148,7 @@ class Emulation:
                  capabilities: Capabilities | None = None, preload: Callable[[], None] | None = None,
                  changing: Iterable[tuple[str, str]] = (), run: RunState | None = None,
                  queue: str = "fifo", rto_min_s: float | None = None,
-                 transport: Transport | None = None) -> None:
+                 transport: Transport | None = None, share: HostShare | None = None) -> None:
         if not 0 <= loss < 1:
             raise EmulationError(f"loss must be a probability in [0, 1), got {loss}")
         if jitter_s < 0:
@@ -170,20 +171,24 @@ class Emulation:
         self.loss, self.jitter_s = loss, jitter_s
         self.shaping = LinkShaping(self.delay_mode, queue, mtu, loss, jitter_s)
         self.nodes: list[str] = sorted(graph.nodes, key=node_order)
+        self.tunnels = Tunnels(share, mtu)
+        self.here = [node for node in self.nodes if self.tunnels.local(node)]
         self.delay_stats: dict[str, dict[str, object]] = {}
         self.preload = preload
         self.changing = {frozenset(link) for link in changing}
         self._shells: dict[str, HostShell] = {}
         self._links: list[EmulatedLink] = []
         self._hops: dict[LinkDir, EmulatedLink] = {}
-        """Each link direction's link, both directions of a link one after the other."""
-        self._ports: dict[str, list[str]] = {n: [] for n in self.nodes}
+        """Each link direction's link, both directions of a link one after the other (those here)."""
+        self._ports: dict[str, list[str]] = {n: [] for n in self.here}
         self._processes = HostProcesses()
         self._rto_min_s = rto_min_s
         self._routes: FlowRoutes | None = None
         self.tcp = RunTcp(transport, graph, mtu)
         self._background = BackgroundTraffic()
-        self._delay_lines = DelayLines(self._hops)
+        self.meters = LinkMeters(self._shells, self._links, self._ports, self._background, self.tunnels)
+        """What the links have carried so far (:mod:`fedmst.net.meters`)."""
+        self._delay_lines = DelayLines(self._hops, self.tunnels.local)
         self._circuits, self._held = CircuitClasses(), HeldCircuits()
         self.gates = SlotGates()
         self.gate_counters: dict[str, int] = {}  # what the timeslot gates counted, once they stopped
@@ -229,7 +234,7 @@ class Emulation:
         try:
             self._processes.open(self._state, self.preload)
             self.tcp.start(self._state.id)
-            self._routes = FlowRoutes(self.nodes, self._hops, lambda node, lines: self._shells[node].batch("ip", lines),
+            self._routes = FlowRoutes(self.here, self._hops, lambda node, lines: self._shells[node].batch("ip", lines),
                                       rto_min_s=self._rto_min_s, congestion_control=self.tcp.congestion_control)
             with mininet_exits():
                 self._build()
@@ -249,15 +254,23 @@ class Emulation:
         NSFNET (1.3 s), and skipped htb without a word above 1 Gbit/s."""
         assert self._state is not None
         raise_limits()
-        for i, node in enumerate(self.nodes):
-            shell = start_host(node, self._state.host_name(i), self.netns.get(node), self._state.scratch)
+        for node in self.here:
+            shell = start_host(node, self._state.host_name(self.nodes.index(node)), self.netns.get(node),
+                               self._state.scratch)
             self._shells[node] = shell
             self._state.add(shell.pid)
             shell.prepare()
             shell.cmd(self.tcp.buffer_command())
-        self._plan_links()
+        names = [self._state.host_name(i) for i in range(len(self.nodes))]
+        for link in plan_links(self.graph, self.nodes, names, self.shaping, self.changing, self.tunnels.local):
+            self._hops[(link.u, link.v)] = self._hops[(link.v, link.u)] = link
+            if link.here:
+                self._links.append(link)
+                for node in link.here:
+                    self._ports[node].append(link.ends[node].intf)
         pids = {node: shell.pid for node, shell in self._shells.items()}
-        coordinator_batch(["ip", "-batch", "-"], [link.veth_command(pids) for link in self._links], "making the links")
+        coordinator_batch(["ip", "-batch", "-"], self.tunnels.commands(self._links, pids, self._state.id),
+                          "making the links")
         for node, shell in self._shells.items():
             if self._ports[node]:
                 mine = [link for link in self._links if node in link.ends]
@@ -267,23 +280,6 @@ class Emulation:
                 shell.offloads_off(self._ports[node])
         if self.delay_mode == "userspace":
             self._delay_lines.start(self._shells, self.spawn, self.check, self._state.scratch / "delay-lines")
-
-    def _plan_links(self) -> None:
-        """Name every link's two interfaces and give them the two addresses of the link's ``/30``."""
-        assert self._state is not None
-        subnets = LINK_NET.subnets(new_prefix=30)
-        for u, v in sorted(self.graph.edges, key=lambda e: tuple(sorted(map(node_order, e)))):
-            ips = (str(a) for a in list(next(subnets).hosts())[:2])
-            ends = []
-            for node, ip in zip((u, v), ips):
-                intf = f"{self._state.host_name(self.nodes.index(node))}-eth{len(self._ports[node])}"
-                self._ports[node].append(intf)
-                ends.append(LinkEnd(node, intf, ip))
-            attrs = self.graph.edges[u, v]
-            link = EmulatedLink((ends[0], ends[1]), float(attrs["capacity_mbps"]), float(attrs["delay_s"]),
-                                self.shaping, changing=frozenset((u, v)) in self.changing)
-            self._links.append(link)
-            self._hops[(u, v)] = self._hops[(v, u)] = link
 
     def delay_line_pids(self) -> dict[str, int]:
         """The delay lines' processes by ``u->v`` (benchmarks account their CPU)."""
@@ -320,7 +316,7 @@ class Emulation:
     # routes and background traffic -----------------------------------------------------------
     def install_flows(self, paths: Mapping[str, Sequence[str]], *, background: bool = False) -> dict[str, Flow]:
         """Give each keyed path its two endpoint addresses and route it hop by hop (``background``:
-        addresses whose bytes :meth:`counters_and_background` counts)."""
+        addresses whose bytes :meth:`LinkMeters.counters_and_background` counts)."""
         if self._routes is None:
             raise EmulationError("install_flows: the emulation is not running (use it inside `with`)")
         return self._routes.install(paths, background=background)
@@ -379,46 +375,6 @@ class Emulation:
         The kernel also drops every route through the link; a re-plan installs new ones.
         """
         return self._hops[(u, v)].set_state(self._shells, u, up=up)
-
-    # measurement -----------------------------------------------------------------------------
-    def counters(self) -> dict[LinkDir, int]:
-        """Bytes each link direction has carried so far: the sender interface's tx counter."""
-        tx: dict[str, int] = {}
-        for shell in self._shells.values():
-            tx.update(shell.tx_bytes())
-        return self._per_hop(lambda link: link.sent(tx))
-
-    def counters_and_background(self) -> tuple[dict[LinkDir, int], dict[LinkDir, int]]:
-        """The bytes each link direction has carried so far and, of them, the background
-        traffic's (frames, Ethernet header included, as interface counters count them): before any
-        flow was started, :meth:`counters` and zeros; from then on both counted arriving at the
-        link's receiver, in one snapshot of its counters (every host at once, a thread each), so
-        that weight bytes (the first less the second) are exact: read at two hosts, a moment apart,
-        20 Mbit/s of background made a 17 KB model's link read 8.7 KB negative."""
-        if not self._background.counting:
-            return self.counters(), {hop: 0 for hop in self._hops}
-
-        with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
-            parts = list(pool.map(arrived_bytes, [s for node, s in self._shells.items() if self._ports[node]]))
-        background = {intf: n for part, _ in parts for intf, n in part.items()}
-        every = {intf: n for _, part in parts for intf, n in part.items()}
-        # link direction u->v: counted arriving on v's interface
-        return self._per_hop(lambda link: link.arrived(every)), self._per_hop(lambda link: link.arrived(background))
-
-    def queue_drops(self) -> dict[LinkDir, int]:
-        """Packets each link direction's htb queue has dropped so far: congestion at its sender."""
-        drops: dict[str, int] = {}
-        for shell in self._shells.values():
-            drops.update(htb_drops(shell))
-        return self._per_hop(lambda link: link.dropped(drops))
-
-    def tcp_retransmits(self) -> int:
-        """TCP segments all hosts have retransmitted so far (each namespace's /proc/net/snmp)."""
-        return sum(shell.tcp_retransmits() for shell in self._shells.values())
-
-    def _per_hop(self, per_link: Callable[[EmulatedLink], dict[LinkDir, int]]) -> dict[LinkDir, int]:
-        """One value per link direction, in the order the links were made."""
-        return {hop: n for link in self._links for hop, n in per_link(link).items()}
 
     # processes ------------------------------------------------------------------------------
     def popen(self, node: str, argv: Sequence[str], *, env: Mapping[str, str], log_file: IO[str]) -> subprocess.Popen:

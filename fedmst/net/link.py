@@ -10,6 +10,7 @@ keeps what a link trace set live in its own state instead.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -18,7 +19,9 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Collection, Mapping, Sequence
+
+import networkx as nx
 
 from fedmst.core.plan import LinkDir
 from fedmst.core.topology import node_order
@@ -28,6 +31,8 @@ from fedmst.net.delayline import DEFAULT_CAPACITY, LineSpec, choose, compiled_co
 from fedmst.net.processes import Process
 from fedmst.net.shell import HostShell
 
+LINK_NET = ipaddress.ip_network("10.0.0.0/10")
+"""Every link's ``/30`` comes from here."""
 _HTB_DROPS = re.compile(r"qdisc htb \S+ dev (\S+) root.*?\n Sent \d+ bytes \d+ pkt \(dropped (\d+)")
 
 
@@ -75,9 +80,11 @@ class EmulatedLink:
     """Link ``u``-``v`` with ``capacity_mbps`` and ``delay_s``: its ends, and what was applied to it."""
 
     def __init__(self, ends: tuple[LinkEnd, LinkEnd], capacity_mbps: float, delay_s: float,
-                 shaping: LinkShaping, *, changing: bool = False) -> None:
+                 shaping: LinkShaping, *, changing: bool = False, here: frozenset[str] | None = None) -> None:
         self.ends = {end.node: end for end in ends}
         self.u, self.v = ends[0].node, ends[1].node
+        self.here = frozenset(self.ends) if here is None else here
+        """The ends on this host: both, or one where the link crosses hosts (:mod:`fedmst.net.tunnels`)."""
         self.capacity_mbps, self.delay_s = capacity_mbps, delay_s
         self.shaping = shaping
         self.changing = changing
@@ -135,18 +142,22 @@ class EmulatedLink:
         return LineSpec(queue, self.delay_s, s.jitter_s, s.loss, max(DEFAULT_CAPACITY, 2 * int(in_flight) + 1), seed,
                         files.with_suffix(".json"), files.with_suffix(".control"))
 
-    # measurement ----------------------------------------------------------------------------
+    @property
+    def crosses_hosts(self) -> bool:
+        return len(self.here) == 1
+
+    # measurement: each direction where its measuring end is on this host ----------------------
     def sent(self, tx: Mapping[str, int]) -> dict[LinkDir, int]:
         """Each direction's bytes, from interface -> bytes sent."""
-        return {(a, b): tx[self.sender(a, b)] for a, b in self.directions}
+        return {(a, b): tx[self.sender(a, b)] for a, b in self.directions if a in self.here}
 
     def arrived(self, received: Mapping[str, int]) -> dict[LinkDir, int]:
         """Each direction's bytes, from interface -> bytes counted arriving (zero where none)."""
-        return {(a, b): received.get(self.sender(b, a), 0) for a, b in self.directions}
+        return {(a, b): received.get(self.sender(b, a), 0) for a, b in self.directions if b in self.here}
 
     def dropped(self, drops: Mapping[str, int]) -> dict[LinkDir, int]:
         """Each direction's htb drops, from interface -> drops."""
-        return {(a, b): drops.get(self.sender(a, b), 0) for a, b in self.directions}
+        return {(a, b): drops.get(self.sender(a, b), 0) for a, b in self.directions if a in self.here}
 
     # live changes ---------------------------------------------------------------------------
     def change(self, shells: Mapping[str, HostShell], first: str, *, capacity_mbps: float | None = None,
@@ -162,13 +173,14 @@ class EmulatedLink:
         delay_now, loss_now = (delay_now if delay_s is None else delay_s, loss_now if loss is None else loss)
         for a, b in self.directions_from(first):
             intf, cmds = self.sender(a, b), []
-            if capacity_mbps is not None:
+            sends_here = a in self.here  # a link across hosts: each host changes what its end sends or receives
+            if capacity_mbps is not None and sends_here:
                 cmds += queues.rate_change(intf, capacity_mbps, queue=s.queue, mtu=s.mtu)
-            if netem:
+            if netem and sends_here:
                 cmds += queues.netem_change(intf, s.netem(delay_now, loss_now), queue=s.queue)
             if cmds:
                 shells[a].batch("tc", cmds)
-            if s.delay_mode == "userspace" and retimed:
+            if s.delay_mode == "userspace" and retimed and b in self.here:
                 self._retune(a, b, delay_s, loss)
         if netem:
             self._netem_now = (delay_now, loss_now)
@@ -187,12 +199,36 @@ class EmulatedLink:
         held when it went down, which the kernel drops with them (0 when bringing it up)."""
         lost = 0
         for a, b in self.directions_from(first):
+            if a not in self.here:
+                continue
             intf = self.sender(a, b)
             if not up:
                 out = shells[a].cmd(f"tc -s qdisc show dev {intf}")
                 lost += sum(int(n) for n in re.findall(r"backlog (\d+)b", out.split("qdisc", 2)[1]))
             shells[a].batch("ip", [f"link set dev {intf} {'up' if up else 'down'}"])
         return lost
+
+
+def plan_links(graph: nx.Graph, nodes: Sequence[str], host_names: Sequence[str], shaping: LinkShaping,
+               changing: Collection[frozenset[str]], here: Callable[[str], bool]) -> list[EmulatedLink]:
+    """Every link of ``graph``, in one order every host of a run sees alike, with its two interfaces
+    (``host_names[i]`` + ``-ethK``, K counting node ``nodes[i]``'s links) and the two addresses of its
+    own ``/30``; ``here`` says which nodes run on this host. Whichever host builds it, a link
+    gets the same names and addresses."""
+    subnets = LINK_NET.subnets(new_prefix=30)
+    ports = {node: 0 for node in nodes}
+    links = []
+    for u, v in sorted(graph.edges, key=lambda e: tuple(sorted(map(node_order, e)))):
+        ips = (str(a) for a in list(next(subnets).hosts())[:2])
+        ends = []
+        for node, ip in zip((u, v), ips):
+            ends.append(LinkEnd(node, f"{host_names[nodes.index(node)]}-eth{ports[node]}", ip))
+            ports[node] += 1
+        attrs = graph.edges[u, v]
+        links.append(EmulatedLink((ends[0], ends[1]), float(attrs["capacity_mbps"]), float(attrs["delay_s"]),
+                                  shaping, changing=frozenset((u, v)) in changing,
+                                  here=frozenset(n for n in (u, v) if here(n))))
+    return links
 
 
 def htb_drops(shell: HostShell) -> dict[str, int]:
@@ -205,8 +241,10 @@ class DelayLines:
     """The userspace delay lines of every link direction u->v that has a delay to apply (or may
     get one), each holding packets at v's ingress interface: one process per direction."""
 
-    def __init__(self, hops: Mapping[LinkDir, EmulatedLink]) -> None:
+    def __init__(self, hops: Mapping[LinkDir, EmulatedLink], here: Callable[[str], bool] = lambda node: True) -> None:
         self._hops = hops
+        self._here = here
+        """Which nodes run on this host: a line holds packets at its receiver, so it runs where that does."""
         self._scratch: Path | None = None
         self.implementation = ""
         """``compiled``, or ``python (why the compiled line could not be built)``, once started."""
@@ -226,7 +264,7 @@ class DelayLines:
         lines: list[tuple[LinkDir, EmulatedLink, LineSpec]] = []
         for seed, (u, v) in enumerate(sorted(self._hops, key=_hop_order)):
             link = self._hops[(u, v)]
-            if link.needs_delay_lines():
+            if link.needs_delay_lines() and self._here(v):
                 queue = len(rules.setdefault(v, []))
                 rules[v].append((link.sender(v, u), queue))
                 lines.append(((u, v), link, link.delay_line(queue, seed, scratch / f"{u}-{v}")))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import threading
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
@@ -35,7 +36,8 @@ class Flow:
 
 class FlowRoutes:
     """Hands out endpoint addresses (transfers' and background flows' from separate pools) and
-    installs each flow's routes with one ``ip -batch`` per node. ``congestion_control`` and
+    installs each flow's routes with one ``ip -batch`` per node of ``nodes`` (this host's; every host
+    of a run placed on several hands out the same addresses for the same calls). ``congestion_control`` and
     ``rto_min_s``, where given, are set on the routes of the flows' two ends, where their sockets
     (connecting and accepting alike) look them up."""
 
@@ -59,7 +61,7 @@ class FlowRoutes:
     def _install(self, paths: Mapping[str, Sequence[str]], background: bool) -> dict[str, Flow]:
         pool = self._pools[background]
         flows: dict[str, Flow] = {}
-        cmds: dict[str, list[str]] = {n: [] for n in self._nodes}
+        cmds: dict[str, list[str]] = defaultdict(list)
         for key, path in paths.items():
             path = tuple(path)
             for hop in zip(path, path[1:]):
@@ -76,9 +78,9 @@ class FlowRoutes:
                 if j > 0:
                     src = f" src {b}{self._end}" if j == len(path) - 1 else ""
                     cmds[node].append(f"route add {a}/32 via {self._via(node, path[j - 1])}{src}")
-        for node, lines in cmds.items():
-            if lines:
-                self._ip_batch(node, lines)
+        for node in self._nodes:  # this host's: a node on another host is routed there
+            if cmds[node]:
+                self._ip_batch(node, cmds[node])
         return flows
 
     def _via(self, a: str, b: str) -> str:

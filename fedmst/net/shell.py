@@ -14,8 +14,9 @@ import tempfile
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Collection, Iterable, Iterator, Sequence
 
+from fedmst.core.wire import ETH_HEADER
 from fedmst.errors import EmulationError
 
 _HARMLESS_TC = ("quantum of class", "Consider r2q change")
@@ -98,13 +99,20 @@ class HostShell:
                 raise EmulationError(f"switching off segmentation offloads on node {self.node}, interface {intf}, "
                                      f"failed: {reason}")
 
-    def tx_bytes(self) -> dict[str, int]:
-        """Bytes each interface of the host has sent so far."""
+    def tx_counts(self) -> dict[str, tuple[int, int]]:
+        """Bytes and frames each interface of the host has sent so far, in one read."""
         out = {}
         for line in Path(f"/proc/{self.pid}/net/dev").read_text().splitlines()[2:]:
             name, _, fields = line.partition(":")
-            out[name.strip()] = int(fields.split()[8])
+            counts = fields.split()
+            out[name.strip()] = (int(counts[8]), int(counts[9]))
         return out
+
+    def tx_bytes(self, headless: Collection[str] = ()) -> dict[str, int]:
+        """Bytes each interface of the host has sent so far, as Ethernet frames: ``headless``
+        interfaces (VXLAN devices) count from the IP header on, so their frames' headers are added."""
+        return {intf: n + (ETH_HEADER * frames if intf in headless else 0)
+                for intf, (n, frames) in self.tx_counts().items()}
 
     def tcp_retransmits(self) -> int:
         """TCP segments the host has retransmitted so far (its namespace's /proc/net/snmp)."""

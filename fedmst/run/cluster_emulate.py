@@ -93,19 +93,19 @@ class EmulatedRunner:
         bytes beside what the finished jobs' plans predict for the rounds they ran) and samples.csv
         (the counters every 100 ms of the network's time), written however the block ends."""
         emu = self.emu
-        before, background = emu.counters_and_background()
-        drops = emu.queue_drops()
-        sampler = CounterSampler(emu.counters, scale=self.scale)
+        before, background = emu.meters.counters_and_background()
+        drops = emu.meters.queue_drops()
+        sampler = CounterSampler(emu.meters.counters, scale=self.scale)
         sampler.t0 = self.t0
         try:
             with sampler.sampling(0, "rounds"):
                 yield
         finally:
-            after, counted = emu.counters_and_background()
+            after, counted = emu.meters.counters_and_background()
             other = {hop: counted[hop] - background[hop] for hop in after}
             write_links(self.out / "links.csv", whole_run_link_rows(
                 self.done, {hop: after[hop] - before[hop] - other[hop] for hop in after},
-                {hop: n - drops[hop] for hop, n in emu.queue_drops().items()}, other, self.base.graph,
+                {hop: n - drops[hop] for hop, n in emu.meters.queue_drops().items()}, other, self.base.graph,
                 self.base.config.mtu, set_up=self.set_up_bytes))
             write_csv(self.out / "samples.csv", SAMPLE_FIELDS, sampler.rows)
 

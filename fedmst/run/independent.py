@@ -50,8 +50,8 @@ class IndependentRun:
         if shifted:
             session.report(f"{session.tag} interleaving ({config.interleave}): "
                            + ", ".join(f"{n} starts {o:.2f} s later" for n, o in shifted.items()))
-        before, background = emu.counters_and_background()
-        drops, retransmits, cpu = emu.queue_drops(), emu.tcp_retransmits(), psutil.cpu_times()
+        before, background = emu.meters.counters_and_background()
+        drops, retransmits, cpu = emu.meters.queue_drops(), emu.meters.tcp_retransmits(), psutil.cpu_times()
         begun, scale = time.monotonic(), session.scale
         real_offsets = {name: scale.real_s(o) for name, o in offsets.items()}
         limit = session.timeout_s * 3 * max(rounds.values()) + max(real_offsets.values())
@@ -62,11 +62,11 @@ class IndependentRun:
                 timeout_s=limit, check=session.check)
         session.times["rounds"] = time.monotonic() - begun
         clock.cpu_busy = cpu_busy(cpu, psutil.cpu_times())
-        after, counted = emu.counters_and_background()
+        after, counted = emu.meters.counters_and_background()
         clock.background_bytes = {hop: counted[hop] - background[hop] for hop in after}
         clock.link_bytes = {hop: after[hop] - before[hop] - clock.background_bytes[hop] for hop in after}
-        clock.queue_drops = {hop: n - drops[hop] for hop, n in emu.queue_drops().items()}
-        clock.retransmits = emu.tcp_retransmits() - retransmits
+        clock.queue_drops = {hop: n - drops[hop] for hop, n in emu.meters.queue_drops().items()}
+        clock.retransmits = emu.meters.tcp_retransmits() - retransmits
         clock.spans = {node: tuple(replace(s, start_s=scale.network_s(s.start_s), end_s=scale.network_s(s.end_s))
                                    for s in reply.spans) for node, reply in replies.items()}
         clock.accuracy = {name: list(acc) for reply in replies.values() for name, acc in reply.accuracy.items()}

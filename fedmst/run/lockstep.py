@@ -90,18 +90,18 @@ class LockstepRun:
         self.change_links(res)
         if self.config.clients_per_round:
             self.select(res)
-        drops, retransmits = emu.queue_drops(), emu.tcp_retransmits()
-        background, begun = emu.counters_and_background()[1], time.monotonic()
+        drops, retransmits = emu.meters.queue_drops(), emu.meters.tcp_retransmits()
+        background, begun = emu.meters.counters_and_background()[1], time.monotonic()
         for phase in ROUND_PHASES:
             self.phase(res, phase)
         res.window = (session.scale.network_s(begun - session.started_at),
                       session.scale.network_s(time.monotonic() - session.started_at))
-        counted = emu.counters_and_background()[1]
+        counted = emu.meters.counters_and_background()[1]
         res.background_bytes = {hop: n - background[hop] for hop, n in counted.items()}
         if self.config.link_state == "measured":
             self.load = {hop: float(n) for hop, n in res.background_bytes.items() if n}
-        res.queue_drops = {hop: n - drops[hop] for hop, n in emu.queue_drops().items()}
-        res.retransmits = emu.tcp_retransmits() - retransmits
+        res.queue_drops = {hop: n - drops[hop] for hop, n in emu.meters.queue_drops().items()}
+        res.retransmits = emu.meters.tcp_retransmits() - retransmits
         self.prediction.settle(res)
         evaluated = session.server.run(Evaluate(round=r), timeout_s=session.timeout_s, check=session.check)
         res.accuracies = {name: acc for e in evaluated.values() for name, acc in e.accuracy.items()}
@@ -142,7 +142,7 @@ class LockstepRun:
         progress = session.scratch / "progress" / f"{self._attempts:04d}-round{r}-{phase}"
         progress.mkdir(parents=True)
         watch = StallWatch(session.specs, phase, stall_s=self.config.stall_s, start=session.clock())
-        watch.observe(watch.start, self.emu.counters())
+        watch.observe(watch.start, self.emu.meters.counters())
         session.phase_watch.begin(watch, progress)
         if phase == "broadcast":
             return Broadcast(round=r, progress_dir=str(progress))
@@ -156,7 +156,7 @@ class LockstepRun:
         server, timeout_s = session.server, session.timeout_s
         strikes = strikes_for(r, phase, session.resolved.link_failures, session.resolved.kills,
                               lambda u, v: emu.set_link(u, v, up=False), session.agents, session.scale, session.clock)
-        before, background = emu.counters_and_background()
+        before, background = emu.meters.counters_and_background()
         cpu, used = psutil.cpu_times(), emu.cpu_seconds()
         start = time.perf_counter()
         with session.sampler.sampling(r, phase):
@@ -176,7 +176,7 @@ class LockstepRun:
             outcome = assess(phase, replies, strikes, self.live, server.lost, died, session.phase_watch.stall)
             if outcome.fault is not None:
                 fault = outcome.fault
-                after, counted = emu.counters_and_background()
+                after, counted = emu.meters.counters_and_background()
                 if outcome.redo and fault.aborted is not None:
                     res.aborted_bytes[phase] = {hop: after[hop] - before[hop] for hop in after}
                     fault = replace(fault, aborted=replace(
@@ -210,7 +210,7 @@ class LockstepRun:
         }
         if phase == "train" and session.scale.slowed:  # the agents counted their training, not sat through it
             res.seconds[phase] = max(res.task_seconds[phase].values(), default=0.0)
-        after, counted = emu.counters_and_background()
+        after, counted = emu.meters.counters_and_background()
         res.link_bytes[phase] = {hop: after[hop] - before[hop] - (counted[hop] - background[hop]) for hop in after}
 
     def reconfigure(self, res: RoundResult, phase: str) -> None:
@@ -293,10 +293,10 @@ class LockstepRun:
         t2 = time.perf_counter()
         store = session.scratch / f"store{live.epoch}"
         store.mkdir()
-        counters = self.emu.counters()
+        counters = self.emu.meters.counters()
         session.server.run(Replan(tasks=specs, store_dir=str(store)), timeout_s=session.timeout_s,
                            check=session.check)
-        setup = {hop: n - counters[hop] for hop, n in self.emu.counters().items()}
+        setup = {hop: n - counters[hop] for hop, n in self.emu.meters.counters().items()}
         t3 = time.perf_counter()
         event = FaultEvent(
             fault, round=res.round, before_phase=before_phase,

@@ -186,7 +186,7 @@ class Session:
         """Task -> its place in the workload, which seeds its data and initial weights."""
         self.samples: dict[str, dict[int, int]] = {}
         """Task -> local model -> its training samples (the aggregation weights)."""
-        self.sampler = CounterSampler(emu.counters, scale=self.scale)
+        self.sampler = CounterSampler(emu.meters.counters, scale=self.scale)
         self.publisher = LivePublisher(
             out, base_status(out, resolved),
             capacity_bps={hop: d["capacity_mbps"] * 1e6 for u, v, d in self.graph.edges(data=True)
@@ -455,4 +455,4 @@ class Session:
         self.emu.check()
         if self.trace is not None:
             self.trace.check()
-        self.phase_watch.look(self.emu.counters)
+        self.phase_watch.look(self.emu.meters.counters)

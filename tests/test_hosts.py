@@ -1,0 +1,161 @@
+"""One emulation across hosts (issue 47), on one machine: ``scripts/ray-local.sh start 2
+--namespaces`` makes two Ray nodes, each in a network namespace of its own standing for a host,
+joined by a bridge (the hosts' network); a host agent on each builds its share of a topology,
+and the link between them is a VXLAN tunnel through that network. Real Ray, real namespaces,
+real tunnels, real TCP through them."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import networkx as nx
+import psutil
+import pytest
+
+from conftest import FEDMST, script_cluster
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(os.geteuid() != 0, reason="emulations need root")]
+
+ray = pytest.importorskip("ray", reason="the ray extra is not installed (scripts/setup.sh --all installs it)")
+
+from fedmst.hosts.agent import cluster_hosts, start_host_agents  # noqa: E402
+from fedmst.net.tunnels import VXLAN_OVERHEAD, VXLAN_PORT, HostShare  # noqa: E402
+from fedmst.run.distributed import connect  # noqa: E402
+
+SENT = 2_000_000
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    """Two namespaced hosts of the script, this process joined to their cluster: (the script's
+    folder, host address -> Ray node id)."""
+    folder = tmp_path_factory.mktemp("ray")
+    with script_cluster(2, {**os.environ, "RAY_LOCAL_DIR": str(folder)}, "--namespaces") as (address, _):
+        connect(address)
+        try:
+            found = cluster_hosts()
+            assert len(found) == 2, found
+            yield folder, found
+        finally:
+            ray.shutdown()
+
+
+def _line() -> nx.Graph:
+    graph = nx.path_graph(["a", "b", "c", "d"])
+    nx.set_edge_attributes(graph, 50.0, "capacity_mbps")
+    nx.set_edge_attributes(graph, 0.001, "delay_s")
+    return graph
+
+
+def _in_host(folder: Path, index: int, *argv: str) -> subprocess.CompletedProcess[str]:
+    """A command in the namespace of host ``index``, with that host's run records."""
+    return subprocess.run(["ip", "netns", "exec", f"fmrayh{index}", "env", f"FEDMST_STATE_DIR={folder}/state{index}",
+                           *argv], capture_output=True, text=True, timeout=120)
+
+
+def _share(hosts: dict[str, str], placement: dict[str, int]) -> dict[str, HostShare]:
+    names = list(hosts)
+    placed = {node: names[i] for node, i in placement.items()}
+    return {host: HostShare(host, placed, {h: h for h in names}) for host in names}
+
+
+def test_a_link_between_hosts_is_a_tunnel_measured_like_a_veth(hosts: tuple[Path, dict[str, str]]) -> None:
+    """a-b on the first host, c-d on the second: 2 MB of TCP from a to d cross b-c through the
+    tunnel. Every link direction carries the same frames (its sender's counter, a veth's or the
+    tunnel end's, within 1%); the tunnel's overhead is 50 bytes a frame, and what the hosts'
+    network carried for the tunnel (UDP to port 4789, counted by iptables in the first host's
+    namespace) is the cut link's frames plus that overhead; the nodes have no route to the hosts'
+    network; and nothing of the run is left on either host after it closes."""
+    folder, found = hosts
+    names = list(found)
+    shares = _share(found, {"a": 0, "b": 0, "c": 1, "d": 1})
+    count = ["iptables", "-t", "raw", "-I", "OUTPUT", "-p", "udp", "--dport", str(VXLAN_PORT)]
+    assert _in_host(folder, 0, *count).returncode == 0
+    agents = start_host_agents("tuq", found)
+    try:
+        built = ray.get([agents[h].build.remote(_line(), shares[h], {}) for h in names])
+        assert built == [["a", "b"], ["c", "d"]]
+        flows = ray.get([agents[h].install_flows.remote({"x": ["a", "b", "c", "d"]}) for h in names])
+        assert flows[0] == flows[1]  # both hosts route the same addresses
+        flow = flows[0]["x"]
+        sink = (f"{sys.executable} -c \"import socket; s = socket.socket(); s.bind(('{flow.dst_addr}', 5001)); "
+                f"s.listen(); c, _ = s.accept(); n = 0\nwhile (b := c.recv(65536)): n += len(b)\nprint(n)\" "
+                f"> {folder}/sink.out 2>&1 &")
+        ray.get(agents[names[1]].cmd.remote("d", sink))
+        time.sleep(1.0)
+        send = (f"{sys.executable} -c \"import socket; s = socket.create_connection(('{flow.dst_addr}', 5001), "
+                f"source_address=('{flow.src_addr}', 0)); s.sendall(b'x' * {SENT}); s.close()\" 2>&1")
+        assert ray.get(agents[names[0]].cmd.remote("a", send)).strip() == ""
+        deadline = time.monotonic() + 30
+        while not (folder / "sink.out").read_text().strip() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert (folder / "sink.out").read_text().strip() == str(SENT)
+        first, second = ray.get([agents[h].counters.remote() for h in names])
+        assert set(first) == {("a", "b"), ("b", "a"), ("b", "c")}  # each direction measured by its sender's host
+        assert set(second) == {("c", "b"), ("c", "d"), ("d", "c")}
+        for hop, n in [(("a", "b"), first), (("b", "c"), first), (("c", "d"), second)]:
+            assert n[hop] == pytest.approx(first[("b", "c")], rel=0.01), (hop, first, second)
+        assert first[("b", "c")] > SENT
+        (overhead,) = ray.get(agents[names[0]].tunnel_overhead.remote()).values()
+        frames = overhead // VXLAN_OVERHEAD
+        assert overhead == VXLAN_OVERHEAD * frames and frames >= SENT / 1500
+        listed = _in_host(folder, 0, "iptables", "-t", "raw", "-L", "OUTPUT", "-v", "-x", "-n").stdout
+        packets, ip_bytes = map(int, re.search(rf"^\s*(\d+)\s+(\d+).*udp dpt:{VXLAN_PORT}", listed, re.M).groups())
+        assert packets == frames
+        assert ip_bytes + 14 * packets == first[("b", "c")] + overhead  # the hosts' network's frames
+        unrouted = ray.get(agents[names[0]].cmd.remote("b", f"ip route get {names[1]} 2>&1"))
+        assert "unreachable" in unrouted, unrouted
+    finally:
+        ray.get([agent.close.remote() for agent in agents.values()])
+        _in_host(folder, 0, "iptables", "-t", "raw", "-D", "OUTPUT", "-p", "udp", "--dport", str(VXLAN_PORT))
+    for i in range(2):
+        assert not re.search(r"fmtuq", _in_host(folder, i, "ip", "link").stdout)
+        assert _in_host(folder, i, FEDMST, "clean").stdout.strip() == "nothing to clean"
+
+
+def test_an_mtu_the_hosts_network_cannot_carry_is_refused_in_one_line(hosts: tuple[Path, dict[str, str]]) -> None:
+    """The hosts' network has MTU 9000; an emulated 9000 needs 9050 with VXLAN's 50 bytes: the host
+    whose share has a tunnel end refuses before making a link, and leaves nothing."""
+    folder, found = hosts
+    names = list(found)
+    agents = start_host_agents("tur", found)
+    try:
+        with pytest.raises(ray.exceptions.RayTaskError) as refused:
+            ray.get(agents[names[0]].build.remote(_line(), _share(found, {"a": 0, "b": 0, "c": 1, "d": 1})[names[0]],
+                                                  {"mtu": 9000}))
+        line = str(refused.value.cause)
+        assert line == (f"MTU 9000 needs 9050 on the hosts' network (VXLAN adds 50 bytes), but mgmt0 towards "
+                        f"{names[1]} has 9000: lower --mtu to 8950 or raise the hosts' MTU"), line
+    finally:
+        ray.get([agent.close.remote() for agent in agents.values()])
+    assert _in_host(folder, 0, FEDMST, "clean").stdout.strip() == "nothing to clean"
+
+
+def test_a_killed_host_agent_s_share_is_cleaned_on_its_host(hosts: tuple[Path, dict[str, str]]) -> None:
+    """A host agent killed outright (its Ray actor) leaves its run's record and scratch folder on its
+    host (its shells end with it: their input closes); ``fedmst clean`` there removes them, no process
+    or interface of the run is left there, and the other host's share closes."""
+    folder, found = hosts
+    names = list(found)
+    shares = _share(found, {"a": 0, "b": 0, "c": 1, "d": 1})
+    agents: dict[str, Any] = start_host_agents("tus", found)
+    try:
+        ray.get([agents[h].build.remote(_line(), shares[h], {}) for h in names])
+        ray.kill(agents[names[1]])
+        time.sleep(1.0)
+        said = _in_host(folder, 1, FEDMST, "clean").stdout
+        assert "run tus: removed its scratch folder" in said and "run tus: removed its record" in said, said
+        assert not list((folder / "state1").glob("*.json"))
+        assert not re.search(r"fmtus", _in_host(folder, 1, "ip", "link").stdout)
+        assert not [p for p in psutil.process_iter(["cmdline"]) if "mininet:fmtus2" in " ".join(p.info["cmdline"] or [])
+                    or "mininet:fmtus3" in " ".join(p.info["cmdline"] or [])]
+    finally:
+        ray.get(agents[names[0]].close.remote())
+    assert _in_host(folder, 0, FEDMST, "clean").stdout.strip() == "nothing to clean"
