@@ -162,6 +162,13 @@ def _config(ctx: click.Context, kw: dict[str, Any], changed: Mapping[str, Mappin
     return config, extra
 
 
+def _ray_option(what: str, after: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--ray ADDRESS``, one meaning for every command: ``what`` the Ray cluster at ADDRESS."""
+    return click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
+                        help=f"{what} the Ray cluster at ADDRESS (host:port, or auto for the one on this host){after} "
+                             "(scripts/ray-local.sh start N makes one here).")
+
+
 _overwrite_option = click.option(
     "--overwrite", is_flag=True,
     help="Replace an --out folder that already holds fedmst's results, whole (it is emptied once the inputs "
@@ -401,9 +408,7 @@ def _int_list(_ctx: object, _param: object, value: str) -> list[int]:
               help=f"Comma-separated TCP congestion controls ({', '.join(CONGESTION_CONTROLS)}, PATH.bpf.c) to run "
                    "every point with; with several, the transport is an axis of the figures.  [default: "
                    f"{options()['congestion_control'][0].default}]")
-@click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
-              help="Run the points as tasks of the Ray cluster at ADDRESS (host:port, or auto for the one on this "
-                   "host), one per emulation slot its nodes offer (scripts/ray-local.sh start N makes one here).")
+@_ray_option("Run the points as tasks of", ", one per emulation slot its nodes offer")
 @_schema_options(*WORKER_OPTIONS)
 @_config_file
 @_overwrite_option
@@ -755,16 +760,20 @@ def plot(run_dir: Path, out: Path | None, task: str | None, link: str | None, ac
 
 
 @main.command()
-def clean() -> None:
+@_ray_option("Also clean every host of", " that offers an emulation slot, each line naming its host")
+def clean(ray_address: str | None) -> None:
     """Remove every namespace, interface, process and container that crashed fedmst runs left behind,
     naming the run each belonged to; a live run's are left alone. Puts back Ray's address file once
     scripts/ray-local.sh's cluster is gone."""
-    def both() -> list[str]:
-        from fedmst.net.cleanup import clean as clean_network
-        from fedmst.workers.docker import clean_dead
+    def everywhere() -> list[str]:
+        from fedmst.hosts.cleaning import clean_everywhere, clean_here
 
-        done = [line for line in clean_network() if line != "nothing to clean"] + clean_dead()
-        return done or ["nothing to clean"]
+        if ray_address is None:
+            return clean_here()
+        from fedmst.run.distributed import connect
 
-    for line in _guard(both):
-        console.print(line)
+        connect(ray_address)  # a cluster that does not answer: one line, before anything is cleaned here
+        return [f"this host: {line}" for line in clean_here()] + clean_everywhere()
+
+    for line in _guard(everywhere):
+        console.print(line, soft_wrap=True)

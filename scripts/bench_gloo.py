@@ -38,7 +38,7 @@ def _cpu_s() -> float:
 def _end(rank: int, store: Path, args: argparse.Namespace, out: Path) -> None:
     """One process's part: open, measure the idle cost, then each way; write its lines to ``out``."""
     numel = args.bytes // 4
-    pairs = [transport.open_pair(store / str(i), rank=rank, address=f"127.0.{i // 250}.{i % 250 + 1}",
+    pairs = [transport.open_pair(str(store), str(i), rank=rank, address=f"127.0.{i // 250}.{i % 250 + 1}",
                                  timeout_s=120, numel=numel) for i in range(args.connections)]
     tensor, lines = torch.zeros(numel), []
     start, cpu = time.monotonic(), _cpu_s()

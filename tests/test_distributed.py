@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -81,3 +84,14 @@ def test_the_driver_joins_with_the_user_s_ray_auth_mode_else_none(
         with pytest.raises(FedmstError):
             distributed.connect(f"127.0.0.1:{server.getsockname()[1]}")
     assert seen == [users or "disabled"]
+
+
+def test_clean_at_an_address_without_a_cluster_stops_in_one_line_before_cleaning() -> None:
+    """``fedmst clean --ray ADDRESS`` where nothing listens: exit 1, one line, nothing cleaned here either."""
+    address = f"127.0.0.1:{_closed_port()}"
+    proc = subprocess.run([str(Path(sys.executable).with_name("fedmst")), "clean", "--ray", address],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and proc.stdout == "", (proc.stdout, proc.stderr)
+    assert proc.stderr.strip().splitlines() == [f"fedmst: error: --ray {address}: no Ray cluster there (nothing "
+                                                "accepts a connection: Connection refused); start one with "
+                                                "scripts/ray-local.sh start N or `ray start --head`"]

@@ -56,23 +56,21 @@ def test_a_key_set_by_one_end_wakes_the_other_through_the_relay(server: StoreSer
 
 
 PAIR = """
-import datetime, sys, torch, torch.distributed as dist
-from fedmst.hosts.store import RemoteStore
+import sys, torch
+from fedmst.workers import transport
 rank, path = int(sys.argv[1]), sys.argv[2]
-store = RemoteStore(path, prefix="pair-0/")
-opts = dist.ProcessGroupGloo._Options()
-opts._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
-opts._timeout = datetime.timedelta(seconds=30)
-group = dist.ProcessGroupGloo(store, rank, 2, opts)
+pair = transport.open_pair(f"{transport.RELAYED}{path}#store-1", "task0-000-broadcast", rank=rank,
+                           address="127.0.0.1", timeout_s=30, numel=1000)
 t = torch.arange(1000.0) if rank == 0 else torch.zeros(1000)
-(group.send([t], 1, 0) if rank == 0 else group.recv([t], 0, 0)).wait()
+(pair.group.send([t], 1, 0) if rank == 0 else pair.group.recv([t], 0, 0)).wait()
 print(float(t.sum()))
 """
 
 
 def test_gloo_ends_meet_through_one_store_one_of_them_relayed(server: StoreServer, tmp_path: Path) -> None:
-    """The sender reaches the store directly (the coordinator's host), the receiver through a relay
-    (another host's): gloo's rendezvous completes and the tensor arrives whole."""
+    """Two agents' ends of one transfer (:func:`fedmst.workers.transport.open_pair`), the sender
+    reaching the run's store directly (the coordinator's host), the receiver through a relay
+    (another host's): gloo's rendezvous completes, both sizes agree, and the tensor arrives whole."""
     relay = Relay(tmp_path / "relay.sock", ("127.0.0.1", server.port))
     try:
         ends = [subprocess.Popen([sys.executable, "-c", PAIR, str(rank), str(path)], stdout=subprocess.PIPE,
@@ -84,3 +82,29 @@ def test_gloo_ends_meet_through_one_store_one_of_them_relayed(server: StoreServe
     assert [end.returncode for end in ends] == [0, 0], [err[-1500:] for _, err in outs]
     assert [float(out) for out, _ in outs] == [499500.0, 499500.0]
     assert relay.carried > 0
+
+
+def test_agents_of_two_hosts_answer_one_control_server(tmp_path: Path) -> None:
+    """Agent a connects to the coordinator's Unix socket (its host), agent b to a relay (another
+    host's) that carries it to the coordinator's TCP listener: both are accepted with the run's
+    token, a command reaches both and both replies come back; one without the token is refused
+    through the relay as directly."""
+    from fedmst.protocol import Done, Train
+    from fedmst.workers.control import ControlServer, connect
+
+    server = ControlServer(tmp_path / "control.sock", token="t", tcp=("127.0.0.1", 0))
+    assert server.port
+    relay = Relay(tmp_path / "relay.sock", ("127.0.0.1", server.port))
+    try:
+        intruder = connect(str(relay.path), node="b", token="guess")
+        agents = {"a": connect(str(server.path), node="a", token="t"),
+                  "b": connect(str(relay.path), node="b", token="t")}
+        server.accept(["a", "b"], timeout_s=5, check=lambda: None)
+        assert intruder.recv() is None
+        for chan in agents.values():
+            chan.send(Done())
+        assert server.run(Train(round=1), timeout_s=5, check=lambda: None) == {"a": Done(), "b": Done()}
+        assert [chan.recv() for chan in agents.values()] == [Train(round=1), Train(round=1)]
+    finally:
+        server.close()
+        relay.close()

@@ -26,6 +26,7 @@ pytestmark = [pytest.mark.integration,
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (scripts/setup.sh --all installs it)")
 
 from fedmst.hosts.agent import cluster_hosts, start_host_agents  # noqa: E402
+from fedmst.hosts.clock import measure  # noqa: E402
 from fedmst.net.tunnels import VXLAN_OVERHEAD, VXLAN_PORT, HostShare  # noqa: E402
 from fedmst.run.distributed import connect  # noqa: E402
 
@@ -35,9 +36,10 @@ SENT = 2_000_000
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
     """Two namespaced hosts of the script, this process joined to their cluster: (the script's
-    folder, host address -> Ray node id)."""
+    folder, host address -> Ray node id); the cluster's address is in the folder's ``address``."""
     folder = tmp_path_factory.mktemp("ray")
     with script_cluster(2, {**os.environ, "RAY_LOCAL_DIR": str(folder)}, "--namespaces") as (address, _):
+        (folder / "address").write_text(address)
         connect(address)
         try:
             found = cluster_hosts()
@@ -140,8 +142,9 @@ def test_an_mtu_the_hosts_network_cannot_carry_is_refused_in_one_line(hosts: tup
 
 def test_a_killed_host_agent_s_share_is_cleaned_on_its_host(hosts: tuple[Path, dict[str, str]]) -> None:
     """A host agent killed outright (its Ray actor) leaves its run's record and scratch folder on its
-    host (its shells end with it: their input closes); ``fedmst clean`` there removes them, no process
-    or interface of the run is left there, and the other host's share closes."""
+    host (its shells end with it: their input closes); ``fedmst clean --ray ADDRESS``, run here, removes
+    them there, saying which host; no process or interface of the run is left there, and the other
+    host's share closes."""
     folder, found = hosts
     names = list(found)
     shares = _share(found, {"a": 0, "b": 0, "c": 1, "d": 1})
@@ -150,8 +153,13 @@ def test_a_killed_host_agent_s_share_is_cleaned_on_its_host(hosts: tuple[Path, d
         ray.get([agents[h].build.remote(_line(), shares[h], {}) for h in names])
         ray.kill(agents[names[1]])
         time.sleep(1.0)
-        said = _in_host(folder, 1, FEDMST, "clean").stdout
-        assert "run tus: removed its scratch folder" in said and "run tus: removed its record" in said, said
+        cleaned = subprocess.run([FEDMST, "clean", "--ray", (folder / "address").read_text()], capture_output=True,
+                                 text=True, timeout=120)
+        assert cleaned.returncode == 0, cleaned.stderr
+        said = cleaned.stdout
+        assert f"{names[1]}: run tus: removed its scratch folder" in said, said
+        assert f"{names[1]}: run tus: removed its record" in said and f"{names[0]}: run tus: live" in said, said
+        assert "this host: nothing to clean" in said, said
         assert not list((folder / "state1").glob("*.json"))
         assert not re.search(r"fmtus", _in_host(folder, 1, "ip", "link").stdout)
         assert not [p for p in psutil.process_iter(["cmdline"]) if "mininet:fmtus2" in " ".join(p.info["cmdline"] or [])
@@ -159,3 +167,18 @@ def test_a_killed_host_agent_s_share_is_cleaned_on_its_host(hosts: tuple[Path, d
     finally:
         ray.get(agents[names[0]].close.remote())
     assert _in_host(folder, 0, FEDMST, "clean").stdout.strip() == "nothing to clean"
+
+
+def test_each_host_s_clock_offset_is_estimated_within_its_bound(hosts: tuple[Path, dict[str, str]]) -> None:
+    """The namespaced hosts share this kernel's monotonic clock, so their true offset is zero: each
+    estimate is within its own error bound of it, and the bound (half the shortest Ray round trip) is
+    a few milliseconds at most."""
+    _, found = hosts
+    agents = start_host_agents("tut", found)
+    try:
+        for host, agent in agents.items():
+            offset = measure(lambda agent=agent: ray.get(agent.clock.remote()))
+            assert abs(offset.offset_s) <= offset.error_s + 1e-6, (host, offset)
+            assert offset.error_s < 0.005, (host, offset)
+    finally:
+        ray.get([agent.close.remote() for agent in agents.values()])

@@ -20,7 +20,8 @@ def _both_ends(store: Path, sender: Callable[[transport.Pair], object], receiver
 
     def end(rank: int, part: Callable[[transport.Pair], object]) -> None:
         try:
-            pair = transport.open_pair(store, rank=rank, address="127.0.0.1", timeout_s=20, numel=numel[rank])
+            pair = transport.open_pair(str(store.parent), store.name, rank=rank, address="127.0.0.1", timeout_s=20,
+                                       numel=numel[rank])
             results[rank] = part(pair)
         except Exception as exc:  # noqa: BLE001 - the test inspects it
             results[rank] = exc

@@ -9,6 +9,7 @@ it made goes when it closes, or, where it was killed, with ``fedmst clean`` on i
 
 from __future__ import annotations
 
+import time
 from typing import Any, Mapping, Sequence
 
 import networkx as nx
@@ -52,6 +53,10 @@ class HostAgent:
 
     def cmd(self, node: str, command: str) -> str:
         return self.emulation.cmd(node, command)
+
+    def clock(self) -> float:
+        """This host's monotonic clock, which its agents time their phases on (:mod:`fedmst.hosts.clock`)."""
+        return time.monotonic()
 
     def close(self) -> None:
         """Take the share down and give the run's id back on this host. Safe to call twice."""

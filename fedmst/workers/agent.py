@@ -129,14 +129,14 @@ class Agent:
                 model, dataset = learners.kind(spec, task)
                 warm_up(model=model, dataset=dataset, optimizer=spec.optimizer, batch_size=spec.batch_size,
                         lr=spec.lr, client=spec.client)
-        self._connect(Path(spec.store_dir))
+        self._connect(spec.store_dir)
         return SetupDone(samples={r.name: {i: n for i, learner in r.local.items() if (n := learner.samples)}
                                   for r in self.roles},
                          runs_in=replace(runs_in(coordinator_root=spec.coordinator_root),
                                          congestion_control=transport.congestion_controls(),
                                          slow_start_after_idle=transport.slow_start_after_idle()))
 
-    def _connect(self, store: Path) -> None:
+    def _connect(self, store: str) -> None:
         """Open every connection's process group and warm it, all at once (one thread each): opening one blocks until
         its peer opens it too, so opening them in turn would cost a rendezvous and a TCP handshake per connection, one
         after the other across the network.
@@ -154,7 +154,7 @@ class Agent:
             rank = transport.SENDER if t.src == self.node else transport.RECEIVER
             addr = t.src_addr if rank == transport.SENDER else t.dst_addr
             numel = self.numel(role.spec)
-            pair = transport.open_pair(store / name, rank=rank, address=addr, timeout_s=self.spec.timeout_s,
+            pair = transport.open_pair(store, name, rank=rank, address=addr, timeout_s=self.spec.timeout_s,
                                        numel=numel)
             largest = max(hi - lo for lo, hi in (dataflow.span(t, numel) for t in shared))
             transport.warm(pair, warm_elements(largest, self.chunk_elems, t.window_bytes), self.chunk_elems)
@@ -183,7 +183,7 @@ class Agent:
                 new = old
             roles.append(new)
         self.roles = roles
-        self._connect(Path(cmd.store_dir))
+        self._connect(cmd.store_dir)
         return Done()
 
     def numel(self, task: TaskSpec) -> int:

@@ -70,17 +70,26 @@ def connect(path: str, *, node: str, token: str) -> Channel:
 
 
 class ControlServer:
-    """Coordinator side: accepts exactly the agents it started and runs commands on all of them."""
+    """Coordinator side: accepts exactly the agents it started and runs commands on all of them.
+    It listens on Unix socket ``path`` and, given ``tcp`` (address, port; port 0: any, :attr:`port`
+    says which), on TCP too, for the agents of other hosts, whose relays carry their connections
+    (:mod:`fedmst.hosts.relay`)."""
 
-    def __init__(self, path: Path, *, token: str) -> None:
+    def __init__(self, path: Path, *, token: str, tcp: tuple[str, int] | None = None) -> None:
         self.path = path
         self.token = token
         self.agents: dict[str, Channel] = {}
         self.lost: dict[str, str] = {}
         """Agents that died in a command run with ``survive``: node -> what was reported."""
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.bind(str(path))
-        self._sock.listen(128)
+        self._listeners = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)]
+        self._listeners[0].bind(str(path))
+        if tcp is not None:
+            self._listeners.append(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            self._listeners[1].setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._listeners[1].bind(tcp)
+        for listener in self._listeners:
+            listener.listen(128)
+        self.port: int | None = self._listeners[1].getsockname()[1] if tcp is not None else None
 
     def accept(self, nodes: Iterable[str], *, timeout_s: float, check: Callable[[], None]) -> None:
         """Wait until every node in ``nodes`` has connected with the right token."""
@@ -91,10 +100,12 @@ class ControlServer:
             if time.monotonic() > deadline:
                 missing = ", ".join(sorted(expected - self.agents.keys()))
                 raise EmulationError(f"agents on node(s) {missing} did not connect within {timeout_s:.0f} s")
-            ready, _, _ = select.select([self._sock], [], [], 0.5)
+            ready, _, _ = select.select(self._listeners, [], [], 0.5)
             if not ready:
                 continue
-            conn, _ = self._sock.accept()
+            conn, _ = ready[0].accept()
+            if conn.family == socket.AF_INET:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             chan = Channel(conn)
             conn.settimeout(5)
             try:
@@ -188,5 +199,6 @@ class ControlServer:
     def close(self) -> None:
         for chan in self.agents.values():
             chan.close()
-        self._sock.close()
+        for listener in self._listeners:
+            listener.close()
         self.path.unlink(missing_ok=True)

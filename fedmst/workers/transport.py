@@ -3,8 +3,10 @@
 Each overlay transfer is its own two-rank gloo process group (rank 0 sends, rank 1 receives)
 whose device is bound to the transfer's endpoint address, so its TCP connection follows exactly
 the routes installed for that transfer. Rendezvous goes through a FileStore on the shared
-filesystem, so it never crosses an emulated link. Weights travel as raw float32 tensors; nothing
-received is unpickled. This is the only module that touches ``torch.distributed``.
+filesystem, or, in a run placed on several hosts, the run's store server reached through a Unix
+socket (:mod:`fedmst.hosts.store`), so it never crosses an emulated link. Weights travel as raw
+float32 tensors; nothing received is unpickled. This is the only module that moves data with
+``torch.distributed``.
 
 A transfer moves as chunks, each its own message tagged with its index, so that a relay
 (:mod:`fedmst.workers.dataflow`) can forward one chunk while the next is still arriving.
@@ -48,16 +50,33 @@ class Pair:
         return 1 - self.rank
 
 
-def open_pair(store_file: Path, *, rank: int, address: str, timeout_s: float, numel: int) -> Pair:
+RELAYED = "socket:"
+"""A rendezvous place ``socket:PATH#SPACE``: the run's store server at Unix socket PATH, keys under SPACE."""
+
+
+def rendezvous(where: str, name: str) -> dist.Store:
+    """The store transfer ``name``'s two ends meet in: a FileStore in folder ``where`` (one host),
+    or, where ``where`` is ``socket:PATH#SPACE`` (a run on several hosts, whose agents share no
+    folder), the keys ``SPACE/name/`` of the run's store server."""
+    if not where.startswith(RELAYED):
+        return dist.FileStore(str(Path(where) / name), 2)
+    from fedmst.hosts.store import RemoteStore
+
+    path, _, space = where.removeprefix(RELAYED).partition("#")
+    return RemoteStore(path, prefix=f"{space}/{name}/")
+
+
+def open_pair(where: str, name: str, *, rank: int, address: str, timeout_s: float, numel: int) -> Pair:
     """Connect this end of a transfer: blocks (up to ``timeout_s``) until the other end has
     opened it too. Once open, each chunk may take up to ``timeout_s`` too.
 
     The two ends then agree on the tensor they will move: the sender announces its element
     count in a fixed-size message and the receiver checks it against its own, so a mismatch
     (two versions of a model) is an error naming both sizes. gloo itself would abort the whole
-    process on the first message of an unexpected size.
+    process on the first message of an unexpected size. The two ends meet in transfer ``name``'s
+    store at ``where`` (:func:`rendezvous`).
     """
-    store = dist.FileStore(str(store_file), 2)
+    store = rendezvous(where, name)
     opts = dist.ProcessGroupGloo._Options()
     with _timer_slack(LOOP_TIMER_SLACK_NS):  # the device's event-loop thread inherits it
         opts._devices = [dist.ProcessGroupGloo.create_device(hostname=address)]
@@ -70,7 +89,7 @@ def open_pair(store_file: Path, *, rank: int, address: str, timeout_s: float, nu
         pair.group.recv([count], SENDER, 0).wait()
         if int(count) != numel:
             close_pair(pair)
-            raise ShapeMismatch(f"{store_file.name}: the sender offers {int(count)} weights, this node expects {numel}")
+            raise ShapeMismatch(f"{name}: the sender offers {int(count)} weights, this node expects {numel}")
     return pair
 
 
@@ -332,7 +351,7 @@ def bare_transfer(args: list[str]) -> int:
     bytes and the chunk size. It moves that many zeros in chunks and a one-element reply back,
     as a warm-up does, over one connection: what an agent's transfer costs without the agent."""
     rank, store, address, nbytes, chunk_bytes = int(args[0]), Path(args[1]), args[2], int(args[3]), int(args[4])
-    pair = open_pair(store, rank=rank, address=address, timeout_s=60, numel=nbytes // 4)
+    pair = open_pair(str(store.parent), store.name, rank=rank, address=address, timeout_s=60, numel=nbytes // 4)
     warm(pair, nbytes // 4, chunk_bytes // 4)
     close_pair(pair)
     return 0
