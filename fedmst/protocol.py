@@ -8,7 +8,7 @@ field needs no parsing code. No torch here: the coordinator and the CLI import t
 
 >>> msg = Upload(round=3, progress_dir="/tmp/p", weights={"task0": {0: 0.25, 2: 0.75}})
 >>> encode(msg)
-{'type': 'Upload', 'version': 14, 'round': 3, 'progress_dir': '/tmp/p', 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
+{'type': 'Upload', 'version': 15, 'round': 3, 'progress_dir': '/tmp/p', 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
 >>> decode(encode(msg)) == msg
 True
 """
@@ -28,7 +28,7 @@ from fedmst.core.route import Along
 from fedmst.core.span import PhaseSpan
 from fedmst.errors import FedmstError
 
-PROTOCOL_VERSION = 14
+PROTOCOL_VERSION = 15
 """Raised whenever a message's shape changes, so that an agent from another checkout is refused."""
 
 
@@ -336,14 +336,25 @@ class Done:
     seconds: float = 0.0
 
 
+@dataclass(frozen=True)
+class Files:
+    """What the agents of another host wrote into the run's folders (their progress marks, phase
+    spans, logs, saved models), for the coordinator's copies: path there -> base64 bytes written
+    from ``offsets[path]`` on. A relay sends it (:mod:`fedmst.hosts.relay`), ahead of the reply
+    that may depend on it; no agent does."""
+
+    data: Mapping[str, str]
+    offsets: Mapping[str, int]
+
+
 Command = Union[Setup, Broadcast, Train, Upload, Evaluate, Save, Replan, RunRounds, Checkpoint, Restore, Stop]
 Reply = Union[Failed, SetupDone, PhaseDone, Trained, Evaluated, RoundsDone, Done]
 
-_MESSAGES: dict[str, type] = {cls.__name__: cls for cls in (*get_args(Command), *get_args(Reply), AgentSpec)}
+_MESSAGES: dict[str, type] = {cls.__name__: cls for cls in (*get_args(Command), *get_args(Reply), AgentSpec, Files)}
 
 
 # wire form ---------------------------------------------------------------------------------------
-def encode(msg: Command | Reply | AgentSpec) -> dict[str, Any]:
+def encode(msg: Command | Reply | AgentSpec | Files) -> dict[str, Any]:
     """``msg`` as a JSON-ready object: tuples become lists, integer mapping keys strings.
 
     >>> encode(Trained(task_seconds={"t": 1.5}, losses={}, late={"t": (2,)}, examples={"t/0": 9}))["late"]
@@ -354,22 +365,22 @@ def encode(msg: Command | Reply | AgentSpec) -> dict[str, Any]:
     return {"type": type(msg).__name__, "version": PROTOCOL_VERSION, **_to_json(msg)}
 
 
-def decode(obj: Any) -> Command | Reply | AgentSpec:
+def decode(obj: Any) -> Command | Reply | AgentSpec | Files:
     """The message ``obj`` (from :func:`encode`, through JSON) stands for, checked against its
     dataclass: known type, this protocol version, every required field and no other.
 
-    >>> decode({"type": "Train", "version": 14, "round": 2})
+    >>> decode({"type": "Train", "version": 15, "round": 2})
     Train(round=2, deadline_s=None)
-    >>> decode({"type": "Train", "version": 14, "round": 2, "deadline": 5})
+    >>> decode({"type": "Train", "version": 15, "round": 2, "deadline": 5})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Train: unknown field deadline
     >>> decode({"type": "Train", "version": 0, "round": 2})
     Traceback (most recent call last):
-    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 14
-    >>> decode({"type": "SetupDone", "version": 14, "samples": {"task0": {"0": 5}}})
+    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 15
+    >>> decode({"type": "SetupDone", "version": 15, "samples": {"task0": {"0": 5}}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: SetupDone: missing field runs_in
-    >>> decode({"type": "Evaluated", "version": 14, "accuracy": {"task0": "high"}})
+    >>> decode({"type": "Evaluated", "version": 15, "accuracy": {"task0": "high"}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Evaluated.accuracy.task0: expected float, got a string
     """

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -105,6 +106,59 @@ def test_agents_of_two_hosts_answer_one_control_server(tmp_path: Path) -> None:
             chan.send(Done())
         assert server.run(Train(round=1), timeout_s=5, check=lambda: None) == {"a": Done(), "b": Done()}
         assert [chan.recv() for chan in agents.values()] == [Train(round=1), Train(round=1)]
+    finally:
+        server.close()
+        relay.close()
+
+
+def test_a_relayed_agent_gets_its_host_s_folders_and_clock_and_its_files_come_back(tmp_path: Path) -> None:
+    """The coordinator names its own folder and clock; the agent behind the relay gets its host's
+    folder and its start time moved by the host's clock offset. What the agent writes there comes
+    back into the coordinator's folder before its reply does, and, while a phase runs, without one
+    (the host's own connection), in time for the coordinator's checks."""
+    from fedmst.hosts.relay import ControlRelay, HostPaths
+    from fedmst.protocol import Done, RunRounds, Train
+    from fedmst.workers.control import ControlServer, connect
+
+    coordinator, here = tmp_path / "coordinator", tmp_path / "host"
+    coordinator.mkdir()
+    here.mkdir()
+    server = ControlServer(tmp_path / "control.sock", token="t", tcp=("127.0.0.1", 0), mirrored=[coordinator])
+    assert server.port
+    relay = ControlRelay(tmp_path / "relay.sock", ("127.0.0.1", server.port),
+                         HostPaths({str(coordinator): str(here)}, offset_s=1.5), host="h1", token="t", every_s=0.1)
+    try:
+        agent = connect(str(relay.path), node="b", token="t")
+        server.accept(["b"], timeout_s=5, check=lambda: None)
+
+        def answer(write: str, wait_s: float) -> threading.Thread:
+            def act() -> None:
+                got.append(agent.recv())
+                (here / "p").mkdir(exist_ok=True)
+                with (here / "p" / "b.arrived").open("a") as f:
+                    f.write(write)
+                time.sleep(wait_s)
+                agent.send(Done())
+            thread = threading.Thread(target=act)
+            thread.start()
+            return thread
+
+        got: list[object] = []
+        thread = answer("t-1\n", 0.0)
+        cmd = RunRounds(start_at=10.0, rounds={"t": 1}, offsets={"t": 0.0}, weights={},
+                        progress_dir=str(coordinator / "p"))
+        assert server.run(cmd, timeout_s=5, check=lambda: None) == {"b": Done()}
+        thread.join()
+        assert got == [RunRounds(start_at=11.5, rounds={"t": 1}, offsets={"t": 0.0}, weights={},
+                                 progress_dir=str(here / "p"))]
+        assert (coordinator / "p" / "b.arrived").read_text() == "t-1\n"  # before the reply was taken
+
+        seen: list[str] = []
+        thread = answer("t-2\n", 1.5)
+        server.run(Train(round=2), timeout_s=5,
+                   check=lambda: seen.append((coordinator / "p" / "b.arrived").read_text()))
+        thread.join()
+        assert "t-1\nt-2\n" in seen  # mirrored while the agent had not replied yet
     finally:
         server.close()
         relay.close()

@@ -9,20 +9,31 @@ network. What crosses is control lines and rendezvous keys, never a tensor.
 
 from __future__ import annotations
 
+import base64
+import json
+import os
 import socket
 import threading
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from fedmst.protocol import Files, encode
 
 CHUNK = 1 << 16
 
 
 class Relay:
     """Every connection made to Unix socket ``path`` is carried to TCP ``target`` (host, port),
-    both ways, until either end closes; :meth:`close` ends the listener and every connection."""
+    both ways, until either end closes; :meth:`close` ends the listener and every connection. Given
+    ``lines``, the connections carry JSON lines, each handed to ``lines(line, towards_agent, send)``
+    to send on (translated, or with others before it) instead of the bytes as they come."""
 
-    def __init__(self, path: Path, target: tuple[str, int]) -> None:
+    def __init__(self, path: Path, target: tuple[str, int],
+                 lines: Callable[[bytes, bool, Callable[[bytes], None]], None] | None = None) -> None:
         self.path = path
         self.target = target
+        self._lines = lines
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(str(path))
         self._listener.listen(128)
@@ -53,18 +64,28 @@ class Relay:
                     return
                 self._open |= {inner, outer}
             ended = [0]  # pumps of this connection that have ended: the second closes both sockets
-            for a, b in ((inner, outer), (outer, inner)):
-                threading.Thread(target=self._pump, args=(a, b, ended), daemon=True).start()
+            for a, b, towards_agent in ((inner, outer, False), (outer, inner, True)):
+                threading.Thread(target=self._pump, args=(a, b, towards_agent, ended), daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket, ended: list[int]) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket, towards_agent: bool, ended: list[int]) -> None:
         """Copy ``source`` to ``sink`` until ``source`` ends, then end ``sink``'s sending side; the
         second pump of a connection to end closes both its sockets."""
+        def send(data: bytes) -> None:
+            sink.sendall(data)
+            with self._lock:
+                self.carried += len(data)
+
+        pending = b""
         try:
             while data := source.recv(CHUNK):
-                sink.sendall(data)
-                with self._lock:
-                    self.carried += len(data)
-        except OSError:
+                if self._lines is None:
+                    send(data)
+                    continue
+                pending += data
+                while b"\n" in pending:
+                    line, pending = pending.split(b"\n", 1)
+                    self._lines(line + b"\n", towards_agent, send)
+        except (OSError, ValueError):  # a connection gone, or a line that is no JSON: the connection ends
             pass
         try:
             sink.shutdown(socket.SHUT_WR)
@@ -93,3 +114,126 @@ class Relay:
             sock.close()
         self.path.unlink(missing_ok=True)
 
+
+
+@dataclass(frozen=True)
+class HostPaths:
+    """How the coordinator's folders and clock map to this host's: each coordinator folder
+    (its scratch, the run folder) has a folder of its own here, and this host's monotonic clock is
+    ``offset_s`` ahead of the coordinator's (:mod:`fedmst.hosts.clock`).
+
+    >>> paths = HostPaths({"/tmp/fedmst-abc-x": "/tmp/fedmst-abc-y/c0"}, offset_s=2.5)
+    >>> paths.to_host({"type": "Broadcast", "progress_dir": "/tmp/fedmst-abc-x/progress-1", "round": 1})
+    {'type': 'Broadcast', 'progress_dir': '/tmp/fedmst-abc-y/c0/progress-1', 'round': 1}
+    >>> paths.to_host({"type": "RunRounds", "start_at": 10.0})["start_at"]
+    12.5
+    >>> paths.to_coordinator("/tmp/fedmst-abc-y/c0/progress-1/3.arrived")
+    '/tmp/fedmst-abc-x/progress-1/3.arrived'
+    """
+
+    folders: Mapping[str, str]
+    """Coordinator folder -> this host's."""
+    offset_s: float = 0.0
+
+    def to_host(self, obj: Any) -> Any:
+        """A command (a JSON object) as this host's agents need it: folders and start times theirs."""
+        if isinstance(obj, dict):
+            return {k: v + self.offset_s if k == "start_at" and isinstance(v, (int, float)) else self.to_host(v)
+                    for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [self.to_host(v) for v in obj]
+        if isinstance(obj, str):
+            return _moved(obj, self.folders)
+        return obj
+
+    def to_coordinator(self, path: str) -> str:
+        return _moved(path, {here: there for there, here in self.folders.items()})
+
+
+def _moved(path: str, folders: Mapping[str, str]) -> str:
+    for old, new in folders.items():
+        if path == old or path.startswith(old + "/"):
+            return new + path[len(old):]
+    return path
+
+
+class Mirror:
+    """What this host's agents have written under its folders since the last look, as the
+    coordinator's :class:`~fedmst.protocol.Files` (paths translated by ``paths``)."""
+
+    def __init__(self, paths: HostPaths) -> None:
+        self._paths = paths
+        self._sent: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def changes(self) -> Files | None:
+        """The bytes added to every file since the last call (None: nothing new)."""
+        data: dict[str, str] = {}
+        offsets: dict[str, int] = {}
+        with self._lock:
+            for root in self._paths.folders.values():
+                for folder, _, names in os.walk(root):
+                    for name in names:
+                        path = os.path.join(folder, name)
+                        try:
+                            with open(path, "rb") as f:
+                                f.seek(self._sent.get(path, 0))
+                                added = f.read()
+                        except OSError:  # a socket, or gone between the listing and the read
+                            continue
+                        if added:
+                            there = self._paths.to_coordinator(path)
+                            data[there], offsets[there] = base64.b64encode(added).decode(), self._sent.get(path, 0)
+                            self._sent[path] = offsets[there] + len(added)
+        return Files(data, offsets) if data else None
+
+
+class ControlRelay:
+    """The control channel's relay on a host other than the coordinator's: every agent connection
+    made to Unix socket ``path`` is carried to the coordinator's TCP ``target`` line by line, each
+    command translated to this host (``paths``: its folders, its clock), and what the host's agents
+    wrote (``mirror``) sent ahead of each reply, so that the coordinator reads a phase's marks once
+    it has its replies; and every ``every_s`` on the host's own connection (``host``, ``token``)
+    while the phases run, for the coordinator's stall watch."""
+
+    def __init__(self, path: Path, target: tuple[str, int], paths: HostPaths, *, host: str, token: str,
+                 every_s: float = 0.2) -> None:
+        self.path, self.target, self.paths = path, target, paths
+        self.mirror = Mirror(paths)
+        self._host = socket.create_connection(target, timeout=10)
+        self._host.sendall(json.dumps({"host": host, "token": token}).encode() + b"\n")
+        self._host_lock = threading.Lock()
+        self._relay = Relay(path, target, lines=self._line)
+        self._stop = threading.Event()
+        self._every_s = every_s
+        threading.Thread(target=self._periodically, name=f"mirror {host}", daemon=True).start()
+
+    def _line(self, line: bytes, towards_agent: bool, send: Callable[[bytes], None]) -> None:
+        if towards_agent:
+            send(json.dumps(self.paths.to_host(json.loads(line))).encode() + b"\n")
+            return
+        files = self.mirror.changes()
+        if files is not None:
+            send(json.dumps(encode(files)).encode() + b"\n")
+        send(line)
+
+    def _periodically(self) -> None:
+        while not self._stop.wait(self._every_s):
+            self.flush()
+
+    def flush(self) -> None:
+        """Send what the agents wrote since the last look on the host's own connection."""
+        files = self.mirror.changes()
+        if files is None:
+            return
+        with self._host_lock:
+            try:
+                self._host.sendall(json.dumps(encode(files)).encode() + b"\n")
+            except OSError:  # the coordinator is gone: the run is over
+                self._stop.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._relay.close()
+        with self._host_lock:
+            self._host.close()

@@ -8,6 +8,7 @@ agent proves it was started by this coordinator with a per-run random token.
 
 from __future__ import annotations
 
+import base64
 import json
 import select
 import socket
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from fedmst.errors import EmulationError, WorkerDied
-from fedmst.protocol import Command, Failed, ProtocolError, Reply, decode, encode
+from fedmst.protocol import Command, Failed, Files, ProtocolError, Reply, decode, encode
 
 
 class Channel:
@@ -26,10 +27,10 @@ class Channel:
         self.sock = sock
         self._buf = b""
 
-    def send(self, msg: Command | Reply) -> None:
+    def send(self, msg: Command | Reply | Files) -> None:
         self._send_json(encode(msg))
 
-    def recv(self) -> Command | Reply | None:
+    def recv(self) -> Command | Reply | Files | None:
         """The next message, or None when the peer closed the connection. A line that is no
         message raises :class:`ProtocolError` once it is consumed, so the next one can be read."""
         obj = self._recv_json()
@@ -73,12 +74,18 @@ class ControlServer:
     """Coordinator side: accepts exactly the agents it started and runs commands on all of them.
     It listens on Unix socket ``path`` and, given ``tcp`` (address, port; port 0: any, :attr:`port`
     says which), on TCP too, for the agents of other hosts, whose relays carry their connections
-    (:mod:`fedmst.hosts.relay`)."""
+    (:mod:`fedmst.hosts.relay`) and send what those agents wrote into the folders under
+    ``mirrored`` (:class:`~fedmst.protocol.Files`), on their connections ahead of their replies and
+    on one connection of each host's own."""
 
-    def __init__(self, path: Path, *, token: str, tcp: tuple[str, int] | None = None) -> None:
+    def __init__(self, path: Path, *, token: str, tcp: tuple[str, int] | None = None,
+                 mirrored: Iterable[Path] = ()) -> None:
         self.path = path
         self.token = token
+        self.mirrored = [folder.resolve() for folder in mirrored]
         self.agents: dict[str, Channel] = {}
+        self.hosts: dict[str, Channel] = {}
+        """Each relaying host's own connection, by host: only :class:`~fedmst.protocol.Files` come on it."""
         self.lost: dict[str, str] = {}
         """Agents that died in a command run with ``survive``: node -> what was reported."""
         self._listeners = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)]
@@ -114,6 +121,9 @@ class ControlServer:
                 hello = None
             conn.settimeout(None)
             node = hello.get("hello") if isinstance(hello, dict) else None
+            if isinstance(hello, dict) and hello.get("token") == self.token and isinstance(hello.get("host"), str):
+                self.hosts[hello["host"]] = chan  # a relay's own connection
+                continue
             if not hello or hello.get("token") != self.token or node not in expected or node in self.agents:
                 chan.close()  # not one of ours: refuse it
                 continue
@@ -165,13 +175,19 @@ class ControlServer:
             waiting = [c.sock for n, c in self.agents.items() if n not in replies]
             ready = [c.sock for n, c in self.agents.items() if n not in replies and c.has_message()]
             if not ready:
-                ready, _, _ = select.select(waiting, [], [], 0.5)
+                ready, _, _ = select.select(waiting + [c.sock for c in self.hosts.values()], [], [], 0.5)
             for sock in ready:
+                if sock not in by_sock:
+                    self._take_files(sock)
+                    continue
                 node = by_sock[sock]
                 if node not in self.agents:  # dropped while another agent's death was looked into
                     continue
                 try:
                     reply = self.agents[node].recv()
+                    while isinstance(reply, Files):  # what the agent wrote on its host, before its reply
+                        self.write(reply)
+                        reply = self.agents[node].recv()
                 except ProtocolError as exc:
                     raise ProtocolError(f"agent on node {node}, in {name}: {exc}") from None
                 if reply is None:
@@ -191,13 +207,39 @@ class ControlServer:
                     raise EmulationError(f"{name} timed out after {timeout_s:.0f} s waiting for node(s) {late}")
         return {node: reply for node, reply in replies.items() if node in self.agents}
 
+    def _take_files(self, sock: socket.socket) -> None:
+        """Read what a host's own connection brought (its agents' files); a closed one is forgotten."""
+        host = next(h for h, c in self.hosts.items() if c.sock is sock)
+        chan = self.hosts[host]
+        while True:
+            msg = chan.recv()
+            if msg is None:
+                self.hosts.pop(host).close()
+                return
+            if not isinstance(msg, Files):
+                raise ProtocolError(f"host {host}'s relay sent a {type(msg).__name__}")
+            self.write(msg)
+            if not chan.has_message():
+                return
+
+    def write(self, files: Files) -> None:
+        """Write a relay's chunks into the coordinator's copies, only under the mirrored folders."""
+        for name, data in files.data.items():
+            path = Path(name).resolve()
+            if not any(path.is_relative_to(folder) for folder in self.mirrored):
+                raise ProtocolError(f"a relay sent {name}, outside the run's folders")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("r+b" if path.exists() else "wb") as f:
+                f.seek(files.offsets[name])
+                f.write(base64.b64decode(data))
+
     def drop(self, node: str, reason: str) -> None:
         """Forget the agent on ``node``, which died; the others go on without it."""
         self.lost[node] = reason
         self.agents.pop(node).close()
 
     def close(self) -> None:
-        for chan in self.agents.values():
+        for chan in [*self.agents.values(), *self.hosts.values()]:
             chan.close()
         for listener in self._listeners:
             listener.close()
