@@ -103,6 +103,8 @@ RUN_OPTIONS = ("topology", "local_models", "tasks", "ocs_wavelengths", "ots_wave
                "link_trace", "traffic_file")
 """The run options of ``run`` and ``compare``, in the order ``--help`` lists them."""
 WORKER_OPTIONS = ("workers", "image", "cpus", "memory")
+HOST_OPTIONS = ("ray", "hosts")
+"""Where ``run`` and ``compare`` spread one emulation over several hosts (``sweep --ray`` spreads its points)."""
 COMPARED = "spff,mst"
 """The schedulers ``compare`` and ``sweep`` run unless told otherwise: the baseline first."""
 
@@ -114,7 +116,7 @@ _config_file = click.option(
 
 def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The options of one run, shared by ``run`` and ``compare`` (``--help`` lists the workers' first)."""
-    return _schema_options(*WORKER_OPTIONS)(_config_file(_schema_options(*RUN_OPTIONS)(fn)))
+    return _schema_options(*WORKER_OPTIONS, *HOST_OPTIONS)(_config_file(_schema_options(*RUN_OPTIONS)(fn)))
 
 
 def _config(ctx: click.Context, kw: dict[str, Any], changed: Mapping[str, Mapping[str, Any]] | None = None,
@@ -770,7 +772,7 @@ def clean(ray_address: str | None) -> None:
 
         if ray_address is None:
             return clean_here()
-        from fedmst.run.distributed import connect
+        from fedmst.hosts.raycluster import connect
 
         connect(ray_address)  # a cluster that does not answer: one line, before anything is cleaned here
         return [f"this host: {line}" for line in clean_here()] + clean_everywhere()

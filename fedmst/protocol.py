@@ -144,6 +144,12 @@ class AgentSpec:
         return spec
 
 
+RELAYED_STORE = "socket:"
+"""An agent spec's ``store_dir`` (and a :class:`Replan`'s) ``socket:PATH#SPACE``: the transfers
+meet in the run's store server reached at Unix socket PATH, their keys under SPACE (a run on
+several hosts, :mod:`fedmst.hosts.store`); any other value is a folder for one FileStore each."""
+
+
 # commands: coordinator -> agent -----------------------------------------------------------------
 ABORT_FILE = "abort"
 """The file in a transfer phase's ``progress_dir`` that tells the agents to give the phase up."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fedmst.errors import FedmstError
-from fedmst.run import distributed
+from fedmst.hosts import raycluster as distributed
 
 pytest.importorskip("ray")
 

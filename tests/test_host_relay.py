@@ -58,9 +58,10 @@ def test_a_key_set_by_one_end_wakes_the_other_through_the_relay(server: StoreSer
 
 PAIR = """
 import sys, torch
+from fedmst.protocol import RELAYED_STORE
 from fedmst.workers import transport
 rank, path = int(sys.argv[1]), sys.argv[2]
-pair = transport.open_pair(f"{transport.RELAYED}{path}#store-1", "task0-000-broadcast", rank=rank,
+pair = transport.open_pair(f"{RELAYED_STORE}{path}#store-1", "task0-000-broadcast", rank=rank,
                            address="127.0.0.1", timeout_s=30, numel=1000)
 t = torch.arange(1000.0) if rank == 0 else torch.zeros(1000)
 (pair.group.send([t], 1, 0) if rank == 0 else pair.group.recv([t], 0, 0)).wait()

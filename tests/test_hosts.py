@@ -6,6 +6,7 @@ real tunnels, real TCP through them."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -25,10 +26,11 @@ pytestmark = [pytest.mark.integration,
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (scripts/setup.sh --all installs it)")
 
-from fedmst.hosts.agent import cluster_hosts, start_host_agents  # noqa: E402
+from fedmst.hosts.agent import start_host_agents  # noqa: E402
 from fedmst.hosts.clock import measure  # noqa: E402
+from fedmst.hosts.raycluster import cluster_hosts, connect  # noqa: E402
 from fedmst.net.tunnels import VXLAN_OVERHEAD, VXLAN_PORT, HostShare  # noqa: E402
-from fedmst.run.distributed import connect  # noqa: E402
+from fedmst.run.results import read_csv  # noqa: E402
 
 SENT = 2_000_000
 
@@ -99,13 +101,13 @@ def test_a_link_between_hosts_is_a_tunnel_measured_like_a_veth(hosts: tuple[Path
         while not (folder / "sink.out").read_text().strip() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert (folder / "sink.out").read_text().strip() == str(SENT)
-        first, second = ray.get([agents[h].counters.remote() for h in names])
+        first, second = ray.get([agents[h].meter.remote("counters") for h in names])
         assert set(first) == {("a", "b"), ("b", "a"), ("b", "c")}  # each direction measured by its sender's host
         assert set(second) == {("c", "b"), ("c", "d"), ("d", "c")}
         for hop, n in [(("a", "b"), first), (("b", "c"), first), (("c", "d"), second)]:
             assert n[hop] == pytest.approx(first[("b", "c")], rel=0.01), (hop, first, second)
         assert first[("b", "c")] > SENT
-        (overhead,) = ray.get(agents[names[0]].tunnel_overhead.remote()).values()
+        (overhead,) = ray.get(agents[names[0]].meter.remote("tunnel_overhead")).values()
         frames = overhead // VXLAN_OVERHEAD
         assert overhead == VXLAN_OVERHEAD * frames and frames >= SENT / 1500
         listed = _in_host(folder, 0, "iptables", "-t", "raw", "-L", "OUTPUT", "-v", "-x", "-n").stdout
@@ -182,3 +184,47 @@ def test_each_host_s_clock_offset_is_estimated_within_its_bound(hosts: tuple[Pat
             assert offset.error_s < 0.005, (host, offset)
     finally:
         ray.get([agent.close.remote() for agent in agents.values()])
+
+
+def _rounds(folder: Path) -> list[dict[str, str]]:
+    return read_csv(folder / "rounds.csv")
+
+
+def test_a_compare_across_two_hosts_moves_the_bytes_and_reaches_the_model_of_one_host(
+        hosts: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    """``fedmst compare --ray ADDRESS`` on NSFNET with 4 local models, its nodes placed on the two
+    namespaced hosts, against the same command on this host: the same final global model under both
+    schedulers (bit for bit: the same seed, the same in-path sums), the bytes of every link direction
+    in every round within 1%, and the links across hosts carried through tunnels, whose overhead is
+    reported; every host's share is gone afterwards (clean finds nothing on any host)."""
+    import torch
+
+    folder, found = hosts
+    address = (folder / "address").read_text()
+    common = ["compare", "--topology", "nsfnet", "--local-models", "4", "--rounds", "2", "--save-models",
+              "--time-scale", "2"]
+    one = subprocess.run([FEDMST, *common, "--out", str(tmp_path / "one")], capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-2000:]
+    spread = subprocess.run([FEDMST, *common, "--ray", address, "--out", str(tmp_path / "two")], capture_output=True,
+                            text=True, timeout=900)
+    assert spread.returncode == 0, spread.stderr[-2000:]
+    assert "placed on 2 hosts:" in spread.stdout and "a random balanced placement" in spread.stdout
+    for scheduler in ("spff", "mst"):
+        a, b = tmp_path / "one" / scheduler, tmp_path / "two" / scheduler
+        last = sorted((a / "models").iterdir())[-1].name
+        assert torch.equal(torch.load(a / "models" / last / "task0-global.pt"),
+                           torch.load(b / "models" / last / "task0-global.pt")), scheduler
+        assert [r["accuracy"] for r in _rounds(a)] == [r["accuracy"] for r in _rounds(b)]
+        here = {(r["round"], r["src"], r["dst"]): int(r["measured_bytes"]) for r in read_csv(a / "links.csv")}
+        there = {(r["round"], r["src"], r["dst"]): int(r["measured_bytes"]) for r in read_csv(b / "links.csv")}
+        assert here.keys() == there.keys()
+        for key, n in here.items():
+            assert there[key] == pytest.approx(n, rel=0.01, abs=200), (scheduler, key, n, there[key])
+        emulated = json.loads((b / "summary.json").read_text())["emulated"]
+        assert sorted(emulated["hosts"]) == sorted(found) and emulated["links_across_hosts"]
+        assert emulated["tunnel_bytes"] > 0 and emulated["tunnel_overhead_bytes"] > 0
+        for host, offset in emulated["clock_offsets"].items():
+            assert abs(offset["offset_s"]) <= offset["error_s"] + 1e-6, (host, offset)
+    cleaned = subprocess.run([FEDMST, "clean", "--ray", address], capture_output=True, text=True, timeout=120)
+    assert cleaned.returncode == 0 and set(cleaned.stdout.split("\n")[:-1]) == {
+        "this host: nothing to clean", *(f"{h}: nothing to clean" for h in found)}, cleaned.stdout

@@ -57,7 +57,7 @@ def test_a_sweep_at_an_address_without_a_cluster_stops_in_one_line(tmp_path: Pat
 
 
 PLAIN_RAY_INIT = "import ray; ray.init(log_to_driver=False); print(ray.cluster_resources()); ray.shutdown()"
-JOIN = ("import sys; from fedmst.run.distributed import SLOT, connect; connect(sys.argv[1]); import ray; "
+JOIN = ("import sys; from fedmst.hosts.raycluster import SLOT, connect; connect(sys.argv[1]); import ray; "
         "print(ray.cluster_resources()[SLOT]); ray.shutdown()")
 
 
@@ -114,7 +114,7 @@ def test_the_script_s_cluster_and_a_sweep_s_driver_agree_where_the_user_has_a_ra
     """Once a local Ray has run (a user's ``ray.init()``, Flower's simulation engine) Ray keeps a
     token in ~/.ray/auth_token, and a head node started with one there requires it, which neither
     ``ray start --address`` nor a client given an address sends: the script's two nodes must still
-    come up, and a sweep's driver (:func:`fedmst.run.distributed.connect`, in a fresh process) join
+    come up, and a sweep's driver (:func:`fedmst.hosts.raycluster.connect`, in a fresh process) join
     them at their address and as ``auto`` (with which Ray itself would send the token). HOME is a
     temporary folder holding such a token."""
     (tmp_path / "home" / ".ray").mkdir(parents=True)

@@ -9,25 +9,89 @@ it made goes when it closes, or, where it was killed, with ``fedmst clean`` on i
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import networkx as nx
 
-from fedmst.core.plan import LinkDir
+from fedmst.hosts.relay import ControlRelay, HostPaths, Relay
 from fedmst.net.cleanup import RunState
 from fedmst.net.emulation import Emulation
+from fedmst.net.processes import Process
 from fedmst.net.routes import Flow
 from fedmst.net.tunnels import HostShare
+from fedmst.protocol import Files
 
 
 class HostAgent:
-    """This host's share of run ``run_id``: ``build`` it, drive it, ``close`` it."""
+    """This host's share of run ``run_id``: ``build`` it, drive it, ``close`` it. The run's folders
+    (the coordinator's scratch folder and run folder) each get a folder of their own here, under the
+    run's scratch folder, which :meth:`relay` mirrors back."""
 
     def __init__(self, host: str, run_id: str) -> None:
         self.host = host
         self._run = RunState(run_id)
         self._emulation: Emulation | None = None
+        self._paths = HostPaths({})
+        self._relays: list[Relay | ControlRelay] = []
+        self._procs: dict[int, Process] = {}
+
+    def folders(self, coordinator: Sequence[str], offset_s: float) -> dict[str, str]:
+        """Give each of the coordinator's folders one here; this host's clock is ``offset_s`` ahead of the
+        coordinator's. Returns coordinator folder -> this host's."""
+        mine = {there: str(self._run.scratch / f"folder{i}") for i, there in enumerate(coordinator)}
+        for folder in mine.values():
+            Path(folder).mkdir()
+        self._paths = HostPaths(mine, offset_s)
+        return mine
+
+    def relay(self, store: str, store_target: tuple[str, int], control: str, control_target: tuple[str, int],
+              token: str) -> None:
+        """Carry this host's agents to the coordinator: the rendezvous store's Unix socket ``store`` and the
+        control socket ``control`` (coordinator paths, here in this host's folders) to their TCP targets."""
+        self._relays.append(Relay(Path(self._paths.to_host(store)), store_target))
+        self._relays.append(ControlRelay(Path(self._paths.to_host(control)), control_target, self._paths,
+                                         host=self.host, token=token))
+
+    def put(self, path: str, text: str) -> None:
+        """Write a file of the coordinator's (an agent's spec, an abort mark) here, its paths made this host's."""
+        here = Path(self._paths.to_host(path))
+        here.parent.mkdir(parents=True, exist_ok=True)
+        for relay in self._relays:
+            if isinstance(relay, ControlRelay):
+                relay.mirror.ignored.add(str(here))
+        here.write_text(json.dumps(self._paths.to_host(json.loads(text))) if path.endswith(".json") else text)
+
+    def spawn(self, node: str, target: str, args: Sequence[str], env: Mapping[str, str], log: str, name: str) -> int:
+        """Start ``target`` in ``node``'s host as :meth:`Emulation.spawn` does, its paths made this host's."""
+        here = Path(self._paths.to_host(log))
+        here.parent.mkdir(parents=True, exist_ok=True)
+        proc = self.emulation.spawn(node, target, [self._paths.to_host(a) for a in args], env=env, log=here,
+                                    name=name)
+        self._procs[proc.pid] = proc
+        return proc.pid
+
+    def poll(self, pid: int) -> int | None:
+        return self._procs[pid].poll()
+
+    def signal(self, pid: int, signum: int) -> None:
+        self._procs[pid].send_signal(signum)
+
+    def files(self) -> Files | None:
+        """What this host's agents wrote since the control relay last sent it (the run's last words)."""
+        relays = [r for r in self._relays if isinstance(r, ControlRelay)]
+        return relays[0].mirror.changes() if relays else None
+
+    def check(self) -> None:
+        self.emulation.check()
+
+    def cpu_seconds(self) -> dict[str, float]:
+        return self.emulation.cpu_seconds()
+
+    def emulated(self) -> dict[str, object]:
+        return self.emulation.emulated()
 
     def build(self, graph: nx.Graph, share: HostShare, options: Mapping[str, Any]) -> list[str]:
         """Build the nodes ``share`` places here (``options``: :class:`Emulation`'s keywords);
@@ -45,11 +109,9 @@ class HostAgent:
     def install_flows(self, paths: Mapping[str, Sequence[str]], background: bool = False) -> dict[str, Flow]:
         return self.emulation.install_flows(paths, background=background)
 
-    def counters(self) -> dict[LinkDir, int]:
-        return self.emulation.meters.counters()
-
-    def tunnel_overhead(self) -> dict[str, int]:
-        return self.emulation.meters.tunnel_overhead()
+    def meter(self, reading: str) -> Any:
+        """One of this share's :class:`~fedmst.net.meters.LinkMeters` readings, by name."""
+        return getattr(self.emulation.meters, reading)()
 
     def cmd(self, node: str, command: str) -> str:
         return self.emulation.cmd(node, command)
@@ -58,17 +120,24 @@ class HostAgent:
         """This host's monotonic clock, which its agents time their phases on (:mod:`fedmst.hosts.clock`)."""
         return time.monotonic()
 
-    def close(self) -> None:
-        """Take the share down and give the run's id back on this host. Safe to call twice."""
+    def close(self) -> dict[str, dict[str, object]]:
+        """Take the share down and give the run's id back on this host; returns what its delay lines
+        counted (:attr:`Emulation.delay_stats`). Safe to call twice."""
+        stats: dict[str, dict[str, object]] = {}
+        for relay in self._relays:
+            relay.close()
+        self._relays.clear()
         if self._emulation is not None:
             self._emulation.close()
+            stats = self._emulation.delay_stats
             self._emulation = None
         self._run.remove()
+        return stats
 
 
 def start_host_agents(run_id: str, hosts: Mapping[str, str]) -> dict[str, Any]:
     """One :class:`HostAgent` actor per host (name -> Ray node id), each pinned to its node, on the
-    cluster this process joined (:func:`fedmst.run.distributed.connect`)."""
+    cluster this process joined (:func:`fedmst.hosts.raycluster.connect`)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -77,14 +146,3 @@ def start_host_agents(run_id: str, hosts: Mapping[str, str]) -> dict[str, Any]:
                                  max_concurrency=4).remote(host, run_id)
             for host, node in hosts.items()}
 
-
-def cluster_hosts() -> dict[str, str]:
-    """The hosts of the Ray cluster this process joined that can run an emulation: each node's
-    address (the host's name in every record) -> its Ray node id, in address order."""
-    import ray
-
-    from fedmst.run.distributed import SLOT
-
-    nodes = {n["NodeManagerAddress"]: n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get(SLOT)}
-    return dict(sorted(nodes.items(), key=lambda item: tuple(int(p) if p.isdigit() else p
-                                                              for p in item[0].split("."))))

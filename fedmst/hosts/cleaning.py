@@ -19,7 +19,7 @@ def clean_everywhere() -> list[str]:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from fedmst.hosts.agent import cluster_hosts
+    from fedmst.hosts.raycluster import cluster_hosts
 
     task = ray.remote(num_cpus=0, max_retries=0)(clean_here)
     hosts = cluster_hosts()

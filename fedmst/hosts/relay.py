@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from fedmst.protocol import Files, encode
+from fedmst.protocol import RELAYED_STORE, Files, encode
 
 CHUNK = 1 << 16
+FOLDER_FIELDS = ("progress_dir", "dir")
+"""The fields of the commands that name a folder the coordinator made for the agents to write into."""
 
 
 class Relay:
@@ -151,10 +153,13 @@ class HostPaths:
 
 
 def _moved(path: str, folders: Mapping[str, str]) -> str:
+    """``path`` in the other folders, a rendezvous place's (``socket:PATH#SPACE``) too."""
+    scheme = RELAYED_STORE if path.startswith(RELAYED_STORE) else ""
+    path = path[len(scheme):]
     for old, new in folders.items():
         if path == old or path.startswith(old + "/"):
-            return new + path[len(old):]
-    return path
+            return scheme + new + path[len(old):]
+    return scheme + path
 
 
 class Mirror:
@@ -165,6 +170,8 @@ class Mirror:
         self._paths = paths
         self._sent: dict[str, int] = {}
         self._lock = threading.Lock()
+        self.ignored: set[str] = set()
+        """Files the coordinator wrote here (an agent's spec, an abort mark): it has them."""
 
     def changes(self) -> Files | None:
         """The bytes added to every file since the last call (None: nothing new)."""
@@ -175,6 +182,8 @@ class Mirror:
                 for folder, _, names in os.walk(root):
                     for name in names:
                         path = os.path.join(folder, name)
+                        if path in self.ignored:
+                            continue
                         try:
                             with open(path, "rb") as f:
                                 f.seek(self._sent.get(path, 0))
@@ -209,10 +218,15 @@ class ControlRelay:
         threading.Thread(target=self._periodically, name=f"mirror {host}", daemon=True).start()
 
     def _line(self, line: bytes, towards_agent: bool, send: Callable[[bytes], None]) -> None:
+        obj = json.loads(line)
         if towards_agent:
-            send(json.dumps(self.paths.to_host(json.loads(line))).encode() + b"\n")
+            moved = self.paths.to_host(obj)
+            for key in FOLDER_FIELDS:  # made by the coordinator where it named them, and here too
+                if isinstance(moved.get(key), str) and moved[key] and moved[key] != obj[key]:
+                    Path(moved[key]).mkdir(parents=True, exist_ok=True)
+            send(json.dumps(moved).encode() + b"\n")
             return
-        files = self.mirror.changes()
+        files = None if "hello" in obj else self.mirror.changes()  # an agent says who it is first
         if files is not None:
             send(json.dumps(encode(files)).encode() + b"\n")
         send(line)

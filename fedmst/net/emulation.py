@@ -39,6 +39,7 @@ from fedmst.net.circuits import Circuit, CircuitClasses, HeldCircuits, SlotGates
 from fedmst.net.cleanup import RUN_ID_LETTERS, RunState, host_name, probe_name
 from fedmst.net.congestion import Transport
 from fedmst.net.link import DelayLines, EmulatedLink, LinkShaping, plan_links
+from fedmst.net.meeting import LocalMeeting
 from fedmst.net.meters import LinkMeters
 from fedmst.net.processes import HostProcesses, Process, cpu_seconds
 from fedmst.net.routes import Flow, FlowRoutes
@@ -188,6 +189,8 @@ class Emulation:
         self._background = BackgroundTraffic()
         self.meters = LinkMeters(self._shells, self._links, self._ports, self._background, self.tunnels)
         """What the links have carried so far (:mod:`fedmst.net.meters`)."""
+        self.meeting = LocalMeeting()
+        """Where the run's agents meet the coordinator and one another (:mod:`fedmst.net.meeting`)."""
         self._delay_lines = DelayLines(self._hops, self.tunnels.local)
         self._circuits, self._held = CircuitClasses(), HeldCircuits()
         self.gates = SlotGates()

@@ -276,6 +276,14 @@ class RunConfig:
     memory: tuple[str, ...] = option(
         (), "--memory", metavar="[NODE=]SIZE",
         help="Memory limit of every worker container (e.g. 1g), or NODE=SIZE for one node; repeatable.")
+    ray: str | None = option(
+        None, "--ray", metavar="ADDRESS",
+        help="Spread the emulation over hosts of the Ray cluster at ADDRESS (host:port, or auto for the one on "
+             "this host) that offer an emulation slot, placed to cut the fewest predicted bytes; this host "
+             "coordinates and holds no node (scripts/ray-local.sh start N --namespaces makes such hosts here).")
+    """One emulation on several hosts (docs/multi-host.md; :mod:`fedmst.hosts`); None: on this host."""
+    hosts: int = option(2, "--hosts", metavar="N", check=(lambda v: v >= 1, "give 1 or more hosts"),
+                        help="With --ray: how many of the cluster's hosts the emulation spans.")
     fail_links: tuple[str, ...] = option(
         (), "--fail-link", metavar="A-B@ROUND[+S][-R2]",
         help="Take link A-B down at the start of ROUND (A-B@ROUND+S: S seconds into its broadcast, "
@@ -490,6 +498,7 @@ def _check_together(config: RunConfig) -> None:
     if config.interleave != "none" and config.clock != "independent":
         raise FedmstError(f"--interleave {config.interleave} shifts tasks on their own clocks: add --clock independent")
     _check_selection(config)
+    _check_spanned(config)
     if config.clock == "independent":
         given = [o for o, v in (("--fail-link", config.fail_links), ("--kill-worker", config.kill_workers),
                                 ("--deadline", config.deadline_s), ("--clients-per-round", config.clients_per_round),
@@ -497,6 +506,28 @@ def _check_together(config: RunConfig) -> None:
         if given:
             raise FedmstError(f"{', '.join(given)}: not supported with --clock independent yet (faults, deadlines "
                               "and re-plans happen between lockstep phases); use --clock lockstep")
+
+
+SPANNED_NOT_YET = (("--workers docker", lambda c: c.workers == "docker"), ("--pcap", lambda c: c.pcap),
+                   ("--traffic", lambda c: c.traffic), ("--traffic-file", lambda c: c.traffic_file),
+                   ("--link-trace", lambda c: c.link_trace), ("--fail-link", lambda c: c.fail_links),
+                   ("--kill-worker", lambda c: c.kill_workers), ("--cc-arg", lambda c: c.cc_args),
+                   ("--ecn-k", lambda c: c.ecn_k),
+                   ("--congestion-control",
+                    lambda c: c.congestion_control != options()["congestion_control"][0].default))
+"""The options a run spread over hosts refuses, for now: what their data planes need is on one host."""
+
+
+def _check_spanned(config: RunConfig) -> None:
+    """``--hosts`` needs ``--ray``; and what cannot span hosts yet is refused, by name."""
+    if config.ray is None:
+        if config.hosts != options()["hosts"][0].default:
+            raise FedmstError(f"--hosts {config.hosts}: spreading an emulation over hosts needs --ray ADDRESS")
+        return
+    given = [flag for flag, asked in SPANNED_NOT_YET if asked(config)]
+    if given:
+        raise FedmstError(f"{', '.join(given)}: cannot span hosts yet; leave {'it' if len(given) == 1 else 'them'} "
+                          "out with --ray, or run on one host")
 
 
 def _check_selection(config: RunConfig) -> None:

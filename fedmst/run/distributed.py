@@ -15,25 +15,19 @@ Ray is an optional extra (``pip install -e '.[ray]'``): imported only here, only
 
 from __future__ import annotations
 
-import os
-import socket
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Hashable, Mapping
 
-from fedmst.errors import SET_UP_ALL, FedmstError
+from fedmst.errors import FedmstError
+from fedmst.hosts.raycluster import SLOT
 from fedmst.net.cleanup import point_prefix
 from fedmst.run.prepare import ResolvedRun
 from fedmst.run.report import Summary
 
-SLOT = "fedmst_emulation"
-"""The custom resource a Ray node offers once per emulation it can run at a time."""
 RETRIES = 3
 """Times a point is run again when its node dies (Ray moves it to a node that lives)."""
-PROBE_S = 3.0
-"""How long :func:`connect` waits for a TCP connection to the cluster's address before it gives up
-(Ray itself retries an address where nothing listens for minutes, without a word)."""
 SLOT_CHECK_S = 10.0
 """While no point comes back, how often the sweep checks that some node still offers a slot
 (Ray would wait for one forever)."""
@@ -52,50 +46,8 @@ class Finished:
     error: str | None = None
 
 
-def connect(address: str) -> None:
-    """Join the Ray cluster at ``address`` (``auto``: the one running on this host), or fail in
-    one line saying what is missing (Ray, the cluster, a node offering an emulation slot)."""
-    # With RAY_AUTH_MODE unset, Ray's token authentication depends on how a process starts:
-    # ray.init("auto") and `ray start --head` turn it on once ~/.ray/auth_token exists, an explicit
-    # address and `ray start --address` never do. One rule for every address, that of
-    # scripts/ray-local.sh's nodes: the user's RAY_AUTH_MODE, else disabled. Set before Ray is
-    # imported, which reads it once.
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    try:
-        import ray
-    except ImportError:
-        raise FedmstError(f"--ray needs Ray: pip install -e '.[ray]' ({SET_UP_ALL} does)") from None
-    import logging
-
-    _probe(address)
-    try:
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, configure_logging=False)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise FedmstError(f"--ray {address}: no Ray cluster there ({' '.join(str(exc).split())[:200]}); "
-                          "start one with scripts/ray-local.sh start N or `ray start --head`") from None
-    if not ray.cluster_resources().get(SLOT, 0):
-        ray.shutdown()
-        raise FedmstError(f"--ray {address}: no node offers an emulation slot; start each node with "
-                          f"--resources '{{\"{SLOT}\": 1}}' (scripts/ray-local.sh does)")
-
-
-def _probe(address: str) -> None:
-    """Fail in one line, within :data:`PROBE_S`, where nothing accepts a TCP connection at a
-    ``host:port`` (or ``ray://host:port``) address; ``auto`` is left to Ray, which looks it up."""
-    host, colon, port = address.removeprefix("ray://").rpartition(":")
-    if not colon or not port.isdigit():
-        return
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_S):
-            pass
-    except (OSError, OverflowError) as exc:
-        reason = "no answer" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
-        raise FedmstError(f"--ray {address}: no Ray cluster there (nothing accepts a connection: {reason}); "
-                          "start one with scripts/ray-local.sh start N or `ray start --head`") from None
-
-
 def run_points(resolved: Mapping[Hashable, ResolvedRun], finished: Callable[[Hashable, Finished], None]) -> None:
-    """Run every point on the cluster :func:`connect` joined, at most one per slot, calling
+    """Run every point on the cluster :func:`fedmst.hosts.raycluster.connect` joined, at most one per slot, calling
     ``finished`` as each comes back (in the order they finish), a failed one too (its run folder
     is worth reading). Whatever ``finished`` raises stops the sweep, as does a point Ray gives up
     on, or a cluster left without any emulation slot (its nodes gone): the points not started are

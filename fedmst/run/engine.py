@@ -202,8 +202,10 @@ def emulation(resolved: ResolvedRun, backend: WorkerBackend, state: RunState, ou
               report: Report) -> tuple[Emulation, dict[str, object]]:
     """The emulated network of ``resolved`` (to be entered with ``with``), its worker hosts up
     (``backend``), and the ``emulated`` keys its link ceiling adds to summary.json (warnings said
-    through ``report``)."""
+    through ``report``); with ``--ray``, spread over the cluster's hosts (:func:`spanned`)."""
     config = resolved.config
+    if config.ray is not None:
+        return spanned(resolved, backend, state, out, report), {}
     capabilities = Capabilities(netem=resolved.netem_available)
     ceiling = _link_ceiling(resolved, capabilities, report)
     hosts = {node: state.host_name(i) for i, node in enumerate(sorted(resolved.graph.nodes, key=node_order))}
@@ -220,6 +222,41 @@ def emulation(resolved: ResolvedRun, backend: WorkerBackend, state: RunState, ou
         changing=[c.link for c in resolved.link_changes if c.delay_ms is not None or c.loss is not None],
         run=state)
     return emu, {**ceiling, **unlined}
+
+
+def spanned(resolved: ResolvedRun, backend: WorkerBackend, state: RunState, out: Path, report: Report) -> Any:
+    """``resolved``'s network on ``--hosts`` hosts of the Ray cluster at ``--ray``: placed to cut the
+    fewest predicted bytes (said beside a random balanced placement's), each host's share built by
+    its host agent (:class:`fedmst.hosts.spanned.SpannedEmulation`)."""
+    import ray
+
+    from fedmst.core.placement import place, random_balanced
+    from fedmst.hosts.raycluster import cluster_hosts
+    from fedmst.hosts.spanned import SpannedEmulation
+    from fedmst.hosts.raycluster import connect
+
+    config, scale = resolved.config, resolved.scale
+    if not ray.is_initialized():
+        connect(config.ray)  # type: ignore[arg-type]
+    found = cluster_hosts()
+    if len(found) < config.hosts:
+        raise FedmstError(f"--hosts {config.hosts}: the Ray cluster at {config.ray} has {len(found)} host(s) "
+                          "offering an emulation slot")
+    hosts = dict(list(found.items())[:config.hosts])
+    cores = {n["NodeManagerAddress"]: max(1, int(n["Resources"].get("CPU", 1))) for n in ray.nodes()
+             if n["Alive"] and n["NodeManagerAddress"] in hosts}
+    plans = resolved.workload.plans
+    placed = place(resolved.graph, plans, cores, mtu=config.mtu)
+    baseline = random_balanced(resolved.graph, plans, cores, seed=config.seed, mtu=config.mtu)
+    report(f"placed on {counted(len(hosts), 'host')}: {placed.describe()} (a random balanced placement: "
+           f"{baseline.cut_bytes / 1e6:.3g} MB a round)")
+    graph, _ = _unlined(resolved, report)
+    return SpannedEmulation(
+        scale.graph(graph), hosts=hosts, placement=placed.hosts, run=state, folders=(state.scratch, out),
+        options=dict(delay_mode=resolved.delay_mode, loss=config.loss, jitter_s=scale.real_s(config.jitter_ms / 1e3),
+                     mtu=config.mtu, queue=config.queue, rto_min_s=scale.rto_min_s(),
+                     preload=backend.preload(model=config.model, dataset=config.dataset, optimizer=config.optimizer,
+                                             batch_size=config.batch_size, lr=config.lr, client=config.client)))
 
 
 def _unlined(resolved: ResolvedRun, report: Report) -> tuple[nx.Graph, dict[str, object]]:

@@ -228,7 +228,8 @@ def sweep(base: RunConfig, local_models: Sequence[int], seeds: Sequence[int], ou
                 progress.started(described[point])
                 record(point, run(_into(resolved[point], folders[point]), report=lambda _: None), "")
     else:
-        from fedmst.run.distributed import Finished, connect, run_points, unpack
+        from fedmst.hosts.raycluster import connect
+        from fedmst.run.distributed import Finished, run_points, unpack
 
         connect(ray_address)  # a cluster that cannot be reached leaves no folder behind
 

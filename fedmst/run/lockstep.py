@@ -291,10 +291,9 @@ class LockstepRun:
         live.models = {rt.task.name: rt.models for rt in remaining}
         specs = session.task_specs()
         t2 = time.perf_counter()
-        store = session.scratch / f"store{live.epoch}"
-        store.mkdir()
+        store = session.emu.meeting.rendezvous(session.scratch, f"store{live.epoch}")
         counters = self.emu.meters.counters()
-        session.server.run(Replan(tasks=specs, store_dir=str(store)), timeout_s=session.timeout_s,
+        session.server.run(Replan(tasks=specs, store_dir=store), timeout_s=session.timeout_s,
                            check=session.check)
         setup = {hop: n - counters[hop] for hop, n in self.emu.meters.counters().items()}
         t3 = time.perf_counter()

@@ -142,7 +142,9 @@ class PhaseWatch:
     def begin(self, watch: StallWatch | None = None, progress: Path | None = None) -> None:
         self.watch, self.progress, self.stall = watch, progress, None
 
-    def look(self, counters: Callable[[], dict[LinkDir, int]]) -> None:
+    def look(self, counters: Callable[[], dict[LinkDir, int]], spread: Callable[[Path], None]) -> None:
+        """Read the links and the arrivals; on a stall, leave the abort file (``spread`` hands it to
+        agents that do not see this host's folders)."""
         watch, progress = self.watch, self.progress
         if watch is None or progress is None or self.stall is not None:
             return
@@ -157,6 +159,7 @@ class PhaseWatch:
         if self.stall is not None:
             # whole or not at all: an agent that read it half written gave "aborted", not the reason
             write_atomic(progress / ABORT_FILE, str(self.stall))
+            spread(progress / ABORT_FILE)
 
 
 class Session:
@@ -309,7 +312,9 @@ class Session:
         """Start the agents, then run ``rounds`` with the background flows and the link trace going
         (and the captures, which are listening before the run's clock starts)."""
         spec_file = self._write_specs()
-        self.server = ControlServer(Path(self.scratch / "control.sock"), token=secrets.token_hex(16))
+        token, meeting = secrets.token_hex(16), self.emu.meeting
+        self.server = ControlServer(self.scratch / "control.sock", token=token, **meeting.control_terms())  # type: ignore[arg-type]
+        meeting.relay(self.server.path, self.server.port, token)
         outcome = "failed"
         try:
             self._start_agents(spec_file)
@@ -396,10 +401,10 @@ class Session:
     def _write_specs(self) -> Path:
         """plan.json, and the agents' spec file (returned) with every task's routes installed."""
         config, workload = self.config, self.resolved.workload
-        (self.scratch / "store").mkdir()
         specs = self.task_specs()
         spec = AgentSpec(
-            control_socket=str(self.scratch / "control.sock"), store_dir=str(self.scratch / "store"),
+            control_socket=str(self.scratch / "control.sock"),
+            store_dir=self.emu.meeting.rendezvous(self.scratch, "store"),
             model=config.model, dataset=config.dataset, epochs=config.epochs, batch_size=config.batch_size,
             lr=config.lr, optimizer=config.optimizer, alpha=config.alpha, chunk_bytes=config.chunk_bytes,
             timeout_s=self.timeout_s, slow=dict(self.resolved.slow), strategy=config.strategy,
@@ -455,4 +460,4 @@ class Session:
         self.emu.check()
         if self.trace is not None:
             self.trace.check()
-        self.phase_watch.look(self.emu.meters.counters)
+        self.phase_watch.look(self.emu.meters.counters, self.emu.meeting.spread)

@@ -14,7 +14,7 @@ import select
 import socket
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from fedmst.errors import EmulationError, WorkerDied
 from fedmst.protocol import Command, Failed, Files, ProtocolError, Reply, decode, encode
@@ -68,6 +68,18 @@ def connect(path: str, *, node: str, token: str) -> Channel:
     chan = Channel(sock)
     chan._send_json({"hello": node, "token": token})
     return chan
+
+
+def write_files(files: Files, folders: Sequence[Path]) -> None:
+    """Write what a relay sent into the coordinator's copies of the run's ``folders``, only there."""
+    for name, data in files.data.items():
+        path = Path(name).resolve()
+        if not any(path.is_relative_to(folder) for folder in folders):
+            raise ProtocolError(f"a relay sent {name}, outside the run's folders")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("r+b" if path.exists() else "wb") as f:
+            f.seek(files.offsets[name])
+            f.write(base64.b64decode(data))
 
 
 class ControlServer:
@@ -223,15 +235,7 @@ class ControlServer:
                 return
 
     def write(self, files: Files) -> None:
-        """Write a relay's chunks into the coordinator's copies, only under the mirrored folders."""
-        for name, data in files.data.items():
-            path = Path(name).resolve()
-            if not any(path.is_relative_to(folder) for folder in self.mirrored):
-                raise ProtocolError(f"a relay sent {name}, outside the run's folders")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("r+b" if path.exists() else "wb") as f:
-                f.seek(files.offsets[name])
-                f.write(base64.b64decode(data))
+        write_files(files, self.mirrored)
 
     def drop(self, node: str, reason: str) -> None:
         """Forget the agent on ``node``, which died; the others go on without it."""

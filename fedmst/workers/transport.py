@@ -33,6 +33,8 @@ from typing import Iterable, Iterator
 import torch
 import torch.distributed as dist
 
+from fedmst.protocol import RELAYED_STORE
+
 SENDER, RECEIVER = 0, 1
 
 
@@ -50,19 +52,15 @@ class Pair:
         return 1 - self.rank
 
 
-RELAYED = "socket:"
-"""A rendezvous place ``socket:PATH#SPACE``: the run's store server at Unix socket PATH, keys under SPACE."""
-
-
 def rendezvous(where: str, name: str) -> dist.Store:
     """The store transfer ``name``'s two ends meet in: a FileStore in folder ``where`` (one host),
     or, where ``where`` is ``socket:PATH#SPACE`` (a run on several hosts, whose agents share no
     folder), the keys ``SPACE/name/`` of the run's store server."""
-    if not where.startswith(RELAYED):
+    if not where.startswith(RELAYED_STORE):
         return dist.FileStore(str(Path(where) / name), 2)
     from fedmst.hosts.store import RemoteStore
 
-    path, _, space = where.removeprefix(RELAYED).partition("#")
+    path, _, space = where.removeprefix(RELAYED_STORE).partition("#")
     return RemoteStore(path, prefix=f"{space}/{name}/")
 
 

@@ -1,0 +1,271 @@
+"""One emulation placed on several hosts of a Ray cluster, driven as one.
+
+:class:`SpannedEmulation` answers what a run asks of an :class:`~fedmst.net.emulation.Emulation`
+(build, routes, agents, counters, checks, teardown) by asking the host agents that hold the nodes
+concerned (:mod:`fedmst.hosts.agent`). The coordinator holds no node: it serves the run's control
+and rendezvous on the hosts' network, which each host's relays carry its agents to, and gets back
+what they write. Options a spanned run cannot honour yet are refused before anything is built
+(:func:`refused`).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import networkx as nx
+
+from fedmst.core.plan import LinkDir
+from fedmst.core.topology import link_name
+from fedmst.errors import EmulationError
+from fedmst.hosts.agent import start_host_agents
+from fedmst.hosts.clock import ClockOffset, measure
+from fedmst.hosts.store import StoreServer
+from fedmst.net.cleanup import RunState
+from fedmst.net.routes import Flow
+from fedmst.net.tcp import RunTcp
+from fedmst.net.tunnels import HostShare, underlay
+from fedmst.protocol import RELAYED_STORE
+from fedmst.workers.control import write_files
+
+
+class SpannedEmulation:
+    """``graph`` on the hosts of ``hosts`` (address -> Ray node id) as ``placement`` (node ->
+    host) says; ``options`` are :class:`~fedmst.net.emulation.Emulation`'s keywords for every host's
+    share; ``folders`` the coordinator's folders the agents write into (its scratch, the run
+    folder), each mirrored on every host. Use as ``with SpannedEmulation(...) as emu:``."""
+
+    def __init__(self, graph: nx.Graph, *, hosts: Mapping[str, str], placement: Mapping[str, str],
+                 run: RunState, folders: Sequence[Path], options: Mapping[str, Any]) -> None:
+        self.graph = graph
+        self.hosts, self.placement = dict(hosts), dict(placement)
+        self._run, self._options = run, dict(options)
+        self.folders = [f.resolve() for f in folders]
+        self._folders = [str(f) for f in self.folders]
+        self.tcp = RunTcp(None, graph, int(options.get("mtu", 1500)))
+        self.delay_stats: dict[str, dict[str, object]] = {}
+        self.overhead: dict[str, int] = {}
+        self.tunnelled: dict[str, int] = {}
+        """The bytes each direction of a link across hosts carried (Ethernet frames, as the run closed)."""
+        """The bytes each tunnel end's encapsulation added on the hosts' network, read as the run closed."""
+        self.offsets: dict[str, ClockOffset] = {}
+        """Each host's clock against this process's (:mod:`fedmst.hosts.clock`)."""
+        self.address = underlay(next(iter(hosts))).local_ip
+        """This process's address on the hosts' network, where the relays reach it."""
+        self.meters = SpannedMeters(self)
+        self.meeting = SpannedMeeting(self)
+        self._agents: dict[str, Any] = {}
+        self.store: StoreServer | None = None
+        """The run's rendezvous store, served here to every host's agents."""
+        self._emulated: dict[str, object] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def run_id(self) -> str:
+        return self._run.id
+
+    def holder(self, node: str) -> Any:
+        """The host agent of the host ``node`` runs on."""
+        return self._agents[self.placement[node]]
+
+    def ask(self, calls: Mapping[str, Any]) -> dict[str, Any]:
+        """Wait for one Ray call per host (host -> its object ref); a host lost is one line naming it."""
+        import ray
+
+        out = {}
+        for host, ref in calls.items():
+            try:
+                out[host] = ray.get(ref)
+            except (ray.exceptions.RayActorError, ray.exceptions.NodeDiedError) as exc:
+                raise EmulationError(f"host {host} was lost: {' '.join(str(exc).split())[:160]}") from None
+            except ray.exceptions.RayTaskError as exc:
+                raise exc.as_instanceof_cause() from None
+        return out
+
+    def each(self, method: str, *args: Any) -> dict[str, Any]:
+        """Call ``method`` of every host agent with ``args``; host -> what it returned."""
+        return self.ask({h: getattr(a, method).remote(*args) for h, a in self._agents.items()})
+
+    # life cycle -----------------------------------------------------------------------------
+    def __enter__(self) -> "SpannedEmulation":
+        try:
+            self._agents = start_host_agents(self._run.id, self.hosts)
+            import ray
+
+            self.offsets = {h: measure(lambda a=a: ray.get(a.clock.remote())) for h, a in self._agents.items()}
+            for host, agent in self._agents.items():
+                self.ask({host: agent.folders.remote(self._folders, self.offsets[host].offset_s)})
+            addresses = {h: h for h in self.hosts}
+            self.ask({h: a.build.remote(self.graph, HostShare(h, self.placement, addresses), self._options)
+                      for h, a in self._agents.items()})
+            self.store = StoreServer(Path(self._folders[0]) / "store.sock", tcp=(self.address, 0))
+            self._emulated = next(iter(self.each("emulated").values()))
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Take every host's share down (what its agents wrote last comes back first). Safe to call twice."""
+        import ray
+
+        try:
+            self.overhead = self.meters.tunnel_overhead()
+            counted = self.meters.counters()
+            self.tunnelled = {f"{u}->{v}": n for (u, v), n in counted.items()
+                              if self.placement[u] != self.placement[v]}
+        except (EmulationError, ray.exceptions.RayError):
+            pass  # a host lost, or nothing built: no overhead to read
+        for host, agent in self._agents.items():
+            try:
+                self.sync(host)
+                self.delay_stats.update(ray.get(agent.close.remote()))
+                ray.kill(agent)
+            except ray.exceptions.RayError:
+                pass  # a host lost: `fedmst clean --ray` removes what it left
+        self._agents = {}
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+    def sync(self, host: str) -> None:
+        """Bring back now what ``host``'s agents wrote since its relay last sent it (a dead agent's log)."""
+        files = self.ask({host: self._agents[host].files.remote()})[host]
+        if files is not None:
+            write_files(files, self.folders)
+
+    def emulated(self) -> dict[str, object]:
+        """summary.json's ``emulated``: the first host's terms (every host's are the same), each host's
+        nodes and clock offset, and the tunnels' overhead on the hosts' network."""
+        cut = sorted(link_name(u, v) for u, v in self.graph.edges if self.placement[u] != self.placement[v])
+        return {**self._emulated, "hosts": {h: sorted(n for n, p in self.placement.items() if p == h)
+                                            for h in self.hosts},
+                "clock_offsets": {h: {"offset_s": o.offset_s, "error_s": o.error_s} for h, o in self.offsets.items()},
+                "links_across_hosts": cut, "tunnel_bytes": sum(self.tunnelled.values()),
+                "tunnel_overhead_bytes": sum(self.overhead.values()),
+                "tunnel_overhead_by_end": dict(sorted(self.overhead.items()))}
+
+    # routes, processes, checks --------------------------------------------------------------
+    def install_flows(self, paths: Mapping[str, Sequence[str]], *, background: bool = False) -> dict[str, Flow]:
+        if background:
+            raise EmulationError("background traffic cannot span hosts yet")
+        with self._lock:  # every host hands out the same addresses for the same calls, in the same order
+            flows = list(self.each("install_flows", dict(paths)).values())
+        if any(f != flows[0] for f in flows):
+            raise EmulationError("the hosts routed the flows with different addresses")
+        return flows[0]
+
+    def spawn(self, node: str | None, target: str, args: Sequence[str], *, env: Mapping[str, str], log: Path,
+              name: str, warm: bool = True) -> "RemoteProcess":
+        """Start ``target`` in ``node``'s host, on the host that runs it; files of the run's folders it
+        is handed (an agent's spec) go there first."""
+        if node is None:
+            raise EmulationError("a process outside every host cannot span hosts")
+        agent = self.holder(node)
+        for arg in args:
+            if any(arg.startswith(f + "/") for f in self._folders) and Path(arg).is_file():
+                self.ask({self.placement[node]: agent.put.remote(arg, Path(arg).read_text())})
+        pid = self.ask({self.placement[node]: agent.spawn.remote(node, target, list(args), dict(env), str(log),
+                                                                  name)})[self.placement[node]]
+        return RemoteProcess(self, node, pid)
+
+    def track(self, proc: Any) -> Any:
+        raise EmulationError("worker containers cannot span hosts yet: use --workers processes")
+
+    def check(self) -> None:
+        self.each("check")
+
+    def cpu_seconds(self) -> dict[str, float]:
+        total: dict[str, float] = {}
+        for seconds in self.each("cpu_seconds").values():
+            for kind, s in seconds.items():
+                total[kind] = total.get(kind, 0.0) + s
+        return total
+
+
+class SpannedMeeting:
+    """Where a spanned run's agents meet: relays on every host to the control server and to the
+    run's store here, and copies on every host of the files the coordinator leaves them."""
+
+    def __init__(self, emu: SpannedEmulation) -> None:
+        self._emu = emu
+
+    def rendezvous(self, scratch: Path, name: str) -> str:
+        assert self._emu.store is not None
+        return f"{RELAYED_STORE}{self._emu.store.path}#{name}"
+
+    def control_terms(self) -> dict[str, object]:
+        """A TCP listener on the hosts' network, and the run's folders, which the relays mirror."""
+        return {"tcp": (self._emu.address, 0), "mirrored": self._emu.folders}
+
+    def relay(self, control: Path, port: int | None, token: str) -> None:
+        emu, store = self._emu, self._emu.store
+        assert store is not None and store.port is not None and port is not None
+        emu.each("relay", str(store.path), (emu.address, store.port), str(control), (emu.address, port), token)
+
+    def spread(self, path: Path) -> None:
+        self._emu.each("put", str(path), path.read_text())
+
+
+class RemoteProcess:
+    """A process a host agent started, seen from the coordinator (what a run's agents need of one)."""
+
+    def __init__(self, emu: SpannedEmulation, node: str, pid: int) -> None:
+        self._emu, self._node, self.pid = emu, node, pid
+        self.returncode: int | None = None
+
+    def _call(self, method: str, *args: Any) -> Any:
+        host = self._emu.placement[self._node]
+        return self._emu.ask({host: getattr(self._emu.holder(self._node), method).remote(*args)})[host]
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._call("poll", self.pid)
+            if self.returncode is not None:  # its last words, for the line that reports its death
+                self._emu.sync(self._emu.placement[self._node])
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        self._call("signal", self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def wait(self, timeout: float | None = None) -> int:
+        raise EmulationError("waiting on a process of another host is not supported")
+
+
+class SpannedMeters:
+    """The link counters of every host's share, put together (each link direction is counted on
+    the host of its measuring end)."""
+
+    def __init__(self, emu: SpannedEmulation) -> None:
+        self._emu = emu
+
+    def _merged(self, reading: str) -> Any:
+        return self._emu.each("meter", reading).values()
+
+    def counters(self) -> dict[LinkDir, int]:
+        return {hop: n for part in self._merged("counters") for hop, n in part.items()}
+
+    def counters_and_background(self) -> tuple[dict[LinkDir, int], dict[LinkDir, int]]:
+        counted = self.counters()
+        return counted, {hop: 0 for hop in counted}
+
+    def queue_drops(self) -> dict[LinkDir, int]:
+        return {hop: n for part in self._merged("queue_drops") for hop, n in part.items()}
+
+    def tcp_retransmits(self) -> int:
+        return sum(self._merged("tcp_retransmits"))
+
+    def tunnel_overhead(self) -> dict[str, int]:
+        return {f"{host}:{intf}": n for host, part in self._emu.each("meter", "tunnel_overhead").items()
+                for intf, n in part.items()}
