@@ -55,16 +55,20 @@ def table(scheduler: str, one: Path, spread: Path) -> list[str]:
         lines.append("| " + " | ".join(cells) + " |")
     here, there = link_bytes(one), link_bytes(spread)
     worst = max((abs(there[k] - n) / n, k) for k, n in here.items() if n)
+    weights = max((abs(there[k] - n) / n, k) for k, n in here.items() if n > 1_000_000)  # a model's transfer or more
+    total = sum(there.values()) / sum(here.values()) - 1
     last = sorted((one / "models").iterdir())[-1].name
     same = torch.equal(torch.load(one / "models" / last / "task0-global.pt"),
                        torch.load(spread / "models" / last / "task0-global.pt"))
     summary = json.loads((spread / "summary.json").read_text())
-    emulated, times = summary["emulated"], summary.get("times", {})
-    times_one = json.loads((one / "summary.json").read_text()).get("times", {})
+    emulated, times = summary["emulated"], summary["time_breakdown_s"]
+    times_one = json.loads((one / "summary.json").read_text())["time_breakdown_s"]
     offsets = ", ".join(f"{h} {o['offset_s'] * 1e6:+.0f} ± {o['error_s'] * 1e6:.0f} µs"
                         for h, o in emulated["clock_offsets"].items())
     lines += ["", f"- largest difference in a link direction's bytes in a round: {worst[0] * 100:.3f}% "
-                  f"(round {worst[1][0]}, {worst[1][1]}->{worst[1][2]})",
+                  f"(round {worst[1][0]}, {worst[1][1]}->{worst[1][2]}); among those that carried a model or more "
+                  f"(over 1 MB): {weights[0] * 100:.3f}% (round {weights[1][0]}, {weights[1][1]}->{weights[1][2]}); "
+                  f"all links' bytes together: {total * 100:+.3f}%",
               f"- final global model equal: {same}",
               f"- links across hosts: {', '.join(emulated['links_across_hosts'])}; they carried "
               f"{emulated['tunnel_bytes'] / 1e6:.1f} MB, VXLAN added {emulated['tunnel_overhead_bytes'] / 1e6:.2f} MB "

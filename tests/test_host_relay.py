@@ -127,7 +127,8 @@ def test_a_relayed_agent_gets_its_host_s_folders_and_clock_and_its_files_come_ba
     server = ControlServer(tmp_path / "control.sock", token="t", tcp=("127.0.0.1", 0), mirrored=[coordinator])
     assert server.port
     relay = ControlRelay(tmp_path / "relay.sock", ("127.0.0.1", server.port),
-                         HostPaths({str(coordinator): str(here)}, offset_s=1.5), host="h1", token="t", every_s=0.1)
+                         HostPaths({str(coordinator): str(here)}, offset_s=1.5), host="h1", token="t", live=str(here),
+                         every_s=0.1)
     try:
         agent = connect(str(relay.path), node="b", token="t")
         server.accept(["b"], timeout_s=5, check=lambda: None)

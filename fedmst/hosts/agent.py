@@ -25,6 +25,11 @@ from fedmst.net.tunnels import HostShare
 from fedmst.protocol import Files
 
 
+FILES_PER_CALL = 48 * 1024
+"""Bytes of files one :meth:`HostAgent.files` call returns at most: base64 makes them 64 KB, under
+Ray's 100 KB for a value returned inline."""
+
+
 class HostAgent:
     """This host's share of run ``run_id``: ``build`` it, drive it, ``close`` it. The run's folders
     (the coordinator's scratch folder and run folder) each get a folder of their own here, under the
@@ -39,7 +44,8 @@ class HostAgent:
         self._procs: dict[int, Process] = {}
 
     def folders(self, coordinator: Sequence[str], offset_s: float) -> dict[str, str]:
-        """Give each of the coordinator's folders one here; this host's clock is ``offset_s`` ahead of the
+        """Give each of the coordinator's folders one here (the first is its scratch folder, which the
+        coordinator reads while the run goes); this host's clock is ``offset_s`` ahead of the
         coordinator's. Returns coordinator folder -> this host's."""
         mine = {there: str(self._run.scratch / f"folder{i}") for i, there in enumerate(coordinator)}
         for folder in mine.values():
@@ -53,7 +59,7 @@ class HostAgent:
         control socket ``control`` (coordinator paths, here in this host's folders) to their TCP targets."""
         self._relays.append(Relay(Path(self._paths.to_host(store)), store_target))
         self._relays.append(ControlRelay(Path(self._paths.to_host(control)), control_target, self._paths,
-                                         host=self.host, token=token))
+                                         host=self.host, token=token, live=next(iter(self._paths.folders.values()))))
 
     def put(self, path: str, text: str) -> None:
         """Write a file of the coordinator's (an agent's spec, an abort mark) here, its paths made this host's."""
@@ -62,7 +68,9 @@ class HostAgent:
         for relay in self._relays:
             if isinstance(relay, ControlRelay):
                 relay.mirror.ignored.add(str(here))
-        here.write_text(json.dumps(self._paths.to_host(json.loads(text))) if path.endswith(".json") else text)
+        draft = here.with_name(f".{here.name}.tmp")  # whole or not at all: an agent may be reading the last one
+        draft.write_text(json.dumps(self._paths.to_host(json.loads(text))) if path.endswith(".json") else text)
+        draft.replace(here)
 
     def spawn(self, node: str, target: str, args: Sequence[str], env: Mapping[str, str], log: str, name: str) -> int:
         """Start ``target`` in ``node``'s host as :meth:`Emulation.spawn` does, its paths made this host's."""
@@ -80,9 +88,12 @@ class HostAgent:
         self._procs[pid].send_signal(signum)
 
     def files(self) -> Files | None:
-        """What this host's agents wrote since the control relay last sent it (the run's last words)."""
+        """What this host's agents wrote, in every folder, that the coordinator has not been sent yet (a
+        dead agent's log, the run's saved models), :data:`FILES_PER_CALL` bytes at most: a reply that
+        small travels in Ray's reply itself (a larger one goes through the object stores, which hung
+        between a coordinator outside the cluster and a node on another host)."""
         relays = [r for r in self._relays if isinstance(r, ControlRelay)]
-        return relays[0].mirror.changes() if relays else None
+        return relays[0].mirror.changes(everywhere=True, limit=FILES_PER_CALL) if relays else None
 
     def check(self) -> None:
         self.emulation.check()

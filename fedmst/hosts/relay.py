@@ -16,7 +16,7 @@ import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from fedmst.protocol import RELAYED_STORE, Files, encode
 
@@ -164,51 +164,74 @@ def _moved(path: str, folders: Mapping[str, str]) -> str:
 
 class Mirror:
     """What this host's agents have written under its folders since the last look, as the
-    coordinator's :class:`~fedmst.protocol.Files` (paths translated by ``paths``)."""
+    coordinator's :class:`~fedmst.protocol.Files` (paths translated by ``paths``). While the run
+    goes, only the folder the coordinator reads during it (``live``: its scratch folder, where the
+    progress marks and phase spans are); the others (the run folder's logs and saved models, which
+    the coordinator reads once the run is over, or an agent is dead) when it asks."""
 
-    def __init__(self, paths: HostPaths) -> None:
+    def __init__(self, paths: HostPaths, live: str) -> None:
         self._paths = paths
+        self.live = live
         self._sent: dict[str, int] = {}
         self._lock = threading.Lock()
         self.ignored: set[str] = set()
         """Files the coordinator wrote here (an agent's spec, an abort mark): it has them."""
 
-    def changes(self) -> Files | None:
-        """The bytes added to every file since the last call (None: nothing new)."""
+    def changes(self, everywhere: bool = False, limit: int = 1 << 24) -> Files | None:
+        """The bytes added since the last call to every file of the live folder (``everywhere``:
+        of every folder), at most about ``limit`` of them (the rest next time); None: nothing new."""
         data: dict[str, str] = {}
         offsets: dict[str, int] = {}
+        taken = 0
         with self._lock:
-            for root in self._paths.folders.values():
-                for folder, _, names in os.walk(root):
-                    for name in names:
-                        path = os.path.join(folder, name)
-                        if path in self.ignored:
-                            continue
-                        try:
-                            with open(path, "rb") as f:
-                                f.seek(self._sent.get(path, 0))
-                                added = f.read()
-                        except OSError:  # a socket, or gone between the listing and the read
-                            continue
-                        if added:
-                            there = self._paths.to_coordinator(path)
-                            data[there], offsets[there] = base64.b64encode(added).decode(), self._sent.get(path, 0)
-                            self._sent[path] = offsets[there] + len(added)
+            for root in self._paths.folders.values() if everywhere else [self.live]:
+                for path, size in _files(root):
+                    sent = self._sent.get(path, 0)
+                    if size <= sent or path in self.ignored or taken >= limit:
+                        continue  # the common case costs a stat, not an open and a read
+                    try:
+                        with open(path, "rb") as f:
+                            f.seek(sent)
+                            added = f.read(limit - taken)
+                    except OSError:  # gone between the listing and the read
+                        continue
+                    taken += len(added)
+                    there = self._paths.to_coordinator(path)
+                    data[there], offsets[there] = base64.b64encode(added).decode(), sent
+                    self._sent[path] = sent + len(added)
         return Files(data, offsets) if data else None
+
+
+def _files(root: str) -> Iterator[tuple[str, int]]:
+    """Every regular file under ``root`` with its size (sockets and the like left out)."""
+    stack = [root]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                elif entry.is_file(follow_symlinks=False):
+                    yield entry.path, entry.stat().st_size
+            except OSError:
+                continue
 
 
 class ControlRelay:
     """The control channel's relay on a host other than the coordinator's: every agent connection
     made to Unix socket ``path`` is carried to the coordinator's TCP ``target`` line by line, each
     command translated to this host (``paths``: its folders, its clock), and what the host's agents
-    wrote (``mirror``) sent ahead of each reply, so that the coordinator reads a phase's marks once
-    it has its replies; and every ``every_s`` on the host's own connection (``host``, ``token``)
-    while the phases run, for the coordinator's stall watch."""
+    wrote in the ``live`` folder (``mirror``) sent ahead of each reply, so that the coordinator reads
+    a phase's marks once it has its replies; and every ``every_s`` on the host's own connection
+    (``host``, ``token``) while the phases run, for the coordinator's stall watch."""
 
     def __init__(self, path: Path, target: tuple[str, int], paths: HostPaths, *, host: str, token: str,
-                 every_s: float = 0.2) -> None:
+                 live: str, every_s: float = 0.2) -> None:
         self.path, self.target, self.paths = path, target, paths
-        self.mirror = Mirror(paths)
+        self.mirror = Mirror(paths, live)
         self._host = socket.create_connection(target, timeout=10)
         self._host.sendall(json.dumps({"host": host, "token": token}).encode() + b"\n")
         self._host_lock = threading.Lock()

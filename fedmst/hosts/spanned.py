@@ -35,12 +35,15 @@ class SpannedEmulation:
     """``graph`` on the hosts of ``hosts`` (address -> Ray node id) as ``placement`` (node ->
     host) says; ``options`` are :class:`~fedmst.net.emulation.Emulation`'s keywords for every host's
     share; ``folders`` the coordinator's folders the agents write into (its scratch, the run
-    folder), each mirrored on every host. Use as ``with SpannedEmulation(...) as emu:``."""
+    folder), each mirrored on every host; ``predicted`` what the placement predicted (summary.json).
+    Use as ``with SpannedEmulation(...) as emu:``."""
 
     def __init__(self, graph: nx.Graph, *, hosts: Mapping[str, str], placement: Mapping[str, str],
-                 run: RunState, folders: Sequence[Path], options: Mapping[str, Any]) -> None:
+                 run: RunState, folders: Sequence[Path], options: Mapping[str, Any],
+                 predicted: Mapping[str, object] | None = None) -> None:
         self.graph = graph
         self.hosts, self.placement = dict(hosts), dict(placement)
+        self.predicted = dict(predicted or {})
         self._run, self._options = run, dict(options)
         self.folders = [f.resolve() for f in folders]
         self._folders = [str(f) for f in self.folders]
@@ -126,7 +129,7 @@ class SpannedEmulation:
                 self.sync(host)
                 self.delay_stats.update(ray.get(agent.close.remote()))
                 ray.kill(agent)
-            except ray.exceptions.RayError:
+            except (EmulationError, ray.exceptions.RayError):
                 pass  # a host lost: `fedmst clean --ray` removes what it left
         self._agents = {}
         if self.store is not None:
@@ -134,9 +137,9 @@ class SpannedEmulation:
             self.store = None
 
     def sync(self, host: str) -> None:
-        """Bring back now what ``host``'s agents wrote since its relay last sent it (a dead agent's log)."""
-        files = self.ask({host: self._agents[host].files.remote()})[host]
-        if files is not None:
+        """Bring back now what ``host``'s agents wrote that this host has not got (a dead agent's log,
+        the run folder's files at the end), a part at a time."""
+        while (files := self.ask({host: self._agents[host].files.remote()})[host]) is not None:
             write_files(files, self.folders)
 
     def emulated(self) -> dict[str, object]:
@@ -146,7 +149,7 @@ class SpannedEmulation:
         return {**self._emulated, "hosts": {h: sorted(n for n, p in self.placement.items() if p == h)
                                             for h in self.hosts},
                 "clock_offsets": {h: {"offset_s": o.offset_s, "error_s": o.error_s} for h, o in self.offsets.items()},
-                "links_across_hosts": cut, "tunnel_bytes": sum(self.tunnelled.values()),
+                "links_across_hosts": cut, "placement": self.predicted, "tunnel_bytes": sum(self.tunnelled.values()),
                 "tunnel_overhead_bytes": sum(self.overhead.values()),
                 "tunnel_overhead_by_end": dict(sorted(self.overhead.items()))}
 

@@ -253,8 +253,10 @@ def spanned(resolved: ResolvedRun, backend: WorkerBackend, state: RunState, out:
     graph, _ = _unlined(resolved, report)
     return SpannedEmulation(
         scale.graph(graph), hosts=hosts, placement=placed.hosts, run=state, folders=(state.scratch, out),
+        predicted={"cut_bytes_per_round": placed.cut_bytes, "random_balanced_cut_bytes_per_round": baseline.cut_bytes,
+                   "host_cpu_s_per_round": placed.load_s},
         options=dict(delay_mode=resolved.delay_mode, loss=config.loss, jitter_s=scale.real_s(config.jitter_ms / 1e3),
-                     mtu=config.mtu, queue=config.queue, rto_min_s=scale.rto_min_s(),
+                     mtu=config.mtu, queue=config.queue, rto_min_s=scale.rto_min_s(), transport=resolved.transport,
                      preload=backend.preload(model=config.model, dataset=config.dataset, optimizer=config.optimizer,
                                              batch_size=config.batch_size, lr=config.lr, client=config.client)))
 
