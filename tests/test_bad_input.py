@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 from typing import Callable
@@ -65,6 +66,13 @@ def _line(capacity: float) -> dict[str, object]:
 Setup = Callable[[Path], tuple[list[str], dict[str, str]]]
 
 
+def _closed_port() -> int:
+    """A local port where nothing listens (bound once, then let go)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _args(*args: str) -> Setup:
     return lambda tmp_path: (list(args), {})
 
@@ -114,6 +122,10 @@ CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
      ("--cpus zz=1", "'zz'", "not in the topology")),
     ("tiny-memory", _args("--workers", "docker", "--memory", "1k"), ("--memory 1k", "at least 6m")),
     ("limits-without-docker", _args("--cpus", "1"), ("--cpus", "--workers docker")),
+    ("hosts-without-ray", _args("--hosts", "3"), ("--hosts 3", "needs --ray ADDRESS")),
+    ("ray-with-pcap", _args("--ray", "127.0.0.1:1", "--pcap", "all"), ("--pcap: cannot span hosts yet",)),
+    ("ray-nothing-there", lambda p: (["--ray", f"127.0.0.1:{_closed_port()}"], {}),
+     ("--ray 127.0.0.1:", "no Ray cluster there (nothing accepts a connection: Connection refused)")),
     ("fail-link-not-a-link", _args("--fail-link", "a-c@1"), ("--fail-link a-c@1", "'a-c' is not a link", "line3")),
     ("fail-link-bad-round", _args("--fail-link", "a-b@5"), ("--fail-link a-b@5", "round '5' is not one of 1..1")),
     ("kill-worker-unknown-node", _args("--kill-worker", "zz@1"), ("--kill-worker zz@1", "'zz'", "line3")),

@@ -278,3 +278,22 @@ def test_a_host_lost_in_round_2_ends_the_run_in_one_line_naming_it(hosts: tuple[
     again = subprocess.run([FEDMST, "clean", "--ray", address], capture_output=True, text=True, timeout=120)
     assert set(again.stdout.split("\n")[:-1]) == {"this host: nothing to clean",
                                                   *(f"{h}: nothing to clean" for h in found)}, again.stdout
+
+
+@pytest.mark.parametrize("extra, said", [
+    (["--hosts", "3"], "--hosts 3: the Ray cluster at {address} has 2 host(s) offering an emulation slot"),
+    (["--topology", "spine-leaf:2,2,1"], "--ray: a fabric with all-optical nodes (spine-leaf:2,2,1) cannot span hosts "
+                                         "yet; run it on one host"),
+])
+def test_what_the_cluster_cannot_hold_is_refused_before_anything_is_built(
+        hosts: tuple[Path, dict[str, str]], tmp_path: Path, extra: list[str], said: str) -> None:
+    folder, found = hosts
+    address = (folder / "address").read_text()
+    proc = subprocess.run([FEDMST, "run", "--topology", "small", "--ray", address, *extra, "--out",
+                           str(tmp_path / "r")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [f"fedmst: error: {said.format(address=address)}"]
+    assert not (tmp_path / "r").exists()
+    cleaned = subprocess.run([FEDMST, "clean", "--ray", address], capture_output=True, text=True, timeout=120)
+    assert set(cleaned.stdout.split("\n")[:-1]) == {"this host: nothing to clean",
+                                                    *(f"{h}: nothing to clean" for h in found)}, cleaned.stdout

@@ -233,16 +233,9 @@ def spanned(resolved: ResolvedRun, backend: WorkerBackend, state: RunState, out:
     from fedmst.core.placement import place, random_balanced
     from fedmst.hosts.raycluster import cluster_hosts
     from fedmst.hosts.spanned import SpannedEmulation
-    from fedmst.hosts.raycluster import connect
 
     config, scale = resolved.config, resolved.scale
-    if not ray.is_initialized():
-        connect(config.ray)  # type: ignore[arg-type]
-    found = cluster_hosts()
-    if len(found) < config.hosts:
-        raise FedmstError(f"--hosts {config.hosts}: the Ray cluster at {config.ray} has {len(found)} host(s) "
-                          "offering an emulation slot")
-    hosts = dict(list(found.items())[:config.hosts])
+    hosts = dict(list(cluster_hosts().items())[:config.hosts])  # joined and counted by prepare.resolve
     cores = {n["NodeManagerAddress"]: max(1, int(n["Resources"].get("CPU", 1))) for n in ray.nodes()
              if n["Alive"] and n["NodeManagerAddress"] in hosts}
     plans = resolved.workload.plans

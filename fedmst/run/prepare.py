@@ -128,7 +128,25 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
     inputs = _inputs(config, host, names)
     runs = _one_clock([_plan(config, host, inputs, scheduler) for scheduler in names])
     backend_for(config.workers, config.image).check()  # last: the limits above are checked first
+    if config.ray is not None:
+        _check_spread(config, runs[0].graph)
     return runs
+
+
+def _check_spread(config: RunConfig, graph: nx.Graph) -> None:
+    """What a run spread over hosts needs before anything is built: a topology it can spread (no
+    all-optical node yet), and a Ray cluster at ``--ray`` with ``--hosts`` hosts offering a slot
+    (joined here; the run builds on it)."""
+    if optical_nodes(graph):
+        raise FedmstError(f"--ray: a fabric with all-optical nodes ({config.topology}) cannot span hosts yet; "
+                          "run it on one host")
+    from fedmst.hosts.raycluster import cluster_hosts, connect
+
+    connect(config.ray)  # type: ignore[arg-type]
+    found = cluster_hosts()
+    if len(found) < config.hosts:
+        raise FedmstError(f"--hosts {config.hosts}: the Ray cluster at {config.ray} has {len(found)} host(s) "
+                          "offering an emulation slot")
 
 
 def _one_clock(runs: list[ResolvedRun]) -> list[ResolvedRun]:
