@@ -98,6 +98,7 @@ start() {
     [[ -x $RAY ]] || die "$RAY not found: run bash scripts/setup.sh (it installs the ray extra)"
     [[ -z $(running) ]] || die "a cluster started here already runs (PIDs $(running | xargs)); stop it first"
     [[ -z $spaced || -z $(namespaces) ]] || die "namespaces of an earlier cluster are left ($(namespaces | xargs)): stop it first"
+    [[ -z $spaced ]] || ! ip link show "$BRIDGE" >/dev/null 2>&1 || die "the bridge $BRIDGE of an earlier cluster is left: stop it first"
     mkdir -p "$DIR"
     rm -f "$DIR"/node*.pid
     # the head points Ray's address file at the cluster: keep what it held for stop to put back, once
@@ -109,7 +110,9 @@ start() {
     cpus=$(nproc)
     if [[ -n $spaced ]]; then
         cpus=$(( cpus / n > 0 ? cpus / n : 1 ))
+        trap 'stop >/dev/null 2>&1' ERR  # a namespace or the bridge half made: take it all down again
         hosts_network "$n"
+        trap - ERR
         head=$(address 0)
     fi
     local common=(--block --num-cpus "$cpus" --resources "$SLOT" --object-store-memory 200000000 --disable-usage-stats)
@@ -195,14 +198,18 @@ stop() {
     # a point interrupted by the stop cleans up after itself; one killed outright leaves a record (in
     # the namespace of its host, where its interfaces are); and Ray's address file gets back what it held
     # before start
-    local ns left
+    local ns i said left
     for ns in $(namespaces); do
-        ip netns exec "$ns" env FEDMST_STATE_DIR="$DIR/state${ns#"$NETNS"}" .venv/bin/fedmst clean >&2
+        i=${ns#"$NETNS"}
+        said=$(ip netns exec "$ns" env FEDMST_STATE_DIR="$DIR/state$i" .venv/bin/fedmst clean 2>&1) || true
+        echo "$said" >&2
         left=$(ip netns pids "$ns" | xargs)
-        # shellcheck disable=SC2086
-        [[ -z $left ]] || { echo "killing what is left in $ns (PIDs $left)" >&2; kill -KILL $left 2>/dev/null || true; }
-        ip netns del "$ns"
-        rm -rf "$DIR/state${ns#"$NETNS"}"
+        # not ours to end (the nodes and everything under them are gone by now): say so, and the namespace
+        # lives on until they end
+        [[ -z $left ]] || echo "ray-local.sh: processes still in $ns (PIDs $left), not started by this script: left alone" >&2
+        ip netns del "$ns" || true
+        # a run still live there keeps its record, for a later `fedmst clean` with FEDMST_STATE_DIR=$DIR/state$i
+        [[ $said == *": live ("* ]] || rm -rf "${DIR:?}/state$i"
     done
     ! ip link show "$BRIDGE" >/dev/null 2>&1 || ip link del "$BRIDGE"
     .venv/bin/fedmst clean >&2

@@ -284,7 +284,8 @@ def test_a_host_lost_in_round_2_ends_the_run_in_one_line_naming_it(hosts: tuple[
 
 
 @pytest.mark.parametrize("extra, said", [
-    (["--hosts", "3"], "--hosts 3: the Ray cluster at {address} has 2 host(s) offering an emulation slot"),
+    (["--hosts", "3"], "--hosts 3: the Ray cluster at {address} has 2 host(s) other than this one offering an "
+                       "emulation slot"),
     (["--topology", "spine-leaf:2,2,1"], "--ray: a fabric with all-optical nodes (spine-leaf:2,2,1) cannot span hosts "
                                          "yet; run it on one host"),
 ])

@@ -93,7 +93,7 @@ class HostAgent:
         small travels in Ray's reply itself (a larger one goes through the object stores, which hung
         between a coordinator outside the cluster and a node on another host)."""
         relays = [r for r in self._relays if isinstance(r, ControlRelay)]
-        return relays[0].mirror.changes(everywhere=True, limit=FILES_PER_CALL) if relays else None
+        return relays[0].mirror.changes("end", everywhere=True, limit=FILES_PER_CALL) if relays else None
 
     def check(self) -> None:
         self.emulation.check()
@@ -135,14 +135,18 @@ class HostAgent:
         """Take the share down and give the run's id back on this host; returns what its delay lines
         counted (:attr:`Emulation.delay_stats`). Safe to call twice."""
         stats: dict[str, dict[str, object]] = {}
-        for relay in self._relays:
-            relay.close()
-        self._relays.clear()
-        if self._emulation is not None:
-            self._emulation.close()
-            stats = self._emulation.delay_stats
-            self._emulation = None
-        self._run.remove()
+        try:
+            for relay in self._relays:
+                relay.close()
+        finally:
+            self._relays.clear()
+            try:
+                if self._emulation is not None:
+                    self._emulation.close()
+                    stats = self._emulation.delay_stats
+            finally:
+                self._emulation = None
+                self._run.remove()
         return stats
 
 

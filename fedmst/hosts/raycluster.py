@@ -58,11 +58,15 @@ def _probe(address: str) -> None:
                           "start one with scripts/ray-local.sh start N or `ray start --head`") from None
 
 
-def cluster_hosts() -> dict[str, str]:
+def cluster_hosts(others: bool = False) -> dict[str, str]:
     """The hosts of the Ray cluster this process joined that can run an emulation: each node's
-    address (the host's name in every record) -> its Ray node id, in address order."""
+    address (the host's name in every record) -> its Ray node id, in address order; ``others``: not
+    this host (a spread run's coordinator holds no node, and its run id is taken here)."""
+    import psutil
     import ray
 
-    nodes = {n["NodeManagerAddress"]: n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get(SLOT)}
+    here = {a.address for found in psutil.net_if_addrs().values() for a in found} if others else set()
+    nodes = {n["NodeManagerAddress"]: n["NodeID"] for n in ray.nodes()
+             if n["Alive"] and n["Resources"].get(SLOT) and n["NodeManagerAddress"] not in here}
     return dict(sorted(nodes.items(), key=lambda item: tuple(int(p) if p.isdigit() else p
                                                               for p in item[0].split("."))))

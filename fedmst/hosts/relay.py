@@ -87,7 +87,7 @@ class Relay:
                 while b"\n" in pending:
                     line, pending = pending.split(b"\n", 1)
                     self._lines(line + b"\n", towards_agent, send)
-        except (OSError, ValueError):  # a connection gone, or a line that is no JSON: the connection ends
+        except Exception:  # noqa: BLE001 - a connection gone, a line that is no message: the connection ends
             pass
         try:
             sink.shutdown(socket.SHUT_WR)
@@ -107,6 +107,10 @@ class Relay:
         with self._lock:
             self._closed = True
             socks, self._open = list(self._open), set()
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the thread in accept(), which close() alone does not
+        except OSError:
+            pass
         self._listener.close()
         for sock in socks:
             try:
@@ -172,21 +176,25 @@ class Mirror:
     def __init__(self, paths: HostPaths, live: str) -> None:
         self._paths = paths
         self.live = live
-        self._sent: dict[str, int] = {}
+        self._sent: dict[str, dict[str, int]] = {}
+        """Per reader (the replies' path, the host's own connection, the end), how far each file was sent:
+        each sends all that is new to it, so a reply never waits on bytes another path took (a file
+        written twice at one offset is the same file)."""
         self._lock = threading.Lock()
         self.ignored: set[str] = set()
         """Files the coordinator wrote here (an agent's spec, an abort mark): it has them."""
 
-    def changes(self, everywhere: bool = False, limit: int = 1 << 24) -> Files | None:
-        """The bytes added since the last call to every file of the live folder (``everywhere``:
+    def changes(self, reader: str, everywhere: bool = False, limit: int = 1 << 24) -> Files | None:
+        """The bytes added since ``reader``'s last call to every file of the live folder (``everywhere``:
         of every folder), at most about ``limit`` of them (the rest next time); None: nothing new."""
         data: dict[str, str] = {}
         offsets: dict[str, int] = {}
         taken = 0
         with self._lock:
+            sent_to = self._sent.setdefault(reader, {})
             for root in self._paths.folders.values() if everywhere else [self.live]:
                 for path, size in _files(root):
-                    sent = self._sent.get(path, 0)
+                    sent = sent_to.get(path, 0)
                     if size <= sent or path in self.ignored or taken >= limit:
                         continue  # the common case costs a stat, not an open and a read
                     try:
@@ -198,7 +206,7 @@ class Mirror:
                     taken += len(added)
                     there = self._paths.to_coordinator(path)
                     data[there], offsets[there] = base64.b64encode(added).decode(), sent
-                    self._sent[path] = sent + len(added)
+                    sent_to[path] = sent + len(added)
         return Files(data, offsets) if data else None
 
 
@@ -233,6 +241,7 @@ class ControlRelay:
         self.path, self.target, self.paths = path, target, paths
         self.mirror = Mirror(paths, live)
         self._host = socket.create_connection(target, timeout=10)
+        self._host.settimeout(None)  # a coordinator between commands reads it later: wait, cut no line
         self._host.sendall(json.dumps({"host": host, "token": token}).encode() + b"\n")
         self._host_lock = threading.Lock()
         self._relay = Relay(path, target, lines=self._line)
@@ -249,7 +258,7 @@ class ControlRelay:
                     Path(moved[key]).mkdir(parents=True, exist_ok=True)
             send(json.dumps(moved).encode() + b"\n")
             return
-        files = None if "hello" in obj else self.mirror.changes()  # an agent says who it is first
+        files = None if "hello" in obj else self.mirror.changes("replies")  # an agent says who it is first
         if files is not None:
             send(json.dumps(encode(files)).encode() + b"\n")
         send(line)
@@ -260,7 +269,7 @@ class ControlRelay:
 
     def flush(self) -> None:
         """Send what the agents wrote since the last look on the host's own connection."""
-        files = self.mirror.changes()
+        files = self.mirror.changes("host")
         if files is None:
             return
         with self._host_lock:

@@ -5,7 +5,7 @@
 concerned (:mod:`fedmst.hosts.agent`). The coordinator holds no node: it serves the run's control
 and rendezvous on the hosts' network, which each host's relays carry its agents to, and gets back
 what they write. Options a spanned run cannot honour yet are refused before anything is built
-(:func:`refused`).
+(:data:`fedmst.run.config.SPANNED_NOT_YET`, :func:`fedmst.run.prepare.resolve`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import networkx as nx
 
 from fedmst.core.plan import LinkDir
 from fedmst.core.topology import link_name
-from fedmst.errors import EmulationError
+from fedmst.core.wire import DEFAULT_MTU
+from fedmst.errors import EmulationError, FedmstError
 from fedmst.hosts.agent import start_host_agents
 from fedmst.hosts.clock import ClockOffset, measure
 from fedmst.hosts.store import StoreServer
@@ -47,12 +48,13 @@ class SpannedEmulation:
         self._run, self._options = run, dict(options)
         self.folders = [f.resolve() for f in folders]
         self._folders = [str(f) for f in self.folders]
-        self.tcp = RunTcp(None, graph, int(options.get("mtu", 1500)))
+        self.tcp = RunTcp(None, graph, int(options.get("mtu", DEFAULT_MTU)))
+        """What a one-host run's TCP counts (ECN marks, MLTCP's maps): nothing here, those do not span yet."""
         self.delay_stats: dict[str, dict[str, object]] = {}
         self.overhead: dict[str, int] = {}
+        """The bytes each tunnel end's encapsulation added on the hosts' network, read as the run closed."""
         self.tunnelled: dict[str, int] = {}
         """The bytes each direction of a link across hosts carried (Ethernet frames, as the run closed)."""
-        """The bytes each tunnel end's encapsulation added on the hosts' network, read as the run closed."""
         self.offsets: dict[str, ClockOffset] = {}
         """Each host's clock against this process's (:mod:`fedmst.hosts.clock`)."""
         self.address = underlay(next(iter(hosts))).local_ip
@@ -68,6 +70,10 @@ class SpannedEmulation:
     @property
     def run_id(self) -> str:
         return self._run.id
+
+    def crosses(self, u: str, v: str) -> bool:
+        """Whether link u-v runs between two hosts (a tunnel)."""
+        return self.placement[u] != self.placement[v]
 
     def holder(self, node: str) -> Any:
         """The host agent of the host ``node`` runs on."""
@@ -120,21 +126,26 @@ class SpannedEmulation:
         try:
             self.overhead = self.meters.tunnel_overhead()
             counted = self.meters.counters()
-            self.tunnelled = {f"{u}->{v}": n for (u, v), n in counted.items()
-                              if self.placement[u] != self.placement[v]}
+            self.tunnelled = {f"{u}->{v}": n for (u, v), n in counted.items() if self.crosses(u, v)}
         except (EmulationError, ray.exceptions.RayError):
             pass  # a host lost, or nothing built: no overhead to read
-        for host, agent in self._agents.items():
-            try:
-                self.sync(host)
-                self.delay_stats.update(ray.get(agent.close.remote()))
-                ray.kill(agent)
-            except (EmulationError, ray.exceptions.RayError):
-                pass  # a host lost: `fedmst clean --ray` removes what it left
-        self._agents = {}
-        if self.store is not None:
-            self.store.close()
-            self.store = None
+        try:
+            for host, agent in self._agents.items():
+                try:
+                    self.sync(host)
+                except (FedmstError, OSError, ray.exceptions.RayError):
+                    pass  # what is left there stays on that host: `fedmst clean --ray` removes it
+                try:
+                    self.delay_stats.update(ray.get(agent.close.remote()))
+                except ray.exceptions.RayError:
+                    pass
+                finally:
+                    ray.kill(agent)
+        finally:
+            self._agents = {}
+            if self.store is not None:
+                self.store.close()
+                self.store = None
 
     def sync(self, host: str) -> None:
         """Bring back now what ``host``'s agents wrote that this host has not got (a dead agent's log,
@@ -145,7 +156,7 @@ class SpannedEmulation:
     def emulated(self) -> dict[str, object]:
         """summary.json's ``emulated``: the first host's terms (every host's are the same), each host's
         nodes and clock offset, and the tunnels' overhead on the hosts' network."""
-        cut = sorted(link_name(u, v) for u, v in self.graph.edges if self.placement[u] != self.placement[v])
+        cut = sorted(link_name(u, v) for u, v in self.graph.edges if self.crosses(u, v))
         return {**self._emulated, "hosts": {h: sorted(n for n, p in self.placement.items() if p == h)
                                             for h in self.hosts},
                 "clock_offsets": {h: {"offset_s": o.offset_s, "error_s": o.error_s} for h, o in self.offsets.items()},

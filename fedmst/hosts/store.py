@@ -36,6 +36,7 @@ class StoreServer:
             self._listeners.append(_listen(socket.AF_INET, tcp))
         self.port = self._listeners[-1].getsockname()[1] if tcp is not None else None
         self._closed = False
+        self._conns: set[socket.socket] = set()
         threading.Thread(target=self._accept, name="store", daemon=True).start()
 
     def _accept(self) -> None:
@@ -49,6 +50,7 @@ class StoreServer:
                 return
 
     def _serve(self, conn: socket.socket) -> None:
+        self._conns.add(conn)
         with conn, conn.makefile("rwb") as stream:
             for line in stream:
                 try:
@@ -78,7 +80,8 @@ class StoreServer:
                     self._changed.notify_all()
                 return {"value": base64.b64encode(now if now is not None else expected).decode()}
             if op in ("get", "wait"):
-                if not self._changed.wait_for(lambda: all(k in self._keys for k in keys), timeout=req["timeout_s"]):
+                if not self._changed.wait_for(lambda: self._closed or all(k in self._keys for k in keys),
+                                              timeout=req["timeout_s"]) or self._closed:
                     return {"error": f"timed out after {req['timeout_s']:.0f} s waiting for {', '.join(keys)}"}
                 return {"value": base64.b64encode(self._keys[keys[0]]).decode()} if op == "get" else {}
             if op == "check":
@@ -90,9 +93,16 @@ class StoreServer:
         return {"error": f"unknown operation {op!r}"}
 
     def close(self) -> None:
-        self._closed = True
-        for listener in self._listeners:
-            listener.close()
+        """Stop listening and end every connection (a waiting request then fails in its agent)."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+        for sock in [*self._listeners, *self._conns]:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
         self.path.unlink(missing_ok=True)
 
 

@@ -265,14 +265,15 @@ class Emulation:
             shell.prepare()
             shell.cmd(self.tcp.buffer_command())
         names = [self._state.host_name(i) for i in range(len(self.nodes))]
-        for link in plan_links(self.graph, self.nodes, names, self.shaping, self.changing, self.tunnels.local):
+        planned = plan_links(self.graph, self.nodes, names, self.shaping, self.changing, self.tunnels.local)
+        for link in planned:
             self._hops[(link.u, link.v)] = self._hops[(link.v, link.u)] = link
             if link.here:
                 self._links.append(link)
                 for node in link.here:
                     self._ports[node].append(link.ends[node].intf)
         pids = {node: shell.pid for node, shell in self._shells.items()}
-        coordinator_batch(["ip", "-batch", "-"], self.tunnels.commands(self._links, pids, self._state.id),
+        coordinator_batch(["ip", "-batch", "-"], self.tunnels.commands(self._links, pids, self._state.id, planned),
                           "making the links")
         for node, shell in self._shells.items():
             if self._ports[node]:

@@ -151,12 +151,15 @@ class Tunnels:
     def local(self, node: str) -> bool:
         return self.share is None or self.share.local(node)
 
-    def commands(self, links: Sequence[EmulatedLink], pids: Mapping[str, int], run_id: str) -> list[str]:
+    def commands(self, links: Sequence[EmulatedLink], pids: Mapping[str, int], run_id: str,
+                 every: Sequence[EmulatedLink]) -> list[str]:
         """The ``ip -batch`` lines making ``links`` (those with an end here): a veth pair straight
         into the two namespaces, or this host's tunnel end; refuses an MTU the hosts' network cannot
-        carry before anything is made."""
+        carry before anything is made. VNIs are handed out over the cut links of ``every`` link of
+        the run, which every host sees alike, so both ends of a link get the same one."""
         crossing = [link for link in links if link.crosses_hosts]
-        ids = vnis(run_id, [(link.u, link.v) for link in crossing])
+        ids = vnis(run_id, [(link.u, link.v) for link in every if self.share is not None
+                            and self.share.cut(link.u, link.v)])
         unders: dict[str, Underlay] = {}
         lines = [link.veth_command(pids) for link in links if not link.crosses_hosts]
         for link in crossing:

@@ -235,7 +235,7 @@ def spanned(resolved: ResolvedRun, backend: WorkerBackend, state: RunState, out:
     from fedmst.hosts.spanned import SpannedEmulation
 
     config, scale = resolved.config, resolved.scale
-    hosts = dict(list(cluster_hosts().items())[:config.hosts])  # joined and counted by prepare.resolve
+    hosts = dict(list(cluster_hosts(others=True).items())[:config.hosts])  # joined and counted by prepare.resolve
     cores = {n["NodeManagerAddress"]: max(1, int(n["Resources"].get("CPU", 1))) for n in ray.nodes()
              if n["Alive"] and n["NodeManagerAddress"] in hosts}
     plans = resolved.workload.plans

@@ -143,10 +143,10 @@ def _check_spread(config: RunConfig, graph: nx.Graph) -> None:
     from fedmst.hosts.raycluster import cluster_hosts, connect
 
     connect(config.ray)  # type: ignore[arg-type]
-    found = cluster_hosts()
+    found = cluster_hosts(others=True)
     if len(found) < config.hosts:
         raise FedmstError(f"--hosts {config.hosts}: the Ray cluster at {config.ray} has {len(found)} host(s) "
-                          "offering an emulation slot")
+                          "other than this one offering an emulation slot")
 
 
 def _one_clock(runs: list[ResolvedRun]) -> list[ResolvedRun]:

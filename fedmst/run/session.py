@@ -314,9 +314,9 @@ class Session:
         spec_file = self._write_specs()
         token, meeting = secrets.token_hex(16), self.emu.meeting
         self.server = ControlServer(self.scratch / "control.sock", token=token, **meeting.control_terms())  # type: ignore[arg-type]
-        meeting.relay(self.server.path, self.server.port, token)
         outcome = "failed"
         try:
+            meeting.relay(self.server.path, self.server.port, token)
             self._start_agents(spec_file)
             with self._captures(), self._slot_meter():
                 self._rounds(rounds)
