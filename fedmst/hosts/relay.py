@@ -16,7 +16,7 @@ import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from fedmst.protocol import RELAYED_STORE, Files, encode
 
@@ -107,18 +107,19 @@ class Relay:
         with self._lock:
             self._closed = True
             socks, self._open = list(self._open), set()
+        end_sockets([self._listener, *socks])
+        self.path.unlink(missing_ok=True)
+
+
+def end_sockets(socks: Iterable[socket.socket]) -> None:
+    """Shut each socket down, then close it: shutting down wakes a thread blocked in its accept() or
+    recv(), which close() alone does not."""
+    for sock in socks:
         try:
-            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the thread in accept(), which close() alone does not
+            sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        self._listener.close()
-        for sock in socks:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            sock.close()
-        self.path.unlink(missing_ok=True)
+        sock.close()
 
 
 

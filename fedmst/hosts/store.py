@@ -20,6 +20,8 @@ from typing import Any
 
 import torch.distributed as dist
 
+from fedmst.hosts.relay import end_sockets
+
 DEFAULT_TIMEOUT = timedelta(minutes=5)
 
 
@@ -97,12 +99,7 @@ class StoreServer:
         with self._changed:
             self._closed = True
             self._changed.notify_all()
-        for sock in [*self._listeners, *self._conns]:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            sock.close()
+        end_sockets([*self._listeners, *self._conns])
         self.path.unlink(missing_ok=True)
 
 
