@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from fedmst.core.wire import FRAME_OVERHEAD
 from fedmst.run.results import read_csv
 
 from conftest import fedmst_cli
@@ -56,7 +57,10 @@ def test_background_bytes_leave_a_small_models_weights_exact(clean_host: None, t
     """20 Mbit/s of UDP beside a 17 KB model: the background's bytes and every byte are counted in
     one snapshot at each link's receiver, so no field of links.csv goes negative and every loaded
     direction's weights are within 1% of the plan (read at two hosts a moment apart, a->b once
-    read 8.7 KB below its weights)."""
+    read 8.7 KB below its weights). The data direction also carries a connection's header-only
+    frames (handshake, FIN's ACK), whose count differs by one between runs: 66 B, 0.33% of this
+    model (a CI run read 1.13% where 0.80% is usual), so one such frame more is allowed; a leak
+    of the background would be thousands of bytes."""
     out = tmp_path / "run"
     fedmst("run", "--topology", "line3", "--traffic", "a-c:20mbit:udp", "--model", "mlp", "--rounds", "2",
            "--epochs", "1", "--out", str(out))
@@ -65,7 +69,8 @@ def test_background_bytes_leave_a_small_models_weights_exact(clean_host: None, t
                "background_bytes")
     assert all(int(row[f]) >= 0 for row in rows for f in numeric), rows
     loaded = [row for row in rows if int(row["predicted_bytes"])]
-    assert loaded and all(abs(float(row["error_pct"])) <= 1.0 for row in loaded), loaded
+    assert loaded and all(abs(int(row["measured_weight_bytes"]) - int(row["predicted_bytes"]))
+                          <= 0.01 * int(row["predicted_bytes"]) + FRAME_OVERHEAD for row in loaded), loaded
     assert sum(int(row["background_bytes"]) for row in rows) > 2 * sum(int(row["predicted_bytes"]) for row in loaded)
 
 
