@@ -103,8 +103,8 @@ RUN_OPTIONS = ("topology", "local_models", "tasks", "ocs_wavelengths", "ots_wave
                "link_trace", "traffic_file")
 """The run options of ``run`` and ``compare``, in the order ``--help`` lists them."""
 WORKER_OPTIONS = ("workers", "image", "cpus", "memory")
-HOST_OPTIONS = ("ray", "hosts")
-"""Where ``run`` and ``compare`` spread one emulation over several hosts (``sweep --ray`` spreads its points)."""
+HOST_OPTIONS = ("ray", "hosts", "pin")
+"""Where ``run``, ``compare`` and ``cluster --mode emulate`` spread one emulation over several hosts."""
 COMPARED = "spff,mst"
 """The schedulers ``compare`` and ``sweep`` run unless told otherwise: the baseline first."""
 
@@ -576,7 +576,7 @@ CLUSTER_OPTIONS = ("topology", "slots", "jobs", "time_compress", "scheduler", "m
                    "preempt", "rounds", "model", "dataset", "epochs", "compute_s", "seed", "lr", "batch_size",
                    "optimizer", "strategy", "strategy_args", "chunk_bytes", "mtu", "delay_mode", "congestion_control",
                    "cc_args", "ecn_k", "optical", "ocs_wavelengths", "ots_wavelengths", "timeslots", "timeslot_us",
-                   "guard_us", "reconfig_ms", "time_scale")
+                   "guard_us", "reconfig_ms", "time_scale", *HOST_OPTIONS)
 """The options of ``cluster``, in the order ``--help`` lists them."""
 
 

@@ -270,6 +270,34 @@ def test_a_simulated_cluster_refuses_tcp_options(tmp_path: Path, extra: list[str
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("extra, fragments", [
+    (["--mode", "simulate", "--ray", "127.0.0.1:1"], ("--ray 127.0.0.1:1", "use --mode emulate")),
+    (["--ray", "127.0.0.1:1", "--preempt", "las"], ("--preempt: cannot span hosts yet",)),
+    (["--pin", "pins.csv"], ("--pin pins.csv", "needs --ray ADDRESS")),
+])
+def test_a_cluster_refuses_what_cannot_span_hosts(tmp_path: Path, extra: list[str], fragments: tuple[str, ...]) -> None:
+    """Before any Ray cluster is asked: the fluid model spreads nothing; a preempted job's
+    checkpoint stays on its host; a pin file without hosts."""
+    line = error_line(fedmst(tmp_path, "cluster", "--topology", "line3", "--jobs", "poisson:60,3", "--out", "out",
+                             *extra))
+    assert all(f in line for f in fragments), line
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("pins, fragments", [
+    ("a 1\n", ("pin file pins.csv, line 1: give NODE,HOST, got 'a 1'",)),
+    ("zz,10.0.0.1\n", ("pin file pins.csv, line 1: node 'zz' is not in topology",)),
+    ("a,10.0.0.1\na,10.0.0.2\n", ("line 2: node 'a' is pinned to 10.0.0.1 already",)),
+])
+def test_a_bad_pin_file_is_refused_before_any_host_is_asked(tmp_path: Path, pins: str,
+                                                            fragments: tuple[str, ...]) -> None:
+    (tmp_path / "pins.csv").write_text(pins)
+    line = error_line(fedmst(tmp_path, "run", "--topology", "line3", "--ray", "127.0.0.1:1", "--pin", "pins.csv",
+                             "--out", "out"))
+    assert all(f in line for f in fragments), line
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("schedulers,fragments", [
     ("spff,no-such-sched", ("'no-such-sched'", "choose one of")),
     ("spff,mst,spff", ("--schedulers", "spff given twice")),

@@ -117,7 +117,7 @@ def test_a_relayed_agent_gets_its_host_s_folders_and_clock_and_its_files_come_ba
     folder and its start time moved by the host's clock offset. What the agent writes there comes
     back into the coordinator's folder before its reply does, and, while a phase runs, without one
     (the host's own connection), in time for the coordinator's checks."""
-    from fedmst.hosts.relay import ControlRelay, HostPaths
+    from fedmst.hosts.relay import ControlRelay, HostPaths, Mirror
     from fedmst.protocol import Done, RunRounds, Train
     from fedmst.workers.control import ControlServer, connect
 
@@ -126,9 +126,9 @@ def test_a_relayed_agent_gets_its_host_s_folders_and_clock_and_its_files_come_ba
     here.mkdir()
     server = ControlServer(tmp_path / "control.sock", token="t", tcp=("127.0.0.1", 0), mirrored=[coordinator])
     assert server.port
-    relay = ControlRelay(tmp_path / "relay.sock", ("127.0.0.1", server.port),
-                         HostPaths({str(coordinator): str(here)}, offset_s=1.5), host="h1", token="t", live=str(here),
-                         every_s=0.1)
+    paths = HostPaths({str(coordinator): str(here)}, offset_s=1.5)
+    relay = ControlRelay(tmp_path / "relay.sock", ("127.0.0.1", server.port), paths, Mirror(paths, str(here)),
+                         host="h1", token="t", every_s=0.1)
     try:
         agent = connect(str(relay.path), node="b", token="t")
         server.accept(["b"], timeout_s=5, check=lambda: None)

@@ -57,12 +57,13 @@ class Placement:
     cut_bytes: float
     load_s: Mapping[str, float]
 
-    def describe(self) -> str:
-        """One line for the console: the cut and each host's load."""
+    def describe(self, per: str = "a round") -> str:
+        """One line for the console: the cut and each host's load, ``per`` what the plans placed by add
+        up to (a run's round; a cluster's trace)."""
         links = ", ".join(link_name(u, v) for u, v in self.cut) or "none"
         load = ", ".join(f"{h} {s:.3g} s" for h, s in self.load_s.items())
-        return (f"{len(self.cut)} link(s) cross hosts ({links}): {self.cut_bytes / 1e6:.3g} MB a round; "
-                f"predicted CPU a round: {load}")
+        return (f"{len(self.cut)} link(s) cross hosts ({links}): {self.cut_bytes / 1e6:.3g} MB {per}; "
+                f"predicted CPU {per}: {load}")
 
 
 def link_bytes(graph: nx.Graph, plans: Sequence[Plan], mtu: int = DEFAULT_MTU) -> dict[Link, float]:
@@ -162,6 +163,36 @@ def overloaded(placement: Placement, graph: nx.Graph, throughput_mbps: Mapping[t
     return None
 
 
+def parse_pins(text: str, graph: nx.Graph, where: str) -> dict[str, str]:
+    """A pin file's nodes and the hosts they go on: a ``NODE,HOST`` line each (``#`` starts a
+    comment; blank lines and a ``node,host`` header are skipped). ``where`` names the file in errors.
+
+    >>> import networkx as nx
+    >>> parse_pins("node,host\\na,10.0.0.1  # a's data lives there\\n\\nb, 10.0.0.2\\n", nx.path_graph("ab"), "p.csv")
+    {'a': '10.0.0.1', 'b': '10.0.0.2'}
+    >>> parse_pins("a 10.0.0.1\\n", nx.path_graph("ab"), "p.csv")
+    Traceback (most recent call last):
+    ...
+    fedmst.errors.FedmstError: pin file p.csv, line 1: give NODE,HOST, got 'a 10.0.0.1'
+    """
+    pins: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.partition("#")[0].strip()
+        if not line or (number == 1 and line.replace(" ", "").lower() == "node,host"):
+            continue
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) != 2 or not all(fields):
+            raise FedmstError(f"pin file {where}, line {number}: give NODE,HOST, got {line!r}")
+        node, host = fields
+        if node not in graph:
+            raise FedmstError(f"pin file {where}, line {number}: node {node!r} is not in topology "
+                              f"{graph.graph.get('name', '?')!r}")
+        if pins.get(node, host) != host:
+            raise FedmstError(f"pin file {where}, line {number}: node {node!r} is pinned to {pins[node]} already")
+        pins[node] = host
+    return pins
+
+
 def _check(graph: nx.Graph, cores: Mapping[str, int], pinned: Mapping[str, str]) -> None:
     if not cores or any(not isinstance(c, int) or c < 1 for c in cores.values()):
         raise FedmstError(f"hosts to place on need one core or more each, got {dict(cores)}")
@@ -177,4 +208,5 @@ def _ends(u: str, v: str) -> Link:
     return (a, b)
 
 
-__all__ = ["Placement", "evaluate", "link_bytes", "node_load_s", "overloaded", "place", "random_balanced"]
+__all__ = ["Placement", "evaluate", "link_bytes", "node_load_s", "overloaded", "parse_pins", "place",
+           "random_balanced"]

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 import networkx as nx
 
-from fedmst.hosts.relay import ControlRelay, HostPaths, Relay
+from fedmst.hosts.relay import ControlRelay, HostPaths, Mirror, Relay
 from fedmst.net.cleanup import RunState
 from fedmst.net.emulation import Emulation
 from fedmst.net.processes import Process
@@ -40,7 +40,10 @@ class HostAgent:
         self._run = RunState(run_id)
         self._emulation: Emulation | None = None
         self._paths = HostPaths({})
-        self._relays: list[Relay | ControlRelay] = []
+        self._mirror: Mirror | None = None
+        self._store: Relay | None = None
+        self._controls: dict[str, ControlRelay] = {}
+        """Each session's control relay, by the coordinator's control socket."""
         self._procs: dict[int, Process] = {}
 
     def folders(self, coordinator: Sequence[str], offset_s: float) -> dict[str, str]:
@@ -51,23 +54,34 @@ class HostAgent:
         for folder in mine.values():
             Path(folder).mkdir()
         self._paths = HostPaths(mine, offset_s)
+        self._mirror = Mirror(self._paths, next(iter(mine.values())))
         return mine
 
-    def relay(self, store: str, store_target: tuple[str, int], control: str, control_target: tuple[str, int],
-              token: str) -> None:
-        """Carry this host's agents to the coordinator: the rendezvous store's Unix socket ``store`` and the
-        control socket ``control`` (coordinator paths, here in this host's folders) to their TCP targets."""
-        self._relays.append(Relay(Path(self._paths.to_host(store)), store_target))
-        self._relays.append(ControlRelay(Path(self._paths.to_host(control)), control_target, self._paths,
-                                         host=self.host, token=token, live=next(iter(self._paths.folders.values()))))
+    def relay_store(self, store: str, target: tuple[str, int]) -> None:
+        """Carry this host's agents' connections to the run's rendezvous store (the coordinator's Unix
+        socket ``store``, here in this host's folders) to its TCP ``target``: one relay for the run."""
+        self._store = Relay(Path(self._paths.to_host(store)), target)
+
+    def relay(self, control: str, target: tuple[str, int], token: str) -> None:
+        """Carry one session's agents to its control server: the coordinator's socket ``control``, here in
+        this host's folders, to its TCP ``target``."""
+        here = Path(self._paths.to_host(control))
+        here.parent.mkdir(parents=True, exist_ok=True)
+        assert self._mirror is not None, "folders first"
+        self._controls[control] = ControlRelay(here, target, self._paths, self._mirror, host=self.host, token=token)
+
+    def unrelay(self, control: str) -> None:
+        """Stop carrying the session whose control socket is ``control`` (its server closed)."""
+        relay = self._controls.pop(control, None)
+        if relay is not None:
+            relay.close()
 
     def put(self, path: str, text: str) -> None:
         """Write a file of the coordinator's (an agent's spec, an abort mark) here, its paths made this host's."""
         here = Path(self._paths.to_host(path))
         here.parent.mkdir(parents=True, exist_ok=True)
-        for relay in self._relays:
-            if isinstance(relay, ControlRelay):
-                relay.mirror.ignored.add(str(here))
+        if self._mirror is not None:
+            self._mirror.ignored.add(str(here))
         draft = here.with_name(f".{here.name}.tmp")  # whole or not at all: an agent may be reading the last one
         draft.write_text(json.dumps(self._paths.to_host(json.loads(text))) if path.endswith(".json") else text)
         draft.replace(here)
@@ -84,6 +98,9 @@ class HostAgent:
     def poll(self, pid: int) -> int | None:
         return self._procs[pid].poll()
 
+    def wait(self, pid: int, timeout: float | None) -> int:
+        return self._procs[pid].wait(timeout)
+
     def signal(self, pid: int, signum: int) -> None:
         self._procs[pid].send_signal(signum)
 
@@ -92,8 +109,7 @@ class HostAgent:
         dead agent's log, the run's saved models), :data:`FILES_PER_CALL` bytes at most: a reply that
         small travels in Ray's reply itself (a larger one goes through the object stores, which hung
         between a coordinator outside the cluster and a node on another host)."""
-        relays = [r for r in self._relays if isinstance(r, ControlRelay)]
-        return relays[0].mirror.changes("end", everywhere=True, limit=FILES_PER_CALL) if relays else None
+        return self._mirror.changes("end", everywhere=True, limit=FILES_PER_CALL) if self._mirror else None
 
     def check(self) -> None:
         self.emulation.check()
@@ -136,10 +152,11 @@ class HostAgent:
         counted (:attr:`Emulation.delay_stats`). Safe to call twice."""
         stats: dict[str, dict[str, object]] = {}
         try:
-            for relay in self._relays:
+            for relay in [*self._controls.values(), *([self._store] if self._store else [])]:
                 relay.close()
         finally:
-            self._relays.clear()
+            self._controls.clear()
+            self._store = None
             try:
                 if self._emulation is not None:
                     self._emulation.close()

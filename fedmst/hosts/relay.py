@@ -185,6 +185,16 @@ class Mirror:
         self.ignored: set[str] = set()
         """Files the coordinator wrote here (an agent's spec, an abort mark): it has them."""
 
+    def begin(self, reader: str) -> None:
+        """Start ``reader`` from what the live folder holds now: a session's relay carries what its own
+        agents write, not what the run's earlier sessions' agents wrote (their relays carried that)."""
+        with self._lock:
+            self._sent[reader] = dict(_files(self.live))
+
+    def end(self, reader: str) -> None:
+        with self._lock:
+            self._sent.pop(reader, None)
+
     def changes(self, reader: str, everywhere: bool = False, limit: int = 1 << 24) -> Files | None:
         """The bytes added since ``reader``'s last call to every file of the live folder (``everywhere``:
         of every folder), at most about ``limit`` of them (the rest next time); None: nothing new."""
@@ -233,14 +243,18 @@ class ControlRelay:
     """The control channel's relay on a host other than the coordinator's: every agent connection
     made to Unix socket ``path`` is carried to the coordinator's TCP ``target`` line by line, each
     command translated to this host (``paths``: its folders, its clock), and what the host's agents
-    wrote in the ``live`` folder (``mirror``) sent ahead of each reply, so that the coordinator reads
-    a phase's marks once it has its replies; and every ``every_s`` on the host's own connection
-    (``host``, ``token``) while the phases run, for the coordinator's stall watch."""
+    wrote in the live folder since the relay began (``mirror``, the host's one) sent ahead of each
+    reply, so that the coordinator reads a phase's marks once it has its replies; and every
+    ``every_s`` on the host's own connection (``host``, ``token``) while the phases run, for the
+    coordinator's stall watch. A run has one per session of agents (a cluster's jobs one each)."""
 
-    def __init__(self, path: Path, target: tuple[str, int], paths: HostPaths, *, host: str, token: str,
-                 live: str, every_s: float = 0.2) -> None:
+    def __init__(self, path: Path, target: tuple[str, int], paths: HostPaths, mirror: Mirror, *, host: str,
+                 token: str, every_s: float = 0.2) -> None:
         self.path, self.target, self.paths = path, target, paths
-        self.mirror = Mirror(paths, live)
+        self.mirror = mirror
+        self._readers = {way: f"{way} {path}" for way in ("replies", "host")}
+        for reader in self._readers.values():
+            mirror.begin(reader)
         self._host = socket.create_connection(target, timeout=10)
         self._host.settimeout(None)  # a coordinator between commands reads it later: wait, cut no line
         self._host.sendall(json.dumps({"host": host, "token": token}).encode() + b"\n")
@@ -259,7 +273,8 @@ class ControlRelay:
                     Path(moved[key]).mkdir(parents=True, exist_ok=True)
             send(json.dumps(moved).encode() + b"\n")
             return
-        files = None if "hello" in obj else self.mirror.changes("replies")  # an agent says who it is first
+        # an agent says who it is first
+        files = None if "hello" in obj else self.mirror.changes(self._readers["replies"])
         if files is not None:
             send(json.dumps(encode(files)).encode() + b"\n")
         send(line)
@@ -270,7 +285,7 @@ class ControlRelay:
 
     def flush(self) -> None:
         """Send what the agents wrote since the last look on the host's own connection."""
-        files = self.mirror.changes("host")
+        files = self.mirror.changes(self._readers["host"])
         if files is None:
             return
         with self._host_lock:
@@ -284,3 +299,5 @@ class ControlRelay:
         self._relay.close()
         with self._host_lock:
             self._host.close()
+        for reader in self._readers.values():
+            self.mirror.end(reader)

@@ -110,6 +110,7 @@ class SpannedEmulation:
             self.ask({h: a.build.remote(self.graph, HostShare(h, self.placement, addresses), self._options)
                       for h, a in self._agents.items()})
             self.store = StoreServer(Path(self._folders[0]) / "store.sock", tcp=(self.address, 0))
+            self.each("relay_store", str(self.store.path), (self.address, self.store.port))
             self._emulated = next(iter(self.each("emulated").values()))
         except BaseException:
             self.close()
@@ -154,11 +155,14 @@ class SpannedEmulation:
             write_files(files, self.folders)
 
     def emulated(self) -> dict[str, object]:
-        """summary.json's ``emulated``: the first host's terms (every host's are the same), each host's
-        nodes and clock offset, and the tunnels' overhead on the hosts' network."""
+        """summary.json's ``emulated``: the first host's terms (every host's are the same) and the spread's."""
+        return {**self._emulated, **self.spread()}
+
+    def spread(self) -> dict[str, object]:
+        """Each host's nodes and clock offset, the links across hosts, the placement's prediction and
+        the tunnels' bytes and overhead on the hosts' network."""
         cut = sorted(link_name(u, v) for u, v in self.graph.edges if self.crosses(u, v))
-        return {**self._emulated, "hosts": {h: sorted(n for n, p in self.placement.items() if p == h)
-                                            for h in self.hosts},
+        return {"hosts": {h: sorted(n for n, p in self.placement.items() if p == h) for h in self.hosts},
                 "clock_offsets": {h: {"offset_s": o.offset_s, "error_s": o.error_s} for h, o in self.offsets.items()},
                 "links_across_hosts": cut, "placement": self.predicted, "tunnel_bytes": sum(self.tunnelled.values()),
                 "tunnel_overhead_bytes": sum(self.overhead.values()),
@@ -218,9 +222,14 @@ class SpannedMeeting:
         return {"tcp": (self._emu.address, 0), "mirrored": self._emu.folders}
 
     def relay(self, control: Path, port: int | None, token: str) -> None:
-        emu, store = self._emu, self._emu.store
-        assert store is not None and store.port is not None and port is not None
-        emu.each("relay", str(store.path), (emu.address, store.port), str(control), (emu.address, port), token)
+        assert port is not None
+        self._emu.each("relay", str(control), (self._emu.address, port), token)
+
+    def unrelay(self, control: Path) -> None:
+        try:
+            self._emu.each("unrelay", str(control))
+        except EmulationError:
+            pass  # a host lost: what it relayed went with it, and the run says so in its own line
 
     def spread(self, path: Path) -> None:
         self._emu.each("put", str(path), path.read_text())
@@ -254,7 +263,9 @@ class RemoteProcess:
         self.send_signal(signal.SIGKILL)
 
     def wait(self, timeout: float | None = None) -> int:
-        raise EmulationError("waiting on a process of another host is not supported")
+        if self.returncode is None:
+            self.returncode = int(self._call("wait", self.pid, timeout))
+        return self.returncode
 
 
 class SpannedMeters:

@@ -22,6 +22,9 @@ class Meeting(Protocol):
     def relay(self, control: Path, port: int | None, token: str) -> None:
         """Make the control server at ``control`` (and TCP ``port``) reachable to every agent."""
 
+    def unrelay(self, control: Path) -> None:
+        """Stop carrying agents to the control server at ``control`` (its session is over)."""
+
     def spread(self, path: Path) -> None:
         """Hand a file the coordinator wrote in the run's folders (an abort mark) to every agent."""
 
@@ -39,6 +42,9 @@ class LocalMeeting:
 
     def relay(self, control: Path, port: int | None, token: str) -> None:
         """Nothing to carry: the agents reach the Unix socket itself."""
+
+    def unrelay(self, control: Path) -> None:
+        """Nothing was carried."""
 
     def spread(self, path: Path) -> None:
         """Nothing to hand on: the agents read the file where it was written."""

@@ -32,6 +32,7 @@ from fedmst.core.contention import Profile, profile_of
 from fedmst.core.optical.circuits import fibres, planned_view
 from fedmst.core.optical.held import Wavelengths
 from fedmst.core.optical.policies import get_policy
+from fedmst.core.optical.wavelengths import Lightpath
 from fedmst.core.plan import TRANSFER_PHASES, Plan, loaded_phase_seconds
 from fedmst.core.schedulers import get_scheduler
 from fedmst.core.topology import load_topology
@@ -116,7 +117,7 @@ def resolve(config: RunConfig) -> ResolvedCluster:
 def _emulated(resolved: ResolvedCluster) -> ResolvedCluster:
     """``resolved`` with the cluster as one run to emulate: the host checked, every node with a
     slot a worker node, and the time scale ``auto`` picks for a full cluster (:func:`_full`)."""
-    from fedmst.run.prepare import check_host, pick_time_scale, training_scale
+    from fedmst.run.prepare import check_host, check_spread, pick_time_scale, training_scale
     from fedmst.workers.backends import backend_for, check_backend
 
     config = resolved.config
@@ -132,6 +133,8 @@ def _emulated(resolved: ResolvedCluster) -> ResolvedCluster:
         worker_nodes=tuple(n for n, k in resolved.slots.items() if k), limits={}, delay_mode=host.delay_mode,
         netem_available=host.netem_available, transport=host.transport, time_scale=scale, scale_reason=reason)
     backend_for(config.workers, config.image).check()
+    if config.ray is not None:
+        base = replace(base, pins=check_spread(config, resolved.graph))
     return replace(resolved, with_delay=host.delay_mode != "off", base=base, scale_reason=reason)
 
 
@@ -296,18 +299,18 @@ def run(resolved: ResolvedCluster, output: folders.OutputFolder, report: Report,
     ``progress`` is told where the loop stands after every event, with the host's seconds so far."""
     config, out = resolved.config, output.path
     began = time.monotonic()
-    transport: dict[str, Any] = {}  # the emulation's TCP terms, once it has them
+    network: dict[str, dict[str, Any]] = {}  # what the emulation says as it closes: its TCP's terms, its hosts
     cluster = _cluster(resolved)
     optical = cluster.wavelengths.summary if cluster.wavelengths is not None else dict
     with claimed(output, "cluster",
-                 lambda status: _summarise(resolved, out, status, time.monotonic() - began, transport, optical())):
+                 lambda status: _summarise(resolved, out, status, time.monotonic() - began, network, optical())):
         write_json(out / "config.json", asdict(config))
         left_out = resolved.trace.left_out()  # public traces' jobs without a GPU or a run time
         if left_out is not None:
             report(left_out)
         files = _Files(out)
         try:
-            with _runner(resolved, out, report, transport) as runner:
+            with _runner(resolved, out, report, network) as runner:
                 def ended(life: Ended) -> None:
                     files.ended(life)
                     if life.status not in ("finished", "interrupted"):  # the command says it was interrupted
@@ -324,14 +327,14 @@ def run(resolved: ResolvedCluster, output: folders.OutputFolder, report: Report,
 
 
 @contextmanager
-def _runner(resolved: ResolvedCluster, out: Path, report: Report, transport: dict[str, Any]) -> Iterator[Runner]:
+def _runner(resolved: ResolvedCluster, out: Path, report: Report,
+            network: dict[str, dict[str, Any]]) -> Iterator[Runner]:
     """The back end of ``--mode``: the fluid model, or the emulated network (built here, torn down
-    whatever ends the block, its TCP's terms then put in ``transport``)."""
+    whatever ends the block, its TCP's terms then put in ``network["transport"]``, and with
+    ``--ray`` where it ran in ``network["hosts"]``)."""
     config = resolved.config
     if resolved.base is None:
-        yield SimulatedRunner(resolved.graph, train_s=lambda job: job.compute_s or 0.0,
-                              chunk_bytes=config.chunk_bytes, with_delay=resolved.with_delay, mtu=config.mtu,
-                              reconfig_s=config.reconfig_ms / 1e3)
+        yield _simulated(resolved)
         return
     from fedmst.net.cleanup import RunState
     from fedmst.net.emulation import Emulation
@@ -344,23 +347,56 @@ def _runner(resolved: ResolvedCluster, out: Path, report: Report, transport: dic
     backend = backend_for(config.workers, config.image, {})
     emu: Emulation | None = None
     try:
-        emu, _ = emulation(base, backend, state, out, report)
+        traffic = (_trace_plans(resolved), "over the trace as the simulator runs it") if config.ray else None
+        emu, _ = emulation(base, backend, state, out, report, placed_by=traffic)
         with emu:
             report(f"run {state.id}'s links: htb bandwidth; {emu.emulated()['note']}; TCP congestion control "
                    f"{config.congestion_control}"
-                   + (f"; {base.scale.describe(base.graph)} (auto: {resolved.scale_reason})" if base.scale.slowed
-                      else ""))
+                   + (f"; {base.scale.describe(base.graph)}" if base.scale.slowed else "")
+                   + (f" (auto: {resolved.scale_reason})" if base.scale.slowed and resolved.scale_reason else ""))
             runner = EmulatedRunner(base, emu, backend, out, state.scratch, resolved.seeds)
             with runner.measuring():
                 yield runner
     finally:
         if emu is not None:
             write_transport(out, emu.tcp, base.graph)
-            transport.update(emu.tcp.terms())
+            network["transport"] = emu.tcp.terms()
+            if config.ray is not None:
+                network["hosts"] = emu.spread()  # type: ignore[attr-defined]
         try:
             backend.down()
         finally:
             state.remove()
+
+
+def _simulated(resolved: ResolvedCluster, kind: type[SimulatedRunner] = SimulatedRunner) -> SimulatedRunner:
+    config = resolved.config
+    return kind(resolved.graph, train_s=lambda job: job.compute_s or 0.0, chunk_bytes=config.chunk_bytes,
+                with_delay=resolved.with_delay, mtu=config.mtu, reconfig_s=config.reconfig_ms / 1e3)
+
+
+class _Recording(SimulatedRunner):
+    """The fluid model, keeping every job's plan once per round it starts with."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.rounds_run: list[Plan] = []
+
+    def start(self, job: Job, plan: Plan, first_round: int = 1, start_at_s: float | None = None,
+              circuits: tuple[Lightpath, ...] = ()) -> None:
+        self.rounds_run += [plan] * ((job.rounds or 1) - first_round + 1)
+        super().start(job, plan, first_round, start_at_s, circuits)
+
+
+def _trace_plans(resolved: ResolvedCluster) -> tuple[Plan, ...]:
+    """Every job's plan, once per round, as the fluid model runs the trace: what a cluster spread
+    over hosts is placed by (the nodes a job gets depend on the jobs before it, which the trace's
+    first full cluster alone does not say). The emulation may place a job elsewhere where its
+    timings differ; the tunnels' measured bytes say how far."""
+    runner = _simulated(resolved, _Recording)
+    assert isinstance(runner, _Recording)
+    run_cluster(resolved.jobs, _cluster(resolved), runner, _planner(resolved))
+    return tuple(runner.rounds_run)
 
 
 Policies = tuple[str, str, str]
@@ -441,7 +477,7 @@ def compare(resolved: ResolvedCluster, policies: Sequence[Policies], output: fol
 
 
 def _summarise(resolved: ResolvedCluster, out: Path, status: str, wall_s: float,
-               transport: Mapping[str, Any], optical: Mapping[str, Any]) -> None:
+               network: Mapping[str, Mapping[str, Any]], optical: Mapping[str, Any]) -> None:
     """summary.json from the folder's tables (what they hold is what the command got to)."""
     config = resolved.config
     rows = read_jobs_csv(out) if (out / JOBS).exists() else []
@@ -456,7 +492,8 @@ def _summarise(resolved: ResolvedCluster, out: Path, status: str, wall_s: float,
         jobs_rejected=sum(r.status == "rejected" for r in rows),
         jobs_failed=sum(r.status == "failed" for r in rows),
         jobs_interrupted=sum(r.status == "interrupted" for r in rows), **figures(rows, held, total),  # type: ignore[arg-type]
-        time_scale=resolved.time_scale, wall_s=wall_s, skipped=resolved.trace.skipped, transport=dict(transport),
+        time_scale=resolved.time_scale, wall_s=wall_s, skipped=resolved.trace.skipped,
+        transport=dict(network.get("transport", {})), hosts=dict(network.get("hosts", {})),
         optical=dict(optical)).write(out)
 
 

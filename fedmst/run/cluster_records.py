@@ -194,6 +194,10 @@ class ClusterSummary:
     """What carried the weights, as a run's summary.json ``emulated`` says it: the TCP congestion
     control asked and loaded, its knobs, the ECN marking threshold and the packets marked (empty on
     the fluid model of ``--mode simulate``, which runs no TCP)."""
+    hosts: dict[str, Any] = field(default_factory=dict)
+    """With ``--ray``, where the emulation ran, as a run's summary.json ``emulated`` says it: each
+    host's nodes and clock offset, the links across hosts, the placement's prediction, the tunnels'
+    bytes and overhead (:meth:`fedmst.hosts.spanned.SpannedEmulation.spread`); empty on one host."""
     optical: dict[str, Any] = field(default_factory=dict)
     """On a fabric (:meth:`fedmst.core.optical.held.Wavelengths.summary`): the optical policy and its
     terms, the most wavelengths held at once on each fibre, the jobs blocked on wavelengths."""

@@ -284,6 +284,11 @@ class RunConfig:
     """One emulation on several hosts (docs/multi-host.md; :mod:`fedmst.hosts`); None: on this host."""
     hosts: int = option(2, "--hosts", metavar="N", check=(lambda v: v >= 1, "give 1 or more hosts"),
                         help="With --ray: how many of the cluster's hosts the emulation spans.")
+    pin: str | None = option(
+        None, "--pin", metavar="FILE",
+        help="With --ray: put these nodes on these hosts, whatever the placement would choose; FILE has a "
+             "NODE,HOST line each (HOST: a host's address as the run prints it; # starts a comment).")
+    """Nodes pinned to hosts (:func:`fedmst.core.placement.parse_pins`); the rest are placed."""
     fail_links: tuple[str, ...] = option(
         (), "--fail-link", metavar="A-B@ROUND[+S][-R2]",
         help="Take link A-B down at the start of ROUND (A-B@ROUND+S: S seconds into its broadcast, "
@@ -495,6 +500,9 @@ def _check_together(config: RunConfig) -> None:
                                 ("--cc-arg", config.cc_args), ("--ecn-k", config.ecn_k)) if v]
         if given:
             raise FedmstError(f"{', '.join(given)}: the fluid model of --mode simulate runs no TCP; use --mode emulate")
+        if config.ray is not None:
+            raise FedmstError(f"--ray {config.ray}: --mode simulate builds no network to spread over hosts; "
+                              "use --mode emulate")
     if config.interleave != "none" and config.clock != "independent":
         raise FedmstError(f"--interleave {config.interleave} shifts tasks on their own clocks: add --clock independent")
     _check_selection(config)
@@ -513,9 +521,11 @@ SPANNED_NOT_YET = (("--workers docker", lambda c: c.workers == "docker"), ("--pc
                    ("--link-trace", lambda c: c.link_trace), ("--fail-link", lambda c: c.fail_links),
                    ("--kill-worker", lambda c: c.kill_workers), ("--cc-arg", lambda c: c.cc_args),
                    ("--ecn-k", lambda c: c.ecn_k),
+                   ("--preempt", lambda c: c.preempt != options()["preempt"][0].default),
                    ("--congestion-control",
                     lambda c: c.congestion_control != options()["congestion_control"][0].default))
-"""The options a run spread over hosts refuses, for now: what their data planes need is on one host."""
+"""The options a run spread over hosts refuses, for now: what their data planes need is on one host
+(a preempted job's checkpoint stays on the host its G ran on)."""
 
 
 def _check_spanned(config: RunConfig) -> None:
@@ -523,6 +533,8 @@ def _check_spanned(config: RunConfig) -> None:
     if config.ray is None:
         if config.hosts != options()["hosts"][0].default:
             raise FedmstError(f"--hosts {config.hosts}: spreading an emulation over hosts needs --ray ADDRESS")
+        if config.pin is not None:
+            raise FedmstError(f"--pin {config.pin}: pinning nodes to hosts needs --ray ADDRESS")
         return
     given = [flag for flag, asked in SPANNED_NOT_YET if asked(config)]
     if given:

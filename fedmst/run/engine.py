@@ -14,10 +14,11 @@ import time
 import traceback
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import networkx as nx
 
+from fedmst.core.plan import Plan
 from fedmst.core.timescale import without_delay_lines
 from fedmst.core.topology import link_name, node_order
 from fedmst.errors import FedmstError
@@ -198,14 +199,16 @@ class _Run:
         return {"time_scale": self.resolved.time_scale, "jitter_s": self.resolved.config.jitter_ms / 1e3}
 
 
-def emulation(resolved: ResolvedRun, backend: WorkerBackend, state: RunState, out: Path,
-              report: Report) -> tuple[Emulation, dict[str, object]]:
+def emulation(resolved: ResolvedRun, backend: WorkerBackend, state: RunState, out: Path, report: Report,
+              placed_by: tuple[Sequence[Plan], str] | None = None) -> tuple[Emulation, dict[str, object]]:
     """The emulated network of ``resolved`` (to be entered with ``with``), its worker hosts up
     (``backend``), and the ``emulated`` keys its link ceiling adds to summary.json (warnings said
-    through ``report``); with ``--ray``, spread over the cluster's hosts (:func:`spanned`)."""
+    through ``report``); with ``--ray``, spread over the cluster's hosts (:func:`spanned`), placed by
+    the traffic ``placed_by`` gives (plans, and what their bytes add up to), else by one round of the
+    run's plans."""
     config = resolved.config
     if config.ray is not None:
-        return spanned(resolved, backend, state, out, report), {}
+        return spanned(resolved, backend, state, out, report, placed_by or (resolved.workload.plans, "a round")), {}
     capabilities = Capabilities(netem=resolved.netem_available)
     ceiling = _link_ceiling(resolved, capabilities, report)
     hosts = {node: state.host_name(i) for i, node in enumerate(sorted(resolved.graph.nodes, key=node_order))}
@@ -224,10 +227,11 @@ def emulation(resolved: ResolvedRun, backend: WorkerBackend, state: RunState, ou
     return emu, {**ceiling, **unlined}
 
 
-def spanned(resolved: ResolvedRun, backend: WorkerBackend, state: RunState, out: Path, report: Report) -> Any:
+def spanned(resolved: ResolvedRun, backend: WorkerBackend, state: RunState, out: Path, report: Report,
+            placed_by: tuple[Sequence[Plan], str]) -> Any:
     """``resolved``'s network on ``--hosts`` hosts of the Ray cluster at ``--ray``: placed to cut the
-    fewest predicted bytes (said beside a random balanced placement's), each host's share built by
-    its host agent (:class:`fedmst.hosts.spanned.SpannedEmulation`)."""
+    fewest bytes of ``placed_by``'s plans (said beside a random balanced placement's), each host's
+    share built by its host agent (:class:`fedmst.hosts.spanned.SpannedEmulation`)."""
     import ray
 
     from fedmst.core.placement import place, random_balanced
@@ -235,19 +239,21 @@ def spanned(resolved: ResolvedRun, backend: WorkerBackend, state: RunState, out:
     from fedmst.hosts.spanned import SpannedEmulation
 
     config, scale = resolved.config, resolved.scale
-    hosts = dict(list(cluster_hosts(others=True).items())[:config.hosts])  # joined and counted by prepare.resolve
+    found = cluster_hosts(others=True)  # joined and counted by prepare.check_spread, the pins' hosts among them
+    pinned = list(dict.fromkeys(resolved.pins.values()))
+    hosts = {h: found[h] for h in [*pinned, *(h for h in found if h not in pinned)][:config.hosts]}
     cores = {n["NodeManagerAddress"]: max(1, int(n["Resources"].get("CPU", 1))) for n in ray.nodes()
              if n["Alive"] and n["NodeManagerAddress"] in hosts}
-    plans = resolved.workload.plans
-    placed = place(resolved.graph, plans, cores, mtu=config.mtu)
+    plans, per = placed_by
+    placed = place(resolved.graph, plans, cores, pinned=resolved.pins, mtu=config.mtu)
     baseline = random_balanced(resolved.graph, plans, cores, seed=config.seed, mtu=config.mtu)
-    report(f"placed on {counted(len(hosts), 'host')}: {placed.describe()} (a random balanced placement: "
-           f"{baseline.cut_bytes / 1e6:.3g} MB a round)")
+    report(f"placed on {counted(len(hosts), 'host')}: {placed.describe(per)} (a random balanced placement: "
+           f"{baseline.cut_bytes / 1e6:.3g} MB {per})")
     graph, _ = _unlined(resolved, report)
     return SpannedEmulation(
         scale.graph(graph), hosts=hosts, placement=placed.hosts, run=state, folders=(state.scratch, out),
-        predicted={"cut_bytes_per_round": placed.cut_bytes, "random_balanced_cut_bytes_per_round": baseline.cut_bytes,
-                   "host_cpu_s_per_round": placed.load_s},
+        predicted={"per": per, "cut_bytes": placed.cut_bytes, "random_balanced_cut_bytes": baseline.cut_bytes,
+                   "host_cpu_s": placed.load_s},
         options=dict(delay_mode=resolved.delay_mode, loss=config.loss, jitter_s=scale.real_s(config.jitter_ms / 1e3),
                      mtu=config.mtu, queue=config.queue, rto_min_s=scale.rto_min_s(), transport=resolved.transport,
                      preload=backend.preload(model=config.model, dataset=config.dataset, optimizer=config.optimizer,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Mapping, Sequence
 
 import networkx as nx
@@ -66,6 +67,8 @@ class ResolvedRun:
     """Each admitted task's round as predicted alone (:mod:`fedmst.core.contention`), in plan order."""
     time_scale: float = 1.0
     """``--time-scale`` decided: the factor given, or the one ``auto`` picked for these plans."""
+    pins: Mapping[str, str] = field(default_factory=dict)
+    """With ``--ray --pin FILE``: the nodes the file puts on a host, and which (:func:`check_spread`)."""
     scale_reason: str = ""
     """Why ``auto`` picked it ('' where the factor was given)."""
 
@@ -129,24 +132,45 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
     runs = _one_clock([_plan(config, host, inputs, scheduler) for scheduler in names])
     backend_for(config.workers, config.image).check()  # last: the limits above are checked first
     if config.ray is not None:
-        _check_spread(config, runs[0].graph)
+        pins = check_spread(config, runs[0].graph)
+        runs = [replace(r, pins=pins) for r in runs]
     return runs
 
 
-def _check_spread(config: RunConfig, graph: nx.Graph) -> None:
+def check_spread(config: RunConfig, graph: nx.Graph) -> dict[str, str]:
     """What a run spread over hosts needs before anything is built: a topology it can spread (no
-    all-optical node yet), and a Ray cluster at ``--ray`` with ``--hosts`` hosts offering a slot
-    (joined here; the run builds on it)."""
+    all-optical node yet), a pin file naming its nodes and the cluster's hosts, and a Ray cluster
+    at ``--ray`` with ``--hosts`` hosts offering a slot (joined here; the run builds on it).
+    Returns the pinned nodes' hosts."""
     if optical_nodes(graph):
         raise FedmstError(f"--ray: a fabric with all-optical nodes ({config.topology}) cannot span hosts yet; "
                           "run it on one host")
     from fedmst.hosts.raycluster import cluster_hosts, connect
 
+    pins = _pins(config.pin, graph) if config.pin is not None else {}
     connect(config.ray)  # type: ignore[arg-type]
     found = cluster_hosts(others=True)
     if len(found) < config.hosts:
         raise FedmstError(f"--hosts {config.hosts}: the Ray cluster at {config.ray} has {len(found)} host(s) "
                           "other than this one offering an emulation slot")
+    for node, host in pins.items():
+        if host not in found:
+            raise FedmstError(f"pin file {config.pin}: host {host} (for node {node}) is not one of the Ray cluster's "
+                              f"hosts offering an emulation slot: {', '.join(found)}")
+    if len(set(pins.values())) > config.hosts:
+        raise FedmstError(f"pin file {config.pin}: pins nodes to {len(set(pins.values()))} hosts, more than "
+                          f"--hosts {config.hosts}")
+    return pins
+
+
+def _pins(path: str, graph: nx.Graph) -> dict[str, str]:
+    from fedmst.core.placement import parse_pins
+
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise FedmstError(f"pin file {path}: cannot read it ({exc.strerror or exc})") from None
+    return parse_pins(text, graph, path)
 
 
 def _one_clock(runs: list[ResolvedRun]) -> list[ResolvedRun]:

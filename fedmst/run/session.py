@@ -326,7 +326,10 @@ class Session:
             raise
         finally:
             self.publisher.finish(outcome)
-            self.server.close()
+            try:
+                meeting.unrelay(self.server.path)
+            finally:
+                self.server.close()
 
     def _rounds(self, rounds: Callable[[], None]) -> None:
         """``rounds`` from ``started_at``, which the background flows and the link trace count from."""
