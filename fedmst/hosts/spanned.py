@@ -66,6 +66,8 @@ class SpannedEmulation:
         """The run's rendezvous store, served here to every host's agents."""
         self._emulated: dict[str, object] = {}
         self._lock = threading.Lock()
+        self._handed: dict[tuple[str, str], str] = {}
+        """What each host was last handed of each coordinator file (host, path): the same file is not sent again."""
 
     @property
     def run_id(self) -> str:
@@ -184,12 +186,14 @@ class SpannedEmulation:
         is handed (an agent's spec) go there first."""
         if node is None:
             raise EmulationError("a process outside every host cannot span hosts")
-        agent = self.holder(node)
+        agent, host = self.holder(node), self.placement[node]
         for arg in args:
             if any(arg.startswith(f + "/") for f in self._folders) and Path(arg).is_file():
-                self.ask({self.placement[node]: agent.put.remote(arg, Path(arg).read_text())})
-        pid = self.ask({self.placement[node]: agent.spawn.remote(node, target, list(args), dict(env), str(log),
-                                                                  name)})[self.placement[node]]
+                text = Path(arg).read_text()
+                if self._handed.get((host, arg)) != text:  # one spec file serves every agent of a session
+                    self.ask({host: agent.put.remote(arg, text)})
+                    self._handed[(host, arg)] = text
+        pid = self.ask({host: agent.spawn.remote(node, target, list(args), dict(env), str(log), name)})[host]
         return RemoteProcess(self, node, pid)
 
     def track(self, proc: Any) -> Any:
