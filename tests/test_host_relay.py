@@ -164,3 +164,53 @@ def test_a_relayed_agent_gets_its_host_s_folders_and_clock_and_its_files_come_ba
     finally:
         server.close()
         relay.close()
+
+
+def test_a_reply_brings_what_changed_in_the_folders_the_commands_named(tmp_path: Path) -> None:
+    """Before a reply the relay looks only in the progress folders the last commands named (a
+    phase's marks), not the whole live folder, which grows by a folder a phase; what changed
+    elsewhere comes on the host's own connection."""
+    from fedmst.hosts.relay import ControlRelay, HostPaths, Mirror
+    from fedmst.protocol import Broadcast, Done, Train
+    from fedmst.workers.control import ControlServer, connect
+
+    coordinator, here = tmp_path / "coordinator", tmp_path / "host"
+    coordinator.mkdir()
+    here.mkdir()
+    server = ControlServer(tmp_path / "control.sock", token="t", tcp=("127.0.0.1", 0), mirrored=[coordinator])
+    paths = HostPaths({str(coordinator): str(here)})
+    relay = ControlRelay(tmp_path / "relay.sock", ("127.0.0.1", server.port), paths, Mirror(paths, str(here)),
+                         host="h1", token="t", every_s=3600)  # the host's connection only when flushed below
+    try:
+        agent = connect(str(relay.path), node="b", token="t")
+        server.accept(["b"], timeout_s=5, check=lambda: None)
+
+        def act() -> None:
+            agent.recv()
+            for folder in ("phase", "elsewhere"):
+                (here / folder).mkdir(exist_ok=True)  # the relay made the named one
+                (here / folder / "b.arrived").write_text("t-1\n")
+            agent.send(Done())
+
+        thread = threading.Thread(target=act)
+        thread.start()
+        assert server.run(Broadcast(round=1, progress_dir=str(coordinator / "phase")), timeout_s=5,
+                          check=lambda: None) == {"b": Done()}
+        thread.join()
+        assert (coordinator / "phase" / "b.arrived").read_text() == "t-1\n"
+        assert not (coordinator / "elsewhere").exists()
+        relay.flush()  # read by the coordinator as it waits for the next replies
+
+        def reply_later() -> None:
+            agent.recv()
+            time.sleep(0.5)
+            agent.send(Done())
+
+        thread = threading.Thread(target=reply_later)
+        thread.start()
+        assert server.run(Train(round=2), timeout_s=5, check=lambda: None) == {"b": Done()}
+        thread.join()
+        assert (coordinator / "elsewhere" / "b.arrived").read_text() == "t-1\n"
+    finally:
+        server.close()
+        relay.close()
