@@ -410,7 +410,8 @@ def _int_list(_ctx: object, _param: object, value: str) -> list[int]:
               help=f"Comma-separated TCP congestion controls ({', '.join(CONGESTION_CONTROLS)}, PATH.bpf.c) to run "
                    "every point with; with several, the transport is an axis of the figures.  [default: "
                    f"{options()['congestion_control'][0].default}]")
-@_ray_option("Run the points as tasks of", ", one per emulation slot its nodes offer")
+@_ray_option("Run the points as tasks of", ", one per emulation slot its nodes offer, with --hosts 1")
+@_schema_options("hosts", changed=SWEEP)
 @_schema_options(*WORKER_OPTIONS)
 @_config_file
 @_overwrite_option
@@ -421,7 +422,7 @@ def sweep(ctx: click.Context, ks: list[int], seeds: list[int], task_counts: list
     over several models, a map of where each schedule wins. (Stall timeout 60 s unless given.)"""
     from rich.progress import Progress
 
-    from fedmst.run.experiments import points, sweep as sweep_
+    from fedmst.run.experiments import points, spans, sweep as sweep_
 
     kw_path = kw.get("config_file")
     # said once the inputs are checked (as the first point starts or ends): an input error says only its own line
@@ -432,6 +433,7 @@ def sweep(ctx: click.Context, ks: list[int], seeds: list[int], task_counts: list
         own = {"local_models": "ks", "seeds": "seeds", "tasks": "task_counts"}
         config, extra = _config(ctx, kw, SWEEP, own=own, refused={
             "seed": "give seeds = [1, 2]", "scheduler": 'give schedulers = ["spff", "mst"]'})
+        config, ray_address = spans(config, extra["ray_address"])
         ks = _ints_from(kw_path, "local_models", extra.get("local_models", ks))
         seeds = _ints_from(kw_path, "seeds", extra.get("seeds", seeds))
         task_counts = _ints_from(kw_path, "tasks", extra.get("tasks", task_counts))
@@ -442,7 +444,7 @@ def sweep(ctx: click.Context, ks: list[int], seeds: list[int], task_counts: list
             validate(replace(config, congestion_control=cc))
         opticals = split_list(extra["opticals"] or config.optical, "--optical")
         return (config, out, list(split_list(extra["schedulers"], "--schedulers")), list(models), list(transports),
-                list(opticals), extra["ray_address"])
+                list(opticals), ray_address)
 
     config, out, schedulers, models, transports, opticals, ray_address = _guard(lists)
     folder = out.path

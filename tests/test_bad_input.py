@@ -284,6 +284,14 @@ def test_a_cluster_refuses_what_cannot_span_hosts(tmp_path: Path, extra: list[st
     assert not (tmp_path / "out").exists()
 
 
+def test_a_sweep_spanning_hosts_needs_a_ray_cluster(tmp_path: Path) -> None:
+    """``sweep --hosts 2`` spreads each point over hosts of ``--ray``'s cluster: without one, one line."""
+    line = error_line(fedmst(tmp_path, "sweep", "--topology", "line3", "--local-models", "2", "--seeds", "1",
+                             "--hosts", "2", "--out", "out"))
+    assert line == "fedmst: error: --hosts 2: spanning each point over hosts needs --ray ADDRESS", line
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("pins, fragments", [
     ("a 1\n", ("pin file pins.csv, line 1: give NODE,HOST, got 'a 1'",)),
     ("zz,10.0.0.1\n", ("pin file pins.csv, line 1: node 'zz' is not in topology",)),

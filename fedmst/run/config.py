@@ -423,7 +423,11 @@ SWEEP = {"ocs_wavelengths": {"default": 120,
          "model": {"default": "mlp", "help": "Small by default: 30 tasks x 15 local models must fit a 2-core host."},
          "topology": {"help": None},
          "delay_mode": {"help": None},
-         "stall_s": {"default": 60.0}}
+         "stall_s": {"default": 60.0},
+         "hosts": {"default": 1,
+                   "help": "With --ray: how many hosts each point spans. 1: the points run side by side, each on one "
+                           "host that offers an emulation slot; 2 or more: each point spread over that many hosts, "
+                           "one point at a time (docs/multi-host.md)."}}
 """What ``fedmst sweep`` changes of the options it shares with ``run``. Its stall timeout: it
 injects no faults, and with 30 tasks of 14 or more local models on a 2-core host a relay can wait
 more than 10 s for the CPU while its links stand idle; only a dead link (a bug) is left to find."""
@@ -531,7 +535,7 @@ SPANNED_NOT_YET = (("--workers docker", lambda c: c.workers == "docker"), ("--pc
 def _check_spanned(config: RunConfig) -> None:
     """``--hosts`` needs ``--ray``; and what cannot span hosts yet is refused, by name."""
     if config.ray is None:
-        if config.hosts != options()["hosts"][0].default:
+        if config.hosts not in (1, options()["hosts"][0].default):  # one host is where a run without --ray runs
             raise FedmstError(f"--hosts {config.hosts}: spreading an emulation over hosts needs --ray ADDRESS")
         if config.pin is not None:
             raise FedmstError(f"--pin {config.pin}: pinning nodes to hosts needs --ray ADDRESS")

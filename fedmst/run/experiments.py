@@ -68,7 +68,8 @@ class SweepRow:
     cpu_busy: float
     """The host's busiest transfer phase of the round, as a fraction of its CPUs."""
     ray_node: str
-    """The Ray node the point ran on ('' without Ray)."""
+    """The Ray node the point ran on, or the hosts it spanned joined by ``+`` (``--hosts 2`` or more;
+    '' on this host)."""
     host_bound: str
     """The round's transfer phases the host bound rather than the links (``rounds.csv``'s
     ``host_bound``: more than 1.2x their prediction with the CPUs busy; '' where none, or the
@@ -179,6 +180,23 @@ class Progress(Protocol):
         """A point is done, on Ray node ``node`` ('' without Ray)."""
 
 
+def spans(config: RunConfig, ray_address: str | None) -> tuple[RunConfig, str | None]:
+    """A sweep's ``--hosts`` with its ``--ray``: each point spread over ``config.hosts`` hosts of that
+    cluster, one point after another (the points' configuration gets the address; none is left to
+    run points as the cluster's tasks), or with one host each, the points side by side as the
+    cluster's tasks (the address kept for that), or here without ``--ray``.
+
+    >>> spread, tasks_at = spans(RunConfig(hosts=3), "10.0.0.1:6379")
+    >>> spread.ray, tasks_at, spans(RunConfig(hosts=1), "10.0.0.1:6379")[1]
+    ('10.0.0.1:6379', None, '10.0.0.1:6379')
+    """
+    if config.hosts == 1:
+        return config, ray_address
+    if ray_address is None:
+        raise FedmstError(f"--hosts {config.hosts}: spanning each point over hosts needs --ray ADDRESS")
+    return replace(config, ray=ray_address), None
+
+
 def sweep(base: RunConfig, local_models: Sequence[int], seeds: Sequence[int], output: OutputFolder,
           progress: Progress, schedulers: Sequence[str] = DEFAULT_SCHEDULERS, models: Sequence[str] | None = None,
           ray_address: str | None = None, congestion_controls: Sequence[str] | None = None,
@@ -188,7 +206,8 @@ def sweep(base: RunConfig, local_models: Sequence[int], seeds: Sequence[int], ou
     add dimensions: each point runs with each model, congestion control, optical policy and number
     of concurrent tasks.
     With ``ray_address`` the points run as tasks of that Ray cluster (:mod:`fedmst.run.distributed`),
-    as many at once as it has emulation slots; the table is the same, in the same order.
+    as many at once as it has emulation slots; with ``base.ray`` each point spans ``base.hosts`` of its
+    hosts, one point at a time (:func:`spans`); the table is the same, in the same order.
     However the sweep ends, ``out/sweep.json`` says so: ``status`` and the points done of all."""
     from fedmst.run.engine import run
 
@@ -215,7 +234,8 @@ def sweep(base: RunConfig, local_models: Sequence[int], seeds: Sequence[int], ou
     done: dict[Point, list[SweepRow]] = {}
 
     def record(point: Point, summary: Summary, node: str) -> None:
-        done[point] = _rows(point, summary, folders[point], node)
+        spanned = "+".join(summary.emulated.get("hosts") or {})  # a point spread over hosts: those hosts
+        done[point] = _rows(point, summary, folders[point], node or spanned)
         write_sweep(out / "sweep.csv", [row for p in order if p in done for row in done[p]])
         progress.finished(described[point], node)
 
