@@ -76,7 +76,10 @@ def table(scheduler: str, one: Path, spread: Path) -> list[str]:
               "network",
               f"- clock offsets: {offsets}",
               f"- set-up: network {times_one.get('network', 0):.1f} s on one host, {times.get('network', 0):.1f} s "
-              f"spread; agents {times_one.get('agents', 0):.1f} s and {times.get('agents', 0):.1f} s", ""]
+              f"spread (each host's share: " + ", ".join(f"{h} {t:.2f} s" for h, t in emulated["set_up_s"].items())
+              + f"); agents {times_one.get('agents', 0):.1f} s and {times.get('agents', 0):.1f} s",
+              "- the hosts' network: " + ", ".join(f"{pair} {m:.0f} Mbit/s" for pair, m in
+                                                    emulated["placement"]["hosts_network_mbps"].items()), ""]
     return lines
 
 

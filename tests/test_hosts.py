@@ -364,9 +364,61 @@ def test_pinned_nodes_run_on_the_hosts_their_file_names(hosts: tuple[Path, dict[
                            str(tmp_path / "pins.csv"), "--out", str(tmp_path / "r")], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    placed = json.loads((tmp_path / "r" / "summary.json").read_text())["emulated"]["hosts"]
+    emulated = json.loads((tmp_path / "r" / "summary.json").read_text())["emulated"]
+    placed = emulated["hosts"]
     assert "1" in placed[second] and "3" in placed[first], placed
     assert sorted(n for ns in placed.values() for n in ns) == ["0", "1", "2", "3", "4"]
+    # auto judged each host's share; the hosts' network measured before the build, and recorded
+    said = " ".join(proc.stdout.split())  # as the console wrapped it
+    assert re.search(r"time scale \d+[^(]*\(auto: (each of the 2 hosts keeps up|host \S+, the busiest: )", said), said
+    (measured,) = emulated["placement"]["hosts_network_mbps"].values()
+    assert measured > 100, emulated["placement"]
+
+
+def test_a_cut_the_hosts_network_cannot_carry_is_refused_before_anything_is_built(
+        hosts: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    """Links of 1 Tbit/s cut between two hosts: more than the hosts' network carries (measured
+    before the build), one line, no run folder, nothing on any host."""
+    folder, found = hosts
+    address = (folder / "address").read_text()
+    fat = tmp_path / "fat.json"
+    fat.write_text(json.dumps({"name": "fat", "capacity_mbps": 1_000_000, "nodes": ["a", "b", "c", "d"],
+                               "links": [{"a": u, "b": v, "km": 100} for u, v in ("ab", "bc", "cd")]}))
+    proc = subprocess.run([FEDMST, "run", "--topology", str(fat), "--local-models", "2", "--time-scale", "1",
+                           "--ray", address, "--out", str(tmp_path / "r")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert re.fullmatch(r"fedmst: error: the links cut between hosts \S+ and \S+ carry up to 1e\+06 Mbit/s each "
+                        r"way, more than the \d+ Mbit/s measured between them: pin nodes \(or use fewer hosts, or a "
+                        r"larger --time-scale\) so that less crosses", line), line
+    assert not (tmp_path / "r").exists()
+    cleaned = subprocess.run([FEDMST, "clean", "--ray", address], capture_output=True, text=True, timeout=120)
+    assert set(cleaned.stdout.split("\n")[:-1]) == {"this host: nothing to clean",
+                                                    *(f"{h}: nothing to clean" for h in found)}, cleaned.stdout
+
+
+def test_a_sweep_spans_each_point_over_the_hosts_and_measures_what_one_host_does(
+        hosts: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    """``fedmst sweep --ray ADDRESS --hosts 2``: every point spread over both hosts, one after
+    another, sweep.csv naming them; the same learning and the same bytes on the links (within 1%)
+    as the same sweep on this host."""
+    folder, found = hosts
+    address = (folder / "address").read_text()
+    common = ["sweep", "--topology", "nsfnet", "--local-models", "2,4", "--seeds", "1", "--tasks", "1",
+              "--rounds", "1", "--time-scale", "2"]
+    one = subprocess.run([FEDMST, *common, "--out", str(tmp_path / "one")], capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-2000:]
+    spread = subprocess.run([FEDMST, *common, "--ray", address, "--hosts", "2", "--out", str(tmp_path / "two")],
+                            capture_output=True, text=True, timeout=900)
+    assert spread.returncode == 0, spread.stderr[-2000:]
+    here, there = read_csv(tmp_path / "one" / "sweep.csv"), read_csv(tmp_path / "two" / "sweep.csv")
+    assert len(here) == len(there) == 4
+    assert {r["ray_node"] for r in here} == {""} and {r["ray_node"] for r in there} == {"+".join(found)}
+    for r, s in zip(here, there):
+        assert (r["scheduler"], r["local_models"], r["accuracy"]) == (s["scheduler"], s["local_models"], s["accuracy"])
+        assert float(s["run_link_bytes_measured"]) == pytest.approx(float(r["run_link_bytes_measured"]), rel=0.01)
+    for run in (tmp_path / "two").glob("k*/*/summary.json"):
+        assert sorted(json.loads(run.read_text())["emulated"]["hosts"]) == sorted(found), run
 
 
 @pytest.mark.parametrize("extra, said", [

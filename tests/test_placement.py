@@ -75,6 +75,7 @@ def test_a_cut_the_hosts_network_cannot_carry_is_refused() -> None:
     g, plans = _geant()
     placed = place(g, plans, {"h1": 1, "h2": 1})
     capacity = sum(float(g.edges[u, v]["capacity_mbps"]) for u, v in placed.cut)
-    assert overloaded(placed, g, {("h2", "h1"): capacity}) is None
-    said = overloaded(placed, g, {("h1", "h2"): capacity / 2})
+    assert overloaded(placed.hosts, g, {("h2", "h1"): capacity}) is None
+    assert overloaded(placed.hosts, g, {("h1", "h3"): 1.0}) is None  # a pair not measured is not judged
+    said = overloaded(placed.hosts, g, {("h1", "h2"): capacity / 2})
     assert said is not None and said.startswith("the links cut between hosts h1 and h2 carry up to")

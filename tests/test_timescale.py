@@ -211,3 +211,53 @@ def test_a_round_names_the_phases_the_host_bound_and_the_run_ends_saying_so() ->
         assert line and "(round 3 upload 1.50x of their prediction)" in line
         assert f"--time-scale {expected} would keep up" in line
     assert host_bound_line([]) is None
+
+
+def test_auto_judges_a_run_spread_over_hosts_by_its_busiest_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each host's share (its nodes' agents, the links they receive on) against its own cores: the
+    README's job that needs 2 on one 2-core host keeps up on two such hosts; Geant2012 with 16
+    local models needs 4 on one and 2 on two or three, and the reason names the host that decided."""
+    from fedmst.net import calibrate, delayline
+    from fedmst.run.prepare import Host, pick_time_scale, resolve
+    from fedmst.run.spread import SpreadHosts, spread_over
+
+    monkeypatch.setattr(calibrate, "link_ceiling_mbps", lambda *a, **k: 2546.0)  # the development machine's
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.setattr(delayline, "running_kind", lambda: "python")
+    host = Host(delay_mode="userspace", netem_available=False)
+    picked = {}
+    for topology, k in (("nsfnet", 8), ("topozoo/Geant2012", 16)):
+        config = RunConfig(topology=topology, local_models=k, rounds=5, time_scale="auto", scheduler="mst")
+        (one,) = resolve(config, ["mst"], host)
+        picked[topology, 1] = one.time_scale
+        for n in (2, 3):
+            on = SpreadHosts({f"h{i}": f"node{i}" for i in range(n)}, dict.fromkeys((f"h{i}" for i in range(n)), 2),
+                             {}, {})
+            spread = spread_over(on, one.graph, one.workload.plans, "a round", seed=1, mtu=config.mtu)
+            picked[topology, n], reason = pick_time_scale(config, host, one.graph, one.workload, spread)
+            assert reason == f"each of the {n} hosts keeps up" if picked[topology, n] == 1 else (
+                reason.startswith("host h") and ", the busiest: " in reason), reason
+    assert picked == {("nsfnet", 1): 2, ("nsfnet", 2): 1, ("nsfnet", 3): 1,
+                      ("topozoo/Geant2012", 1): 4, ("topozoo/Geant2012", 2): 2, ("topozoo/Geant2012", 3): 2}
+
+
+def test_the_hosts_shares_of_a_phase_add_up_to_the_whole() -> None:
+    """Every weight byte an agent moves and every packet a link's receiver takes is on exactly one
+    host; a transfer between two hosts costs its set-up on both."""
+    from fedmst.core.placement import place
+    from fedmst.core.timescale import phase_load
+    from fedmst.core.topology import load_topology
+    from fedmst.core.workload import make_tasks, schedule_workload
+
+    g = load_topology("topozoo/Geant2012")
+    plans = schedule_workload(g, make_tasks(g, 2, 16, 4_500_000, 4), "mst", wavelengths=40).plans
+    hosts = place(g, plans, {"h1": 2, "h2": 2, "h3": 2}).hosts
+    for phase in ("broadcast", "upload"):
+        whole = phase_load(plans, phase, 1.0, mtu=1500, graph=g)
+        shares = [phase_load(plans, phase, 1.0, mtu=1500, graph=g, on={n for n in g if hosts[n] == h})
+                  for h in ("h1", "h2", "h3")]
+        assert sum(s.agent_bytes for s in shares) == pytest.approx(whole.agent_bytes)
+        assert sum(s.packets for s in shares) == pytest.approx(whole.packets)
+        assert whole.transfers < sum(s.transfers for s in shares) <= 2 * whole.transfers
+        assert max(s.busiest_agent_bytes for s in shares) == whole.busiest_agent_bytes
+        assert min(s.shortest_delay_s for s in shares) == whole.shortest_delay_s

@@ -147,19 +147,31 @@ def evaluate(graph: nx.Graph, plans: Sequence[Plan], hosts: Mapping[str, str], *
     return Placement(dict(hosts), cut, sum(weight[e] for e in cut), dict(sorted(load.items())))
 
 
-def overloaded(placement: Placement, graph: nx.Graph, throughput_mbps: Mapping[tuple[str, str], float]) -> str | None:
-    """Why the hosts' network cannot carry ``placement``'s cut links, in one line, or None: for a
-    pair of hosts, the capacity of the links cut between them (each direction) above the
-    throughput measured between them (``throughput_mbps``, either order of the pair)."""
+def overloaded(hosts: Mapping[str, str], graph: nx.Graph,
+               throughput_mbps: Mapping[tuple[str, str], float]) -> str | None:
+    """Why the hosts' network cannot carry the links cut by ``hosts`` (node -> host), in one line, or
+    None: for a pair of hosts, the capacity of the links cut between them (each direction) above the
+    throughput measured between them (``throughput_mbps``, either order of the pair; a pair not
+    measured is not judged).
+
+    >>> import networkx as nx
+    >>> g = nx.path_graph("abc"); nx.set_edge_attributes(g, 100.0, "capacity_mbps")
+    >>> overloaded({"a": "h1", "b": "h2", "c": "h1"}, g, {("h2", "h1"): 250.0}) is None
+    True
+    >>> overloaded({"a": "h1", "b": "h2", "c": "h1"}, g, {("h1", "h2"): 150.0})[:62]
+    'the links cut between hosts h1 and h2 carry up to 200 Mbit/s e'
+    """
     between: dict[tuple[str, str], float] = defaultdict(float)
-    for u, v in placement.cut:
-        pair = tuple(sorted((placement.hosts[u], placement.hosts[v])))
-        between[pair] += float(graph.edges[u, v]["capacity_mbps"])  # type: ignore[index]
+    for u, v, capacity in graph.edges(data="capacity_mbps"):
+        if hosts[u] != hosts[v]:
+            a, b = sorted((hosts[u], hosts[v]))
+            between[a, b] += float(capacity)
     for (a, b), mbps in sorted(between.items()):
         measured = throughput_mbps.get((a, b), throughput_mbps.get((b, a)))
         if measured is not None and mbps > measured:
             return (f"the links cut between hosts {a} and {b} carry up to {mbps:g} Mbit/s each way, more than the "
-                    f"{measured:g} Mbit/s measured between them: pin nodes (or use fewer hosts) so that less crosses")
+                    f"{measured:.0f} Mbit/s measured between them: pin nodes (or use fewer hosts, or a larger "
+                    "--time-scale) so that less crosses")
     return None
 
 

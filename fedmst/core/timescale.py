@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Collection, Sequence
 
 import networkx as nx
 
@@ -132,10 +132,12 @@ ACKS_PER_PACKET = 0.5
 
 
 def phase_load(plans: Sequence[Plan], phase: Phase, seconds: float, *, mtu: int,
-               graph: nx.Graph | None = None) -> PhaseLoad:
+               graph: nx.Graph | None = None, on: Collection[str] | None = None) -> PhaseLoad:
     """What ``plans``' ``phase``, predicted to last ``seconds``, asks of the host (on ``graph``,
     whose links' ``delay_s`` give the shortest delay crossed that a delay line holds; without it,
-    none is known).
+    none is known); ``on``: of the host that holds only these nodes (one host of a run spread over
+    several: the weights its nodes' agents move, the packets its links' receiving ends take with
+    their delay lines, the transfers that start or end there).
 
     >>> from fedmst.core.plan import Plan, Transfer
     >>> from fedmst.core.tasks import Task
@@ -146,19 +148,26 @@ def phase_load(plans: Sequence[Plan], phase: Phase, seconds: float, *, mtu: int,
     >>> load = phase_load([chain], "broadcast", 0.1, mtu=1500, graph=g)
     >>> load.transfers, round(load.packets), load.agent_bytes, load.busiest_agent_bytes, load.shortest_delay_s
     (2, 2072, 4000000.0, 2000000.0, 0.0005)
+    >>> here = phase_load([chain], "broadcast", 0.1, mtu=1500, graph=g, on={"c"})  # a host holding c alone
+    >>> here.transfers, round(here.packets), here.agent_bytes, here.shortest_delay_s
+    (1, 1036, 1000000.0, 0.0005)
     """
     moved: dict[str, float] = defaultdict(float)
     frames = 0.0
+    transfers = 0
     delays = [math.inf]
     for plan in plans:
         for t in plan.phase(phase):
             payload = t.payload(plan.task.model_bytes)
-            moved[t.src] += payload
-            moved[t.dst] += payload
-            frames += wire_bytes(payload, mtu) / (mtu + ETH_HEADER) * len(t.hops)
+            ends = [n for n in (t.src, t.dst) if on is None or n in on]
+            for n in ends:
+                moved[n] += payload
+            transfers += bool(ends)
+            hops = [(u, v) for u, v in t.hops if on is None or v in on]
+            frames += wire_bytes(payload, mtu) / (mtu + ETH_HEADER) * len(hops)
             if graph is not None:  # of the links with delay lines
-                delays += [d for u, v in t.hops if (d := float(graph.edges[u, v]["delay_s"])) >= DELAY_LINE_FLOOR_S]
-    return PhaseLoad(seconds=seconds, transfers=sum(len(p.phase(phase)) for p in plans),
+                delays += [d for u, v in hops if (d := float(graph.edges[u, v]["delay_s"])) >= DELAY_LINE_FLOOR_S]
+    return PhaseLoad(seconds=seconds, transfers=transfers,
                      packets=frames * (1 + ACKS_PER_PACKET), agent_bytes=sum(moved.values()),
                      busiest_agent_bytes=max(moved.values(), default=0.0), shortest_delay_s=min(delays))
 

@@ -45,6 +45,7 @@ class HostAgent:
         self._controls: dict[str, ControlRelay] = {}
         """Each session's control relay, by the coordinator's control socket."""
         self._procs: dict[int, Process] = {}
+        self.built_s = 0.0
 
     def folders(self, coordinator: Sequence[str], offset_s: float) -> dict[str, str]:
         """Give each of the coordinator's folders one here (the first is its scratch folder, which the
@@ -123,9 +124,15 @@ class HostAgent:
     def build(self, graph: nx.Graph, share: HostShare, options: Mapping[str, Any]) -> list[str]:
         """Build the nodes ``share`` places here (``options``: :class:`Emulation`'s keywords);
         returns their names."""
+        started = time.monotonic()
         emulation = Emulation(graph, share=share, run=self._run, **options)
         self._emulation = emulation.__enter__()
+        self.built_s = time.monotonic() - started
         return emulation.here
+
+    def build_seconds(self) -> float:
+        """How long :meth:`build` took: this host's share of the network's set-up."""
+        return self.built_s
 
     @property
     def emulation(self) -> Emulation:

@@ -55,6 +55,8 @@ class SpannedEmulation:
         """The bytes each tunnel end's encapsulation added on the hosts' network, read as the run closed."""
         self.tunnelled: dict[str, int] = {}
         """The bytes each direction of a link across hosts carried (Ethernet frames, as the run closed)."""
+        self.set_up_s: dict[str, float] = {}
+        """How long each host took to build its share (its host agent's build)."""
         self.offsets: dict[str, ClockOffset] = {}
         """Each host's clock against this process's (:mod:`fedmst.hosts.clock`)."""
         self.address = underlay(next(iter(hosts))).local_ip
@@ -111,6 +113,7 @@ class SpannedEmulation:
             addresses = {h: h for h in self.hosts}
             self.ask({h: a.build.remote(self.graph, HostShare(h, self.placement, addresses), self._options)
                       for h, a in self._agents.items()})
+            self.set_up_s = self.each("build_seconds")
             self.store = StoreServer(Path(self._folders[0]) / "store.sock", tcp=(self.address, 0))
             self.each("relay_store", str(self.store.path), (self.address, self.store.port))
             self._emulated = next(iter(self.each("emulated").values()))
@@ -161,11 +164,12 @@ class SpannedEmulation:
         return {**self._emulated, **self.spread()}
 
     def spread(self) -> dict[str, object]:
-        """Each host's nodes and clock offset, the links across hosts, the placement's prediction and
+        """Each host's nodes, clock offset and set-up time, the links across hosts, the placement's prediction and
         the tunnels' bytes and overhead on the hosts' network."""
         cut = sorted(link_name(u, v) for u, v in self.graph.edges if self.crosses(u, v))
         return {"hosts": {h: sorted(n for n, p in self.placement.items() if p == h) for h in self.hosts},
                 "clock_offsets": {h: {"offset_s": o.offset_s, "error_s": o.error_s} for h, o in self.offsets.items()},
+                "set_up_s": {h: round(s, 3) for h, s in self.set_up_s.items()},
                 "links_across_hosts": cut, "placement": self.predicted, "tunnel_bytes": sum(self.tunnelled.values()),
                 "tunnel_overhead_bytes": sum(self.overhead.values()),
                 "tunnel_overhead_by_end": dict(sorted(self.overhead.items()))}

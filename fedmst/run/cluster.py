@@ -117,25 +117,32 @@ def resolve(config: RunConfig) -> ResolvedCluster:
 def _emulated(resolved: ResolvedCluster) -> ResolvedCluster:
     """``resolved`` with the cluster as one run to emulate: the host checked, every node with a
     slot a worker node, and the time scale ``auto`` picks for a full cluster (:func:`_full`)."""
-    from fedmst.run.prepare import check_host, check_spread, pick_time_scale, training_scale
+    from fedmst.run.prepare import check_host, pick_time_scale, training_scale
+    from fedmst.run.spread import check_cut, check_spread, spread_over
     from fedmst.workers.backends import backend_for, check_backend
 
     config = resolved.config
     check_backend(config.workers, limited=False)
     host = check_host(config)
+    resolved = replace(resolved, with_delay=host.delay_mode != "off")  # as the fluid model runs the trace
     full = _full(resolved)
+    backend_for(config.workers, config.image).check()
+    spread = None
+    if config.ray is not None:  # placed by the trace, and auto judged by the busiest host of a full cluster
+        spread = spread_over(check_spread(config, resolved.graph), resolved.graph, _trace_plans(resolved),
+                             "over the trace as the simulator runs it", seed=config.seed, mtu=config.mtu)
     view = planned_view(resolved.graph, full.lightpaths)  # the network as the full cluster's lightpaths carry it
-    scale, reason = pick_time_scale(config, host, view, full)  # a given scale below the slots' floor is refused
+    scale, reason = pick_time_scale(config, host, view, full, spread)  # a given scale below the slots' floor: refused
     if config.time_scale == "auto":  # jobs run on their own clocks: a full cluster's trainings must fit the cores
         scale, reason = training_scale(full, scale, reason, what="of a full cluster ")
     base = ResolvedRun(
         config=config, graph=resolved.graph, workload=full, link_failures=(), kills=(), slow={},
         worker_nodes=tuple(n for n, k in resolved.slots.items() if k), limits={}, delay_mode=host.delay_mode,
-        netem_available=host.netem_available, transport=host.transport, time_scale=scale, scale_reason=reason)
-    backend_for(config.workers, config.image).check()
-    if config.ray is not None:
-        base = replace(base, pins=check_spread(config, resolved.graph))
-    return replace(resolved, with_delay=host.delay_mode != "off", base=base, scale_reason=reason)
+        netem_available=host.netem_available, transport=host.transport, time_scale=scale, scale_reason=reason,
+        spread=spread)
+    if spread is not None:
+        check_cut(spread, base.scale.graph(base.graph))
+    return replace(resolved, base=base, scale_reason=reason)
 
 
 def _full(resolved: ResolvedCluster) -> WorkloadPlan:
@@ -347,8 +354,7 @@ def _runner(resolved: ResolvedCluster, out: Path, report: Report,
     backend = backend_for(config.workers, config.image, {})
     emu: Emulation | None = None
     try:
-        traffic = (_trace_plans(resolved), "over the trace as the simulator runs it") if config.ray else None
-        emu, _ = emulation(base, backend, state, out, report, placed_by=traffic)
+        emu, _ = emulation(base, backend, state, out, report)
         with emu:
             report(f"run {state.id}'s links: htb bandwidth; {emu.emulated()['note']}; TCP congestion control "
                    f"{config.congestion_control}"

@@ -14,11 +14,10 @@ import time
 import traceback
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import networkx as nx
 
-from fedmst.core.plan import Plan
 from fedmst.core.timescale import without_delay_lines
 from fedmst.core.topology import link_name, node_order
 from fedmst.errors import FedmstError
@@ -33,6 +32,7 @@ from fedmst.run.measure import Prediction, RoundResult, host_bound_line, rounds_
 from fedmst.run.report import Report, RunStatus, Summary, breakdown_line, failed
 from fedmst.run.results import write_json, write_transport
 from fedmst.run.session import Session
+from fedmst.run.spread import Spread
 from fedmst.workers.backends import WorkerBackend, backend_for
 from fedmst.wording import counted
 
@@ -199,16 +199,15 @@ class _Run:
         return {"time_scale": self.resolved.time_scale, "jitter_s": self.resolved.config.jitter_ms / 1e3}
 
 
-def emulation(resolved: ResolvedRun, backend: WorkerBackend, state: RunState, out: Path, report: Report,
-              placed_by: tuple[Sequence[Plan], str] | None = None) -> tuple[Emulation, dict[str, object]]:
+def emulation(resolved: ResolvedRun, backend: WorkerBackend, state: RunState, out: Path,
+              report: Report) -> tuple[Emulation, dict[str, object]]:
     """The emulated network of ``resolved`` (to be entered with ``with``), its worker hosts up
     (``backend``), and the ``emulated`` keys its link ceiling adds to summary.json (warnings said
-    through ``report``); with ``--ray``, spread over the cluster's hosts (:func:`spanned`), placed by
-    the traffic ``placed_by`` gives (plans, and what their bytes add up to), else by one round of the
-    run's plans."""
+    through ``report``); with ``--ray``, spread over the cluster's hosts as ``resolved.spread`` placed
+    it (:func:`spanned`)."""
     config = resolved.config
-    if config.ray is not None:
-        return spanned(resolved, backend, state, out, report, placed_by or (resolved.workload.plans, "a round")), {}
+    if resolved.spread is not None:
+        return spanned(resolved, resolved.spread, backend, state, out, report), {}
     capabilities = Capabilities(netem=resolved.netem_available)
     ceiling = _link_ceiling(resolved, capabilities, report)
     hosts = {node: state.host_name(i) for i, node in enumerate(sorted(resolved.graph.nodes, key=node_order))}
@@ -227,33 +226,22 @@ def emulation(resolved: ResolvedRun, backend: WorkerBackend, state: RunState, ou
     return emu, {**ceiling, **unlined}
 
 
-def spanned(resolved: ResolvedRun, backend: WorkerBackend, state: RunState, out: Path, report: Report,
-            placed_by: tuple[Sequence[Plan], str]) -> Any:
-    """``resolved``'s network on ``--hosts`` hosts of the Ray cluster at ``--ray``: placed to cut the
-    fewest bytes of ``placed_by``'s plans (said beside a random balanced placement's), each host's
-    share built by its host agent (:class:`fedmst.hosts.spanned.SpannedEmulation`)."""
-    import ray
-
-    from fedmst.core.placement import place, random_balanced
-    from fedmst.hosts.raycluster import cluster_hosts
+def spanned(resolved: ResolvedRun, spread: Spread, backend: WorkerBackend, state: RunState, out: Path,
+            report: Report) -> Any:
+    """``resolved``'s network on the hosts of ``spread`` as it placed the nodes (said beside a random
+    balanced placement's), each host's share built by its host agent
+    (:class:`fedmst.hosts.spanned.SpannedEmulation`)."""
     from fedmst.hosts.spanned import SpannedEmulation
 
     config, scale = resolved.config, resolved.scale
-    found = cluster_hosts(others=True)  # joined and counted by prepare.check_spread, the pins' hosts among them
-    pinned = list(dict.fromkeys(resolved.pins.values()))
-    hosts = {h: found[h] for h in [*pinned, *(h for h in found if h not in pinned)][:config.hosts]}
-    cores = {n["NodeManagerAddress"]: max(1, int(n["Resources"].get("CPU", 1))) for n in ray.nodes()
-             if n["Alive"] and n["NodeManagerAddress"] in hosts}
-    plans, per = placed_by
-    placed = place(resolved.graph, plans, cores, pinned=resolved.pins, mtu=config.mtu)
-    baseline = random_balanced(resolved.graph, plans, cores, seed=config.seed, mtu=config.mtu)
-    report(f"placed on {counted(len(hosts), 'host')}: {placed.describe(per)} (a random balanced placement: "
-           f"{baseline.cut_bytes / 1e6:.3g} MB {per})")
+    hosts = spread.on.hosts
+    report(f"placed on {counted(len(hosts), 'host')}: {spread.placed.describe(spread.per)} (a random balanced "
+           f"placement: {spread.baseline.cut_bytes / 1e6:.3g} MB {spread.per}); the hosts' network carried "
+           + ", ".join(f"{m:.0f} Mbit/s {a}->{b}" for (a, b), m in spread.on.network_mbps.items()))
     graph, _ = _unlined(resolved, report)
     return SpannedEmulation(
-        scale.graph(graph), hosts=hosts, placement=placed.hosts, run=state, folders=(state.scratch, out),
-        predicted={"per": per, "cut_bytes": placed.cut_bytes, "random_balanced_cut_bytes": baseline.cut_bytes,
-                   "host_cpu_s": placed.load_s},
+        scale.graph(graph), hosts=hosts, placement=spread.placed.hosts, run=state, folders=(state.scratch, out),
+        predicted=spread.record(),
         options=dict(delay_mode=resolved.delay_mode, loss=config.loss, jitter_s=scale.real_s(config.jitter_ms / 1e3),
                      mtu=config.mtu, queue=config.queue, rto_min_s=scale.rto_min_s(), transport=resolved.transport,
                      preload=backend.preload(model=config.model, dataset=config.dataset, optimizer=config.optimizer,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Mapping, Sequence
 
 import networkx as nx
@@ -35,6 +34,7 @@ from fedmst.fl.strategies import build_strategy, strategy_knobs
 from fedmst.net.capture import parse_links, require_tcpdump
 from fedmst.net.congestion import Transport, prepare_transport
 from fedmst.run.config import RunConfig, changed, validate
+from fedmst.run.spread import Spread, SpreadHosts, check_cut, check_spread, spread_over
 from fedmst.workers.backends import WorkerLimits, backend_for, check_backend, worker_limits
 from fedmst.wording import counted
 
@@ -67,8 +67,8 @@ class ResolvedRun:
     """Each admitted task's round as predicted alone (:mod:`fedmst.core.contention`), in plan order."""
     time_scale: float = 1.0
     """``--time-scale`` decided: the factor given, or the one ``auto`` picked for these plans."""
-    pins: Mapping[str, str] = field(default_factory=dict)
-    """With ``--ray --pin FILE``: the nodes the file puts on a host, and which (:func:`check_spread`)."""
+    spread: Spread | None = None
+    """With ``--ray``: the hosts it spans and each node's (:mod:`fedmst.run.spread`)."""
     scale_reason: str = ""
     """Why ``auto`` picked it ('' where the factor was given)."""
 
@@ -132,45 +132,22 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
     runs = _one_clock([_plan(config, host, inputs, scheduler) for scheduler in names])
     backend_for(config.workers, config.image).check()  # last: the limits above are checked first
     if config.ray is not None:
-        pins = check_spread(config, runs[0].graph)
-        runs = [replace(r, pins=pins) for r in runs]
+        on = check_spread(config, runs[0].graph)
+        runs = _one_clock([_spread(r, host, on) for r in runs])
+        for r in runs:
+            check_cut(r.spread, r.scale.graph(r.graph))  # type: ignore[arg-type]
     return runs
 
 
-def check_spread(config: RunConfig, graph: nx.Graph) -> dict[str, str]:
-    """What a run spread over hosts needs before anything is built: a topology it can spread (no
-    all-optical node yet), a pin file naming its nodes and the cluster's hosts, and a Ray cluster
-    at ``--ray`` with ``--hosts`` hosts offering a slot (joined here; the run builds on it).
-    Returns the pinned nodes' hosts."""
-    if optical_nodes(graph):
-        raise FedmstError(f"--ray: a fabric with all-optical nodes ({config.topology}) cannot span hosts yet; "
-                          "run it on one host")
-    from fedmst.hosts.raycluster import cluster_hosts, connect
-
-    pins = _pins(config.pin, graph) if config.pin is not None else {}
-    connect(config.ray)  # type: ignore[arg-type]
-    found = cluster_hosts(others=True)
-    if len(found) < config.hosts:
-        raise FedmstError(f"--hosts {config.hosts}: the Ray cluster at {config.ray} has {len(found)} host(s) "
-                          "other than this one offering an emulation slot")
-    for node, host in pins.items():
-        if host not in found:
-            raise FedmstError(f"pin file {config.pin}: host {host} (for node {node}) is not one of the Ray cluster's "
-                              f"hosts offering an emulation slot: {', '.join(found)}")
-    if len(set(pins.values())) > config.hosts:
-        raise FedmstError(f"pin file {config.pin}: pins nodes to {len(set(pins.values()))} hosts, more than "
-                          f"--hosts {config.hosts}")
-    return pins
-
-
-def _pins(path: str, graph: nx.Graph) -> dict[str, str]:
-    from fedmst.core.placement import parse_pins
-
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise FedmstError(f"pin file {path}: cannot read it ({exc.strerror or exc})") from None
-    return parse_pins(text, graph, path)
+def _spread(run: ResolvedRun, host: Host, on: SpreadHosts) -> ResolvedRun:
+    """``run`` spread over ``on``'s hosts, placed by a round of its plans; ``auto`` judged again, by
+    the busiest host."""
+    spread = spread_over(on, run.graph, run.workload.plans, "a round", seed=run.config.seed, mtu=run.config.mtu)
+    scale, reason = run.time_scale, run.scale_reason
+    if run.config.time_scale == "auto":
+        view = planned_view(run.graph, run.workload.lightpaths)
+        scale, reason = pick_time_scale(run.config, host, view, run.workload, spread)
+    return replace(run, spread=spread, time_scale=scale, scale_reason=reason)
 
 
 def _one_clock(runs: list[ResolvedRun]) -> list[ResolvedRun]:
@@ -294,12 +271,14 @@ def _check_strike_offsets(config: RunConfig, inputs: _Inputs, view: nx.Graph, wo
     faults.check_strike_offset(inputs.link_failures, inputs.kills, broadcast_s, scheduler)
 
 
-def phase_loads(config: RunConfig, host: Host, graph: nx.Graph, workload: WorkloadPlan) -> list[PhaseLoad]:
-    """What each transfer phase of the run's plans asks of the host (:func:`phase_load`)."""
+def phase_loads(config: RunConfig, host: Host, graph: nx.Graph, workload: WorkloadPlan,
+                on: set[str] | None = None) -> list[PhaseLoad]:
+    """What each transfer phase of the run's plans asks of the host (:func:`phase_load`; ``on``: of
+    the host holding only these nodes)."""
     with_delay = host.delay_mode != "off"
     return [phase_load(workload.plans, phase, predicted_phase_seconds(
         workload.plans, graph, phase, chunk_bytes=config.chunk_bytes, with_delay=with_delay, mtu=config.mtu),
-        mtu=config.mtu, graph=graph) for phase in TRANSFER_PHASES]
+        mtu=config.mtu, graph=graph, on=on) for phase in TRANSFER_PHASES]
 
 
 def training_scale(workload: WorkloadPlan, scale: float, reason: str, *, what: str = "") -> tuple[float, str]:
@@ -315,10 +294,12 @@ def training_scale(workload: WorkloadPlan, scale: float, reason: str, *, what: s
             f"{counted(trainers, 'local model')} {what}training on {counted(cores, 'core')}")
 
 
-def pick_time_scale(config: RunConfig, host: Host, graph: nx.Graph, workload: WorkloadPlan) -> tuple[float, str]:
+def pick_time_scale(config: RunConfig, host: Host, graph: nx.Graph, workload: WorkloadPlan,
+                    spread: Spread | None = None) -> tuple[float, str]:
     """``--time-scale`` as a factor, and for ``auto`` why it is that one: from what the plans'
     transfer phases ask of this host (:func:`fedmst.core.timescale.pick_scale`) against its
-    cores and the link ceiling it measured (once per boot), on ``graph`` as the plans' circuits
+    cores and the link ceiling it measured (once per boot), or, ``spread`` over hosts, of each
+    host against its own cores, the busiest deciding; on ``graph`` as the plans' circuits
     carry it (:func:`fedmst.core.optical.circuits.planned_view`, which the caller made), and never
     below what time-sliced lightpaths' slots need (:meth:`fedmst.core.optical.slots.Frame.min_scale`:
     a given scale below it is refused)."""
@@ -330,7 +311,7 @@ def pick_time_scale(config: RunConfig, host: Host, graph: nx.Graph, workload: Wo
                               f"{config.guard_us:g} µs guards need a time scale of {floor:g} or more on this host "
                               "(docs/topologies.md, time-sliced wavelengths); give --time-scale auto")
         return float(config.time_scale), ""
-    scale, reason = _host_scale(config, host, graph, workload)
+    scale, reason = _host_scale(config, host, graph, workload, spread)
     if scale < floor:
         scale, reason = power_of_two(floor), (f"timeslots of {config.timeslot_us:g} µs with {config.guard_us:g} µs "
                                               "guards")
@@ -339,8 +320,12 @@ def pick_time_scale(config: RunConfig, host: Host, graph: nx.Graph, workload: Wo
     return float(scale), reason
 
 
-def _host_scale(config: RunConfig, host: Host, graph: nx.Graph, workload: WorkloadPlan) -> tuple[int, str]:
-    """What the plans' transfer phases ask of this host: :func:`fedmst.core.timescale.pick_scale`."""
+def _host_scale(config: RunConfig, host: Host, graph: nx.Graph, workload: WorkloadPlan,
+                spread: Spread | None) -> tuple[int, str]:
+    """What the plans' transfer phases ask of this host (:func:`fedmst.core.timescale.pick_scale`),
+    or of the busiest host of ``spread``: each host's share (its nodes' agents, the links they
+    receive on) against its cores, with this host's link ceiling (the hosts are taken to forward
+    alike; ``docs/multi-host.md``)."""
     from fedmst.net.calibrate import link_ceiling_mbps
     from fedmst.net.delayline import running_kind
     from fedmst.net.emulation import Capabilities
@@ -350,11 +335,21 @@ def _host_scale(config: RunConfig, host: Host, graph: nx.Graph, workload: Worklo
                                                   Capabilities(netem=host.netem_available))
     except FedmstError:  # the costs keep their reference and links go unchecked against it
         ceiling = None
-    loads = phase_loads(config, host, graph, workload)
     line = running_kind() if host.delay_mode == "userspace" else "compiled"  # netem's cost: not measured
-    return pick_scale(loads, MEASURED_COSTS[line].on_host(ceiling), cores=os.cpu_count() or 1,
-                      fastest_mbps=max(float(c) for _, _, c in graph.edges(data="capacity_mbps")),
-                      ceiling_mbps=ceiling, delay_lines=host.delay_mode == "userspace")
+    costs = MEASURED_COSTS[line].on_host(ceiling)
+    fastest = max(float(c) for _, _, c in graph.edges(data="capacity_mbps"))
+    if spread is None:
+        return pick_scale(phase_loads(config, host, graph, workload), costs, cores=os.cpu_count() or 1,
+                          fastest_mbps=fastest, ceiling_mbps=ceiling, delay_lines=host.delay_mode == "userspace")
+    by_host = {}
+    for name, cores in spread.on.cores.items():
+        nodes = {n for n, h in spread.placed.hosts.items() if h == name}
+        by_host[name] = pick_scale(phase_loads(config, host, graph, workload, on=nodes), costs, cores=cores,
+                                   fastest_mbps=fastest, ceiling_mbps=ceiling,
+                                   delay_lines=host.delay_mode == "userspace")
+    busiest = max(by_host, key=lambda h: by_host[h][0])
+    scale, why = by_host[busiest]
+    return scale, f"host {busiest}, the busiest: {why}" if scale > 1 else f"each of the {len(by_host)} hosts keeps up"
 
 
 def _tasks(config: RunConfig, graph: nx.Graph) -> list[Task]:
