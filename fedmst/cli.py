@@ -93,8 +93,8 @@ def _click_option(name: str, changed: Mapping[str, Any]) -> Callable[..., Any]:
 
 RUN_OPTIONS = ("topology", "local_models", "tasks", "ocs_wavelengths", "ots_wavelengths", "timeslots", "timeslot_us",
                "guard_us", "reconfig_ms", "optical", "rounds", "model",
-               "dataset", "client", "run_config", "seed", "global_node", "local_nodes", "epochs", "lr", "batch_size",
-               "optimizer",
+               "dataset", "partition", "client", "run_config", "seed", "global_node", "local_nodes", "epochs", "lr",
+               "batch_size", "optimizer",
                "strategy", "strategy_args", "target_accuracy", "pcap", "pcap_snaplen", "chunk_bytes", "mtu",
                "delay_mode", "queue", "congestion_control", "cc_args", "ecn_k", "loss", "jitter_ms", "time_scale",
                "save_models",
@@ -575,10 +575,10 @@ def sweep_subject(model: str, congestion_control: str, optical: str = "ocs", tas
 
 
 CLUSTER_OPTIONS = ("topology", "slots", "jobs", "time_compress", "scheduler", "mode", "job_order", "placement",
-                   "preempt", "rounds", "model", "dataset", "epochs", "compute_s", "seed", "lr", "batch_size",
-                   "optimizer", "strategy", "strategy_args", "chunk_bytes", "mtu", "delay_mode", "congestion_control",
-                   "cc_args", "ecn_k", "optical", "ocs_wavelengths", "ots_wavelengths", "timeslots", "timeslot_us",
-                   "guard_us", "reconfig_ms", "time_scale", *HOST_OPTIONS)
+                   "preempt", "rounds", "model", "dataset", "partition", "epochs", "compute_s", "seed", "lr",
+                   "batch_size", "optimizer", "strategy", "strategy_args", "chunk_bytes", "mtu", "delay_mode",
+                   "congestion_control", "cc_args", "ecn_k", "optical", "ocs_wavelengths", "ots_wavelengths",
+                   "timeslots", "timeslot_us", "guard_us", "reconfig_ms", "time_scale", *HOST_OPTIONS)
 """The options of ``cluster``, in the order ``--help`` lists them."""
 
 

@@ -57,7 +57,8 @@ def test_a_container_is_a_root_file_system_other_than_the_coordinators(tmp_path:
 
 def _spec() -> AgentSpec:
     return AgentSpec(control_socket="unused", store_dir="unused", model="mlp", dataset="digits", epochs=1,
-                     batch_size=32, lr=0.05, optimizer="sgd", alpha=0.5, chunk_bytes=1024, timeout_s=5.0, slow={},
+                     batch_size=32, lr=0.05, optimizer="sgd", partition="dirichlet:0.5", chunk_bytes=1024,
+                     timeout_s=5.0, slow={},
                      strategy="fedavg", strategy_args={}, tasks=())
 
 

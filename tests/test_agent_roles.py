@@ -81,7 +81,7 @@ BINOMIAL = _planned("binomial", ("r", "a", "b", "g"))
 
 def _spec(tmp_path: Path, task: TaskSpec, strategy: str = "fedavg", knobs: dict[str, float] | None = None) -> AgentSpec:
     spec = AgentSpec(control_socket="unused", store_dir=str(tmp_path / "store"), model="mlp", dataset="digits",
-                     epochs=1, batch_size=32, lr=0.05, optimizer="sgd", alpha=0.5, chunk_bytes=4096,
+                     epochs=1, batch_size=32, lr=0.05, optimizer="sgd", partition="dirichlet:0.5", chunk_bytes=4096,
                      timeout_s=30.0, slow={}, strategy=strategy, strategy_args=knobs or {},
                      tasks=(task,))
     return AgentSpec.from_json(spec.to_json())  # as an agent reads it

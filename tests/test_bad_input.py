@@ -77,6 +77,16 @@ def _args(*args: str) -> Setup:
     return lambda tmp_path: (list(args), {})
 
 
+NO_USERS = '{"users": [], "num_samples": [], "user_data": {}}'
+
+
+def _leaf(tmp_path: Path, text: str) -> Path:
+    """A LEAF folder whose one JSON file holds ``text``."""
+    (tmp_path / "leaf").mkdir()
+    (tmp_path / "leaf" / "all_data_0.json").write_text(text)
+    return tmp_path / "leaf"
+
+
 def _factory_raises(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
     (tmp_path / "badmodels.py").write_text(
         "def make(num_classes, input_shape):\n    raise RuntimeError('factory [/is] broken\\non purpose')\n"
@@ -112,6 +122,19 @@ CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
      ("2 local nodes", "3 local models")),
     ("too-many-local-models", _args("--topology", "line3", "-k", "200"), ("200", "local models")),
     ("unknown-model", _args("--model", "no-such-model"), ("'no-such-model'", "unknown model")),
+    ("partition-alpha-zero", _args("--partition", "dirichlet:0"),
+     ("--partition dirichlet:0: give dirichlet:ALPHA > 0",)),
+    ("partition-unknown", _args("--partition", "zipf"), ("--partition zipf: unknown partition 'zipf'",)),
+    ("partition-more-classes", _args("--partition", "classes:20"), ("--partition classes:20: the dataset has 10 "
+                                                                     "classes",)),
+    ("partition-natural-without-users", _args("--partition", "natural"), ("--partition natural: this dataset has no "
+                                                                          "natural ids (users)",)),
+    ("leaf-missing", _args("--dataset", "leaf:femnist:/nonexistent-leaf"),
+     ("dataset 'leaf:femnist:/nonexistent-leaf': no folder /nonexistent-leaf; put LEAF's femnist there",)),
+    ("leaf-no-users", lambda p: (["--dataset", "leaf:femnist:" + str(_leaf(p, NO_USERS))], {}),
+     ("hold no user with samples",)),
+    ("leaf-other-format", lambda p: (["--dataset", f"leaf:shakespeare:{_leaf(p, '[1, 2]')}"], {}),
+     ("is not in LEAF's format",)),
     ("factory-raises", _factory_raises, ("badmodels:make", "RuntimeError", "factory [/is] broken on purpose")),
     ("missing-module", _args("--model", "no_such_pkg.mod:make"), ("no_such_pkg", "cannot import")),
     ("unwritable-out", _args("--out", "/proc/fedmst-out"), ("/proc/fedmst-out", "cannot write")),

@@ -8,6 +8,7 @@ import torch
 
 from fedmst.errors import DatasetError, TaskError
 from fedmst.fl import data
+from fedmst.fl.partitions import Partition, split
 
 
 @pytest.fixture(scope="module")
@@ -89,16 +90,16 @@ def test_an_unknown_dataset_names_the_choices() -> None:
 
 @pytest.mark.parametrize("k, alpha", [(1, 0.5), (5, 0.1), (10, 0.5), (60, 0.1)])
 def test_shards_partition_every_index_once(train_labels: np.ndarray, k: int, alpha: float) -> None:
-    shards = data.dirichlet_shards(train_labels, k, alpha, seed=1)
+    shards = split(Partition("dirichlet", alpha), train_labels, k, seed=1)
     assert len(shards) == k
     assert all(len(s) >= 10 for s in shards)
     assert np.array_equal(np.sort(np.concatenate(shards)), np.arange(len(train_labels)))
 
 
 def test_shards_are_deterministic_by_seed(train_labels: np.ndarray) -> None:
-    a = data.dirichlet_shards(train_labels, 5, 0.5, seed=7)
-    b = data.dirichlet_shards(torch.from_numpy(train_labels), 5, 0.5, seed=7)
-    c = data.dirichlet_shards(train_labels, 5, 0.5, seed=8)
+    a = split(Partition("dirichlet", 0.5), train_labels, 5, seed=7)
+    b = split(Partition("dirichlet", 0.5), torch.from_numpy(train_labels), 5, seed=7)
+    c = split(Partition("dirichlet", 0.5), train_labels, 5, seed=8)
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
     assert not all(np.array_equal(x, y) for x, y in zip(a, c))
 
@@ -106,7 +107,7 @@ def test_shards_are_deterministic_by_seed(train_labels: np.ndarray) -> None:
 def test_small_alpha_is_non_iid(train_labels: np.ndarray) -> None:
     def skew(alpha: float) -> float:
         """Mean total-variation distance of each shard's label mix from the global mix."""
-        shards = data.dirichlet_shards(train_labels, 5, alpha, seed=2)
+        shards = split(Partition("dirichlet", alpha), train_labels, 5, seed=2)
         overall = np.bincount(train_labels, minlength=10) / len(train_labels)
         mixes = [np.bincount(train_labels[s], minlength=10) / len(s) for s in shards]
         return float(np.mean([0.5 * np.abs(m - overall).sum() for m in mixes]))
@@ -118,7 +119,7 @@ def test_small_alpha_is_non_iid(train_labels: np.ndarray) -> None:
 def test_too_many_shards_is_a_one_line_task_error(train_labels: np.ndarray) -> None:
     n = len(train_labels)
     with pytest.raises(TaskError) as info:
-        data.dirichlet_shards(train_labels, n // 10 + 1, 0.5, seed=0)
+        split(Partition("dirichlet", 0.5), train_labels, n // 10 + 1, seed=0)
     assert str(info.value) == (
         f"cannot split {n} training samples into {n // 10 + 1} shards of at least 10: "
         f"use fewer local models"

@@ -70,7 +70,8 @@ def test_the_global_accuracy_is_every_partitions_accuracy_weighted_by_its_exampl
 
 def test_an_agents_flower_holding_starts_every_node_from_gs_weights() -> None:
     spec = AgentSpec(control_socket="", store_dir="", model="mlp", dataset="digits", epochs=1, batch_size=8, lr=0.1,
-                     optimizer="sgd", alpha=0.5, chunk_bytes=1 << 18, timeout_s=10, slow={}, strategy="fedavg",
+                     optimizer="sgd", partition="dirichlet:0.5", chunk_bytes=1 << 18, timeout_s=10, slow={},
+                     strategy="fedavg",
                      strategy_args={}, tasks=(), client=CLIENT, run_config=("local-epochs=1",))
     task = TaskSpec(name="t", global_node="g", local_nodes=("a", "b", "a"), seed=5, active=(0, 1, 2), transfers=())
     at_g, at_a = learners.hold(spec, task, "g"), learners.hold(spec, task, "a")

@@ -1,13 +1,14 @@
-"""Real data, split non-IID: a dataset by name (built in, :func:`register_dataset`, or the
-``fedmst.datasets`` entry-point group) or ``package.module:factory``, sharded per class by
-Dirichlet(alpha).
+"""Real data, split among local models: a dataset by name (built in, :func:`register_dataset`, or
+the ``fedmst.datasets`` entry-point group), ``package.module:factory``, or a file or folder in a
+format researchers have on disk (:mod:`fedmst.fl.sources`: LEAF, tensor files), split by
+``--partition`` (:mod:`fedmst.fl.partitions`).
 
 A factory is called with no arguments and returns ``(x_train, y_train, x_test, y_test)``:
 float inputs of any shape ``[N, ...]`` and integer labels ``[N]`` in ``0..C-1``. The model's input
 shape and class count come from those tensors. The built-in ``digits`` (1,797 8x8 images, the UCI
 handwritten digits as scikit-learn ships them, in ``digits.csv.gz`` beside this module) needs
 no download. Every split is a pure function of its seed, so each agent rebuilds its own shard
-from ``(seed, k, alpha, index)`` instead of receiving it over the emulated network.
+from ``(seed, k, partition, index)`` instead of receiving it over the emulated network.
 """
 
 from __future__ import annotations
@@ -22,9 +23,8 @@ import numpy as np
 import torch
 
 from fedmst.errors import DatasetError, TaskError
+from fedmst.fl import partitions, sources
 from fedmst.plugins import Registry, one_line
-
-MAX_DRAWS = 100
 
 Tensors = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 Factory = Callable[[], Tensors]
@@ -40,6 +40,8 @@ class Dataset:
     y_train: torch.Tensor
     x_test: torch.Tensor
     y_test: torch.Tensor
+    groups: np.ndarray | None = None
+    """Each training sample's natural id (a LEAF user), for ``--partition natural``; None: none."""
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -72,14 +74,28 @@ def register_dataset(name: str, factory: Factory) -> None:
 
 @cache
 def load_dataset(spec: str) -> Dataset:
-    """The dataset ``spec`` names (a built-in name or ``package.module:factory``), checked; loaded
-    once per process, so agents forked from a process that loaded it share its memory."""
-    factory = DATASETS.lookup(spec)
-    try:
-        tensors = factory()
-    except Exception as exc:  # noqa: BLE001 - any factory failure is the spec's fault
-        raise DatasetError(f"dataset {spec!r}: factory raised {one_line(exc)}") from exc
-    return Dataset(spec, *check_tensors(spec, tensors))
+    """The dataset ``spec`` names (a built-in name, ``package.module:factory`` or a format on disk),
+    checked; loaded once per process, so agents forked from a process that loaded it share its memory."""
+    if sources.is_on_disk(spec):
+        loaded = sources.read(spec)
+        tensors, groups = loaded.tensors, loaded.groups
+    else:
+        factory = DATASETS.lookup(spec)
+        try:
+            tensors, groups = factory(), None
+        except Exception as exc:  # noqa: BLE001 - any factory failure is the spec's fault
+            raise DatasetError(f"dataset {spec!r}: factory raised {one_line(exc)}") from exc
+    checked = check_tensors(spec, tensors)
+    if groups is not None and len(groups) != len(checked[1]):
+        raise DatasetError(f"dataset {spec!r}: {len(groups)} natural ids for {len(checked[1])} training samples")
+    return Dataset(spec, *checked, groups=groups)
+
+
+def shards(dataset: Dataset, k: int, partition: str, seed: int) -> list[np.ndarray]:
+    """The training sample indices of each of ``k`` local models under ``--partition partition``
+    (:func:`fedmst.fl.partitions.split`)."""
+    return partitions.split(partitions.parse_partition(partition), np.asarray(dataset.y_train), k, seed,
+                            dataset.groups)
 
 
 def check_tensors(spec: str, tensors: object) -> Tensors:
@@ -138,62 +154,3 @@ def train_test_split_seeded(X: torch.Tensor, y: torch.Tensor, test_fraction: flo
     is_test[test] = True
     train_idx, test_idx = torch.from_numpy(np.flatnonzero(~is_test)), torch.from_numpy(np.flatnonzero(is_test))
     return X[train_idx], y[train_idx], X[test_idx], y[test_idx]
-
-
-def _draw(labels: np.ndarray, k: int, alpha: float, rng: np.random.Generator) -> list[list[int]]:
-    """One Dirichlet partition: each class is cut among the shards in Dirichlet(alpha) shares.
-
-    As in the usual recipe (Yurochkin et al. 2019), a shard already holding its fair share N/k
-    takes no more, which keeps shard sizes from collapsing onto a few shards.
-    """
-    shards: list[list[int]] = [[] for _ in range(k)]
-    for c in np.unique(labels):
-        members = np.flatnonzero(labels == c)
-        rng.shuffle(members)
-        p = rng.dirichlet(np.full(k, alpha))
-        p *= np.array([len(s) < len(labels) / k for s in shards])
-        cuts = (np.cumsum(p / p.sum()) * len(members)).astype(int)[:-1]
-        for shard, part in zip(shards, np.split(members, cuts)):
-            shard.extend(part.tolist())
-    return shards
-
-
-def _top_up(shards: list[list[int]], min_size: int, rng: np.random.Generator) -> None:
-    """Move random samples from the largest shards into those below ``min_size``."""
-    for small in shards:
-        while len(small) < min_size:
-            large = max(shards, key=len)
-            small.append(large.pop(int(rng.integers(len(large)))))
-
-
-def dirichlet_shards(
-    labels: np.ndarray | torch.Tensor, k: int, alpha: float, seed: int, min_size: int = 10
-) -> list[np.ndarray]:
-    """Split sample indices into ``k`` non-IID shards (sorted index arrays), deterministically.
-
-    Smaller ``alpha`` means more skewed label mixes. A draw with a shard under ``min_size``
-    is redrawn; if ``MAX_DRAWS`` draws all fail (tiny alpha, many shards), the best one is
-    topped up from the largest shards, so any feasible ``k`` succeeds.
-    """
-    labels = np.asarray(labels)
-    n = len(labels)
-    if k < 1:
-        raise TaskError(f"need at least one local model, got {k}")
-    if alpha <= 0:
-        raise TaskError(f"Dirichlet alpha must be positive, got {alpha}")
-    if k * min_size > n:
-        raise TaskError(
-            f"cannot split {n} training samples into {k} shards of at least {min_size}: "
-            f"use fewer local models"
-        )
-    rng = np.random.default_rng(seed)
-    best: list[list[int]] = []
-    for _ in range(MAX_DRAWS):
-        shards = _draw(labels, k, alpha, rng)
-        if not best or min(map(len, shards)) > min(map(len, best)):
-            best = shards
-        if min(map(len, best)) >= min_size:
-            break
-    else:
-        _top_up(best, min_size, rng)
-    return [np.sort(np.asarray(s, dtype=np.int64)) for s in best]

@@ -223,7 +223,7 @@ def _train_s(config: RunConfig, job: Job, seed: int) -> float:
 
     dataset = data.load_dataset(str(job.dataset))
     try:
-        shards = data.dirichlet_shards(dataset.y_train, job.local_models, config.alpha, seed=seed)
+        shards = data.shards(dataset, job.local_models, config.partition, seed=seed)
     except FedmstError as exc:
         raise JobError(f"job {job.name}: {exc}") from None
     measured = (job.epochs or 1) * max(map(len, shards)) * _sample_s(str(job.model), str(job.dataset),

@@ -208,8 +208,12 @@ class RunConfig:
     target_accuracy: float = option(
         0.8, "--target-accuracy", check=(lambda v: 0 < v <= 1, "give an accuracy in (0, 1]"),
         help="Report the time and link bytes of the rounds until the global model first reaches this.")
-    alpha: float = option(0.5, check=(lambda v: v > 0, "give a positive Dirichlet concentration"))
-    """Dirichlet concentration of the data split (config files only)."""
+    partition: str = option(
+        "dirichlet:0.5", "--partition", metavar="NAME[:ARG]",
+        help="How each task's training samples are split among its local models: dirichlet:ALPHA (each class in "
+             "Dirichlet shares), iid, classes:N (N classes each), quantity:ALPHA (sizes skewed), natural (LEAF's "
+             "users, grouped); docs/datasets.md.")
+    """The data split (:mod:`fedmst.fl.partitions`), checked with the dataset when the run is prepared."""
     chunk_bytes: int = option(256 * 1024, "--chunk-kb", unit=1024, check=_at_least(1),
                               help="Relays forward weights in chunks of this size (pipelining).")
     mtu: int = option(DEFAULT_MTU, "--mtu", check=(lambda v: 576 <= v <= 9000, "give an MTU between 576 and 9000"),
@@ -478,6 +482,9 @@ def _check_together(config: RunConfig) -> None:
         raise FedmstError("--ocs-wavelengths 0 with --ots-wavelengths 0: a fibre needs at least one wavelength")
     if config.frame.problem():
         raise FedmstError(config.frame.problem())
+    from fedmst.fl.partitions import parse_partition
+
+    parse_partition(config.partition)
     if config.delay_mode == "off" and (config.loss or config.jitter_ms):
         given = [o for o, v in (("--loss", config.loss), ("--jitter-ms", config.jitter_ms)) if v]
         raise FedmstError(f"{' and '.join(given)} need{'s' if len(given) == 1 else ''} a delay mechanism: "
@@ -584,6 +591,8 @@ def read_config_file(path: Path, extra_keys: Sequence[str] = ()) -> dict[str, An
     for key, value in raw.items():
         name = key.replace("-", "_")
         name = renamed.get(name, name)
+        if name == "alpha" and isinstance(value, (int, float)):  # a run from before --partition
+            name, value = "partition", f"dirichlet:{value:g}"
         if name in extra_keys:
             out[name] = value
             continue

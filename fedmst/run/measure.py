@@ -293,6 +293,7 @@ def _shared(run: Any, rows: list[LinkRow], *, reached: tuple[int, float] | None,
     config, workload = run.config, run.workload
     first = workload.plans[0]
     return dict(
+        partition=dict(run.partition),
         status=status, scheduler=config.scheduler, scheduler_name=_declared_name(config.scheduler),
         topology=run.graph.graph["name"],
         tasks=len(workload.plans) + len(workload.blocked), tasks_blocked=len(workload.blocked),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import networkx as nx
 
@@ -63,6 +63,8 @@ class ResolvedRun:
     order ``--order`` admits them in."""
     offsets: Mapping[str, float] = field(default_factory=dict)
     """Task -> seconds its start is shifted by ``--interleave`` (beyond its own ``start_s``)."""
+    partition: Mapping[str, Any] = field(default_factory=dict)
+    """How the tasks' training samples were split (:func:`split_data`; summary.json's ``partition``)."""
     profiles: tuple[Profile, ...] = ()
     """Each admitted task's round as predicted alone (:mod:`fedmst.core.contention`), in plan order."""
     time_scale: float = 1.0
@@ -117,6 +119,8 @@ class _Inputs:
     limits: Mapping[str, WorkerLimits]
     """Every node's worker limits (``--cpus``, ``--memory``)."""
     tasks: tuple[Task, ...]
+    partition: Mapping[str, Any] = field(default_factory=dict)
+    """summary.json's ``partition`` (:func:`split_data`)."""
 
 
 def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Host | None = None) -> list[ResolvedRun]:
@@ -180,8 +184,9 @@ def _inputs(config: RunConfig, host: Host, schedulers: Sequence[str]) -> _Inputs
     if refusal:
         raise FedmstError(refusal)
     limits = worker_limits(graph.nodes, config.cpus, config.memory, graph.nodes)
+    tasks = _sized(config, _tasks(config, graph), schedulers)
     return _Inputs(graph=graph, link_failures=link_failures, kills=kills, slow=slow, background=background,
-                   link_changes=link_changes, limits=limits, tasks=_sized(config, _tasks(config, graph), schedulers))
+                   link_changes=link_changes, limits=limits, tasks=tasks, partition=split_data(config, tasks))
 
 
 def _ecn_asked(config: RunConfig, transport: Transport | None) -> str | None:
@@ -204,9 +209,23 @@ def _sized(config: RunConfig, tasks: list[Task], schedulers: Sequence[str]) -> t
     for kind in dict.fromkeys((t.model, t.dataset) for t in tasks):
         dataset = data.load_dataset(kind[1])
         sizes[kind] = models.sized_model(kind[0], dataset)
-        k = max(t.k for t in tasks if t.dataset == kind[1])
-        data.dirichlet_shards(dataset.y_train, k, config.alpha, seed=config.seed)  # too many local models?
     return tuple(replace(task, model_bytes=sizes[(task.model, task.dataset)]) for task in tasks)
+
+
+def split_data(config: RunConfig, tasks: Sequence[Task]) -> dict[str, Any]:
+    """summary.json's ``partition``: ``--partition`` and, for each task (seeded as its agents seed it:
+    the run's seed plus its place in the list), each local model's samples and class counts; a split
+    the dataset cannot give (too many local models, classes or users) refused in one line."""
+    if config.client:
+        return {}
+    from fedmst.fl import data, partitions
+
+    out: dict[str, Any] = {"partition": config.partition, "tasks": {}}
+    for i, task in enumerate(tasks):
+        dataset = data.load_dataset(task.dataset)
+        shards = data.shards(dataset, task.k, config.partition, seed=config.seed + i)
+        out["tasks"][task.name] = partitions.counts(shards, dataset.y_train.numpy())
+    return out
 
 
 def _flower_sized(config: RunConfig, tasks: list[Task]) -> tuple[Task, ...]:
@@ -248,7 +267,8 @@ def _plan(config: RunConfig, host: Host, inputs: _Inputs, scheduler: str) -> Res
                                   capacities(view))
     return ResolvedRun(
         background=inputs.background, offsets=offsets, link_changes=inputs.link_changes,
-        listed=tuple(t.name for t in inputs.tasks), config=replace(config, scheduler=scheduler), graph=graph,
+        listed=tuple(t.name for t in inputs.tasks), partition=inputs.partition,
+        config=replace(config, scheduler=scheduler), graph=graph,
         workload=workload, link_failures=inputs.link_failures, kills=inputs.kills, slow=inputs.slow,
         worker_nodes=nodes, limits={n: inputs.limits[n] for n in nodes},
         delay_mode=host.delay_mode, netem_available=host.netem_available, transport=host.transport,

@@ -128,6 +128,9 @@ class Summary(RunStatus):
     """``lockstep`` (every task's phases together, round by round) or ``independent``."""
     round_latency_by_task_s: dict[str, float] = field(default_factory=dict)
     """Each task's mean round latency (its iteration time: broadcast start to upload end)."""
+    partition: dict[str, Any] = field(default_factory=dict)
+    """``--partition`` and, per task, each local model's training samples and their count per class
+    (:func:`fedmst.run.prepare.split_data`); empty for a Flower client's own data."""
     start_offsets_s: dict[str, float] = field(default_factory=dict)
     """Independent clock: when each task started (its ``start_s`` plus the interleaving shift)."""
     predicted_round_latency_s: float | None = None

@@ -409,7 +409,7 @@ class Session:
             control_socket=str(self.scratch / "control.sock"),
             store_dir=self.emu.meeting.rendezvous(self.scratch, "store"),
             model=config.model, dataset=config.dataset, epochs=config.epochs, batch_size=config.batch_size,
-            lr=config.lr, optimizer=config.optimizer, alpha=config.alpha, chunk_bytes=config.chunk_bytes,
+            lr=config.lr, optimizer=config.optimizer, partition=config.partition, chunk_bytes=config.chunk_bytes,
             timeout_s=self.timeout_s, slow=dict(self.resolved.slow), strategy=config.strategy,
             strategy_args=strategy_knobs(config.strategy_args), tasks=specs, time_scale=self.scale.factor,
             client=config.client, run_config=config.run_config, coordinator_root=root_id(),

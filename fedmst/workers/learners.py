@@ -43,7 +43,7 @@ class Holding:
 
 
 class TorchLearner:
-    """A fedmst model (``--model``) training on its Dirichlet shard of ``--dataset``."""
+    """A fedmst model (``--model``) training on its shard of ``--dataset`` (``--partition``)."""
 
     def __init__(self, spec: AgentSpec, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
         self.spec, self.model, self.x, self.y = spec, model, x, y
@@ -109,7 +109,7 @@ def hold(spec: AgentSpec, task: TaskSpec, node: str) -> Holding:
         judge = (lambda flat, round_: federated_accuracy(list(nodes.values()), layout, flat, round_)) if at_g else None
         return Holding(initial, {i: FlowerLearner(nodes[i], layout) for i in mine}, judge)
     dataset = data.load_dataset(kind(spec, task)[1])
-    shards = data.dirichlet_shards(dataset.y_train, k, spec.alpha, seed=task.seed)
+    shards = data.shards(dataset, k, spec.partition, seed=task.seed)
     seeded = build_model(spec, task, seed=task.seed)
     local: dict[int, Learner] = {}
     for i in mine:

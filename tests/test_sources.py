@@ -1,0 +1,109 @@
+"""Datasets in the formats researchers have on disk: LEAF's JSON folders and tensor files,
+generated here (:mod:`leafdata`), read as fedmst reads them; a dataset that is missing or in
+another format is one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fedmst.errors import DatasetError
+from fedmst.fl import data, models, training
+from fedmst.fl.partitions import Partition, split
+from fedmst.fl.sources import LETTERS, read
+from leafdata import femnist, shakespeare
+
+
+@pytest.mark.parametrize("split_folders", [True, False])
+def test_leaf_femnist_is_images_of_its_writers(tmp_path: Path, split_folders: bool) -> None:
+    root = femnist(tmp_path / "femnist", users=12, per_user=30, split=split_folders)
+    loaded = read(f"leaf:femnist:{root}")
+    x_train, y_train, x_test, y_test = loaded.tensors
+    assert x_train.shape[1:] == (1, 28, 28) and x_test.shape[1:] == (1, 28, 28)
+    assert len(x_train) + len(x_test) == 12 * 30 and len(x_train) == 12 * 27
+    assert loaded.groups is not None and len(loaded.groups) == len(y_train)
+    assert sorted(set(loaded.groups.tolist())) == list(range(12))  # every writer, 27 training samples each
+    assert np.bincount(loaded.groups).tolist() == [27] * 12
+
+
+def test_leaf_shakespeare_is_lines_of_letter_indices(tmp_path: Path) -> None:
+    root = shakespeare(tmp_path / "shakespeare", users=5, per_user=20)
+    x_train, y_train, _, _ = read(f"leaf:shakespeare:{root}").tensors
+    assert x_train.shape == (5 * 18, 80) and x_train.dtype == torch.float32
+    line = "".join(LETTERS[int(i)] for i in x_train[0])
+    assert set(line) <= set("to be or not all the world's a stage rest is silence")
+    assert 0 <= int(y_train.min()) and int(y_train.max()) < len(LETTERS)
+
+
+def test_natural_partition_of_a_leaf_dataset_gives_each_local_model_whole_writers(tmp_path: Path) -> None:
+    root = femnist(tmp_path / "femnist", users=12, per_user=30)
+    dataset = data.load_dataset(f"leaf:femnist:{root}")
+    shards = data.shards(dataset, 4, "natural", seed=1)
+    assert dataset.groups is not None
+    writers = [set(dataset.groups[s].tolist()) for s in shards]
+    assert [len(w) for w in writers] == [3, 3, 3, 3] and set().union(*writers) == set(range(12))
+    again = split(Partition("natural"), dataset.y_train.numpy(), 4, 1, dataset.groups)
+    assert all(np.array_equal(a, b) for a, b in zip(shards, again))
+
+
+def test_the_lstm_learns_the_next_character_of_generated_shakespeare(tmp_path: Path) -> None:
+    root = shakespeare(tmp_path / "s", users=6, per_user=40)
+    dataset = data.load_dataset(f"leaf:shakespeare:{root}")
+    assert models.sized_model("lstm", dataset) == 4 * sum(
+        p.numel() for p in models.build_model("lstm", dataset.num_classes, dataset.input_shape).parameters())
+    torch.manual_seed(0)
+    model = models.build_model("lstm", dataset.num_classes, dataset.input_shape)
+    before = training.accuracy(model, dataset.x_train, dataset.y_train)
+    training.train_local(model, dataset.x_train, dataset.y_train, epochs=8, batch_size=16, lr=0.05,
+                         optimizer="adam", seed=0)
+    assert training.accuracy(model, dataset.x_train, dataset.y_train) > max(0.4, before + 0.2)
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".pt"])
+def test_a_tensor_file_with_natural_ids(tmp_path: Path, suffix: str) -> None:
+    x, y = np.random.default_rng(0).random((40, 3), dtype=np.float32), np.arange(40) % 4
+    arrays = {"x_train": x[:30], "y_train": y[:30], "x_test": x[30:], "y_test": y[30:], "groups_train": y[:30] // 2}
+    path = tmp_path / f"d{suffix}"
+    if suffix == ".npz":
+        np.savez(path, **arrays)
+    else:
+        torch.save({k: torch.from_numpy(np.asarray(v)) for k, v in arrays.items()}, path)
+    dataset = data.load_dataset(str(path))
+    assert dataset.input_shape == (3,) and dataset.num_classes == 4 and len(dataset.x_test) == 10
+    assert dataset.groups is not None and dataset.groups.tolist() == (y[:30] // 2).tolist()
+
+
+def _other_format(tmp_path: Path) -> str:
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "a.json").write_text(json.dumps({"images": []}))
+    return f"leaf:femnist:{tmp_path / 'x'}"
+
+
+def _no_users(tmp_path: Path) -> str:
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "a.json").write_text(json.dumps({"users": [], "num_samples": [], "user_data": {}}))
+    return f"leaf:femnist:{tmp_path / 'x'}"
+
+
+def _missing_keys(tmp_path: Path) -> str:
+    np.savez(tmp_path / "d.npz", x=np.zeros(3))
+    return str(tmp_path / "d.npz")
+
+
+@pytest.mark.parametrize("spec, said", [
+    (lambda p: f"leaf:femnist:{p / 'nowhere'}", "no folder {p}/nowhere; put LEAF's femnist there"),
+    (lambda p: f"leaf:mnist:{p}", "give leaf:TASK:ROOT with TASK one of femnist, shakespeare"),
+    (_other_format, "is not in LEAF's format"),
+    (_no_users, "hold no user with samples"),
+    (lambda p: str(p / "none.npz"), "no file {p}/none.npz"),
+    (_missing_keys, "must hold x_train, y_train, x_test, y_test; it holds x"),
+    (lambda p: f"leaf:femnist:{p}", "holds no .json file"),
+])
+def test_a_missing_or_foreign_dataset_is_one_line(tmp_path: Path, spec, said: str) -> None:  # noqa: ANN001
+    with pytest.raises(DatasetError) as info:
+        data.load_dataset(spec(tmp_path))
+    assert said.format(p=tmp_path) in str(info.value) and "\n" not in str(info.value), str(info.value)
