@@ -1,4 +1,4 @@
-"""Small datasets generated in LEAF's on-disk format (no download, no shipped copy): FEMNIST's
+"""Small datasets generated in their on-disk formats (no download, no shipped copy): LEAF FEMNIST's
 28x28 images as 784 values per sample with a writer per user, Shakespeare's 80-character lines
 with the next character as the label, a speaker per user. Each class (or next character) has its
 own pattern, so a model can learn them."""
@@ -56,3 +56,19 @@ def _dump(path: Path, data: dict[str, dict[str, list]]) -> None:
     users = sorted(data)
     path.write_text(json.dumps({"users": users, "num_samples": [len(data[u]["y"]) for u in users],
                                 "user_data": data}))
+
+
+def image_folder(root: Path, classes: int = 3, per_class: int = 20, size: int = 32, seed: int = 0) -> Path:
+    """``root`` in torchvision's ImageFolder layout: a folder of RGB PNGs per class, each class a
+    colour of its own under noise."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    for c in range(classes):
+        folder = root / f"class{c}"
+        folder.mkdir(parents=True, exist_ok=True)
+        colour = rng.integers(0, 256, 3)
+        for i in range(per_class):
+            pixels = np.clip(colour + rng.normal(0, 30, (size, size, 3)), 0, 255).astype(np.uint8)
+            Image.fromarray(pixels).save(folder / f"{i}.png")
+    return root

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import assert_fedavg, fedmst_cli
-from leafdata import femnist, shakespeare
+from leafdata import femnist, image_folder, shakespeare
 from fedmst.fl import data, models as models_
 
 pytestmark = pytest.mark.integration
@@ -38,6 +38,24 @@ def test_a_leaf_dataset_split_by_its_users_runs_both_schedules_to_the_same_model
         assert summary["model_bytes"] == models_.sized_model(model, dataset)
         saved = tmp_path / "out" / scheduler / "models"
         assert_fedavg(sorted(saved.iterdir())[-1])
+    last = sorted((tmp_path / "out" / "spff" / "models").iterdir())[-1].name
+    spff, mst = (torch.load(tmp_path / "out" / s / "models" / last / "task0-global.pt") for s in ("spff", "mst"))
+    assert torch.allclose(spff, mst, atol=1e-6), (spff - mst).abs().max()
+
+
+def test_an_image_folder_split_one_class_a_local_model_runs_to_the_same_model(clean_host: None,
+                                                                                tmp_path: Path) -> None:
+    """32x32 RGB images in ImageFolder's layout, ``--partition classes:1``: each local model holds
+    one class (summary.json says which), and MST's global model is SPFF's."""
+    root = image_folder(tmp_path / "images", classes=3, per_class=20)
+    done = fedmst_cli("compare", "--topology", "small", "--local-models", "3", "--rounds", "1", "--model", "cnn",
+                      "--dataset", f"imagefolder:{root}", "--partition", "classes:1", "--save-models",
+                      "--out", tmp_path / "out")
+    assert done.returncode == 0, done.stderr[-2000:]
+    split = json.loads((tmp_path / "out" / "mst" / "summary.json").read_text())["partition"]
+    held = [m["classes"] for m in split["tasks"]["task0"]]
+    assert split["partition"] == "classes:1" and sorted(next(iter(c)) for c in held) == ["0", "1", "2"]
+    assert [sum(c.values()) for c in held] == [16, 16, 16]
     last = sorted((tmp_path / "out" / "spff" / "models").iterdir())[-1].name
     spff, mst = (torch.load(tmp_path / "out" / s / "models" / last / "task0-global.pt") for s in ("spff", "mst"))
     assert torch.allclose(spff, mst, atol=1e-6), (spff - mst).abs().max()

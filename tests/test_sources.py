@@ -15,7 +15,7 @@ from fedmst.errors import DatasetError
 from fedmst.fl import data, models, training
 from fedmst.fl.partitions import Partition, split
 from fedmst.fl.sources import LETTERS, read
-from leafdata import femnist, shakespeare
+from leafdata import femnist, image_folder, shakespeare
 
 
 @pytest.mark.parametrize("split_folders", [True, False])
@@ -107,3 +107,29 @@ def test_a_missing_or_foreign_dataset_is_one_line(tmp_path: Path, spec, said: st
     with pytest.raises(DatasetError) as info:
         data.load_dataset(spec(tmp_path))
     assert said.format(p=tmp_path) in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
+def test_an_image_folder_is_images_of_its_class_folders_split_by_a_seed(tmp_path: Path) -> None:
+    root = image_folder(tmp_path / "images", classes=3, per_class=20)
+    dataset = data.load_dataset(f"imagefolder:{root}")
+    assert dataset.input_shape == (3, 32, 32) and dataset.num_classes == 3
+    assert len(dataset.x_train) == 48 and np.bincount(dataset.y_test.numpy()).tolist() == [4, 4, 4]
+    assert 0 <= float(dataset.x_train.min()) and float(dataset.x_train.max()) <= 1
+    again = read(f"imagefolder:{root}").tensors
+    assert all(torch.equal(a, b) for a, b in zip(again, (dataset.x_train, dataset.y_train, dataset.x_test,
+                                                        dataset.y_test)))
+
+
+def test_an_image_folder_of_mixed_sizes_or_one_class_is_one_line(tmp_path: Path) -> None:
+    from PIL import Image
+
+    root = image_folder(tmp_path / "images", classes=2, per_class=3)
+    Image.new("RGB", (16, 16)).save(root / "class0" / "small.png")
+    with pytest.raises(DatasetError, match=r"its images come in 2 shapes \(channels x height x width: 3x16x16, "
+                                           r"3x32x32\); give images of one size and mode"):
+        read(f"imagefolder:{root}")
+    lonely = image_folder(tmp_path / "one", classes=1, per_class=3)
+    with pytest.raises(DatasetError, match="holds 1 class folder"):
+        read(f"imagefolder:{lonely}")
+    with pytest.raises(DatasetError, match="no folder .*; put one folder of images per class there"):
+        read(f"imagefolder:{tmp_path / 'nowhere'}")

@@ -9,6 +9,10 @@
   channel), 62 classes; Shakespeare's inputs are 80-character lines and its label the next
   character, both as indices into LEAF's 80 letters (floats, as every input here: the ``lstm``
   model embeds them). Every training sample keeps its user, for ``--partition natural``.
+- ``imagefolder:ROOT``: torchvision's ``ImageFolder`` layout, one folder of images per class (the
+  classes in the order of their folders' names), read with Pillow into ``[C, H, W]`` floats in
+  ``[0, 1]`` (every image one size and mode); each class's images split 80/20 into train and
+  test by a seeded rule (:func:`fedmst.fl.data.train_test_split_seeded`).
 - ``PATH.npz`` or ``PATH.pt``: ``x_train``, ``y_train``, ``x_test``, ``y_test`` (an ``.npz``'s
   arrays, or a ``.pt`` file's dict of tensors), and optionally ``groups_train`` (a natural id per
   training sample).
@@ -53,7 +57,7 @@ def is_on_disk(spec: str) -> bool:
     >>> is_on_disk("leaf:femnist:/data/femnist"), is_on_disk("data/x.npz"), is_on_disk("pkg.mod:make")
     (True, True, False)
     """
-    return spec.startswith("leaf:") or spec.endswith((".npz", ".pt"))
+    return spec.startswith(("leaf:", "imagefolder:")) or spec.endswith((".npz", ".pt"))
 
 
 def read(spec: str) -> Loaded:
@@ -63,6 +67,8 @@ def read(spec: str) -> Loaded:
         if task not in LEAF_TASKS or not colon or not root:
             raise DatasetError(f"dataset {spec!r}: give leaf:TASK:ROOT with TASK one of {', '.join(LEAF_TASKS)}")
         return _leaf(spec, task, Path(root))
+    if spec.startswith("imagefolder:"):
+        return _image_folder(spec, Path(spec.removeprefix("imagefolder:")))
     return _tensor_file(spec, Path(spec))
 
 
@@ -168,3 +174,39 @@ def _tensor_file(spec: str, path: Path) -> Loaded:
     groups = found.get("groups_train")
     return Loaded(tuple(found[k] for k in TENSOR_KEYS),  # type: ignore[arg-type]
                   None if groups is None else np.asarray(groups, dtype=np.int64))
+
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+"""The image files an image folder's class folders are read for (torchvision's ``IMG_EXTENSIONS``)."""
+TEST_FRACTION = 0.2
+
+
+def _image_folder(spec: str, root: Path) -> Loaded:
+    from PIL import Image, UnidentifiedImageError
+
+    from fedmst.fl.data import train_test_split_seeded
+
+    if not root.is_dir():
+        raise DatasetError(f"dataset {spec!r}: no folder {root}; put one folder of images per class there")
+    classes = sorted(p for p in root.iterdir() if p.is_dir())
+    files = [(f, c) for c, folder in enumerate(classes) for f in sorted(folder.rglob("*"))
+             if f.suffix.lower() in IMAGE_SUFFIXES]
+    if len(classes) < 2 or not files:
+        raise DatasetError(f"dataset {spec!r}: {root} holds {len(classes)} class folder(s) and {len(files)} image(s); "
+                           "give one folder of images per class, two classes or more")
+    arrays, shapes = [], set()
+    for path, _ in files:
+        try:
+            with Image.open(path) as image:
+                pixels = np.asarray(image, dtype=np.float32)
+        except (OSError, UnidentifiedImageError) as exc:
+            raise DatasetError(f"dataset {spec!r}: cannot read {path}: {' '.join(str(exc).split())[:160]}") from None
+        arrays.append(pixels[None] if pixels.ndim == 2 else pixels.transpose(2, 0, 1))
+        shapes.add(arrays[-1].shape)
+    if len(shapes) > 1:
+        shown = ", ".join("x".join(map(str, s)) for s in sorted(shapes)[:3])
+        raise DatasetError(f"dataset {spec!r}: its images come in {len(shapes)} shapes (channels x height x width: "
+                           f"{shown}); give images of one size and mode")
+    x = torch.from_numpy(np.stack(arrays) / 255.0).float()
+    y = torch.tensor([c for _, c in files])
+    return Loaded(train_test_split_seeded(x, y, TEST_FRACTION, seed=0))

@@ -164,8 +164,9 @@ class RunConfig:
     rounds: int = option(2, "--rounds", "-r", check=_at_least(1))
     model: str = option(DEFAULT_MODEL, "--model", help="A registered model name or package.module:factory.")
     dataset: str = option(DEFAULT_DATASET, "--dataset",
-                          help="A built-in dataset (digits) or package.module:factory returning "
-                               "(x_train, y_train, x_test, y_test) tensors.")
+                          help="A built-in dataset (digits), package.module:factory returning (x_train, y_train, "
+                               "x_test, y_test) tensors, leaf:femnist:ROOT, leaf:shakespeare:ROOT, imagefolder:ROOT, "
+                               "or PATH.npz / PATH.pt (docs/datasets.md).")
     seed: int = option(1, "--seed", check=_at_least(0, "a seed"),
                        help="Seeds task placement, data split and model initialisation (0 or more).")
     out: str = option("runs/latest")
