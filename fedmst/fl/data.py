@@ -22,11 +22,12 @@ from typing import Callable
 import numpy as np
 import torch
 
-from fedmst.errors import DatasetError, TaskError
+from fedmst.errors import DatasetError
 from fedmst.fl import partitions, sources
+from fedmst.fl.sources import train_test_split_seeded
 from fedmst.plugins import Registry, one_line
 
-Tensors = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+Tensors = sources.Tensors
 Factory = Callable[[], Tensors]
 """Called with no arguments; returns ``(x_train, y_train, x_test, y_test)``."""
 
@@ -132,25 +133,3 @@ def check_tensors(spec: str, tensors: object) -> Tensors:
         raise DatasetError(f"dataset {spec!r}: train inputs are {tuple(xtr.shape[1:])}, test inputs "
                            f"{tuple(xte.shape[1:])}")
     return xtr.float().contiguous(), ytr.long(), xte.float().contiguous(), yte.long()
-
-
-def train_test_split_seeded(X: torch.Tensor, y: torch.Tensor, test_fraction: float = 0.2, *, seed: int) -> Tensors:
-    """``(X_train, y_train, X_test, y_test)``, stratified by label so the test set is balanced:
-    each class gives ``round(test_fraction * n_c)`` random samples to the test set.
-
-    >>> X, y = torch.arange(10.0), torch.tensor([0] * 5 + [1] * 5)
-    >>> [t.tolist() for t in train_test_split_seeded(X, y, 0.4, seed=1)][3]
-    [0, 0, 1, 1]
-    """
-    if not 0 < test_fraction < 1:
-        raise TaskError(f"test fraction must be between 0 and 1, got {test_fraction}")
-    rng = np.random.default_rng(seed)
-    labels = np.asarray(y)
-    test = []
-    for c in np.unique(labels):
-        members = np.flatnonzero(labels == c)
-        test.extend(rng.choice(members, size=round(test_fraction * len(members)), replace=False).tolist())
-    is_test = np.zeros(len(labels), dtype=bool)
-    is_test[test] = True
-    train_idx, test_idx = torch.from_numpy(np.flatnonzero(~is_test)), torch.from_numpy(np.flatnonzero(is_test))
-    return X[train_idx], y[train_idx], X[test_idx], y[test_idx]

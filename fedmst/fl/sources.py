@@ -12,7 +12,7 @@
 - ``imagefolder:ROOT``: torchvision's ``ImageFolder`` layout, one folder of images per class (the
   classes in the order of their folders' names), read with Pillow into ``[C, H, W]`` floats in
   ``[0, 1]`` (every image one size and mode); each class's images split 80/20 into train and
-  test by a seeded rule (:func:`fedmst.fl.data.train_test_split_seeded`).
+  test by a seeded rule (:func:`train_test_split_seeded`).
 - ``PATH.npz`` or ``PATH.pt``: ``x_train``, ``y_train``, ``x_test``, ``y_test`` (an ``.npz``'s
   arrays, or a ``.pt`` file's dict of tensors), and optionally ``groups_train`` (a natural id per
   training sample).
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedmst.errors import DatasetError
+from fedmst.errors import DatasetError, TaskError
 
 LEAF_TASKS = ("femnist", "shakespeare")
 LETTERS = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"
@@ -42,12 +42,16 @@ TRAIN_FRACTION = 0.9
 TENSOR_KEYS = ("x_train", "y_train", "x_test", "y_test")
 
 
+Tensors = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+"""``(x_train, y_train, x_test, y_test)``."""
+
+
 @dataclass(frozen=True)
 class Loaded:
     """A dataset read from disk: its four tensors and, where it has them, a natural id per
     training sample (a LEAF user: a writer, a speaker)."""
 
-    tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+    tensors: Tensors
     groups: np.ndarray | None = None
 
 
@@ -184,8 +188,6 @@ TEST_FRACTION = 0.2
 def _image_folder(spec: str, root: Path) -> Loaded:
     from PIL import Image, UnidentifiedImageError
 
-    from fedmst.fl.data import train_test_split_seeded
-
     if not root.is_dir():
         raise DatasetError(f"dataset {spec!r}: no folder {root}; put one folder of images per class there")
     classes = sorted(p for p in root.iterdir() if p.is_dir())
@@ -210,3 +212,25 @@ def _image_folder(spec: str, root: Path) -> Loaded:
     x = torch.from_numpy(np.stack(arrays) / 255.0).float()
     y = torch.tensor([c for _, c in files])
     return Loaded(train_test_split_seeded(x, y, TEST_FRACTION, seed=0))
+
+
+def train_test_split_seeded(X: torch.Tensor, y: torch.Tensor, test_fraction: float = 0.2, *, seed: int) -> Tensors:
+    """``(X_train, y_train, X_test, y_test)``, stratified by label so the test set is balanced:
+    each class gives ``round(test_fraction * n_c)`` random samples to the test set.
+
+    >>> X, y = torch.arange(10.0), torch.tensor([0] * 5 + [1] * 5)
+    >>> [t.tolist() for t in train_test_split_seeded(X, y, 0.4, seed=1)][3]
+    [0, 0, 1, 1]
+    """
+    if not 0 < test_fraction < 1:
+        raise TaskError(f"test fraction must be between 0 and 1, got {test_fraction}")
+    rng = np.random.default_rng(seed)
+    labels = np.asarray(y)
+    test = []
+    for c in np.unique(labels):
+        members = np.flatnonzero(labels == c)
+        test.extend(rng.choice(members, size=round(test_fraction * len(members)), replace=False).tolist())
+    is_test = np.zeros(len(labels), dtype=bool)
+    is_test[test] = True
+    train_idx, test_idx = torch.from_numpy(np.flatnonzero(~is_test)), torch.from_numpy(np.flatnonzero(is_test))
+    return X[train_idx], y[train_idx], X[test_idx], y[test_idx]
