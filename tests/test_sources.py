@@ -133,3 +133,21 @@ def test_an_image_folder_of_mixed_sizes_or_one_class_is_one_line(tmp_path: Path)
         read(f"imagefolder:{lonely}")
     with pytest.raises(DatasetError, match="no folder .*; put one folder of images per class there"):
         read(f"imagefolder:{tmp_path / 'nowhere'}")
+
+
+@pytest.mark.parametrize("optimizer, mu", [("sgd", 0.0), ("adam", 0.1)])
+def test_a_shard_trained_by_its_rows_is_the_model_its_copy_would_train(optimizer: str, mu: float) -> None:
+    """Local models index their shard of the dataset their process holds once, batch by batch,
+    instead of each copying it: the same batches in the same order, the same weights, bit for bit."""
+    digits = data.load_dataset("digits")
+    rows = torch.as_tensor(data.shards(digits, 4, "dirichlet:0.5", seed=3)[1])
+    trained = []
+    for by_rows in (False, True):
+        torch.manual_seed(0)
+        model = models.build_model("mlp", digits.num_classes, digits.input_shape)
+        x, y = (digits.x_train, digits.y_train) if by_rows else (digits.x_train[rows], digits.y_train[rows])
+        loss = training.train_local(model, x, y, rows=rows if by_rows else None, epochs=2, batch_size=16, lr=0.05,
+                                    optimizer=optimizer, seed=9, proximal_mu=mu)
+        trained.append((loss, [p.detach().clone() for p in model.parameters()]))
+    assert trained[0][0] == trained[1][0]
+    assert all(torch.equal(a, b) for a, b in zip(trained[0][1], trained[1][1]))

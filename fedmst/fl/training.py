@@ -76,9 +76,13 @@ def train_local(
     seed: int,
     optimizer: str = "sgd",
     proximal_mu: float = 0.0,
+    rows: torch.Tensor | None = None,
 ) -> float:
     """Train ``model`` in place on ``(X, y)`` with ``optimizer`` (one of :data:`OPTIMIZERS`);
-    return the mean loss over the last epoch (without the proximal term).
+    return the mean loss over the last epoch (without the proximal term). ``rows``: train on these
+    samples of ``(X, y)`` only (a local model's shard), each batch taken from the whole dataset as
+    it is drawn, so that the shards of a host's local models are not copies beside it; the same
+    batches, in the same order, as training on ``(X[rows], y[rows])``.
 
     ``proximal_mu`` above 0 adds FedProx's ``proximal_mu / 2 * ||w - w_0||^2`` to every batch's
     loss, ``w_0`` being the weights the model starts from (the round's global model): the squared
@@ -88,6 +92,7 @@ def train_local(
             f"need a non-empty dataset with one label per sample, "
             f"got {len(X)} samples and {len(y)} labels"
         )
+    n = len(X) if rows is None else len(rows)
     if epochs < 1 or batch_size < 1:
         raise ValueError(f"epochs and batch_size must be at least 1, got {epochs} and {batch_size}")
     opt = LocalOptimizer(optimizer, model.parameters(), lr)
@@ -98,7 +103,9 @@ def train_local(
     total = 0.0
     for _ in range(epochs):
         total = 0.0
-        for batch in torch.randperm(len(X), generator=generator).split(batch_size):
+        for batch in torch.randperm(n, generator=generator).split(batch_size):
+            if rows is not None:
+                batch = rows[batch]
             opt.zero_grad()
             loss = loss_fn(model(X[batch]), y[batch])
             if anchor:
@@ -108,7 +115,7 @@ def train_local(
                 loss.backward()
             opt.step()
             total += loss.item() * len(batch)
-    return total / len(X)
+    return total / n
 
 
 def local_seed(task_seed: int, round_: int, index: int) -> int:

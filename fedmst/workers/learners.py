@@ -45,16 +45,18 @@ class Holding:
 class TorchLearner:
     """A fedmst model (``--model``) training on its shard of ``--dataset`` (``--partition``)."""
 
-    def __init__(self, spec: AgentSpec, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
-        self.spec, self.model, self.x, self.y = spec, model, x, y
-        self.samples: int | None = len(y)
+    def __init__(self, spec: AgentSpec, model: torch.nn.Module, dataset: data.Dataset, rows: torch.Tensor) -> None:
+        self.spec, self.model, self.dataset, self.rows = spec, model, dataset, rows
+        """``rows``: its shard, indices into the dataset this process holds once for all its models."""
+        self.samples: int | None = len(rows)
 
     def fit(self, start: torch.Tensor, round_: int, seed: int, proximal_mu: float) -> Fitted:
-        spec = self.spec
+        spec, dataset = self.spec, self.dataset
         aggregation.load_flat(self.model, start)
-        loss = training.train_local(self.model, self.x, self.y, epochs=spec.epochs, batch_size=spec.batch_size,
-                                    lr=spec.lr, optimizer=spec.optimizer, seed=seed, proximal_mu=proximal_mu)
-        return Fitted(aggregation.flatten(self.model), len(self.y), loss)
+        loss = training.train_local(self.model, dataset.x_train, dataset.y_train, rows=self.rows, epochs=spec.epochs,
+                                    batch_size=spec.batch_size, lr=spec.lr, optimizer=spec.optimizer, seed=seed,
+                                    proximal_mu=proximal_mu)
+        return Fitted(aggregation.flatten(self.model), len(self.rows), loss)
 
 
 class FlowerLearner:
@@ -113,8 +115,7 @@ def hold(spec: AgentSpec, task: TaskSpec, node: str) -> Holding:
     seeded = build_model(spec, task, seed=task.seed)
     local: dict[int, Learner] = {}
     for i in mine:
-        idx = torch.as_tensor(shards[i])
-        local[i] = TorchLearner(spec, build_model(spec, task), dataset.x_train[idx], dataset.y_train[idx])
+        local[i] = TorchLearner(spec, build_model(spec, task), dataset, torch.as_tensor(shards[i]))
     judge = None
     if at_g:
         def judge(flat: torch.Tensor, round_: int) -> float:
