@@ -187,3 +187,16 @@ def test_adam_counts_steps_per_parameter_as_torch_does() -> None:
             opt.step()
     for a, b in zip(ours.state_dict().values(), theirs.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["sgd", "momentum", "adam"])
+def test_each_optimizer_keeps_the_copies_of_the_weights_the_memory_floor_counts(name: str) -> None:
+    """:data:`fedmst.fl.training.STATE_COPIES`, which the memory check counts, is what the optimizer keeps."""
+    from fedmst.fl.training import STATE_COPIES, LocalOptimizer
+
+    layer = torch.nn.Linear(3, 2)
+    opt = LocalOptimizer(name, layer.parameters(), 0.1)
+    layer(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    assert [len(s) for s in opt.state] == [STATE_COPIES[name]] * 2
+    assert all(t.shape == p.shape for s, p in zip(opt.state, opt.params) for t in s)

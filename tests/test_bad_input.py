@@ -77,6 +77,17 @@ def _args(*args: str) -> Setup:
     return lambda tmp_path: (list(args), {})
 
 
+def _beyond_any_host(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
+    """30 tasks x 15 local models of mlp-xl on 3x64x64 inputs (245 MB each): 170 GB of models at least."""
+    import numpy as np
+
+    x = np.zeros((176, 3, 64, 64), dtype=np.float32)
+    np.savez(tmp_path / "wide.npz", x_train=x[:160], y_train=np.arange(160) % 4, x_test=x[160:],
+             y_test=np.arange(16) % 4)
+    return ["--topology", "nsfnet", "--tasks", "30", "--local-models", "15", "--model", "mlp-xl", "--dataset",
+            str(tmp_path / "wide.npz")], {}
+
+
 NO_USERS = '{"users": [], "num_samples": [], "user_data": {}}'
 
 
@@ -133,6 +144,10 @@ CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
      ("dataset 'leaf:femnist:/nonexistent-leaf': no folder /nonexistent-leaf; put LEAF's femnist there",)),
     ("leaf-no-users", lambda p: (["--dataset", "leaf:femnist:" + str(_leaf(p, NO_USERS))], {}),
      ("hold no user with samples",)),
+    ("model-beyond-container-memory",
+     _args("--topology", "line3", "--workers", "docker", "--memory", "64m", "--model", "mlp-xl"),
+     ("--memory 64m: node ", "'s agent holds at least", "more than its container may use")),
+    ("models-beyond-host-memory", _beyond_any_host, ("the agents would hold at least", "this host has available")),
     ("leaf-other-format", lambda p: (["--dataset", f"leaf:shakespeare:{_leaf(p, '[1, 2]')}"], {}),
      ("is not in LEAF's format",)),
     ("factory-raises", _factory_raises, ("badmodels:make", "RuntimeError", "factory [/is] broken on purpose")),

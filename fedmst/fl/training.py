@@ -16,6 +16,10 @@ from torch import nn
 from fedmst.run.config import OPTIMIZERS
 
 
+STATE_COPIES = {"sgd": 0, "momentum": 1, "adam": 2}
+"""Copies of a model's weights each optimizer keeps while it trains (momentum's buffer; Adam's two moments)."""
+
+
 class LocalOptimizer:
     """Plain SGD, SGD with momentum 0.9, or Adam (PyTorch's defaults otherwise), with
     ``torch.optim``'s update rules written out; the tests check them against ``torch.optim``

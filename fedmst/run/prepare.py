@@ -17,6 +17,7 @@ import networkx as nx
 
 from fedmst.core import faults
 from fedmst.core.contention import Profile, capacities, cassini_offsets, profile_of
+from fedmst.core.footprint import held_bytes
 from fedmst.core.linktrace import LinkChange, read_link_trace
 from fedmst.core.optical.circuits import fibre_refusal, planned_view
 from fedmst.core.optical.policies import get_policy
@@ -134,6 +135,8 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
     names = list(schedulers or [config.scheduler])
     inputs = _inputs(config, host, names)
     runs = _one_clock([_plan(config, host, inputs, scheduler) for scheduler in names])
+    for run in runs if config.ray is None else ():  # a spread run's hosts are not this one
+        check_memory(run)
     backend_for(config.workers, config.image).check()  # last: the limits above are checked first
     if config.ray is not None:
         on = check_spread(config, runs[0].graph)
@@ -141,6 +144,32 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
         for r in runs:
             check_cut(r.spread, r.scale.graph(r.graph))  # type: ignore[arg-type]
     return runs
+
+
+def check_memory(run: ResolvedRun) -> None:
+    """Refuse, in one line, a run whose agents' models alone (:func:`fedmst.core.footprint.held_bytes`,
+    a floor) cannot fit: a container's ``--memory``, or the memory this host has available."""
+    import psutil
+
+    from fedmst.fl.training import STATE_COPIES
+    from fedmst.workers.docker import memory_bytes
+
+    if run.config.client:  # a Flower client's models are its own
+        return
+    held = held_bytes(run.workload.plans, STATE_COPIES[run.config.optimizer])
+    models = ", ".join(sorted({f"{p.task.model} ({p.task.model_bytes / 1e6:.3g} MB)" for p in run.workload.plans}))
+    for node, need in held.items():
+        limit = run.limits[node].memory if node in run.limits else None
+        if limit is not None and need > memory_bytes(limit):
+            raise FedmstError(f"--memory {limit}: node {node}'s agent holds at least {need / 1e6:.0f} MB of models "
+                              f"({models}: its local models, sums and {run.config.optimizer}'s training state), more "
+                              "than its container may use: give it more memory, or a smaller --model")
+    total, available = sum(held.values()), psutil.virtual_memory().available
+    if run.config.workers == "process" and total > available:
+        raise FedmstError(f"the agents would hold at least {total / 1e9:.1f} GB of models ({models}, "
+                          f"{sum(p.task.k for p in run.workload.plans)} local models with their sums and training "
+                          f"state), more than the {available / 1e9:.1f} GB this host has available: fewer tasks or "
+                          "local models, or a smaller --model")
 
 
 def _spread(run: ResolvedRun, host: Host, on: SpreadHosts) -> ResolvedRun:

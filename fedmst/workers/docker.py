@@ -90,6 +90,17 @@ def _check_limit(kind: str, raw: str, entry: str) -> object:
     return raw.lower()
 
 
+def memory_bytes(raw: str) -> int:
+    """A checked ``--memory`` size in bytes.
+
+    >>> memory_bytes("512m"), memory_bytes("1.5g")
+    (536870912, 1610612736)
+    """
+    match = _MEMORY.match(raw)
+    assert match, raw  # checked by _check_limit
+    return int(float(match[1]) * _UNITS[match[2].lower()])
+
+
 def worker_limits(nodes: Iterable[str], cpus: Sequence[str], memory: Sequence[str],
                   all_nodes: Iterable[str]) -> dict[str, WorkerLimits]:
     """The limits of each worker node's container.
