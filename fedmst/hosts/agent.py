@@ -177,11 +177,7 @@ class HostAgent:
 def start_host_agents(run_id: str, hosts: Mapping[str, str]) -> dict[str, Any]:
     """One :class:`HostAgent` actor per host (name -> Ray node id), each pinned to its node, on the
     cluster this process joined (:func:`fedmst.hosts.raycluster.connect`)."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    from fedmst.hosts.raycluster import on_each
 
-    remote = ray.remote(num_cpus=0)(HostAgent)
-    return {host: remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-                                 max_concurrency=4).remote(host, run_id)
-            for host, node in hosts.items()}
+    return on_each(HostAgent, hosts, run_id, max_concurrency=4)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Any, Mapping
 
 from fedmst.errors import SET_UP_ALL, FedmstError
 
@@ -58,6 +59,18 @@ def _probe(address: str) -> None:
         reason = "no answer" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
         raise FedmstError(f"--ray {address}: no Ray cluster there (nothing accepts a connection: {reason}); "
                           "start one with scripts/ray-local.sh start N or `ray start --head`") from None
+
+
+def on_each(cls: type, hosts: Mapping[str, str], *args: Any, **options: Any) -> dict[str, Any]:
+    """One Ray actor of ``cls`` per host (address -> Ray node id), pinned to that host's node and
+    built as ``cls(host, *args)`` with Ray's actor ``options``, on the cluster this process joined."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    remote = ray.remote(num_cpus=0)(cls)
+    return {host: remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+                                 **options).remote(host, *args)
+            for host, node in hosts.items()}
 
 
 def cluster_hosts(others: bool = False) -> dict[str, str]:

@@ -85,13 +85,11 @@ def between(hosts: Mapping[str, str]) -> dict[tuple[str, str], float]:
     first (in the mapping's order) to the second, one pair after another (two at once would share
     the hosts' CPUs and network), on the cluster this process joined; a host lost is one line."""
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from fedmst.errors import FedmstError
+    from fedmst.hosts.raycluster import on_each
 
-    remote = ray.remote(num_cpus=0)(Probe)
-    probes = {host: remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(host)
-              for host, node in hosts.items()}
+    probes = on_each(Probe, hosts)
     try:
         out = {}
         for a, b in itertools.combinations(hosts, 2):
