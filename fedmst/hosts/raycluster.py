@@ -32,8 +32,6 @@ def connect(address: str) -> None:
         raise FedmstError(f"--ray needs Ray: pip install -e '.[ray]' ({SET_UP_ALL} does)") from None
     import logging
 
-    if ray.is_initialized():  # joined already: a sweep's points each resolve a spread run
-        return
     _probe(address)
     try:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, configure_logging=False)

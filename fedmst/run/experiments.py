@@ -218,12 +218,18 @@ def sweep(base: RunConfig, local_models: Sequence[int], seeds: Sequence[int], ou
     counts = list(dict.fromkeys(tasks or [base.tasks]))
     order = points(local_models, seeds, schedulers, models, transports, policies, counts)
     resolved: dict[Point, ResolvedRun] = {}
+    on = None
+    if base.ray is not None:  # the points' hosts and the network between them: asked and measured once
+        from fedmst.core.topology import load_topology
+        from fedmst.run.spread import check_spread
+
+        on = check_spread(base, load_topology(base.topology))
     for cc in transports:  # every input is checked and planned before the first network is built
         host = check_host(replace(base, congestion_control=cc))
         for model, _, optical, n, k, seed in dict.fromkeys(p[:-1] for p in order if p[1] == cc):
             config = replace(base, model=model, congestion_control=cc, optical=optical, tasks=n, local_models=k,
                              seed=seed)
-            for r in resolve(config, schedulers, host):
+            for r in resolve(config, schedulers, host, on):
                 resolved[(model, cc, optical, n, k, seed, r.config.scheduler)] = r
     out = output.path
     several = (len(models) > 1, len(transports) > 1, len(policies) > 1, len(counts) > 1)

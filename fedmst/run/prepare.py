@@ -124,9 +124,12 @@ class _Inputs:
     """summary.json's ``partition`` (:func:`split_data`)."""
 
 
-def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Host | None = None) -> list[ResolvedRun]:
+def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Host | None = None,
+            on: SpreadHosts | None = None) -> list[ResolvedRun]:
     """Check ``config`` and the host (unless ``host`` was checked already), then plan it with each
-    of ``schedulers`` (default: ``config.scheduler``); every run shares the same topology and tasks."""
+    of ``schedulers`` (default: ``config.scheduler``); every run shares the same topology and tasks.
+    With ``--ray``, the run is spread over the hosts ``on`` names (found here unless a sweep found
+    them once for all its points: :func:`fedmst.run.spread.check_spread`)."""
     validate(config)
     SELECTIONS.lookup(config.selection)
     get_policy(config.optical)
@@ -139,7 +142,7 @@ def resolve(config: RunConfig, schedulers: Sequence[str] | None = None, host: Ho
         check_memory(run)
     backend_for(config.workers, config.image).check()  # last: the limits above are checked first
     if config.ray is not None:
-        on = check_spread(config, runs[0].graph)
+        on = on or check_spread(config, runs[0].graph)
         runs = _one_clock([_spread(r, host, on) for r in runs])
         for r in runs:
             check_cut(r.spread, r.scale.graph(r.graph))  # type: ignore[arg-type]
