@@ -38,19 +38,29 @@ def test_a_topology_declares_slots_per_node(tmp_path: Path) -> None:
     assert node_slots(g, default=2) == {"a": 4, "b": 0, "c": 2}
 
 
+def test_a_gpu_cluster_declares_its_gpus_as_slots(tmp_path: Path) -> None:
+    g = load_topology(str(_topology(tmp_path, [{"id": "a", "gpus": 8}, {"id": "b", "gpus": 0}, "c"])))
+    assert node_slots(g, default=2) == {"a": 8, "b": 0, "c": 2}
+    assert g.nodes["a"]["gpus"] == 8 and "gpus" not in g.nodes["c"]
+
+
 def test_graphml_nodes_declare_slots(tmp_path: Path) -> None:
     g = nx.Graph()
     g.add_node("a", slots=3)
-    g.add_node("b")
+    g.add_node("b", gpus=4)
+    g.add_node("c")
     g.add_edge("a", "b", capacity_mbps=10.0)
+    g.add_edge("b", "c", capacity_mbps=10.0)
     nx.write_graphml(g, tmp_path / "g.graphml")
-    assert node_slots(load_topology(str(tmp_path / "g.graphml")), default=1) == {"a": 3, "b": 1}
+    assert node_slots(load_topology(str(tmp_path / "g.graphml")), default=1) == {"a": 3, "b": 4, "c": 1}
 
 
 @pytest.mark.parametrize("node,fragment", [
     ({"id": "a", "slots": -1}, "node a: slots -1 is not a whole number of 0 or more"),
     ({"id": "a", "slots": 1.5}, "node a: slots 1.5 is not a whole number"),
     ({"id": "a", "slots": "2"}, "node a: slots '2' is not a whole number"),
+    ({"id": "a", "gpus": -4}, "node a: gpus -4 is not a whole number of 0 or more"),
+    ({"id": "a", "gpus": 4, "slots": 4}, "node a: give slots or gpus, not both"),
     ({"id": "a", "cores": 2}, "unknown key(s) cores"),
     ({"slots": 2}, "has no 'id'"),
 ])

@@ -22,14 +22,15 @@ fedmst's own JSON format::
   naming any other node is an error. Node ids may be JSON strings or integers, or objects
   ``{"id": "0", "slots": 4}`` declaring the node's compute (:mod:`fedmst.core.cluster.slots`:
   slots are what ``fedmst cluster`` places jobs' models on; 0 makes a pure network node), or
+  ``{"id": "0", "gpus": 8}``, the same slots said to be GPUs (a GPU cluster as its papers describe it), or
   ``{"id": "0", "optical": true}`` making it all-optical (:func:`optical_nodes`: no compute, so
   declaring slots above 0 on it is an error).
 - Unknown keys are errors, so a misspelt ``capacity_mbps`` cannot silently fall back to
   the default.
 
 GraphML files are read with the same rules: edge attributes ``capacity_mbps`` (or
-``capacity``), ``km`` (or ``length_km``, ``dist``) and ``delay_ms``, node attributes ``slots`` and
-``optical``.
+``capacity``), ``km`` (or ``length_km``, ``dist``) and ``delay_ms``, node attributes ``slots``
+(or ``gpus``) and ``optical``.
 
 ``spine-leaf:SPINES,LEAVES[,HOSTS_PER_LEAF][,KEY=VALUE...]`` builds a spine-leaf fabric
 (:func:`spine_leaf`) instead of reading one.
@@ -59,7 +60,7 @@ TOPOLOGY_PATH_ENV = "FEDMST_TOPOLOGY_PATH"
 
 _TOP_KEYS = {"name", "description", "capacity_mbps", "nodes", "links"}
 _LINK_KEYS = {"a", "b", "km", "delay_ms", "capacity_mbps"}
-_NODE_KEYS = {"id", "slots", "optical"}
+_NODE_KEYS = {"id", "slots", "gpus", "optical"}
 
 SPINE_LEAF = "spine-leaf:"
 SPINE_LEAF_FORM = "spine-leaf:SPINES,LEAVES[,HOSTS_PER_LEAF][,mbps=M][,km=K][,host-mbps=M][,host-km=K]"
@@ -296,7 +297,7 @@ def _graphml_spec(g: nx.Graph, stem: str) -> dict[str, Any]:
         for a, b, data in g.edges(data=True)
     ]
     name = g.graph.get("name") or stem
-    nodes = [{"id": n, **{k: g.nodes[n][k] for k in ("slots", "optical") if k in g.nodes[n]}} for n in g]
+    nodes = [{"id": n, **{k: g.nodes[n][k] for k in ("slots", "gpus", "optical") if k in g.nodes[n]}} for n in g]
     return {"name": str(name), "nodes": nodes, "links": _drop_none(links)}
 
 
@@ -328,8 +329,8 @@ def _node_id(source: str, where: str, value: object) -> str:
 
 
 def _node(source: str, value: object) -> tuple[str, dict[str, int | bool]]:
-    """A ``nodes`` entry: its id, and its ``slots`` (a whole number, 0 or more) and ``optical``
-    (true or false) where it declares them."""
+    """A ``nodes`` entry: its id, and its ``slots`` (a whole number, 0 or more; or ``gpus``, which
+    are its slots and say what they are) and ``optical`` (true or false) where it declares them."""
     if not isinstance(value, dict):
         return _node_id(source, "nodes", value), {}
     if unknown := sorted(set(value) - _NODE_KEYS):
@@ -342,14 +343,17 @@ def _node(source: str, value: object) -> tuple[str, dict[str, int | bool]]:
         if not isinstance(value["optical"], bool):
             raise _error(source, f"node {node}: optical {value['optical']!r} is not true or false")
         attributes["optical"] = value["optical"]
-    if "slots" not in value:
+    if "slots" in value and "gpus" in value:
+        raise _error(source, f"node {node}: give slots or gpus, not both (gpus are its slots)")
+    key = "gpus" if "gpus" in value else "slots"
+    if key not in value:
         return node, attributes
-    slots = value["slots"]
+    slots = value[key]
     if isinstance(slots, float) and slots.is_integer():
         slots = int(slots)  # GraphML may type it as a double
     if isinstance(slots, bool) or not isinstance(slots, int) or slots < 0:
-        raise _error(source, f"node {node}: slots {slots!r} is not a whole number of 0 or more")
-    return node, {**attributes, "slots": slots}
+        raise _error(source, f"node {node}: {key} {slots!r} is not a whole number of 0 or more")
+    return node, {**attributes, "slots": slots, **({"gpus": slots} if key == "gpus" else {})}
 
 
 def _from_spec(spec: object, source: str, default_capacity_mbps: float | None) -> nx.Graph:
