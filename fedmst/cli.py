@@ -93,7 +93,8 @@ def _click_option(name: str, changed: Mapping[str, Any]) -> Callable[..., Any]:
 
 RUN_OPTIONS = ("topology", "local_models", "tasks", "ocs_wavelengths", "ots_wavelengths", "timeslots", "timeslot_us",
                "guard_us", "reconfig_ms", "optical", "rounds", "model",
-               "dataset", "partition", "client", "run_config", "seed", "global_node", "local_nodes", "epochs", "lr",
+               "dataset", "download", "partition", "device", "host_trainer", "client", "run_config", "seed",
+               "global_node", "local_nodes", "epochs", "lr",
                "batch_size", "optimizer",
                "strategy", "strategy_args", "target_accuracy", "pcap", "pcap_snaplen", "chunk_bytes", "mtu",
                "delay_mode", "queue", "congestion_control", "cc_args", "ecn_k", "loss", "jitter_ms", "time_scale",

@@ -8,7 +8,7 @@ field needs no parsing code. No torch here: the coordinator and the CLI import t
 
 >>> msg = Upload(round=3, progress_dir="/tmp/p", weights={"task0": {0: 0.25, 2: 0.75}})
 >>> encode(msg)
-{'type': 'Upload', 'version': 16, 'round': 3, 'progress_dir': '/tmp/p', 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
+{'type': 'Upload', 'version': 17, 'round': 3, 'progress_dir': '/tmp/p', 'weights': {'task0': {'0': 0.25, '2': 0.75}}}
 >>> decode(encode(msg)) == msg
 True
 """
@@ -28,7 +28,7 @@ from fedmst.core.route import Along
 from fedmst.core.span import PhaseSpan
 from fedmst.errors import FedmstError
 
-PROTOCOL_VERSION = 16
+PROTOCOL_VERSION = 17
 """Raised whenever a message's shape changes, so that an agent from another checkout is refused."""
 
 
@@ -128,6 +128,9 @@ class AgentSpec:
     iteration_bytes_map: int | None = None
     """The id of the run's congestion control's ``iteration_bytes`` map (mltcp's,
     :mod:`fedmst.workers.iteration_bytes`); None where it has none."""
+    trainer_socket: str = ""
+    """The host trainer's Unix socket (``--device cuda``, ``--host-trainer``;
+    :mod:`fedmst.workers.gputrainer`), which trains this agent's local models; '' where they train here."""
     version: int = PROTOCOL_VERSION
 
     def to_json(self) -> str:
@@ -376,18 +379,18 @@ def decode(obj: Any) -> Command | Reply | AgentSpec | Files:
     """The message ``obj`` (from :func:`encode`, through JSON) stands for, checked against its
     dataclass: known type, this protocol version, every required field and no other.
 
-    >>> decode({"type": "Train", "version": 16, "round": 2})
+    >>> decode({"type": "Train", "version": 17, "round": 2})
     Train(round=2, deadline_s=None)
-    >>> decode({"type": "Train", "version": 16, "round": 2, "deadline": 5})
+    >>> decode({"type": "Train", "version": 17, "round": 2, "deadline": 5})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Train: unknown field deadline
     >>> decode({"type": "Train", "version": 0, "round": 2})
     Traceback (most recent call last):
-    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 16
-    >>> decode({"type": "SetupDone", "version": 16, "samples": {"task0": {"0": 5}}})
+    fedmst.protocol.ProtocolError: Train: protocol version 0, this side speaks 17
+    >>> decode({"type": "SetupDone", "version": 17, "samples": {"task0": {"0": 5}}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: SetupDone: missing field runs_in
-    >>> decode({"type": "Evaluated", "version": 16, "accuracy": {"task0": "high"}})
+    >>> decode({"type": "Evaluated", "version": 17, "accuracy": {"task0": "high"}})
     Traceback (most recent call last):
     fedmst.protocol.ProtocolError: Evaluated.accuracy.task0: expected float, got a string
     """

@@ -97,8 +97,9 @@ def run_past_round_one(out: Path, *extra: str) -> Iterator[subprocess.Popen[str]
 
 
 def assert_fedavg(saved: Path, task: str = "task0") -> dict[str, Any]:
-    """Check that G's model saved in ``saved`` is exactly (within 1e-5) the FedAvg of the local
-    models saved beside it; return the round's FedAvg weights (``<task>-weights.json``), which stand
+    """Check that G's model saved in ``saved`` is exactly (within 1e-5, relative where an entry is
+    larger than 1: BatchNorm's running variances reach thousands) the FedAvg of the local models
+    saved beside it; return the round's FedAvg weights (``<task>-weights.json``), which stand
     in for the sample counts: ``fedavg`` only needs numbers proportional to them."""
     import json
 
@@ -109,7 +110,7 @@ def assert_fedavg(saved: Path, task: str = "task0") -> dict[str, Any]:
     weights = json.loads((saved / f"{task}-weights.json").read_text())
     models = sorted(weights, key=int)
     expected = fedavg([torch.load(saved / f"{task}-local{i}.pt") for i in models], [float(weights[i]) for i in models])
-    error = (torch.load(saved / f"{task}-global.pt") - expected).abs().max().item()
+    error = ((torch.load(saved / f"{task}-global.pt") - expected).abs() / expected.abs().clamp(min=1)).max().item()
     assert error <= 1e-5, f"{saved.name}: {task}'s global model is {error:g} off the FedAvg of models {models}"
     return weights
 

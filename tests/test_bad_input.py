@@ -205,6 +205,12 @@ CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
      ("--guard-us (100) must be below --timeslot-us (100)",)),
     ("unknown-optical-policy", _args("--optical", "mesh"),
      ("unknown optical policy 'mesh'", "choose one of: joint, ocs, ots, size")),
+    ("device-without-cuda", _args("--device", "cuda"), ("--device cuda", "this host has no CUDA device")),
+    ("device-malformed", _args("--device", "gpu"), ("--device gpu", "give auto, cpu, cuda or cuda:N")),
+    ("host-trainer-with-ray", _args("--host-trainer", "--ray", "127.0.0.1:1"), ("--host-trainer", "--ray")),
+    ("torchvision-not-installed", _args("--model", "torchvision:resnet18"),
+     ("'torchvision:resnet18' needs torchvision", "scripts/setup.sh --vision")),
+    ("download-not-torchvision", _args("--download"), ("--download fetches torchvision:NAME:ROOT datasets",)),
     ("link-trace-delay-without-delay", lambda p: (["--delay-mode", "off", "--link-trace", _write_topology(
         p, "t.json", '{"changes": [{"at_s": 1, "a": "a", "b": "b", "delay_ms": 5}]}')], {}),
      ("t.json", "--delay-mode off")),

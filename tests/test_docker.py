@@ -171,3 +171,21 @@ def test_docker_workers_run_tasks_on_their_own_clocks(tmp_path: Path, clean_host
     assert abs(summary["weight_bytes_measured"] / summary["link_bytes_predicted"] - 1) < 0.05
     background = {(r["src"], r["dst"]): int(r["background_bytes"]) for r in read_csv(out / "links.csv")}
     assert background[("sl", "sr")] > 0 and background[("sr", "sl")] == 0
+
+
+def test_containers_train_their_models_on_the_host_trainer(tmp_path: Path, clean_host: None) -> None:
+    """``--host-trainer`` with Docker workers: the agents in their containers reach the host's trainer
+    through the run's scratch folder (bind-mounted), which trains their models as process agents
+    would: the same global models bit for bit. (``--device cuda`` takes this path: the containers
+    need no GPU of their own.)"""
+    import torch
+
+    for name, extra in (("docker", ["--workers", "docker", "--host-trainer"]), ("process", [])):
+        proc = fedmst_cli("run", *TASK, "--scheduler", "mst", *extra, "--out", str(tmp_path / name), timeout=900)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "docker" / "summary.json").read_text())
+    assert summary["workers"]["backend"] == "docker" and summary["training"]["trainer"] == "host"
+    assert set(summary["training"]["busy_s"]) == {"2", "3", "4"}
+    for rnd in ("round1", "round2"):
+        docker, process = (torch.load(tmp_path / n / "models" / rnd / "task0-global.pt") for n in ("docker", "process"))
+        assert torch.equal(docker, process), rnd

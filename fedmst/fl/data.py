@@ -1,6 +1,7 @@
 """Real data, split among local models: a dataset by name (built in, :func:`register_dataset`, or
 the ``fedmst.datasets`` entry-point group), ``package.module:factory``, or a file or folder in a
-format researchers have on disk (:mod:`fedmst.fl.sources`: LEAF, tensor files), split by
+format researchers have on disk (:mod:`fedmst.fl.sources`: LEAF, image folders, tensor files;
+:mod:`fedmst.fl.vision`: torchvision's datasets), split by
 ``--partition`` (:mod:`fedmst.fl.partitions`).
 
 A factory is called with no arguments and returns ``(x_train, y_train, x_test, y_test)``:
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 
 from fedmst.errors import DatasetError
-from fedmst.fl import partitions, sources
+from fedmst.fl import partitions, sources, vision
 from fedmst.fl.sources import train_test_split_seeded
 from fedmst.plugins import Registry, one_line
 
@@ -77,8 +78,8 @@ def register_dataset(name: str, factory: Factory) -> None:
 def load_dataset(spec: str) -> Dataset:
     """The dataset ``spec`` names (a built-in name, ``package.module:factory`` or a format on disk),
     checked; loaded once per process, so agents forked from a process that loaded it share its memory."""
-    if sources.is_on_disk(spec):
-        loaded = sources.read(spec)
+    if vision.is_vision(spec) or sources.is_on_disk(spec):
+        loaded = vision.read(spec) if vision.is_vision(spec) else sources.read(spec)
         tensors, groups = loaded.tensors, loaded.groups
     else:
         factory = DATASETS.lookup(spec)

@@ -114,6 +114,9 @@ class Fitted:
     weights: torch.Tensor
     examples: int
     loss: float | None
+    busy_s: float | None = None
+    """The training's own time where another process trained it (the host trainer, on its device);
+    None: it trained in the agent's thread, whose CPU time counts."""
 
 
 class FlowerNode:

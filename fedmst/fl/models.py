@@ -3,7 +3,8 @@
 A factory is called as ``factory(num_classes=..., input_shape=...)`` and returns an
 ``nn.Module``. Besides the built-ins, models come from ``register_model``, from the
 ``fedmst.models`` entry-point group (loaded on first lookup; a broken plugin only warns), or
-directly from an importable ``package.module:factory`` spec. The default is big enough
+directly from an importable ``package.module:factory`` spec, and any of torchvision's
+classification models as ``torchvision:NAME`` (:mod:`fedmst.fl.vision`). The default is big enough
 (~4.5 MB of weights) that moving it dominates a round's fixed overheads, which is what makes
 the schedulers' routing measurable.
 """
@@ -18,6 +19,7 @@ from torch import nn
 
 from fedmst.fl.aggregation import flatten
 from fedmst.errors import ModelError
+from fedmst.fl import vision
 from fedmst.fl.data import Dataset
 from fedmst.plugins import Registry, one_line
 
@@ -88,7 +90,7 @@ def register_model(name: str, factory: Factory) -> None:
 
 def build_model(spec: str, num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
     """A fresh model for ``spec`` (a registered name or ``package.module:factory``), checked."""
-    factory = MODELS.lookup(spec)
+    factory = vision.model_factory(spec) if vision.is_vision(spec) else MODELS.lookup(spec)
     try:
         model = factory(num_classes=num_classes, input_shape=tuple(input_shape))
     except Exception as exc:  # noqa: BLE001 - report any factory failure as the spec's fault

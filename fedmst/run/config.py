@@ -21,6 +21,7 @@ from fedmst.core.optical.slots import Frame
 from fedmst.core.tasks import DEFAULT_DATASET, DEFAULT_MODEL
 from fedmst.core.wire import DEFAULT_MTU
 from fedmst.errors import FedmstError
+from fedmst.fl.devices import device_ok
 from fedmst.net.queues import QUEUES
 from fedmst.net.congestion import (BPF_CONGESTION_CONTROLS, CONGESTION_CONTROLS, KERNEL_CONGESTION_CONTROLS,
                                   congestion_control_ok, ecn_k_ok)
@@ -162,11 +163,26 @@ class RunConfig:
              "package.module:Class.")
     """The optical policy (:mod:`fedmst.core.optical.policies`): looked up when the run is prepared."""
     rounds: int = option(2, "--rounds", "-r", check=_at_least(1))
-    model: str = option(DEFAULT_MODEL, "--model", help="A registered model name or package.module:factory.")
+    model: str = option(DEFAULT_MODEL, "--model",
+                        help="A registered model name, package.module:factory, or torchvision:NAME (any of "
+                             "torchvision's classification models, e.g. torchvision:resnet18; fedmst[vision]).")
     dataset: str = option(DEFAULT_DATASET, "--dataset",
                           help="A built-in dataset (digits), package.module:factory returning (x_train, y_train, "
                                "x_test, y_test) tensors, leaf:femnist:ROOT, leaf:shakespeare:ROOT, imagefolder:ROOT, "
+                               "torchvision:NAME:ROOT (e.g. torchvision:CIFAR10:ROOT; fedmst[vision]), "
                                "or PATH.npz / PATH.pt (docs/datasets.md).")
+    device: str = option(
+        "auto", "--device", metavar="auto|cpu|cuda[:N]", check=(device_ok, "give auto, cpu, cuda or cuda:N"),
+        help="Where the local models train: in each agent on the CPU (cpu), or on this host's GPU through one "
+             "trainer for all its agents (cuda, cuda:N); auto: cuda:0 where torch sees a GPU (docs/devices.md).")
+    """Resolved against the host by :func:`fedmst.fl.devices.resolve_device` (:func:`fedmst.run.prepare.check_host`)."""
+    host_trainer: bool = option(
+        False, "--host-trainer",
+        help="Train every local model of this host in one trainer process, one at a time, even on the CPU (on a GPU "
+             "always so): one model in training per host, each model's time its own (docs/devices.md).")
+    download: bool = option(False, "--download",
+                            help="Fetch a torchvision:NAME:ROOT dataset into ROOT before the run (nothing is "
+                                 "downloaded otherwise).")
     seed: int = option(1, "--seed", check=_at_least(0, "a seed"),
                        help="Seeds task placement, data split and model initialisation (0 or more).")
     out: str = option("runs/latest")

@@ -183,7 +183,8 @@ class _Run:
             wall_s=wall_s, status=self.status, times={k: round(v, 3) for k, v in times.items()},
             background=self.session.background if self.session else [],
             pcap=self.session.pcap if self.session else None, held=self.session.held if self.session else [],
-            slots_outside=self.session.slots_outside if self.session else None)
+            slots_outside=self.session.slots_outside if self.session else None,
+            training=self.session.training if self.session else None)
         summary = (summarise_clock(self.resolved, clock, **common) if clock is not None
                    else summarise(self.resolved, self.rounds, **common))
         summary.write(self.out / "summary.json")
@@ -220,7 +221,8 @@ def emulation(resolved: ResolvedRun, backend: WorkerBackend, state: RunState, ou
         rto_min_s=scale.rto_min_s(), transport=resolved.transport, netns=netns,
         capabilities=capabilities,
         preload=backend.preload(model=config.model, dataset=config.dataset, optimizer=config.optimizer,
-                                batch_size=config.batch_size, lr=config.lr, client=config.client),
+                                batch_size=config.batch_size, lr=config.lr, client=config.client,
+                                host_trainer=resolved.host_trainer),
         changing=[c.link for c in resolved.link_changes if c.delay_ms is not None or c.loss is not None],
         run=state)
     return emu, {**ceiling, **unlined}
@@ -245,7 +247,8 @@ def spanned(resolved: ResolvedRun, spread: Spread, backend: WorkerBackend, state
         options=dict(delay_mode=resolved.delay_mode, loss=config.loss, jitter_s=scale.real_s(config.jitter_ms / 1e3),
                      mtu=config.mtu, queue=config.queue, rto_min_s=scale.rto_min_s(), transport=resolved.transport,
                      preload=backend.preload(model=config.model, dataset=config.dataset, optimizer=config.optimizer,
-                                             batch_size=config.batch_size, lr=config.lr, client=config.client)))
+                                             batch_size=config.batch_size, lr=config.lr, client=config.client,
+                                             host_trainer=resolved.host_trainer)))
 
 
 def _unlined(resolved: ResolvedRun, report: Report) -> tuple[nx.Graph, dict[str, object]]:

@@ -286,14 +286,16 @@ def _phase_starts(res: RoundResult) -> list[float]:
 def _shared(run: Any, rows: list[LinkRow], *, reached: tuple[int, float] | None, status: str,
             workers: BackendDescription, wall_s: float, times: dict[str, float],
             background: list[dict[str, Any]], pcap: dict[str, Any] | None = None,
-            held: Sequence[CircuitPlan] = (), slots_outside: float | None = None) -> dict[str, Any]:
+            held: Sequence[CircuitPlan] = (), slots_outside: float | None = None,
+            training: dict[str, Any] | None = None) -> dict[str, Any]:
     """The summary fields that lockstep and independent runs work out alike: what ran, and the
     link bytes of its ``rows`` (links.csv) against the plans; ``held``: every plan's circuits,
-    ``slots_outside``: the share of time-sliced bytes sent outside their slots."""
+    ``slots_outside``: the share of time-sliced bytes sent outside their slots, ``training``: where the
+    local models trained (:attr:`fedmst.run.session.Session.training`)."""
     config, workload = run.config, run.workload
     first = workload.plans[0]
     return dict(
-        partition=dict(run.partition),
+        partition=dict(run.partition), training=training or {"device": run.device, "trainer": "agent"},
         status=status, scheduler=config.scheduler, scheduler_name=_declared_name(config.scheduler),
         topology=run.graph.graph["name"],
         tasks=len(workload.plans) + len(workload.blocked), tasks_blocked=len(workload.blocked),
@@ -339,7 +341,8 @@ def rounds_planned(run: Any) -> int:
 def summarise(run: Any, rounds: list[RoundResult], *, emulated: dict[str, Any],
               workers: BackendDescription, wall_s: float, status: str, times: dict[str, float],
               background: list[dict[str, Any]], pcap: dict[str, Any] | None = None,
-              held: Sequence[CircuitPlan] = (), slots_outside: float | None = None) -> Summary:
+              held: Sequence[CircuitPlan] = (), slots_outside: float | None = None,
+              training: dict[str, Any] | None = None) -> Summary:
     """summary.json of ``run`` (a :class:`~fedmst.run.config.ResolvedRun`): means over the
     finished rounds; ``status`` says whether all of them ran (``completed``), or the run was
     ``interrupted`` or ``failed: REASON`` after ``rounds``."""
@@ -354,7 +357,7 @@ def summarise(run: Any, rounds: list[RoundResult], *, emulated: dict[str, Any],
             by_task.setdefault(name, []).append(sum(r.task_seconds[p][name] for p in r.task_seconds))
     return Summary(
         **_shared(run, rows, reached=reached, status=status, workers=workers, wall_s=wall_s, times=times,
-                  background=background, pcap=pcap, held=held, slots_outside=slots_outside),
+                  background=background, pcap=pcap, held=held, slots_outside=slots_outside, training=training),
         rounds_planned=rounds_planned(run),
         local_models=config.local_models,
         rounds=len(rounds),
@@ -539,7 +542,8 @@ def write_clock_tables(out: Path, run: ClockRun, graph: nx.Graph, mtu: int) -> N
 def summarise_clock(run: Any, clock: ClockRun, *, emulated: dict[str, Any],
                     workers: BackendDescription, wall_s: float, status: str, times: dict[str, float],
                     background: list[dict[str, Any]], pcap: dict[str, Any] | None = None,
-                    held: Sequence[CircuitPlan] = (), slots_outside: float | None = None) -> Summary:
+                    held: Sequence[CircuitPlan] = (), slots_outside: float | None = None,
+                    training: dict[str, Any] | None = None) -> Summary:
     """summary.json of a run on independent clocks: means over every task's finished rounds."""
     config, workload = run.config, run.workload
     windows = clock.windows()
@@ -556,7 +560,7 @@ def summarise_clock(run: Any, clock: ClockRun, *, emulated: dict[str, Any],
         **_shared(run, clock_link_rows(clock, run.graph, config.mtu),
                   reached=time_to_accuracy(round_means, per_round, config.target_accuracy), status=status,
                   workers=workers, wall_s=wall_s, times=times, background=background, pcap=pcap,
-                  held=held, slots_outside=slots_outside),
+                  held=held, slots_outside=slots_outside, training=training),
         rounds_planned=rounds_planned(run), local_models=workload.plans[0].task.k,
         rounds=clock.rounds_done, tcp_retransmitted_segments=clock.retransmits,
         queue_drops=sum(clock.queue_drops.values()),

@@ -74,6 +74,13 @@ class ResolvedRun:
     """With ``--ray``: the hosts it spans and each node's (:mod:`fedmst.run.spread`)."""
     scale_reason: str = ""
     """Why ``auto`` picked it ('' where the factor was given)."""
+    device: str = "cpu"
+    """Where the local models train (``--device`` decided on this host)."""
+
+    @property
+    def host_trainer(self) -> bool:
+        """Whether one trainer process trains this host's local models (on a GPU always)."""
+        return self.device != "cpu" or self.config.host_trainer
 
     @property
     def scale(self) -> TimeScale:
@@ -88,6 +95,8 @@ class Host:
     delay_mode: str
     netem_available: bool
     transport: Transport | None = None
+    device: str = "cpu"
+    """``--device`` decided: ``cpu`` or ``cuda:N`` (:func:`fedmst.fl.devices.resolve_device`)."""
 
 
 def check_host(config: RunConfig) -> Host:
@@ -104,7 +113,27 @@ def check_host(config: RunConfig) -> Host:
         raise FedmstError(f"--congestion-control {config.congestion_control}: the agents tell it each connection's "
                           "bytes through a kernel map, which an agent in a container may not open: use --workers "
                           "process")
-    return Host(delay_mode=delay_mode, netem_available=capabilities.netem, transport=transport)
+    return Host(delay_mode=delay_mode, netem_available=capabilities.netem, transport=transport,
+                device=_device(config))
+
+
+def _device(config: RunConfig) -> str:
+    """``--device`` on this host; what a host trainer cannot serve, refused in one line."""
+    if config.device == "cpu" or (config.device == "auto" and (config.client or config.ray)):
+        device = "cpu"
+    else:
+        from fedmst.fl.devices import resolve_device
+
+        device = resolve_device(config.device)
+    trainer = "--host-trainer" if config.host_trainer else f"--device {config.device}"
+    if device != "cpu" or config.host_trainer:
+        if config.client:
+            raise FedmstError(f"{trainer}: a Flower client (--client) trains on whatever device its own fit picks")
+        if config.ray:
+            instead = "--device cpu" if device != "cpu" else "no --host-trainer"
+            raise FedmstError(f"{trainer}: a run spread over hosts (--ray) would need a trainer on each host, which "
+                              f"fedmst does not start yet: leave out --ray, or use {instead}")
+    return device
 
 
 @dataclass(frozen=True)
@@ -235,8 +264,15 @@ def _sized(config: RunConfig, tasks: list[Task], schedulers: Sequence[str]) -> t
         get_scheduler(scheduler)
     if config.client:
         return _flower_sized(config, tasks)
-    from fedmst.fl import data, models
+    from fedmst.fl import data, models, vision
 
+    if config.download:
+        fetched = [d for d in dict.fromkeys(t.dataset for t in tasks) if vision.is_vision(d)]
+        if not fetched:
+            raise FedmstError(f"--download fetches torchvision:NAME:ROOT datasets; {tasks[0].dataset!r} is read "
+                              "from where it is")
+        for dataset in fetched:
+            vision.download(dataset)
     sizes: dict[tuple[str, str], int] = {}
     for kind in dict.fromkeys((t.model, t.dataset) for t in tasks):
         dataset = data.load_dataset(kind[1])
@@ -304,7 +340,7 @@ def _plan(config: RunConfig, host: Host, inputs: _Inputs, scheduler: str) -> Res
         workload=workload, link_failures=inputs.link_failures, kills=inputs.kills, slow=inputs.slow,
         worker_nodes=nodes, limits={n: inputs.limits[n] for n in nodes},
         delay_mode=host.delay_mode, netem_available=host.netem_available, transport=host.transport,
-        profiles=profiles, time_scale=time_scale, scale_reason=reason,
+        device=host.device, profiles=profiles, time_scale=time_scale, scale_reason=reason,
     )
 
 

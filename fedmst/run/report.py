@@ -131,6 +131,10 @@ class Summary(RunStatus):
     partition: dict[str, Any] = field(default_factory=dict)
     """``--partition`` and, per task, each local model's training samples and their count per class
     (:func:`fedmst.run.prepare.split_data`); empty for a Flower client's own data."""
+    training: dict[str, Any] = field(default_factory=dict)
+    """Where the local models trained: ``device`` (``--device`` decided), ``trainer`` (``agent``: in each
+    agent; ``host``: one trainer for the host, :mod:`fedmst.workers.gputrainer`) and, from a host trainer,
+    each node's ``peak_bytes`` of device memory and ``busy_s`` of training."""
     start_offsets_s: dict[str, float] = field(default_factory=dict)
     """Independent clock: when each task started (its ``start_s`` plus the interleaving shift)."""
     predicted_round_latency_s: float | None = None

@@ -45,6 +45,7 @@ from fedmst.run.stall import Stall, StallWatch
 from fedmst.wording import counted
 from fedmst.workers.backends import Agents, WorkerBackend
 from fedmst.workers.control import ControlServer
+from fedmst.workers.hosttrainer import HostTrainer
 
 
 def connect(transfers: Mapping[str, Transfer], prefix: str) -> dict[str, str]:
@@ -205,6 +206,9 @@ class Session:
         self.pcap: dict[str, Any] | None = None
         """``--pcap``: what was captured (summary.json's ``pcap``), once the captures are closed."""
         self.trace: LinkTrace | None = None
+        self.training: dict[str, Any] = {"device": resolved.device, "trainer": "host" if resolved.host_trainer
+                                         else "agent"}
+        """Where the local models trained, and what the host trainer measured (summary.json's ``training``)."""
         self.times: dict[str, float] = {}
         """Seconds spent starting the agents (``agents``) and in the rounds (``rounds``)."""
         self.server: ControlServer
@@ -317,9 +321,10 @@ class Session:
         outcome = "failed"
         try:
             meeting.relay(self.server.path, self.server.port, token)
-            self._start_agents(spec_file)
-            with self._captures(), self._slot_meter():
-                self._rounds(rounds)
+            with self._trainer():
+                self._start_agents(spec_file)
+                with self._captures(), self._slot_meter():
+                    self._rounds(rounds)
             outcome = "finished"
         except KeyboardInterrupt:
             outcome = "interrupted"
@@ -330,6 +335,23 @@ class Session:
                 meeting.unrelay(self.server.path)
             finally:
                 self.server.close()
+
+    @contextmanager
+    def _trainer(self) -> Iterator[None]:
+        """``--device cuda`` or ``--host-trainer``: the host trainer, up before the agents ask it, and
+        what it measured kept for summary.json (:mod:`fedmst.workers.gputrainer`)."""
+        if not self.resolved.host_trainer:
+            yield
+            return
+        (self.out / "agents").mkdir(exist_ok=True)
+        trainer = HostTrainer(self.resolved.device, self.scratch, self.out / "agents" / "trainer.log")
+        self.report(f"{self.tag} local models train on {self.resolved.device}, one at a time, in one trainer "
+                    f"(pid {trainer.proc.pid})")
+        try:
+            yield
+        finally:
+            trainer.close()
+            self.training.update(trainer.record)
 
     def _rounds(self, rounds: Callable[[], None]) -> None:
         """``rounds`` from ``started_at``, which the background flows and the link trace count from."""
@@ -414,6 +436,7 @@ class Session:
             strategy_args=strategy_knobs(config.strategy_args), tasks=specs, time_scale=self.scale.factor,
             client=config.client, run_config=config.run_config, coordinator_root=root_id(),
             iteration_bytes_map=self.emu.tcp.iteration_bytes_map,
+            trainer_socket=str(self.scratch / "trainer.sock") if self.resolved.host_trainer else "",
         )
         write_json(self.out / "plan.json", {
             "scheduler": config.scheduler, "order": config.order,

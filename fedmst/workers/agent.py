@@ -128,7 +128,7 @@ class Agent:
             if role.local:
                 model, dataset = learners.kind(spec, task)
                 warm_up(model=model, dataset=dataset, optimizer=spec.optimizer, batch_size=spec.batch_size,
-                        lr=spec.lr, client=spec.client)
+                        lr=spec.lr, client=spec.client, host_trainer=bool(spec.trainer_socket))
         self._connect(spec.store_dir)
         return SetupDone(samples={r.name: {i: n for i, learner in r.local.items() if (n := learner.samples)}
                                   for r in self.roles},
@@ -325,7 +325,8 @@ class Agent:
             began, cpu = time.perf_counter(), time.thread_time()
             fitted[i] = learner.fit(role.base, round_, training.local_seed(role.spec.seed, round_, i),
                                     role.strategy.proximal_mu)
-            took = max(time.perf_counter() - began, spec.time_scale * (time.thread_time() - cpu))
+            busy = fitted[i].busy_s if fitted[i].busy_s is not None else time.thread_time() - cpu
+            took = max(time.perf_counter() - began, spec.time_scale * busy)
             finish = (began - start if wait else elapsed) + took * slow
             if deadline is not None and max(finish, role.spec.compute_s) > deadline:
                 late.append(i)
@@ -490,7 +491,8 @@ def runs_in(root: Path = Path("/"), coordinator_root: str = "") -> RunsIn:
 
 
 @cache
-def warm_up(*, model: str, dataset: str, optimizer: str, batch_size: int, lr: float, client: str = "") -> None:
+def warm_up(*, model: str, dataset: str, optimizer: str, batch_size: int, lr: float, client: str = "",
+            host_trainer: bool = False) -> None:
     """Train a throw-away model briefly, so that torch's lazy imports, allocator and kernels are
     ready: round 1's training time is then as representative as the later rounds'. Once per process:
     a fork server runs it once for every agent it forks (:meth:`fedmst.workers.backends.ProcessBackend.preload`),
@@ -498,7 +500,8 @@ def warm_up(*, model: str, dataset: str, optimizer: str, batch_size: int, lr: fl
 
     For a Flower ``client``: import it (flwr and whatever it imports) and take one ``torch.optim``
     step, whose first use imports ``torch._dynamo`` (2 s of CPU that every agent's first ``fit``
-    would otherwise pay in round 1)."""
+    would otherwise pay in round 1). With a ``host_trainer`` the agents train nothing themselves: only
+    the dataset is loaded and a model built (they size shards and hold G's model)."""
     torch.set_num_threads(1)
     if client:
         load_client_fn(client)
@@ -508,6 +511,8 @@ def warm_up(*, model: str, dataset: str, optimizer: str, batch_size: int, lr: fl
         return
     d = data.load_dataset(dataset)
     scratch = models.build_model(model, num_classes=d.num_classes, input_shape=d.input_shape)
+    if host_trainer:
+        return
     training.train_local(scratch, d.x_train[:64], d.y_train[:64], epochs=1, batch_size=batch_size, lr=lr, seed=0,
                          optimizer=optimizer)
 

@@ -18,6 +18,7 @@ from fedmst.fl import aggregation, data, models, training
 from fedmst.fl.flower import (SEEDING, Fitted, FlowerNode, Layout, federated_accuracy, initial_layout,
                               parse_run_config)
 from fedmst.protocol import AgentSpec, TaskSpec
+from fedmst.workers.gputrainer import FitRequest, TrainerClient
 
 Judge = Callable[[torch.Tensor, int], float]
 """The accuracy of a global model (a wire vector) after a round."""
@@ -57,6 +58,29 @@ class TorchLearner:
                                     batch_size=spec.batch_size, lr=spec.lr, optimizer=spec.optimizer, seed=seed,
                                     proximal_mu=proximal_mu)
         return Fitted(aggregation.flatten(self.model), len(self.rows), loss)
+
+
+class HostTrainedLearner:
+    """A fedmst model trained by the host's trainer (``--device cuda``, ``--host-trainer``): the agent
+    holds its shard's size, not the model; the trainer rebuilds the shard from the same seed."""
+
+    def __init__(self, spec: AgentSpec, task: TaskSpec, node: str, index: int, samples: int) -> None:
+        self.spec, self.task, self.node, self.index, self.samples = spec, task, node, index, samples
+
+    def fit(self, start: torch.Tensor, round_: int, seed: int, proximal_mu: float) -> Fitted:
+        spec, (model, dataset) = self.spec, kind(self.spec, self.task)
+        ask = FitRequest(node=self.node, model=model, dataset=dataset, partition=spec.partition,
+                         local_models=len(self.task.local_nodes), task_seed=self.task.seed, index=self.index,
+                         seed=seed, epochs=spec.epochs, batch_size=spec.batch_size, lr=spec.lr,
+                         optimizer=spec.optimizer, proximal_mu=proximal_mu)
+        reply, weights = _trainer(spec.trainer_socket).fit(ask, start)
+        return Fitted(weights, reply.samples, reply.loss, busy_s=reply.busy_s)
+
+
+@cache
+def _trainer(path: str) -> TrainerClient:
+    """This process's connection to the host trainer (its local models train one after another)."""
+    return TrainerClient(path)
 
 
 class FlowerLearner:
@@ -115,7 +139,8 @@ def hold(spec: AgentSpec, task: TaskSpec, node: str) -> Holding:
     seeded = build_model(spec, task, seed=task.seed)
     local: dict[int, Learner] = {}
     for i in mine:
-        local[i] = TorchLearner(spec, build_model(spec, task), dataset, torch.as_tensor(shards[i]))
+        local[i] = (HostTrainedLearner(spec, task, node, i, len(shards[i])) if spec.trainer_socket else
+                    TorchLearner(spec, build_model(spec, task), dataset, torch.as_tensor(shards[i])))
     judge = None
     if at_g:
         def judge(flat: torch.Tensor, round_: int) -> float:
