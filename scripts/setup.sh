@@ -9,8 +9,9 @@
 #   scripts/setup.sh --vision  also torchvision's models and datasets (--model torchvision:NAME, --dataset
 #                            torchvision:NAME:ROOT) and local models on a GPU (--device cuda): PyPI's torch,
 #                            CUDA's libraries included (about 5.5 GB, against 1.8 GB with the CPU build)
-#   --venv DIR               set up the virtual environment DIR instead of .venv (the tests keep one for
-#                            --vision beside the CPU one); only .venv's fedmst is linked onto the PATH
+#   --venv DIR               set up the virtual environment DIR (relative to this checkout) instead of .venv
+#                            (the tests keep one for --vision beside the CPU one); only .venv's fedmst is
+#                            linked onto the PATH
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,7 +24,9 @@ while [[ $# -gt 0 ]]; do
     case $1 in
         --all) all=yes ;;
         --vision) vision=yes ;;
-        --venv) venv=${2:?setup.sh: --venv needs a folder}; shift ;;
+        --venv)
+            [[ -n ${2:-} && ${2:-} != -* ]] || { echo "setup.sh: --venv needs a folder" >&2; exit 1; }
+            venv=$2; shift ;;
         *) echo "setup.sh: unknown argument: $1 (the options are --all, --vision and --venv DIR)" >&2; exit 1 ;;
     esac
     shift
@@ -39,13 +42,13 @@ step() {
 # lines' NFQUEUE rules, gcc, python3-dev and libnetfilter-queue-dev to build the compiled delay line
 # and NetfilterQueue (pip builds it from source)
 packages=(mininet net-tools iproute2 ethtool procps iputils-ping python3-dev gcc iptables libnetfilter-queue-dev)
-extras=()
+wanted=()
 if [[ $all == yes ]]; then
     packages+=(tcpdump clang libbpf-dev bpftool tmux)
-    extras+=(test ray flower)
+    wanted+=(test ray flower)
 fi
-[[ $vision == yes ]] && extras+=(vision)
-extras=$(IFS=,; echo "${extras[*]}")
+[[ $vision == yes ]] && wanted+=(vision)
+extras=$(IFS=,; echo "${wanted[*]}")  # fedmst's extras, as pip takes them: test,ray,flower
 step "python3-venv, then in the background: ${packages[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
@@ -63,19 +66,20 @@ step "virtual environment in $venv"
 "$venv"/bin/pip install -q --upgrade pip  # Debian 12's pip 23.0 takes 10 s longer for the dependencies alone
 # torch first and pinned. On a host without an NVIDIA GPU, the CPU build from PyTorch's own index when
 # that answers: PyPI's torch for Linux brings CUDA's libraries, gigabytes more. TORCH_SPEC chooses
-# another build or index. --vision: PyPI's torch, the build PyPI's torchvision is made for (it does not
-# import beside the CPU build), pinned by the vision extra's torchvision.
-torch_spec=${TORCH_SPEC:-torch==2.13.0}
-[[ $vision == yes && -z ${TORCH_SPEC:-} ]] && torch_spec=torch==2.14.1
-cpu_index=https://download.pytorch.org/whl/cpu
-if [[ -z ${TORCH_SPEC:-} && $vision == no && ! -e /proc/driver/nvidia ]] && "$venv"/bin/python -c \
-        "import urllib.request as r; r.urlopen('$cpu_index/torch/', timeout=5)" 2>/dev/null; then
-    torch_spec="$torch_spec --index-url $cpu_index"
-fi
-step "torch ($torch_spec)"
+# another build or index. --vision leaves torch to the vision extra's torchvision, which pins the PyPI
+# build it was made for (it does not import beside the CPU build).
 # --no-compile: pip would byte-compile every module of every package, half of torch's install time;
 # the step after the install compiles those that runs import
-"$venv"/bin/pip install -q --no-compile $torch_spec
+if [[ $vision == no ]]; then
+    torch_spec=${TORCH_SPEC:-torch==2.13.0}
+    cpu_index=https://download.pytorch.org/whl/cpu
+    if [[ -z ${TORCH_SPEC:-} && ! -e /proc/driver/nvidia ]] && "$venv"/bin/python -c \
+            "import urllib.request as r; r.urlopen('$cpu_index/torch/', timeout=5)" 2>/dev/null; then
+        torch_spec="$torch_spec --index-url $cpu_index"
+    fi
+    step "torch ($torch_spec)"
+    "$venv"/bin/pip install -q --no-compile $torch_spec
+fi
 step "waiting for the system packages"
 if ! wait "$apt_pid"; then
     cat "$apt_log" >&2

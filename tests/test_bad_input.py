@@ -106,6 +106,13 @@ def _factory_raises(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
                                                                         os.environ.get("PYTHONPATH"))))}
 
 
+def _without_torchvision(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
+    """``--model torchvision:resnet18`` where torchvision does not import (whether or not it is installed)."""
+    (tmp_path / "torchvision.py").write_text("raise ImportError('torchvision hidden by the test')\n")
+    return ["--model", "torchvision:resnet18"], {"PYTHONPATH": os.pathsep.join(filter(None, (
+        str(tmp_path), os.environ.get("PYTHONPATH"))))}
+
+
 CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
     ("unknown-topology", _args("--topology", "no-such-topology"), ("no-such-topology", "unknown topology")),
     ("malformed-json",
@@ -208,8 +215,10 @@ CASES: list[tuple[str, Setup, tuple[str, ...]]] = [
     ("device-without-cuda", _args("--device", "cuda"), ("--device cuda", "this host has no CUDA device")),
     ("device-malformed", _args("--device", "gpu"), ("--device gpu", "give auto, cpu, cuda or cuda:N")),
     ("host-trainer-with-ray", _args("--host-trainer", "--ray", "127.0.0.1:1"), ("--host-trainer", "--ray")),
-    ("torchvision-not-installed", _args("--model", "torchvision:resnet18"),
+    ("torchvision-not-installed", _without_torchvision,
      ("'torchvision:resnet18' needs torchvision", "scripts/setup.sh --vision")),
+    ("download-with-client", _args("--client", "quickstart:client_fn", "--download"),
+     ("--download fetches a torchvision --dataset", "--client")),
     ("download-not-torchvision", _args("--download"), ("--download fetches torchvision:NAME:ROOT datasets",)),
     ("link-trace-delay-without-delay", lambda p: (["--delay-mode", "off", "--link-trace", _write_topology(
         p, "t.json", '{"changes": [{"at_s": 1, "a": "a", "b": "b", "delay_ms": 5}]}')], {}),

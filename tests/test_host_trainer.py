@@ -58,23 +58,36 @@ def test_a_trainer_process_serves_agents_over_its_socket(tmp_path: Path) -> None
     host = HostTrainer("cpu", tmp_path, tmp_path / "trainer.log")
     try:
         client, start = TrainerClient(str(host.socket)), _start("mlp")
-        reply, weights = client.fit(_ask(model="mlp"), start)
+        first, weights = client.fit(_ask(model="mlp"), start)
         assert torch.equal(weights, _in_the_agent(_ask(model="mlp"), start)[0])
-        with pytest.raises(RuntimeError, match="the GPU trainer failed: ModelError: unknown model 'nope'"):
+        with pytest.raises(RuntimeError, match="the host trainer failed: ModelError: unknown model 'nope'"):
             client.fit(_ask(model="nope"), start)
-        client.fit(_ask(index=0, model="mlp"), start)  # the connection goes on after a failure
+        second, _ = client.fit(_ask(index=0, model="mlp"), start)  # the connection goes on after a failure
     finally:
         host.close()
     assert host.proc.returncode == 0
-    assert host.record["device"] == "cpu" and set(host.record["busy_s"]) == {"n1"}  # type: ignore[arg-type]
-    assert reply.busy_s <= host.record["busy_s"]["n1"]  # type: ignore[index]
+    assert (host.record.device, host.record.trainer, host.record.peak_bytes) == ("cpu", "host", {"n1": 0})
+    assert host.record.busy_s == {"n1": first.busy_s + second.busy_s}  # what it told each fit, summed
+
+
+def test_a_trainer_that_dies_is_found_by_its_check(tmp_path: Path) -> None:
+    host = HostTrainer("cpu", tmp_path, tmp_path / "trainer.log")
+    try:
+        host.check()
+        host.proc.kill()
+        host.proc.wait()
+        with pytest.raises(EmulationError, match=r"the host trainer on cpu exited with status -9 \(see .*\.log\)"):
+            host.check()
+    finally:
+        host.close()
 
 
 def test_a_trainer_on_a_device_this_host_lacks_is_one_line(tmp_path: Path) -> None:
-    """The device is touched when the trainer starts, so a run fails before any agent asks it."""
+    """The device is touched before the trainer listens, so a run fails before any agent asks it."""
     if torch.cuda.device_count() > 7:
         pytest.skip("this host has 8 GPUs or more: cuda:7 exists")
-    with pytest.raises(EmulationError, match=r"the host trainer on cuda:7 did not start in [\d.]+ s: .*Error") as got:
+    with pytest.raises(EmulationError, match=r"the host trainer on cuda:7 exited with status 1 as it started: .*Error"
+                       ) as got:
         HostTrainer("cuda:7", tmp_path, tmp_path / "trainer.log")
     assert "\n" not in str(got.value)
 

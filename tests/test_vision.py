@@ -99,6 +99,7 @@ def test_a_torchvision_dataset_is_read_from_its_own_files(tmp_path: Path) -> Non
     ("torchvision:FashionMNIST:{tmp}", "put its files in {tmp}/FashionMNIST/raw .* or add --download"),
     ("torchvision:CIFAR11:{tmp}", "has no dataset 'CIFAR11'"),
     ("torchvision:CocoDetection:{tmp}", "has no train/test split"),
+    ("torchvision:EMNIST:{tmp}", "torchvision's EMNIST has no split called train and test"),
     ("torchvision:CIFAR10", "give torchvision:NAME:ROOT"),
 ])
 def test_a_missing_or_unknown_torchvision_dataset_is_one_line(tmp_path: Path, spec: str, said: str) -> None:

@@ -122,6 +122,19 @@ def train_local(
     return total / n
 
 
+REHEARSAL = 64
+"""The samples a rehearsal trains on: enough for a few batches of every kernel a fit uses."""
+
+
+def rehearse(model: nn.Module, X: torch.Tensor, y: torch.Tensor, *, batch_size: int, optimizer: str,
+             lr: float = 0.01) -> None:
+    """Train ``model`` once on the first :data:`REHEARSAL` samples, so that torch's lazy imports,
+    allocator and kernels (a GPU's too) are ready: round 1's training is then timed like the later
+    rounds'. The weights it leaves are not meant to be kept."""
+    train_local(model, X[:REHEARSAL], y[:REHEARSAL], epochs=1, batch_size=batch_size, lr=lr, seed=0,
+                optimizer=optimizer)
+
+
 def local_seed(task_seed: int, round_: int, index: int) -> int:
     """The training seed of local model ``index`` of a task in ``round_``: a different shuffle for
     every model and round, the same in every run of the task.

@@ -124,8 +124,14 @@ def _dataset_class(spec: str) -> tuple[type, str, str]:
 
 
 def _splits(cls: type) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """The arguments that choose the train and test split of a torchvision dataset class, or None."""
+    """The arguments that choose the train and test split of a torchvision dataset class, or None
+    where it has no such flag or needs an argument besides ROOT that fedmst does not give (a
+    ``split`` whose values are not ``train`` and ``test``, EMNIST's, is found when it is read)."""
     parameters = inspect.signature(cls.__init__).parameters
+    needed = [n for n, p in list(parameters.items())[2:] if p.default is inspect.Parameter.empty
+              and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and n not in ("train", "split")]
+    if needed:
+        return None
     if "train" in parameters:
         return {"train": True}, {"train": False}
     if "split" in parameters:
@@ -143,9 +149,13 @@ def read(spec: str) -> Loaded:
         try:
             parts.append(_tensors(cls(root, download=False, **split)))
         except (RuntimeError, OSError, ValueError) as exc:
-            raise DatasetError(f"dataset {spec!r}: torchvision's {name} is not in {root} "
-                               f"({' '.join(str(exc).split())[:100]}); put its files in {_folder(cls, name, root)} "
-                               "as torchvision keeps them, or add --download to fetch them") from None
+            said = " ".join(str(exc).split())
+            if "for argument split" in said:  # torchvision's check of the split's value: EMNIST's name variants
+                raise DatasetError(f"dataset {spec!r}: torchvision's {name} has no split called train and test "
+                                   f"({said[:120]}); use imagefolder:ROOT or a dataset factory") from None
+            raise DatasetError(f"dataset {spec!r}: torchvision's {name} is not in {root} ({said[:100]}); put its "
+                               f"files in {_folder(cls, name, root)} as torchvision keeps them, or add --download "
+                               "to fetch them") from None
     (x_train, y_train), (x_test, y_test) = parts
     return Loaded((x_train, y_train, x_test, y_test))
 

@@ -512,6 +512,9 @@ def _check_together(config: RunConfig) -> None:
                                         or config.local_nodes is not None):
         raise FedmstError("--workload places the tasks: leave out --tasks, --global-node and --local-nodes")
     if config.client:
+        if config.download:
+            raise FedmstError("--download fetches a torchvision --dataset; a Flower client (--client) reads its own "
+                              "data")
         if config.clock == "independent":
             raise FedmstError("--client: a Flower client reports its examples (its update's weight) with each fit, "
                               "which the independent clock fixes before round 1; use --clock lockstep")

@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import mean
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -35,6 +35,7 @@ from fedmst.fl.strategies import build_strategy, knobs, strategy_knobs
 from fedmst.run.recovery import FaultEvent
 from fedmst.run.report import Summary, time_to_accuracy
 from fedmst.workers.description import BackendDescription
+from fedmst.workers.hosttrainer import Training
 from fedmst.run.results import CPU_FIELDS, ROUND_FIELDS, TASK_FIELDS, TIMELINE_FIELDS, LinkRow, write_csv, write_links
 
 
@@ -287,15 +288,16 @@ def _shared(run: Any, rows: list[LinkRow], *, reached: tuple[int, float] | None,
             workers: BackendDescription, wall_s: float, times: dict[str, float],
             background: list[dict[str, Any]], pcap: dict[str, Any] | None = None,
             held: Sequence[CircuitPlan] = (), slots_outside: float | None = None,
-            training: dict[str, Any] | None = None) -> dict[str, Any]:
+            training: Training | None = None) -> dict[str, Any]:
     """The summary fields that lockstep and independent runs work out alike: what ran, and the
     link bytes of its ``rows`` (links.csv) against the plans; ``held``: every plan's circuits,
     ``slots_outside``: the share of time-sliced bytes sent outside their slots, ``training``: where the
-    local models trained (:attr:`fedmst.run.session.Session.training`)."""
+    local models trained (the session's; where none began, as planned)."""
     config, workload = run.config, run.workload
     first = workload.plans[0]
     return dict(
-        partition=dict(run.partition), training=training or {"device": run.device, "trainer": "agent"},
+        partition=dict(run.partition),
+        training=asdict(training or Training.planned(run.device, run.host_trainer)),
         status=status, scheduler=config.scheduler, scheduler_name=_declared_name(config.scheduler),
         topology=run.graph.graph["name"],
         tasks=len(workload.plans) + len(workload.blocked), tasks_blocked=len(workload.blocked),
@@ -342,7 +344,7 @@ def summarise(run: Any, rounds: list[RoundResult], *, emulated: dict[str, Any],
               workers: BackendDescription, wall_s: float, status: str, times: dict[str, float],
               background: list[dict[str, Any]], pcap: dict[str, Any] | None = None,
               held: Sequence[CircuitPlan] = (), slots_outside: float | None = None,
-              training: dict[str, Any] | None = None) -> Summary:
+              training: Training | None = None) -> Summary:
     """summary.json of ``run`` (a :class:`~fedmst.run.config.ResolvedRun`): means over the
     finished rounds; ``status`` says whether all of them ran (``completed``), or the run was
     ``interrupted`` or ``failed: REASON`` after ``rounds``."""
@@ -543,7 +545,7 @@ def summarise_clock(run: Any, clock: ClockRun, *, emulated: dict[str, Any],
                     workers: BackendDescription, wall_s: float, status: str, times: dict[str, float],
                     background: list[dict[str, Any]], pcap: dict[str, Any] | None = None,
                     held: Sequence[CircuitPlan] = (), slots_outside: float | None = None,
-                    training: dict[str, Any] | None = None) -> Summary:
+                    training: Training | None = None) -> Summary:
     """summary.json of a run on independent clocks: means over every task's finished rounds."""
     config, workload = run.config, run.workload
     windows = clock.windows()

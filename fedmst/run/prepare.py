@@ -31,6 +31,7 @@ from fedmst.core.topology import load_topology, node_order, optical_nodes
 from fedmst.core.traffic import BackgroundFlow, parse_flow, read_traffic_file
 from fedmst.core.workload import TaskEntry, WorkloadPlan, make_tasks, read_workload, schedule_workload
 from fedmst.errors import FedmstError
+from fedmst.fl.devices import resolve_device
 from fedmst.fl.strategies import build_strategy, strategy_knobs
 from fedmst.net.capture import parse_links, require_tcpdump
 from fedmst.net.congestion import Transport, prepare_transport
@@ -79,8 +80,8 @@ class ResolvedRun:
 
     @property
     def host_trainer(self) -> bool:
-        """Whether one trainer process trains this host's local models (on a GPU always)."""
-        return self.device != "cpu" or self.config.host_trainer
+        """Whether one trainer process trains this host's local models (:func:`one_trainer`)."""
+        return one_trainer(self.config, self.device)
 
     @property
     def scale(self) -> TimeScale:
@@ -117,16 +118,18 @@ def check_host(config: RunConfig) -> Host:
                 device=_device(config))
 
 
+def one_trainer(config: RunConfig, device: str) -> bool:
+    """Whether one trainer process trains the host's local models, one at a time: on a GPU always
+    (:mod:`fedmst.workers.gputrainer`), on the CPU with ``--host-trainer``."""
+    return device != "cpu" or config.host_trainer
+
+
 def _device(config: RunConfig) -> str:
     """``--device`` on this host; what a host trainer cannot serve, refused in one line."""
-    if config.device == "cpu" or (config.device == "auto" and (config.client or config.ray)):
-        device = "cpu"
-    else:
-        from fedmst.fl.devices import resolve_device
-
-        device = resolve_device(config.device)
+    no_trainer = config.device == "auto" and (config.client or config.ray)  # auto stays where a trainer cannot go
+    device = "cpu" if no_trainer else resolve_device(config.device)
     trainer = "--host-trainer" if config.host_trainer else f"--device {config.device}"
-    if device != "cpu" or config.host_trainer:
+    if one_trainer(config, device):
         if config.client:
             raise FedmstError(f"{trainer}: a Flower client (--client) trains on whatever device its own fit picks")
         if config.ray:
@@ -369,13 +372,15 @@ def phase_loads(config: RunConfig, host: Host, graph: nx.Graph, workload: Worklo
         mtu=config.mtu, graph=graph, on=on) for phase in TRANSFER_PHASES]
 
 
-def training_scale(workload: WorkloadPlan, scale: float, reason: str, *, what: str = "") -> tuple[float, str]:
+def training_scale(workload: WorkloadPlan, scale: float, reason: str, *, what: str = "",
+                   cores: int | None = None) -> tuple[float, str]:
     """``scale`` (and its ``reason``) raised, where needed, until the workload's local models
     training at once fit the host's cores: on independent clocks a model's training is waited out
     as N times its CPU time, so at most N models a core each train within their wait (the dumbbell
-    of docs/contention.md: six models on two cores trained 2.1-2.3 s against 0.8 s of compute)."""
+    of docs/contention.md: six models on two cores trained 2.1-2.3 s against 0.8 s of compute).
+    ``cores``: what trains them, where not the host's cores (1: a host trainer's models take turns)."""
     trainers = sum(p.task.k for p in workload.plans)
-    cores = os.cpu_count() or 1
+    cores = cores or os.cpu_count() or 1
     if trainers / cores <= scale:
         return scale, reason
     return (float(power_of_two(trainers / cores)),
@@ -404,7 +409,8 @@ def pick_time_scale(config: RunConfig, host: Host, graph: nx.Graph, workload: Wo
         scale, reason = power_of_two(floor), (f"timeslots of {config.timeslot_us:g} µs with {config.guard_us:g} µs "
                                               "guards")
     if config.clock == "independent":  # trainings are waited out beside the transfers, not counted
-        return training_scale(workload, float(scale), reason)
+        cores = 1 if one_trainer(config, host.device) else None  # one trainer: the models train in turn
+        return training_scale(workload, float(scale), reason, cores=cores)
     return float(scale), reason
 
 

@@ -45,7 +45,7 @@ from fedmst.run.stall import Stall, StallWatch
 from fedmst.wording import counted
 from fedmst.workers.backends import Agents, WorkerBackend
 from fedmst.workers.control import ControlServer
-from fedmst.workers.hosttrainer import HostTrainer
+from fedmst.workers.hosttrainer import HostTrainer, Training
 
 
 def connect(transfers: Mapping[str, Transfer], prefix: str) -> dict[str, str]:
@@ -206,9 +206,9 @@ class Session:
         self.pcap: dict[str, Any] | None = None
         """``--pcap``: what was captured (summary.json's ``pcap``), once the captures are closed."""
         self.trace: LinkTrace | None = None
-        self.training: dict[str, Any] = {"device": resolved.device, "trainer": "host" if resolved.host_trainer
-                                         else "agent"}
+        self.training = Training.planned(resolved.device, resolved.host_trainer)
         """Where the local models trained, and what the host trainer measured (summary.json's ``training``)."""
+        self.host_trainer: HostTrainer | None = None
         self.times: dict[str, float] = {}
         """Seconds spent starting the agents (``agents``) and in the rounds (``rounds``)."""
         self.server: ControlServer
@@ -344,14 +344,15 @@ class Session:
             yield
             return
         (self.out / "agents").mkdir(exist_ok=True)
-        trainer = HostTrainer(self.resolved.device, self.scratch, self.out / "agents" / "trainer.log")
+        self.host_trainer = trainer = HostTrainer(self.resolved.device, self.scratch,
+                                                  self.out / "agents" / "trainer.log")
         self.report(f"{self.tag} local models train on {self.resolved.device}, one at a time, in one trainer "
                     f"(pid {trainer.proc.pid})")
         try:
             yield
         finally:
             trainer.close()
-            self.training.update(trainer.record)
+            self.training = trainer.record
 
     def _rounds(self, rounds: Callable[[], None]) -> None:
         """``rounds`` from ``started_at``, which the background flows and the link trace count from."""
@@ -480,9 +481,11 @@ class Session:
         write_json(self.out / "background.json", self.background)
 
     def check(self) -> None:
-        """Raise if an agent or a delay line died, or a link change failed, and abort a transfer
+        """Raise if an agent, the host trainer or a delay line died, or a link change failed, and abort a transfer
         phase that stalled (called while waiting on the agents)."""
         self.agents.check()
+        if self.host_trainer is not None:
+            self.host_trainer.check()
         self.emu.check()
         if self.trace is not None:
             self.trace.check()

@@ -513,8 +513,7 @@ def warm_up(*, model: str, dataset: str, optimizer: str, batch_size: int, lr: fl
     scratch = models.build_model(model, num_classes=d.num_classes, input_shape=d.input_shape)
     if host_trainer:
         return
-    training.train_local(scratch, d.x_train[:64], d.y_train[:64], epochs=1, batch_size=batch_size, lr=lr, seed=0,
-                         optimizer=optimizer)
+    training.rehearse(scratch, d.x_train, d.y_train, batch_size=batch_size, lr=lr, optimizer=optimizer)
 
 
 def main(argv: list[str] | None = None) -> int:

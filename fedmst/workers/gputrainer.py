@@ -1,14 +1,15 @@
-"""One trainer per host for ``--device cuda``: it trains the host's local models on the GPU, one at
-a time, for every agent (:mod:`fedmst.fl.devices` says why not a CUDA context per agent).
+"""One trainer per host for ``--device cuda`` (and ``--host-trainer``): it trains the host's local
+models, one at a time, for every agent (:mod:`fedmst.fl.devices` says why not a CUDA context per agent).
 
 Agents reach it over a Unix socket in the run's scratch folder (a path, so agents in their network
-namespaces reach it too). A request names the model, the dataset and which shard (so the trainer
-rebuilds the shard's rows as the agent would, :func:`fedmst.fl.data.shards`) and carries the round's
-global model; the reply carries the trained weights, the loss, and the training's own time on the
-GPU (synchronised before and after, without the wait for the GPU behind other models): the time
-the agent counts, as it counts a CPU model's thread time. GPU memory is bounded by one CUDA
-context, each dataset once, and the model in training with its optimizer state; the trainer
-records each node's peak (``gpu.json``).
+namespaces, and in containers that mount the folder, reach it too). A request names the model, the
+dataset and which shard (so the trainer rebuilds the shard's rows as the agent would,
+:func:`fedmst.fl.data.shards`) and carries the round's global model; the reply carries the trained
+weights, the loss, and the training's own time (on a GPU synchronised before and after; on the CPU
+the trainer's CPU time), without the wait behind other models: the time the agent counts, as it
+counts its own thread's CPU time. GPU memory is bounded by one CUDA context, each dataset once, one
+model per kind (model and dataset) and the one in training's optimizer state; the trainer records
+each node's peak (``trainer.json``, :class:`fedmst.workers.hosttrainer.Training`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 import torch
 
 from fedmst.fl import aggregation, data, models, training
+from fedmst.workers.hosttrainer import Training
 
 HEADER = struct.Struct("!IQ")
 """A message: its JSON part's length and its weights' bytes, then both."""
@@ -92,7 +94,7 @@ def _exactly(sock: socket.socket, buffer: bytearray, eof_ok: bool = False) -> by
         if not n:
             if eof_ok and got == 0:
                 return None
-            raise ConnectionError(f"the GPU trainer's peer closed the connection {got} bytes into {len(buffer)}")
+            raise ConnectionError(f"the host trainer's peer closed the connection {got} bytes into {len(buffer)}")
         got += n
     return buffer
 
@@ -105,6 +107,7 @@ class Trainer:
         self.lock = threading.Lock()
         self.peaks: dict[str, int] = {}
         self.busy: dict[str, float] = {}
+        self.models: dict[tuple[str, str], torch.nn.Module] = {}
 
     @cache  # noqa: B019 - one trainer per process, which lives as long as it
     def _tensors(self, dataset: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,18 +118,17 @@ class Trainer:
     def _rows(self, dataset: str, k: int, partition: str, seed: int) -> tuple[torch.Tensor, ...]:
         return tuple(torch.as_tensor(r) for r in data.shards(data.load_dataset(dataset), k, partition, seed=seed))
 
-    @cache  # noqa: B019
     def _model(self, model: str, dataset: str, optimizer: str, batch_size: int) -> torch.nn.Module:
-        """The one model that trains every local model of this kind, warmed up once as an agent warms up
-        (:func:`fedmst.workers.agent.warm_up`: the device's kernels, allocator and lazy loading ready
-        before round 1's first model is timed); each fit then writes its weights over it."""
-        loaded = data.load_dataset(dataset)
-        built = models.build_model(model, num_classes=loaded.num_classes, input_shape=loaded.input_shape)
-        built.to(self.device)
-        x, y = self._tensors(dataset)
-        training.train_local(built, x[:64], y[:64], epochs=1, batch_size=batch_size, lr=0.01, seed=0,
-                             optimizer=optimizer)
-        return built
+        """The one model that trains every local model of its kind, rehearsed once when first built
+        as an agent's is (:func:`fedmst.fl.training.rehearse`: the device's kernels, allocator and
+        lazy loading ready before round 1's first model is timed); each fit writes its weights over it."""
+        if (model, dataset) not in self.models:
+            loaded = data.load_dataset(dataset)
+            built = models.build_model(model, num_classes=loaded.num_classes, input_shape=loaded.input_shape)
+            x, y = self._tensors(dataset)
+            training.rehearse(built.to(self.device), x, y, batch_size=batch_size, optimizer=optimizer)
+            self.models[(model, dataset)] = built
+        return self.models[(model, dataset)]
 
     def fit(self, ask: FitRequest, start: torch.Tensor) -> tuple[FitReply, torch.Tensor]:
         with self.lock:
@@ -134,21 +136,24 @@ class Trainer:
             rows = self._rows(ask.dataset, ask.local_models, ask.partition, ask.task_seed)[ask.index]
             model = self._model(ask.model, ask.dataset, ask.optimizer, ask.batch_size)
             cuda = self.device.type == "cuda"
+            clock = time.perf_counter if cuda else time.thread_time  # a CPU's time as an agent counts it
             if cuda:
                 torch.cuda.reset_peak_memory_stats(self.device)
                 torch.cuda.synchronize(self.device)
-            began = time.perf_counter()
+            began = clock()
             aggregation.load_flat(model, start.to(self.device))
             loss = training.train_local(model, x, y, rows=rows, epochs=ask.epochs, batch_size=ask.batch_size,
                                         lr=ask.lr, seed=ask.seed, optimizer=ask.optimizer,
                                         proximal_mu=ask.proximal_mu)
             if cuda:
                 torch.cuda.synchronize(self.device)
-            busy = time.perf_counter() - began
+            busy = clock() - began
             peak = torch.cuda.max_memory_allocated(self.device) if cuda else 0
             self.peaks[ask.node] = max(self.peaks.get(ask.node, 0), peak)
             self.busy[ask.node] = self.busy.get(ask.node, 0.0) + busy
             trained = aggregation.flatten(model).cpu()
+            for p in model.parameters():  # the gradients are the next fit's to make: free them meanwhile
+                p.grad = None
             return FitReply(samples=len(rows), loss=loss, busy_s=busy, peak_bytes=peak), trained
 
 
@@ -165,11 +170,11 @@ class TrainerClient:
             send(self.sock, asdict(ask), start.to(torch.float32))
             got = receive(self.sock)
         if got is None:
-            raise ConnectionError("the GPU trainer closed its connection (it died: see agents/gpu-trainer.log)")
+            raise ConnectionError("the host trainer closed its connection (it died: see agents/trainer.log)")
         head, weights = got
         reply = FitReply(**head)  # type: ignore[arg-type]
         if reply.error:
-            raise RuntimeError(f"the GPU trainer failed: {reply.error}")
+            raise RuntimeError(f"the host trainer failed: {reply.error}")
         return reply, weights
 
 
@@ -188,17 +193,14 @@ def serve(path: Path, device: str, stats: Path) -> None:
                     reply, trained = FitReply(error=f"{type(exc).__name__}: {' '.join(str(exc).split())}"), None
                 send(self.request, asdict(reply), trained)
 
-    server = socketserver.ThreadingUnixStreamServer(str(path), Handler)
+    server = socketserver.ThreadingUnixStreamServer(str(path), Handler)  # bound: HostTrainer sees it ready
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    print("ready", flush=True)
     sys.stdin.read()
     server.shutdown()
-    record: dict[str, object] = {"device": device, "peak_bytes": trainer.peaks, "busy_s": trainer.busy,
-                                 "host_peak_bytes": max(trainer.peaks.values(), default=0)}
-    if trainer.device.type == "cuda":  # what its allocator holds at the end, cache included (CUDA's context not)
-        record["host_reserved_bytes"] = torch.cuda.memory_reserved(trainer.device)
-    stats.write_text(json.dumps(record, indent=1))
+    reserved = torch.cuda.memory_reserved(trainer.device) if trainer.device.type == "cuda" else None
+    record = Training(device, "host", trainer.peaks, trainer.busy, max(trainer.peaks.values(), default=0), reserved)
+    stats.write_text(json.dumps(asdict(record), indent=1))
 
 
 def main(argv: list[str] | None = None) -> int:
