@@ -78,8 +78,9 @@ def register_dataset(name: str, factory: Factory) -> None:
 def load_dataset(spec: str) -> Dataset:
     """The dataset ``spec`` names (a built-in name, ``package.module:factory`` or a format on disk),
     checked; loaded once per process, so agents forked from a process that loaded it share its memory."""
-    if vision.is_vision(spec) or sources.is_on_disk(spec):
-        loaded = vision.read(spec) if vision.is_vision(spec) else sources.read(spec)
+    reader = vision.read if vision.is_vision(spec) else sources.read if sources.is_on_disk(spec) else None
+    if reader is not None:
+        loaded = reader(spec)
         tensors, groups = loaded.tensors, loaded.groups
     else:
         factory = DATASETS.lookup(spec)

@@ -107,8 +107,12 @@ def _first_conv_takes(model: nn.Module, channels: int) -> None:
                 return
 
 
-def _dataset_class(spec: str) -> tuple[type, str, str]:
-    """torchvision's class for ``torchvision:NAME:ROOT``, with NAME and ROOT."""
+Splits = tuple[dict[str, Any], dict[str, Any]]
+"""The arguments that choose a torchvision dataset's train split, and its test split."""
+
+
+def _dataset_class(spec: str) -> tuple[type, str, str, Splits]:
+    """torchvision's class for ``torchvision:NAME:ROOT``, with NAME, ROOT and its splits' arguments."""
     name, colon, root = spec.removeprefix(PREFIX).partition(":")
     if not colon or not name or not root:
         raise DatasetError(f"dataset {spec!r}: give torchvision:NAME:ROOT, e.g. torchvision:CIFAR10:/data/cifar10")
@@ -117,13 +121,14 @@ def _dataset_class(spec: str) -> tuple[type, str, str]:
     if not (isinstance(cls, type) and issubclass(cls, tv.datasets.VisionDataset)):
         raise DatasetError(f"dataset {spec!r}: torchvision {tv.__version__} has no dataset {name!r} "
                            "(names as in torchvision.datasets: CIFAR10, CIFAR100, MNIST, FashionMNIST, SVHN, ...)")
-    if not _splits(cls):
+    splits = _splits(cls)
+    if splits is None:
         raise DatasetError(f"dataset {spec!r}: torchvision's {name} has no train/test split fedmst can ask for "
                            "(a train flag, or split='train'/'test'); use imagefolder:ROOT or a dataset factory")
-    return cls, name, root
+    return cls, name, root, splits
 
 
-def _splits(cls: type) -> tuple[dict[str, Any], dict[str, Any]] | None:
+def _splits(cls: type) -> Splits | None:
     """The arguments that choose the train and test split of a torchvision dataset class, or None
     where it has no such flag or needs an argument besides ROOT that fedmst does not give (a
     ``split`` whose values are not ``train`` and ``test``, EMNIST's, is found when it is read)."""
@@ -142,10 +147,9 @@ def _splits(cls: type) -> tuple[dict[str, Any], dict[str, Any]] | None:
 def read(spec: str) -> Loaded:
     """The dataset ``torchvision:NAME:ROOT`` names, from ROOT as torchvision keeps it, or
     :class:`DatasetError` in one line saying where to put it (or that ``--download`` fetches it)."""
-    cls, name, root = _dataset_class(spec)
-    train, test = _splits(cls)  # type: ignore[misc]
+    cls, name, root, splits = _dataset_class(spec)
     parts = []
-    for split in (train, test):
+    for split in splits:
         try:
             parts.append(_tensors(cls(root, download=False, **split)))
         except (RuntimeError, OSError, ValueError) as exc:
@@ -173,8 +177,8 @@ def _folder(cls: type, name: str, root: str) -> str:
 
 def download(spec: str) -> None:
     """Fetch ``torchvision:NAME:ROOT``'s files into ROOT (``--download``), once, before a run reads them."""
-    cls, name, root = _dataset_class(spec)
-    for split in _splits(cls):  # type: ignore[union-attr]
+    cls, name, root, splits = _dataset_class(spec)
+    for split in splits:
         try:
             cls(root, download=True, **split)
         except Exception as exc:  # noqa: BLE001 - no network, a full disk, a changed mirror: one line

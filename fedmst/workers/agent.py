@@ -511,9 +511,8 @@ def warm_up(*, model: str, dataset: str, optimizer: str, batch_size: int, lr: fl
         return
     d = data.load_dataset(dataset)
     scratch = models.build_model(model, num_classes=d.num_classes, input_shape=d.input_shape)
-    if host_trainer:
-        return
-    training.rehearse(scratch, d.x_train, d.y_train, batch_size=batch_size, lr=lr, optimizer=optimizer)
+    if not host_trainer:
+        training.rehearse(scratch, d.x_train, d.y_train, batch_size=batch_size, lr=lr, optimizer=optimizer)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -61,7 +61,8 @@ class FitReply:
     samples: int = 0
     loss: float = 0.0
     busy_s: float = 0.0
-    """The training's time on the device, from the weights arriving there to the last step done."""
+    """The training's own time, from the weights' copy onto the device to the last step: the device's,
+    synchronised, on a GPU; the trainer's CPU time on the CPU."""
     peak_bytes: int = 0
     """The device memory the trainer held at most during this training (0 on a CPU)."""
     error: str = ""
